@@ -3,23 +3,24 @@
 The entry point: page setup, the shared sidebar (model, engine, sentence; all kept in the URL),
 and navigation. A page is registered only if its file exists, so the app starts with any subset.
 """
-import os
+
 from pathlib import Path
 
 import streamlit as st
-import torch
-
-# One torch thread per forward pass: a sentence takes ~40 ms either way, but on a busy 2-core machine
-# two spinning OpenMP threads per run made it 10-30x slower (measured: 0.04 s vs 0.8-1.5 s), and the
-# server runs each browser session in its own thread anyway. HEADSCOPE_TORCH_THREADS overrides.
-torch.set_num_threads(int(os.environ.get("HEADSCOPE_TORCH_THREADS", "1")))
 
 ROOT = Path(__file__).resolve().parent
 # A local icon file: a Material icon name would make the browser fetch it from fonts.gstatic.com.
-st.set_page_config(page_title="Headscope", page_icon=str(ROOT / "assets" / "favicon.png"), layout="wide",
-                   initial_sidebar_state="expanded")
+st.set_page_config(
+    page_title="Headscope",
+    page_icon=str(ROOT / "assets" / "favicon.png"),
+    layout="wide",
+    initial_sidebar_state="expanded",
+)
 
-from ui import state, views  # noqa: E402  (set_page_config must come first)
+from mha_core.errors import quoted  # noqa: E402
+from ui import state, widgets  # noqa: E402  (set_page_config must come first)
+
+state.configure_torch()
 
 # (file, title, icon, url path); the first existing one is the default page.
 PAGES = [
@@ -42,15 +43,31 @@ available = [p for p in PAGES if (ROOT / p[0]).exists()]
 # ?page= names the page shown at the root URL, so a shared link opens the page it was copied from.
 wanted_page = state.query_value("page")
 default_path = wanted_page if wanted_page in {p[3] for p in available} else available[0][3]
-pages = [st.Page(file, title=title, icon=icon, url_path=path, default=(path == default_path))
-         for file, title, icon, path in available]
-navigation = st.navigation(pages, position="sidebar")
+if wanted_page and wanted_page != default_path and not st.session_state.get("_state_initialised"):
+    state.link_notice(f"there is no page {quoted(wanted_page)}; showing {default_path}.")
+pages = [
+    st.Page(ROOT / file, title=title, icon=icon, url_path=path, default=(path == default_path))
+    for file, title, icon, path in available
+]
+# The menu is drawn here as links: Streamlit's own menu would first list the pages/ folder for a moment
+# (client.showSidebarNavigation = false hides that list, and with it any automatic menu).
+navigation = st.navigation(pages, position="hidden")
+with st.sidebar:
+    for page in pages:
+        st.page_link(page)
+    st.divider()
 
-with state.error_display():
-    state.sidebar()
+with widgets.error_display():
+    widgets.sidebar()
+if not state.has_selection():  # the sidebar failed (its message is shown): nothing to show a page for
+    st.stop()
+if state.settings().classroom:
+    widgets.join_class_panel()
 with st.sidebar.expander("About Headscope"):
-    st.markdown(views.INTRO + "\n\n" + PAGE_GUIDE)
+    st.markdown(widgets.INTRO + "\n\n" + PAGE_GUIDE)
 
 state.write_query(page=navigation.url_path or default_path)
-with state.error_display():
+widgets.show_link_notices()
+widgets.presentation_styles()
+with widgets.error_display():
     navigation.run()

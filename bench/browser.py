@@ -9,25 +9,64 @@ layer 0 labelled and the heatmap image painted; for the model view, every layer 
 counts the bytes the server sent over the websocket for that rerun (the whole page update).
 Prints one table of medians; goals: head view <= 1.0 s and model view <= 2.0 s at 128 tokens.
 """
+
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from tests.browser_helpers import (  # noqa: E402
-    chromium_page, head_view_js, model_view_js, streamlit_server, type_sentence, wait_for_app,
+from ui.browser import (  # noqa: E402
+    chromium_page,
+    head_view_js,
+    model_view_js,
+    streamlit_server,
+    type_sentence,
+    wait_for_app,
 )
 
 MARKERS = ["dog", "bird", "fish", "horse", "cow", "pig", "lion", "bear", "wolf", "fox", "goat", "duck"]
-FILLER = ("the man and the woman went to the market in the town on a cold day and they saw a "
-          "red car near the old house by the river where the children play every summer").split()
+FILLER = [
+    "the",
+    "man",
+    "and",
+    "the",
+    "woman",
+    "went",
+    "to",
+    "the",
+    "market",
+    "in",
+    "the",
+    "town",
+    "on",
+    "a",
+    "cold",
+    "day",
+    "and",
+    "they",
+    "saw",
+    "a",
+    "red",
+    "car",
+    "near",
+    "the",
+    "old",
+    "house",
+    "by",
+    "the",
+    "river",
+    "where",
+    "the",
+    "children",
+    "play",
+    "every",
+    "summer",
+]
 CASES = [("minilm", 20), ("minilm", 128), ("smollm2", 20)]
 GOALS = {("head view", 128): 1.0, ("model view", 128): 2.0}
 
@@ -51,8 +90,9 @@ def sentence(model, marker: str, num_tokens: int) -> tuple[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--cases", default=",".join(f"{m}:{n}" for m, n in CASES),
-                        help="model:tokens pairs, comma-separated")
+    parser.add_argument(
+        "--cases", default=",".join(f"{m}:{n}" for m, n in CASES), help="model:tokens pairs, comma-separated"
+    )
     parser.add_argument("--views", default="head view,model view")
     args = parser.parse_args()
     cases = [(item.split(":")[0], int(item.split(":")[1])) for item in args.cases.split(",")]
@@ -62,8 +102,12 @@ def main() -> None:
     rows = []
     received: list[int] = []
     with streamlit_server() as url, chromium_page(width=1500, height=1100) as page:
-        page.on("websocket", lambda ws: ws.on("framereceived", lambda frame: received.append(
-            len(frame) if isinstance(frame, (bytes, str)) else 0)))
+        page.on(
+            "websocket",
+            lambda ws: ws.on(
+                "framereceived", lambda frame: received.append(len(frame) if isinstance(frame, (bytes, str)) else 0)
+            ),
+        )
         for model_name, num_tokens in cases:
             model = models[model_name]
             for view in args.views.split(","):
@@ -77,8 +121,11 @@ def main() -> None:
                 times, sizes, tokens = [], [], 0
                 for marker in MARKERS[: args.repeats]:
                     text, tokens = sentence(model, marker, num_tokens)
-                    predicate = (head_view_js(model.num_heads, marker) if view == "head view"
-                                 else model_view_js(model.num_layers, model.num_heads, marker))
+                    predicate = (
+                        head_view_js(model.num_heads, marker)
+                        if view == "head view"
+                        else model_view_js(model.num_layers, model.num_heads, marker)
+                    )
                     page.wait_for_timeout(300)  # idle before timing; not counted
                     received.clear()
                     start = type_sentence(page, text)
@@ -96,9 +143,11 @@ def main() -> None:
                     wait_for_app(page)
                     sizes.append(sum(received))
                 rows.append((model_name, tokens, view, statistics.median(times), statistics.median(sizes)))
-                print(f"{model_name:8s} {tokens:4d} tokens  {view:10s} median {statistics.median(times):.3f} s "
-                      f"(runs {', '.join(f'{t:.2f}' for t in times)}), {statistics.median(sizes) / 1e6:.2f} MB",
-                      flush=True)
+                print(
+                    f"{model_name:8s} {tokens:4d} tokens  {view:10s} median {statistics.median(times):.3f} s "
+                    f"(runs {', '.join(f'{t:.2f}' for t in times)}), {statistics.median(sizes) / 1e6:.2f} MB",
+                    flush=True,
+                )
 
     print()
     print("| model | tokens | view | Enter -> drawn, median (s) | goal (s) | ratio to goal | websocket payload (MB) |")

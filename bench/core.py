@@ -10,20 +10,18 @@ interleaved round by round so that machine load hits them alike, all under torch
 Prints a markdown table of medians and the ratios core / torch+w (goal <= 1.0) and
 core / torch (goal <= 1.10). Usage: python bench/core.py [--rounds N] [--threads T]
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mha_core as mc  # noqa: E402
+import mha_core as mc
 
 D_MODEL, NUM_HEADS = 768, 12
 LENGTHS = (64, 256, 1024)
@@ -69,14 +67,19 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     # The load average says how much else the machine was doing: the ratios are only as good as that.
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}; "
-          f"d_model={D_MODEL}, heads={NUM_HEADS}, batch 1, medians of {args.rounds} interleaved rounds\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}; "
+        f"d_model={D_MODEL}, heads={NUM_HEADS}, batch 1, medians of {args.rounds} interleaved rounds\n"
+    )
     print("| n | core (ms) | torch+w (ms) | torch (ms) | core / torch+w | core / torch |")
     print("|---:|---:|---:|---:|---:|---:|")
     for n in LENGTHS:
         med = measure(n, args.rounds)
-        print(f"| {n} | {med['core'] * 1e3:.2f} | {med['torch+w'] * 1e3:.2f} | {med['torch'] * 1e3:.2f} | "
-              f"{med['core'] / med['torch+w']:.2f} | {med['core'] / med['torch']:.2f} |", flush=True)
+        print(
+            f"| {n} | {med['core'] * 1e3:.2f} | {med['torch+w'] * 1e3:.2f} | {med['torch'] * 1e3:.2f} | "
+            f"{med['core'] / med['torch+w']:.2f} | {med['core'] / med['torch']:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

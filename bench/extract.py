@@ -16,6 +16,7 @@ One run prints four markdown tables (medians of interleaved rounds, all under to
 
 Usage: python bench/extract.py [--rounds N] [--threads T]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,13 +32,14 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 import mha_core as mc  # noqa: E402
 from mha_core.engine import core_attentions  # noqa: E402
 
 LENGTHS = (16, 128, 512)
-PASSAGE = ("The keys to the old cabinet were found under the table by the children, who said that the dog "
-           "had carried them there while everyone was asleep. ")
+PASSAGE = (
+    "The keys to the old cabinet were found under the table by the children, who said that the dog "
+    "had carried them there while everyone was asleep. "
+)
 
 
 def text_of_length(model: mc.LoadedModel, n: int) -> str:
@@ -60,8 +62,12 @@ def contestants(model: mc.LoadedModel, text: str) -> dict:
         with torch.inference_mode():
             return core_attentions(model.hf_model, ids)
 
-    return {"bare": bare, "run": lambda: model.run(text), "core": core,
-            "run core": lambda: model.run(text, engine="core")}
+    return {
+        "bare": bare,
+        "run": lambda: model.run(text),
+        "core": core,
+        "run core": lambda: model.run(text, engine="core"),
+    }
 
 
 def measure(model: mc.LoadedModel, n: int, rounds: int) -> dict[str, float]:
@@ -122,8 +128,9 @@ def in_child(*args: str, cache_dir: str | None = None) -> dict:
     env = dict(os.environ)
     if cache_dir:
         env["HEADSCOPE_CACHE_DIR"] = cache_dir
-    done = subprocess.run([sys.executable, __file__, "--child", *args], env=env, capture_output=True, text=True,
-                          check=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", *args], env=env, capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -143,17 +150,24 @@ def main() -> None:
 
     # The load average says how much else the machine was doing: the ratios are only as good as that.
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}; "
-          f"batch 1, medians of {args.rounds} interleaved rounds\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}; "
+        f"batch 1, medians of {args.rounds} interleaved rounds\n"
+    )
     model = mc.load_model("minilm")
     print("MiniLM (6 layers x 12 heads):\n")
-    print("| n | bare forward (ms) | model.run (ms) | run / bare | core engine (ms) | core / bare "
-          "| run(engine=core) (ms) |")
+    print(
+        "| n | bare forward (ms) | model.run (ms) | run / bare | core engine (ms) | core / bare "
+        "| run(engine=core) (ms) |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in LENGTHS:
         med = measure(model, n, args.rounds)
-        print(f"| {n} | {med['bare'] * 1e3:.2f} | {med['run'] * 1e3:.2f} | {med['run'] / med['bare']:.3f} | "
-              f"{med['core'] * 1e3:.2f} | {med['core'] / med['bare']:.2f} | {med['run core'] * 1e3:.2f} |", flush=True)
+        print(
+            f"| {n} | {med['bare'] * 1e3:.2f} | {med['run'] * 1e3:.2f} | {med['run'] / med['bare']:.3f} | "
+            f"{med['core'] * 1e3:.2f} | {med['core'] / med['bare']:.2f} | {med['run core'] * 1e3:.2f} |",
+            flush=True,
+        )
     del model
 
     print("\nLoad times, each model in a fresh process:\n")
@@ -164,17 +178,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="headscope-bench-cache-") as cache:
         converted = in_child("load", "smollm2", cache_dir=cache)
         cached = in_child("load", "smollm2", cache_dir=cache)
-        print(f"| smollm2 | {converted['cold']:.2f} (GGUF conversion) | {converted['warm']:.2f} | {cached['cold']:.2f} |",
-              flush=True)
+        print(
+            f"| smollm2 | {converted['cold']:.2f} (GGUF conversion) | {converted['warm']:.2f} | {cached['cold']:.2f} |",
+            flush=True,
+        )
 
         print(f"\nPeak resident memory at n = {LENGTHS[-1]}, each in a fresh process:\n")
-        print("| model | contestant | attentions (MB) | RSS before the run (MB) | peak RSS during it (MB) | increase (MB) |")
+        print(
+            "| model | contestant | attentions (MB) | RSS before the run (MB) | peak RSS during it (MB) | increase (MB) |"
+        )
         print("|---|---|---:|---:|---:|---:|")
         for name, names in (("minilm", ("bare", "run", "core", "run core")), ("smollm2", ("bare", "run"))):
             for contestant in names:
                 mem = in_child("memory", name, contestant, str(LENGTHS[-1]), cache_dir=cache)
-                print(f"| {name} | {contestant} | {mem['attention_mb']:.0f} | {mem['loaded']:.0f} | {mem['peak']:.0f} | "
-                      f"{mem['peak'] - mem['loaded']:.0f} |", flush=True)
+                print(
+                    f"| {name} | {contestant} | {mem['attention_mb']:.0f} | {mem['loaded']:.0f} | {mem['peak']:.0f} | "
+                    f"{mem['peak'] - mem['loaded']:.0f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -12,21 +12,18 @@ Goal: ratio >= 0.8.
 
 Times are the best of ``--repeats`` runs (the machine is shared; the minimum is the least disturbed).
 """
+
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import mha_core  # noqa: E402
-from mha_core.run import AttentionRun  # noqa: E402
+import mha_core
+from mha_core.run import AttentionRun
 
 BATCH_SIZE = 16
 SAMPLED_QUERIES = 32
@@ -44,8 +41,14 @@ def best_time(function, repeats: int) -> float:
 def random_bert(max_positions: int):
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(num_hidden_layers=12, num_attention_heads=12, hidden_size=768, intermediate_size=3072,
-                        max_position_embeddings=max_positions, attn_implementation="eager")
+    config = BertConfig(
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        hidden_size=768,
+        intermediate_size=3072,
+        max_position_embeddings=max_positions,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     return BertModel(config).eval()
 
@@ -54,9 +57,17 @@ def run_from_attentions(attentions: torch.Tensor, tokens: list[str]) -> Attentio
     n = len(tokens)
     special = np.zeros(n, dtype=bool)
     special[[0, -1]] = True
-    return AttentionRun(model_name="random-bert", family="bert", is_causal=False, tokens=tokens,
-                        attentions=attentions.numpy(), special_mask=special,
-                        word_ids=np.where(special, -1, np.arange(n)), words=tokens, segment_ids=np.zeros(n))
+    return AttentionRun(
+        model_name="random-bert",
+        family="bert",
+        is_causal=False,
+        tokens=tokens,
+        attentions=attentions.numpy(),
+        special_mask=special,
+        word_ids=np.where(special, -1, np.arange(n)),
+        words=tokens,
+        segment_ids=np.zeros(n),
+    )
 
 
 def metrics_table(repeats: int) -> list[tuple]:
@@ -65,7 +76,7 @@ def metrics_table(repeats: int) -> list[tuple]:
     for n in (128, 512):
         input_ids = torch.randint(1000, 20000, (1, n))
 
-        def forward():
+        def forward(input_ids=input_ids):
             with torch.inference_mode():
                 out = model(input_ids=input_ids, output_attentions=True)
             if not out.attentions:
@@ -73,14 +84,14 @@ def metrics_table(repeats: int) -> list[tuple]:
             return out
 
         forward_s = best_time(forward, repeats)
-        attentions = torch.stack(forward().attentions)[:, 0]            # [L, H, n, n]
+        attentions = torch.stack(forward().attentions)[:, 0]  # [L, H, n, n]
         tokens = ["[CLS]"] + [f"t{i}" if i % 7 else "," for i in range(1, n - 1)] + ["[SEP]"]
         run = run_from_attentions(attentions, tokens)
-        metrics_s = best_time(lambda: mha_core.head_metrics(run), repeats)
+        metrics_s = best_time(lambda run=run: mha_core.head_metrics(run), repeats)
         metrics = mha_core.head_metrics(run)
-        roles_s = best_time(lambda: mha_core.head_roles(run, metrics=metrics), repeats)
-        distances_s = best_time(lambda: mha_core.head_distances(run), 1 if n > 256 else repeats)
-        sampled_s = best_time(lambda: mha_core.head_distances(run, max_queries=SAMPLED_QUERIES), repeats)
+        roles_s = best_time(lambda run=run, metrics=metrics: mha_core.head_roles(run, metrics=metrics), repeats)
+        distances_s = best_time(lambda run=run: mha_core.head_distances(run), 1 if n > 256 else repeats)
+        sampled_s = best_time(lambda run=run: mha_core.head_distances(run, max_queries=SAMPLED_QUERIES), repeats)
         rows.append((n, forward_s, metrics_s, roles_s, distances_s, sampled_s))
     return rows
 
@@ -97,7 +108,7 @@ def profile_table(num_sentences: int, repeats: int) -> tuple[int, float, float]:
     def bare_forward():
         # The same length-sorted, padded batches a profile would run, with nothing done afterwards.
         for start in range(0, len(order), BATCH_SIZE):
-            batch = tokenizer.pad([encoded[i] for i in order[start:start + BATCH_SIZE]], return_tensors="pt")
+            batch = tokenizer.pad([encoded[i] for i in order[start : start + BATCH_SIZE]], return_tensors="pt")
             with torch.inference_mode():
                 out = hf_model(**batch, output_attentions=True)
             if not out.attentions:
@@ -122,17 +133,23 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"load average {load}; best of {args.repeats}\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+        f"load average {load}; best of {args.repeats}\n"
+    )
 
     print("Head metrics vs one forward pass (random BertConfig, 12 layers x 12 heads, batch 1)")
-    print("| n | forward pass (s) | head_metrics (s) | ratio (goal < 0.25) | head_roles (s) | ratio "
-          f"| head_distances, all queries (s) | ratio | head_distances, {SAMPLED_QUERIES} queries (s) | ratio |")
+    print(
+        "| n | forward pass (s) | head_metrics (s) | ratio (goal < 0.25) | head_roles (s) | ratio "
+        f"| head_distances, all queries (s) | ratio | head_distances, {SAMPLED_QUERIES} queries (s) | ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for n, forward_s, metrics_s, roles_s, distances_s, sampled_s in metrics_table(args.repeats):
-        print(f"| {n} | {forward_s:.3f} | {metrics_s:.3f} | {metrics_s / forward_s:.2f} | {roles_s:.4f} | "
-              f"{roles_s / forward_s:.3f} | {distances_s:.2f} | {distances_s / forward_s:.1f} | {sampled_s:.2f} | "
-              f"{sampled_s / forward_s:.2f} |")
+        print(
+            f"| {n} | {forward_s:.3f} | {metrics_s:.3f} | {metrics_s / forward_s:.2f} | {roles_s:.4f} | "
+            f"{roles_s / forward_s:.3f} | {distances_s:.2f} | {distances_s / forward_s:.1f} | {sampled_s:.2f} | "
+            f"{sampled_s / forward_s:.2f} |"
+        )
 
     if args.skip_profile:
         return

@@ -1,7 +1,11 @@
 """Headscope's library: multi-head attention from scratch, model extraction, head metrics and roles.
 
-Never imports streamlit or plotly.
+Never imports streamlit or plotly. The public API (DESIGN.md) is what ``__all__`` lists.
 """
+
+from . import errors, families
+
+# The from-scratch attention (seeds 000, 002, 004) and the data type every step passes on.
 from .attention import (
     SCORE_FUNCTIONS,
     MultiHeadAttention,
@@ -10,47 +14,86 @@ from .attention import (
     masked_softmax,
     scaled_dot_product_attention,
 )
-from .run import AttentionRun
 
-__all__ = [
-    "SCORE_FUNCTIONS", "MultiHeadAttention", "attention_scores", "causal_keep_mask", "masked_softmax",
-    "scaled_dot_product_attention", "AttentionRun",
-]
-
-# Head metrics and roles.
-from .metrics import HeadDistances, classical_mds, head_distances, head_metrics, semantic_scores
-from .roles import decoder_head_scores, head_roles, primary_roles
-
-__all__ += [
-    "HeadDistances", "classical_mds", "head_distances", "head_metrics", "semantic_scores",
-    "decoder_head_scores", "head_roles", "primary_roles",
-]
-
-# Positional encoding (seed 001) and the worked example (seed 000).
-from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
-from .worked_example import WorkedExample, random_example, seed_discrepancies, softmax_saturation, worked_example
-
-__all__ += [
-    "position_similarity", "relative_shift_matrix", "similarity_by_distance", "sinusoidal_encoding",
-    "WorkedExample", "random_example", "seed_discrepancies", "softmax_saturation", "worked_example",
-]
+# Many sentences at once: corpus profiling, coreference.
+from .corpus import ProfileResult, coreference_scores, load_coreference, profile, read_corpus
 
 # The from-scratch engine: every layer of a checkpoint recomputed with the code above.
 from .engine import core_attentions, core_family
 
-__all__ += ["core_attentions", "core_family"]
+# Head metrics and roles.
+from .metrics import HeadDistances, classical_mds, head_distances, head_metrics, semantic_scores
 
 # Model loading and extraction.
-from . import errors
-from .models import EMBEDDED_MODELS, LoadedModel, load_model
+from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, load_model
 
-__all__ += ["errors", "EMBEDDED_MODELS", "LoadedModel", "load_model"]
+# Positional encoding (seed 001).
+from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
+from .roles import decoder_head_scores, head_roles, primary_roles
+from .run import AttentionRun
 
-# Dependency trees, Clark et al. dependency accuracy, corpus profiling and coreference.
+# Dependency trees and the Clark et al. dependency accuracy.
 from .syntax import Sentence, best_dependency_heads, dependency_scores, load_conllu, parse_text, ud_ewt_dev
-from .corpus import ProfileResult, coreference_scores, load_coreference, profile, read_corpus
 
-__all__ += [
-    "Sentence", "best_dependency_heads", "dependency_scores", "load_conllu", "parse_text", "ud_ewt_dev",
-    "ProfileResult", "coreference_scores", "load_coreference", "profile", "read_corpus",
+# The worked example of seed 000, computed for real.
+from .walkthrough import (
+    WorkedExample,
+    random_example,
+    readable_example,
+    seed_discrepancies,
+    softmax_saturation,
+    worked_example,
+)
+
+__all__ = [
+    # attention and runs
+    "SCORE_FUNCTIONS",
+    "AttentionRun",
+    "MultiHeadAttention",
+    "attention_scores",
+    "causal_keep_mask",
+    "masked_softmax",
+    "scaled_dot_product_attention",
+    # metrics and roles
+    "HeadDistances",
+    "classical_mds",
+    "decoder_head_scores",
+    "head_distances",
+    "head_metrics",
+    "head_roles",
+    "primary_roles",
+    "semantic_scores",
+    # positions and the worked example
+    "WorkedExample",
+    "position_similarity",
+    "random_example",
+    "readable_example",
+    "relative_shift_matrix",
+    "seed_discrepancies",
+    "similarity_by_distance",
+    "sinusoidal_encoding",
+    "softmax_saturation",
+    "worked_example",
+    # engine, families, models
+    "DEFAULT_MODEL",
+    "EMBEDDED_MODELS",
+    "ENGINES",
+    "LoadedModel",
+    "core_attentions",
+    "core_family",
+    "errors",
+    "families",
+    "load_model",
+    # syntax and corpora
+    "ProfileResult",
+    "Sentence",
+    "best_dependency_heads",
+    "coreference_scores",
+    "dependency_scores",
+    "load_conllu",
+    "load_coreference",
+    "parse_text",
+    "profile",
+    "read_corpus",
+    "ud_ewt_dev",
 ]

@@ -3,6 +3,7 @@
 Each command is one ``add_<command>(subparsers)`` function that registers its arguments and a
 handler; ``COMMANDS`` lists them. Adding a command is adding one such function to the list.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,9 +12,11 @@ import sys
 from .errors import HeadscopeError
 
 
-def print_progress(fraction: float, message: str) -> None:
+def print_progress(done: float, total: float, message: str = "") -> None:
     """Progress on stderr, so stdout stays the one-line result."""
-    print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+    from .progress import fraction
+
+    print(f"[{fraction(done, total):4.0%}] {message}", file=sys.stderr, flush=True)
 
 
 # ---- extract ------------------------------------------------------------------------------------
@@ -21,14 +24,23 @@ def add_extract(subparsers) -> None:
     from .models import DEFAULT_MODEL, ENGINES
 
     parser = subparsers.add_parser(
-        "extract", help="attention of every layer and head for one text, saved as .npz",
-        description="Run one text (or a sentence pair, for encoders) through a model and save the AttentionRun.")
-    parser.add_argument("--model", default=DEFAULT_MODEL,
-                        help="minilm, smollm2, a Hugging Face model id, or a checkpoint directory (default: %(default)s)")
+        "extract",
+        help="attention of every layer and head for one text, saved as .npz",
+        description="Run one text (or a sentence pair, for encoders) through a model and save the AttentionRun.",
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="minilm, smollm2, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
+    )
     parser.add_argument("--text", required=True, help="the text to run")
     parser.add_argument("--pair", default=None, help="a second text, [SEP]-separated (encoders only)")
-    parser.add_argument("--engine", choices=ENGINES, default="transformers",
-                        help="transformers, or core: the from-scratch engine, checked against transformers")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="transformers",
+        help="transformers, or core: the from-scratch engine, checked against transformers",
+    )
     parser.add_argument("--out", default=None, help="where to save the run (.npz); omit to only print the summary")
     parser.set_defaults(handler=run_extract)
 
@@ -46,21 +58,42 @@ def run_extract(args) -> int:
 
 # ---- profile ------------------------------------------------------------------------------------
 def add_profile(subparsers) -> None:
+    from .corpus import DEFAULT_SHARD_SIZE
     from .models import DEFAULT_MODEL
 
     parser = subparsers.add_parser(
-        "profile", help="measure every head over a corpus (metrics, roles, dependency accuracy), saved as a table",
+        "profile",
+        help="measure every head over a corpus (metrics, roles, dependency accuracy), saved as a table",
         description="Run a corpus through a model in batches and write one row per head. With trees "
-                    "(ud-ewt-dev or a .conllu file) the Clark et al. dependency accuracy goes to "
-                    "<out>.dependency.<ext> as well. Results are cached: a second run is instant.")
-    parser.add_argument("--model", default=DEFAULT_MODEL,
-                        help="minilm, smollm2, a Hugging Face model id, or a checkpoint directory (default: %(default)s)")
-    parser.add_argument("--corpus", default="ud-ewt-dev",
-                        help="ud-ewt-dev (shipped UD English EWT dev split), a .conllu file, or a text file "
-                             "with one sentence per line (default: %(default)s)")
+        "(ud-ewt-dev or a .conllu file) the Clark et al. dependency accuracy goes to "
+        "<out>.dependency.<ext> as well. The corpus is profiled in shards, each cached as soon as "
+        "it is done: a second run is instant, and an interrupted run (Ctrl-C) resumes when the same "
+        "command is run again.",
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="minilm, smollm2, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--corpus",
+        default="ud-ewt-dev",
+        help="ud-ewt-dev (shipped UD English EWT dev split), a .conllu file, or a text file "
+        "with one sentence per line (default: %(default)s)",
+    )
     parser.add_argument("--max-sentences", type=int, default=None, help="profile only the first N sentences")
     parser.add_argument("--batch-size", type=int, default=16, help="sentences per forward pass (default: %(default)s)")
-    parser.add_argument("--no-cache", action="store_true", help="recompute even when a cached profile exists")
+    parser.add_argument(
+        "--shard-size",
+        type=int,
+        default=DEFAULT_SHARD_SIZE,
+        help="sentences per shard, the unit that is cached and resumed (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute even when a cached profile exists, and cache nothing (no resume)",
+    )
     parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
     parser.set_defaults(handler=run_profile)
 
@@ -68,17 +101,42 @@ def add_profile(subparsers) -> None:
 def run_profile(args) -> int:
     from tqdm import tqdm
 
-    from .corpus import head_table, profile, profile_summary, read_corpus, table_format, write_table
+    from .corpus import (
+        check_profile_settings,
+        head_table,
+        profile,
+        profile_summary,
+        read_corpus,
+        shards_in_cache,
+        table_format,
+        write_table,
+    )
     from .models import load_model
 
     table_format(args.out)  # fail before the slow part
+    check_profile_settings(args.batch_size, args.shard_size)
     sentences = read_corpus(args.corpus, args.max_sentences)
     model = load_model(args.model, progress=print_progress)
-    with tqdm(total=len(sentences), unit="sentence", file=sys.stderr) as bar:
-        def advance(done: int, total: int) -> None:
-            bar.update(done - bar.n)
+    settings = dict(batch_size=args.batch_size, shard_size=args.shard_size)
+    try:
+        with tqdm(total=len(sentences), unit="sentence", file=sys.stderr) as bar:
 
-        result = profile(model, sentences, batch_size=args.batch_size, progress=advance, cache=not args.no_cache)
+            def advance(done: float, total: float, message: str = "") -> None:
+                bar.set_postfix_str(message, refresh=False)
+                bar.update(done - bar.n)
+
+            result = profile(model, sentences, progress=advance, cache=not args.no_cache, **settings)
+    except KeyboardInterrupt:
+        if args.no_cache:
+            print("interrupted: nothing was kept (--no-cache)", file=sys.stderr)
+        else:
+            kept, total = shards_in_cache(model, sentences, **settings)
+            print(
+                f"interrupted: {kept} of {total} shards are done and kept in the cache; run the same command "
+                "again to resume from them",
+                file=sys.stderr,
+            )
+        return 130  # the shell's code for a run stopped by Ctrl-C
     out = write_table(head_table(result), args.out)
     written = [str(out)]
     if result.dependency is not None:
@@ -92,7 +150,9 @@ COMMANDS = [add_extract, add_profile]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m mha_core", description="Headscope: look inside multi-head attention.")
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_core", description="Headscope: look inside multi-head attention."
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(subparsers)

@@ -7,6 +7,7 @@
 Nothing here wraps ``torch.nn.MultiheadAttention`` or ``F.scaled_dot_product_attention``;
 the tests compare against both.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,46 +41,64 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     return F.linear(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
 
 
-def causal_keep_mask(n_query: int, n_key: int, device=None) -> torch.Tensor:
+def causal_keep_mask(n_query: int, n_key: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean ``[n_query, n_key]``: True where query i may see key j (j <= i + n_key - n_query)."""
     return torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril(diagonal=n_key - n_query)
 
 
+def _keep_mask(scores: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor | None:
+    """Boolean keep-mask (True = may attend) from a bool mask, an additive mask's finite entries, and causality."""
+    keep = None
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            keep = mask
+        else:
+            finite = torch.isfinite(mask)
+            keep = None if bool(finite.all()) else finite
+    if causal:
+        tri = causal_keep_mask(scores.shape[-2], scores.shape[-1], scores.device)
+        keep = tri if keep is None else keep & tri
+    return keep
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
-    """Softmax over the last axis with an optional mask.
+    """softmax(scores + mask) over the last axis: the formula, step by step.
 
     ``mask`` is either boolean (True = attend) or additive float (0 = attend, -inf or a large
     negative number = do not), broadcast against ``scores``. ``torch.softmax`` subtracts the row
     maximum before exponentiating, so scores of any magnitude stay finite. A row whose keys are
     all masked gets all-zero weights instead of the NaN that 0/0 would give.
     """
-    return _masked_softmax(scores, mask, causal, in_place=False)
+    if mask is not None and mask.dtype != torch.bool:
+        scores = scores + mask.to(scores.dtype)  # additive mask: -inf where hidden
+    keep = _keep_mask(scores, mask, causal)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))  # hidden keys get -inf: exp(-inf) = 0
+    weights = torch.softmax(scores, dim=-1)
+    if keep is not None:
+        weights = weights.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)  # no key at all: zero, not NaN
+    return weights
 
 
-def _masked_softmax(scores: torch.Tensor, mask, causal: bool, in_place: bool) -> torch.Tensor:
-    """``masked_softmax``; with ``in_place`` (no autograd, ``scores`` is ours) it overwrites ``scores``:
-    a fresh [n, n] buffer costs page faults that take longer than the softmax itself (4x at n = 1024)."""
+def masked_softmax_(scores: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+    """``masked_softmax`` written into ``scores`` itself (an optimisation; the tests check it equals the formula).
+
+    A fresh [n, n] buffer costs page faults that take longer than the softmax (4x at n = 1024), so when
+    autograd does not need the scores, they are overwritten. Where a mask would have to grow ``scores``
+    by broadcasting, that step falls back to a new tensor.
+    """
 
     def fits(other: torch.Tensor) -> bool:  # an in-place op cannot grow ``scores`` by broadcasting
-        return in_place and torch.broadcast_shapes(other.shape, scores.shape) == scores.shape
+        return torch.broadcast_shapes(other.shape, scores.shape) == scores.shape
 
-    keep = None
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            keep = mask
-        else:
-            additive = mask.to(scores.dtype)
-            scores = scores.add_(additive) if fits(additive) else scores + additive
-            finite = torch.isfinite(mask)
-            keep = None if bool(finite.all()) else finite
-    if causal:
-        tri = causal_keep_mask(scores.shape[-2], scores.shape[-1], scores.device)
-        keep = tri if keep is None else keep & tri
+    if mask is not None and mask.dtype != torch.bool:
+        additive = mask.to(scores.dtype)
+        scores = scores.add_(additive) if fits(additive) else scores + additive
+    keep = _keep_mask(scores, mask, causal)
     if keep is not None:
         scores = scores.masked_fill_(~keep, float("-inf")) if fits(keep) else scores.masked_fill(~keep, float("-inf"))
-    weights = torch.softmax(scores, dim=-1, out=scores) if in_place else torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores, dim=-1, out=scores)
     if keep is not None:
-        # Fully masked rows are NaN after softmax (exp(-inf) / 0); define them as zero weight.
         empty_rows = ~keep.any(dim=-1, keepdim=True)
         weights = weights.masked_fill_(empty_rows, 0.0) if fits(empty_rows) else weights.masked_fill(empty_rows, 0.0)
     return weights
@@ -102,9 +121,10 @@ def scaled_dot_product_attention(
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"key and value must have the same length, got {k.shape[-2]} and {v.shape[-2]}")
     scores = attention_scores(q, k, score)
-    # The scores are our own fresh tensor: softmax may overwrite them unless autograd needs them.
-    in_place = not (torch.is_grad_enabled() and scores.requires_grad)
-    weights = _masked_softmax(scores, mask, causal, in_place)
+    if torch.is_grad_enabled() and scores.requires_grad:
+        weights = masked_softmax(scores, mask, causal)
+    else:
+        weights = masked_softmax_(scores, mask, causal)  # the same numbers, without a second [n, n] buffer
     return torch.matmul(weights, v), weights
 
 
@@ -155,7 +175,17 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj.weight
 
     @torch.no_grad()
-    def set_weights(self, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None, b_o=None) -> "MultiHeadAttention":
+    def set_weights(
+        self,
+        w_q: torch.Tensor,
+        w_k: torch.Tensor,
+        w_v: torch.Tensor,
+        w_o: torch.Tensor,
+        b_q: torch.Tensor | None = None,
+        b_k: torch.Tensor | None = None,
+        b_v: torch.Tensor | None = None,
+        b_o: torch.Tensor | None = None,
+    ) -> MultiHeadAttention:
         """Copy projection weights given in ``nn.Linear`` layout (``[out, in]``)."""
         self.qkv_weight.copy_(torch.cat([w_q, w_k, w_v], dim=0))
         if self.qkv_bias is not None:
@@ -167,7 +197,7 @@ class MultiHeadAttention(nn.Module):
         return self
 
     @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """A copy of a ``torch.nn.MultiheadAttention`` (its ``batch_first`` does not matter: ours is batch-first)."""
         if not module._qkv_same_embed_dim:
             raise ValueError("from_torch supports nn.MultiheadAttention with kdim == vdim == embed_dim only")
@@ -193,7 +223,9 @@ class MultiHeadAttention(nn.Module):
         b, _, n, _ = x.shape
         return x.transpose(1, 2).reshape(b, n, self.num_heads * self.d_k)
 
-    def project(self, query, key, value):
+    def project(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V as ``[batch, heads, n, d_k]``; one fused matmul when key and value are the query."""
         inner = self.num_heads * self.d_k
         if key is query and value is query:

@@ -1,51 +1,93 @@
-"""Many sentences at once: batched profiling of every head, with progress and an on-disk cache.
+"""Many sentences at once: profiling every head over a corpus, in shards that are cached and resumed.
 
-``profile(model, sentences)`` runs the model over a corpus in padded batches and returns the mean of
-``head_metrics`` over the sentences and, when the sentences carry dependency trees, the Clark et al.
-dependency accuracy of every head (``syntax.dependency_scores``). Results are cached in memory and on
-disk (``$HEADSCOPE_CACHE_DIR/profiles`` or ``~/.cache/headscope/profiles``), keyed on the model name, a
-fingerprint of its weights and config, the sentences and the source of the code that computes them,
-so a second profile of the same model and corpus does not run the model.
+``profile(model, sentences)`` returns the mean of ``head_metrics`` over the sentences and, when the
+sentences carry dependency trees, the Clark et al. dependency accuracy of every head
+(``syntax.dependency_scores``). It works in four steps, each usable alone (a distributed executor
+runs ``compute_shard`` elsewhere and merges the parts the same way):
+
+    plan_shards     the corpus cut into consecutive shards of ``shard_size`` sentences; the cut depends
+                    on the sentences and the shard size only
+    compute_shard   one shard measured, as a function of the model and the shard alone: padded batches
+                    of similar lengths, each measured at once -> a ``ProfilePart`` (per-head sums and
+                    counts, label tallies, dependency counts: small, mergeable, no model inside)
+    merge_parts     parts added up in corpus order, whatever order they were computed in
+    finish_profile  the merged part as a ``ProfileResult``
+
+Cache, in ``$HEADSCOPE_CACHE_DIR/profiles`` (default ``~/.cache/headscope/profiles``), every file
+written atomically (a temporary file, then one rename):
+
+    shards/<settings key>/<shard digest>.npz   one finished shard (``ShardCache``): arrays and a JSON header
+    results/<result key>/                      the finished profile (metrics.parquet, dependency.parquet, meta.json)
+
+The settings key hashes the model name, a fingerprint of its weights and config, the source of the code
+that computes the numbers, the batch size and the shard size; the shard digest hashes the shard's
+sentences and trees; the result key hashes the settings key and every shard digest. A profile that is
+stopped (a progress callback that raises, Ctrl-C, a killed process) keeps its finished shards, and the
+same call resumes from them. Finished results are also kept in memory, the few most recently used.
 
 ``coreference_scores(model)`` scores every head on the hand-made pronoun -> antecedent set in
 ``assets/coreference.jsonl``.
 """
+
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import tempfile
+import threading
 import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from .errors import HeadscopeError, InputTextError
 from .metrics import METRIC_COLUMNS, batch_head_metrics
+from .progress import Progress, report
 from .roles import SYNTACTIC_MIN_COUNT
-from .run import punctuation_mask, token_units, word_level_attentions
-from .syntax import (ASSET_DIR, DependencyAccumulator, Sentence, batch_word_argmax, load_conllu, ud_ewt_dev,
-                     word_argmax, word_units, words_of_units)
+from .run import per_head_frame, punctuation_mask, token_units, word_level_attentions
+from .syntax import (
+    ASSET_DIR,
+    DependencyAccumulator,
+    Sentence,
+    batch_word_argmax,
+    load_conllu,
+    ud_ewt_dev,
+    word_argmax,
+    word_units,
+    words_of_units,
+)
 
-CorpusProgress = Callable[[int, int], None]
+if TYPE_CHECKING:
+    from .models import LoadedModel
 
 COREFERENCE_ASSET = ASSET_DIR / "coreference.jsonl"
 # Metric columns that name a category rather than measure an amount: aggregated by their most common value.
 LABEL_COLUMNS = ("kovaleva_pattern", "seed_pattern", "argmax_offset")
 # Source files whose code decides a profile's numbers; editing any of them invalidates the cache.
-_CODE_FILES = ("corpus.py", "syntax.py", "metrics.py", "run.py", "models.py", "tokens.py")
-_PROFILE_CACHE_FORMAT = 1
+_CODE_FILES = ("corpus.py", "syntax.py", "metrics.py", "run.py", "models.py", "tokens.py", "capture.py", "families.py")
+_PROFILE_CACHE_FORMAT = 2
+# Sentences per shard: the unit that is cached and resumed. Large enough that batching by length within
+# a shard pads little and a shard's file and bookkeeping cost nothing next to its forward passes.
+DEFAULT_SHARD_SIZE = 256
+# Finished profiles kept in memory (a server runs for days): the least recently used are dropped.
+MEMORY_CACHE_ENTRIES = 4
 # The per-head table names syntactic roles only from relations with as many examples as a syntactic
 # role needs: a relation seen 22 times (vocative in the UD dev split) beats its offset baseline by chance.
 HEAD_TABLE_MIN_RELATION_COUNT = SYNTACTIC_MIN_COUNT
 
-_memory_cache: dict[str, "ProfileResult"] = {}
-_fingerprints: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_memory_cache: OrderedDict[str, ProfileResult] = OrderedDict()
+_memory_lock = threading.Lock()  # the app profiles from several sessions' threads
+_fingerprints: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -57,7 +99,7 @@ class ProfileResult:
     dependency     ``syntax.dependency_scores`` over the corpus, or None when the sentences have no trees
     num_sentences  how many sentences were profiled
     model_name     the model's name
-    from_cache     True when the result came from the memory or disk cache
+    from_cache     True when the model did not run: the result, or every one of its shards, came from a cache
     """
 
     metrics: pd.DataFrame
@@ -66,9 +108,14 @@ class ProfileResult:
     model_name: str
     from_cache: bool = False
 
-    def copy(self, from_cache: bool) -> "ProfileResult":
-        return ProfileResult(self.metrics.copy(), None if self.dependency is None else self.dependency.copy(),
-                             self.num_sentences, self.model_name, from_cache)
+    def copy(self, from_cache: bool) -> ProfileResult:
+        return ProfileResult(
+            self.metrics.copy(),
+            None if self.dependency is None else self.dependency.copy(),
+            self.num_sentences,
+            self.model_name,
+            from_cache,
+        )
 
 
 # ---- corpora --------------------------------------------------------------------------------
@@ -103,9 +150,367 @@ def _text_length(model_input: str | list[str]) -> int:
     return sum(len(word) + 1 for word in model_input) if isinstance(model_input, list) else len(model_input)
 
 
+# ---- shards ---------------------------------------------------------------------------------
+def check_profile_settings(batch_size: int = 16, shard_size: int = DEFAULT_SHARD_SIZE) -> None:
+    """HeadscopeError unless both are whole numbers of at least 1 (checked before any slow work)."""
+    for name, value in (("batch_size", batch_size), ("shard_size", shard_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise HeadscopeError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Consecutive sentences of a corpus: the unit of work that is computed, cached and resumed.
+
+    index      position in the corpus's list of shards
+    start      corpus index of the shard's first sentence
+    sentences  the shard's sentences (``Sentence`` trees or plain strings)
+    """
+
+    index: int
+    start: int
+    sentences: tuple
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A hash of the sentences (with their trees): the shard's name in the cache."""
+        return _sentences_digest(self.sentences)
+
+
+def plan_shards(sentences: Sequence[Sentence | str], shard_size: int = DEFAULT_SHARD_SIZE) -> list[Shard]:
+    """The corpus cut into consecutive shards of ``shard_size`` sentences (the last may be shorter).
+
+    The cut depends on the sentences and ``shard_size`` only, never on who computes the shards.
+    """
+    check_profile_settings(shard_size=shard_size)
+    sentences = list(sentences)
+    return [
+        Shard(index, start, tuple(sentences[start : start + shard_size]))
+        for index, start in enumerate(range(0, len(sentences), shard_size))
+    ]
+
+
+# ---- mergeable partial results --------------------------------------------------------------
+@dataclass
+class LabelTally:
+    """How often each head had each label over consecutive sentences, and in which sentence first.
+
+    values      ``[V]`` the distinct labels, sorted
+    counts      ``[heads, V]`` number of sentences in which the head had the label
+    first_seen  ``[heads, V]`` index (counted from the first of these sentences) of the first sentence in
+                which the head had the label; the number of sentences where it never had it
+    """
+
+    values: np.ndarray
+    counts: np.ndarray
+    first_seen: np.ndarray
+
+    @classmethod
+    def of_sentences(cls, labels: np.ndarray) -> LabelTally:
+        """From ``[sentences, heads]`` labels in sentence order (None or NaN: no label)."""
+        num_sentences, num_heads = labels.shape
+        present = ~pd.isna(labels)
+        sentence, head = np.nonzero(present)  # sentence-major, as labels[present]
+        values, codes = np.unique(np.asarray(labels[present].tolist()), return_inverse=True)
+        pair = head * len(values) + codes.reshape(-1)
+        counts = np.bincount(pair, minlength=num_heads * len(values)).astype(np.int64)
+        first_seen = np.full(num_heads * len(values), num_sentences, dtype=np.int64)
+        seen_pairs, first = np.unique(pair, return_index=True)  # first occurrence = earliest sentence
+        first_seen[seen_pairs] = sentence[first]
+        return cls(values, counts.reshape(num_heads, -1), first_seen.reshape(num_heads, -1))
+
+    @classmethod
+    def merged(cls, tallies: Sequence[LabelTally], sizes: Sequence[int]) -> LabelTally:
+        """Tallies of consecutive runs of sentences, in corpus order, as one (``sizes``: their numbers of sentences)."""
+        total = int(sum(sizes))
+        nonempty = [tally.values for tally in tallies if len(tally.values)]
+        values = functools.reduce(np.union1d, nonempty) if nonempty else tallies[0].values
+        num_heads = tallies[0].counts.shape[0]
+        counts = np.zeros((num_heads, len(values)), dtype=np.int64)
+        first_seen = np.full((num_heads, len(values)), total, dtype=np.int64)
+        offset = 0
+        for tally, size in zip(tallies, sizes, strict=True):
+            column = np.searchsorted(values, tally.values)
+            counts[:, column] += tally.counts
+            first_seen[:, column] = np.minimum(
+                first_seen[:, column], np.where(tally.counts > 0, tally.first_seen + offset, total)
+            )
+            offset += size
+        return cls(values, counts, first_seen)
+
+    def majority(self) -> np.ndarray:
+        """``[heads]``: each head's most common label, ties to the one seen first; None where a head has none."""
+        num_heads = self.counts.shape[0]
+        if not len(self.values):
+            return np.full(num_heads, None, dtype=object)
+        # Count first, then the earlier first sighting: first_seen < scale, so one more count always wins.
+        scale = int(self.first_seen.max()) + 1
+        chosen = self.values[np.where(self.counts > 0, self.counts * scale - self.first_seen, -1).argmax(axis=-1)]
+        if chosen.dtype.kind == "U":
+            chosen = chosen.astype(object)
+        unlabelled = self.counts.max(axis=-1) == 0
+        if unlabelled.any():
+            chosen = chosen.astype(object)
+            chosen[unlabelled] = None
+        return chosen
+
+
+@dataclass
+class MetricTotals:
+    """Per-head totals of per-sentence measurements over consecutive sentences.
+
+    Enough for the mean of every numeric column (missing values skipped) and the most common value
+    of every label column, and mergeable: the totals of two runs of sentences add up.
+
+    num_sentences  how many sentences
+    columns        every column's name, in order
+    sums, counts   numeric column -> ``[heads]`` float64 sum and int64 number of its non-missing values
+    squares        numeric column -> ``[heads]`` float64 sum of squares (for the spread over sentences)
+    labels         label column (``LABEL_COLUMNS`` and any non-numeric column) -> its ``LabelTally``
+    """
+
+    num_sentences: int
+    columns: tuple[str, ...]
+    sums: dict[str, np.ndarray]
+    counts: dict[str, np.ndarray]
+    labels: dict[str, LabelTally]
+    squares: dict[str, np.ndarray]
+
+    @classmethod
+    def of_sentences(cls, columns: dict[str, np.ndarray]) -> MetricTotals:
+        """From ``name -> [sentences, heads]`` values in sentence order."""
+        sums, counts, labels, squares = {}, {}, {}, {}
+        num_sentences = 0
+        for name, values in columns.items():
+            values = np.asarray(values)
+            num_sentences = values.shape[0]
+            if name in LABEL_COLUMNS or values.dtype.kind not in "fiub":
+                labels[name] = LabelTally.of_sentences(values)
+            else:
+                values = values.astype(np.float64)
+                present = ~np.isnan(values)
+                kept = np.where(present, values, 0.0)
+                sums[name], squares[name] = kept.sum(axis=0), (kept * kept).sum(axis=0)
+                counts[name] = present.sum(axis=0).astype(np.int64)
+        return cls(num_sentences, tuple(columns), sums, counts, labels, squares)
+
+    @classmethod
+    def merged(cls, totals: Sequence[MetricTotals]) -> MetricTotals:
+        """Totals of consecutive runs of sentences, given in corpus order, as one.
+
+        Float sums are added in the order given, so the same totals in the same order give the same bits.
+        """
+        first = totals[0]
+        if any(other.columns != first.columns or other.labels.keys() != first.labels.keys() for other in totals):
+            raise HeadscopeError("cannot merge measurements with different columns")
+
+        def added(field: str) -> dict[str, np.ndarray]:
+            totals_of = {}
+            for name, first_values in getattr(first, field).items():
+                totals_of[name] = first_values.copy()
+                for other in totals[1:]:
+                    totals_of[name] += getattr(other, field)[name]
+            return totals_of
+
+        counts = {name: np.sum([other.counts[name] for other in totals], axis=0) for name in first.counts}
+        sizes = [other.num_sentences for other in totals]
+        labels = {name: LabelTally.merged([other.labels[name] for other in totals], sizes) for name in first.labels}
+        return cls(int(sum(sizes)), first.columns, added("sums"), counts, labels, added("squares"))
+
+    def means(self) -> dict[str, np.ndarray]:
+        """Column -> ``[heads]``: numeric columns averaged over the sentences with a value (NaN if none),
+        label columns by majority."""
+        means = {}
+        for name in self.columns:
+            if name in self.labels:
+                means[name] = self.labels[name].majority()
+            else:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    means[name] = self.sums[name] / self.counts[name]
+        return means
+
+    def spreads(self) -> dict[str, np.ndarray]:
+        """Numeric column -> ``[heads]`` sample standard deviation of its per-sentence values (NaN below two)."""
+        spreads = {}
+        for name, total in self.sums.items():
+            count = self.counts[name].astype(np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                variance = (self.squares[name] - total * total / count) / (count - 1)
+            spreads[name] = np.where(count > 1, np.sqrt(np.maximum(variance, 0.0)), np.nan)
+        return spreads
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {
+            "num_sentences": np.array(self.num_sentences, dtype=np.int64),
+            "columns": np.array(self.columns, dtype=str),
+            "label_columns": np.array(list(self.labels), dtype=str),
+        }
+        for name in self.sums:
+            arrays[f"sum.{name}"], arrays[f"count.{name}"] = self.sums[name], self.counts[name]
+            arrays[f"squares.{name}"] = self.squares[name]
+        for name, tally in self.labels.items():
+            arrays[f"values.{name}"], arrays[f"counts.{name}"] = tally.values, tally.counts
+            arrays[f"first_seen.{name}"] = tally.first_seen
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays) -> MetricTotals:
+        columns = tuple(str(name) for name in arrays["columns"])
+        label_columns = [str(name) for name in arrays["label_columns"]]
+        labels = {
+            name: LabelTally(arrays[f"values.{name}"], arrays[f"counts.{name}"], arrays[f"first_seen.{name}"])
+            for name in label_columns
+        }
+        numeric = [name for name in columns if name not in labels]
+        return cls(
+            int(arrays["num_sentences"]),
+            columns,
+            {name: arrays[f"sum.{name}"] for name in numeric},
+            {name: arrays[f"count.{name}"] for name in numeric},
+            labels,
+            {name: arrays[f"squares.{name}"] for name in numeric},
+        )
+
+
+@dataclass
+class ProfilePart:
+    """Everything a profile needs of some consecutive sentences (one shard, or shards merged).
+
+    start                  corpus index of the first sentence
+    num_layers, num_heads  the model's size
+    metrics                ``MetricTotals`` of ``batch_head_metrics`` (one value per sentence and head)
+    dependency             Clark et al. dependency counts, or None unless every sentence has a tree
+    """
+
+    start: int
+    num_layers: int
+    num_heads: int
+    metrics: MetricTotals
+    dependency: DependencyAccumulator | None
+
+    @property
+    def num_sentences(self) -> int:
+        return self.metrics.num_sentences
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Plain arrays, no pickle. ``start`` is left out: the same sentences may start elsewhere in another corpus."""
+        arrays = {
+            "shape": np.array([self.num_layers, self.num_heads], dtype=np.int64),
+            **{f"metrics.{name}": values for name, values in self.metrics.to_arrays().items()},
+        }
+        if self.dependency is not None:
+            arrays.update({f"dependency.{name}": values for name, values in self.dependency.to_arrays().items()})
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays, start: int) -> ProfilePart:
+        """The part ``to_arrays`` saved, placed at ``start``; ValueError or KeyError when the arrays do not fit."""
+
+        def section(prefix: str) -> dict[str, np.ndarray]:
+            return {name[len(prefix) :]: values for name, values in arrays.items() if name.startswith(prefix)}
+
+        num_layers, num_heads = (int(size) for size in arrays["shape"])
+        metrics = MetricTotals.from_arrays(section("metrics."))
+        dependency = section("dependency.")
+        part = cls(
+            start, num_layers, num_heads, metrics, DependencyAccumulator.from_arrays(dependency) if dependency else None
+        )
+        heads = num_layers * num_heads
+        if (
+            any(values.shape != (heads,) for table in (metrics.sums, metrics.counts) for values in table.values())
+            or any(
+                tally.counts.shape != (heads, len(tally.values)) or tally.first_seen.shape != tally.counts.shape
+                for tally in metrics.labels.values()
+            )
+            or (part.dependency is not None and part.dependency.shape not in (None, (num_layers, num_heads)))
+        ):
+            raise ValueError("profile part of inconsistent shapes")
+        return part
+
+
+def merge_parts(parts: Iterable[ProfilePart]) -> ProfilePart:
+    """Parts of consecutive sentences as one part, added up in corpus order whatever order they come in.
+
+    So the result is the same, bit for bit, however the shards were scheduled. The parts must cover
+    consecutive sentences without a gap or an overlap. Merge all parts in one call: float sums merged
+    in another grouping ((a + b) + (c + d)) differ in the last bits.
+    """
+    parts = sorted(parts, key=lambda part: part.start)
+    if not parts:
+        raise HeadscopeError("no profile parts to merge")
+    for before, after in itertools.pairwise(parts):
+        if after.start != before.start + before.num_sentences:
+            raise HeadscopeError(f"profile parts leave a gap or an overlap at sentence {after.start}")
+        if (after.num_layers, after.num_heads) != (before.num_layers, before.num_heads):
+            raise HeadscopeError("profile parts come from models of different sizes")
+    dependency = None
+    if all(part.dependency is not None for part in parts):
+        dependency = DependencyAccumulator(full_relations=parts[0].dependency.full_relations)
+        for part in parts:
+            dependency.merge(part.dependency)
+    first = parts[0]
+    return ProfilePart(
+        first.start,
+        first.num_layers,
+        first.num_heads,
+        MetricTotals.merged([part.metrics for part in parts]),
+        dependency,
+    )
+
+
+# The role statistics of a corpus profile rest on sentences: these columns hold the spread over sentences
+# of the measurement a role reads (not, as in one sentence's table, the spread over its queries).
+CORPUS_SPREADS = {
+    "normalized_entropy_sd": "normalized_entropy",
+    "sink_mass_sd": "sink_mass",
+    "punctuation_mass_sd": "punctuation_mass",
+    "argmax_offset_share_sd": "argmax_offset_share",
+}
+
+
+def finish_profile(part: ProfilePart, model_name: str, from_cache: bool = False) -> ProfileResult:
+    """The ``ProfileResult`` of a whole corpus's merged part: means, majorities, spreads over sentences and
+    dependency accuracy."""
+    spreads = part.metrics.spreads()
+    columns = {
+        **part.metrics.means(),
+        **{column: spreads[source] for column, source in CORPUS_SPREADS.items()},
+        "num_sentences": part.num_sentences,
+    }
+    metrics = per_head_frame(part.num_layers, part.num_heads, **columns)
+    return ProfileResult(
+        metrics=metrics[[*METRIC_COLUMNS, "argmax_offset_share_sd", "num_sentences"]],
+        dependency=part.dependency.result() if part.dependency is not None else None,
+        num_sentences=part.num_sentences,
+        model_name=str(model_name),
+        from_cache=from_cache,
+    )
+
+
+def mean_metrics(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Mean of per-sentence ``head_metrics`` tables: numeric columns averaged (NaN skipped), labels by majority."""
+    if not frames:
+        raise HeadscopeError("no metrics to average")
+    first = frames[0]
+    totals = MetricTotals.of_sentences(
+        {
+            column: np.stack([frame[column].to_numpy() for frame in frames])
+            for column in first.columns
+            if column not in ("layer", "head")
+        }
+    )
+    return pd.DataFrame({"layer": first["layer"].to_numpy(), "head": first["head"].to_numpy(), **totals.means()})
+
+
 # ---- cache keys -----------------------------------------------------------------------------
 def weights_fingerprint(model) -> str:
-    """A hash of the model's config and weights (every tensor's name, shape, sum and a strided sample)."""
+    """A hash of the model's config and every byte of its weights.
+
+    Bytes, not sums: a floating-point sum depends on the thread count that reduces it, and a key that
+    changed with ``torch.set_num_threads`` would miss the cache of the same model in another process."""
     import torch
 
     hf_model = model.hf_model
@@ -116,15 +521,11 @@ def weights_fingerprint(model) -> str:
     digest = hashlib.sha256(hf_model.config.to_json_string(use_diff=False).encode())
     with torch.inference_mode():
         for name, tensor in hf_model.state_dict().items():
-            flat = tensor.detach().reshape(-1).to(torch.float64)
-            sample = flat[:: max(1, flat.numel() // 1024)]
-            digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|{float(flat.sum())!r}".encode())
-            digest.update(sample.numpy().tobytes())
+            digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}".encode())
+            digest.update(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
     fingerprint = digest.hexdigest()
-    try:
+    with contextlib.suppress(TypeError):  # a model that cannot be weakly referenced is fingerprinted every time
         _fingerprints[hf_model] = fingerprint
-    except TypeError:
-        pass
     return fingerprint
 
 
@@ -141,17 +542,12 @@ def _sentences_digest(sentences: Sequence[Sentence | str]) -> str:
     digest = hashlib.sha256()
     for sentence in sentences:
         if isinstance(sentence, Sentence):
-            item = [sentence.words, sentence.heads, sentence.full_relations]
+            item = [sentence.words, sentence.heads, sentence.relations, sentence.full_relations]
         else:
             item = str(sentence)
         digest.update(json.dumps(item, ensure_ascii=False).encode())
         digest.update(b"\n")
-    return digest.hexdigest()
-
-
-def profile_cache_key(model, sentences: Sequence[Sentence | str]) -> str:
-    parts = [str(model.name), weights_fingerprint(model), _sentences_digest(sentences), _code_version()]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+    return digest.hexdigest()[:32]
 
 
 def profile_cache_dir() -> Path:
@@ -159,14 +555,103 @@ def profile_cache_dir() -> Path:
     return Path(root).expanduser() / "profiles"
 
 
+@contextlib.contextmanager
+def _atomic_file(path: Path):
+    """Yield a temporary path beside ``path``, renamed onto ``path`` when the block succeeds and deleted otherwise:
+    a reader, or the next run after a kill, never finds half a file."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    os.close(handle)
+    try:
+        yield Path(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class ShardCache:
+    """Finished shards of one model and one set of settings, on disk.
+
+    ``<profiles>/shards/<settings key>/<shard digest>.npz``: the settings key hashes the model name,
+    its weights fingerprint, the code version, the batch size and the shard size (everything that
+    changes the numbers); the digest hashes the shard's sentences. Each file holds the part's arrays
+    and a JSON header of what it is (no pickle), and is written atomically.
+    """
+
+    def __init__(self, model: LoadedModel, batch_size: int = 16, shard_size: int = DEFAULT_SHARD_SIZE):
+        parts = [_PROFILE_CACHE_FORMAT, model.name, weights_fingerprint(model), _code_version(), batch_size, shard_size]
+        self.settings_key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:32]
+        self.folder = profile_cache_dir() / "shards" / self.settings_key
+
+    def path(self, shard: Shard) -> Path:
+        return self.folder / f"{shard.digest}.npz"
+
+    def result_key(self, shards: Sequence[Shard]) -> str:
+        """The key of the whole profile's merged result: these settings and every shard's sentences."""
+        key = "|".join([self.settings_key, *(shard.digest for shard in shards)])
+        return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+    def _header(self, shard: Shard) -> dict:
+        return {
+            "format": _PROFILE_CACHE_FORMAT,
+            "settings": self.settings_key,
+            "shard": shard.digest,
+            "num_sentences": len(shard),
+        }
+
+    def load(self, shard: Shard) -> ProfilePart | None:
+        """The shard's part, or None when its file is missing, damaged or another's (then it is computed again)."""
+        try:
+            with np.load(self.path(shard), allow_pickle=False) as stored:
+                arrays = {name: stored[name] for name in stored.files}  # reading checks each array's CRC
+            if json.loads(arrays.pop("header").tobytes().decode("utf-8")) != self._header(shard):
+                return None
+            part = ProfilePart.from_arrays(arrays, start=shard.start)
+        except Exception:  # a damaged zip raises BadZipFile, EOFError, NotImplementedError, RuntimeError...
+            return None  # ...and any of them only means: compute the shard again
+        return part if part.num_sentences == len(shard) else None
+
+    def store(self, shard: Shard, part: ProfilePart) -> None:
+        header = np.frombuffer(json.dumps(self._header(shard)).encode("utf-8"), dtype=np.uint8)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with _atomic_file(self.path(shard)) as temporary:
+                np.savez(temporary, header=header, **part.to_arrays())
+        except OSError:
+            pass  # a read-only cache directory costs speed, not correctness
+
+
+def shards_in_cache(
+    model: LoadedModel, sentences: Sequence[Sentence | str], batch_size: int = 16, shard_size: int = DEFAULT_SHARD_SIZE
+) -> tuple[int, int]:
+    """``(finished shards in the cache, shards in all)`` of this profile: a new call computes only the others."""
+    shards = plan_shards(sentences, shard_size)
+    store = ShardCache(model, batch_size, shard_size)
+    return sum(store.load(shard) is not None for shard in shards), len(shards)
+
+
+# ---- finished results: memory (a few, least recently used dropped) and disk -------------------
 def clear_memory_cache() -> None:
-    _memory_cache.clear()
+    with _memory_lock:
+        _memory_cache.clear()
 
 
-def _load_cached(key: str) -> ProfileResult | None:
-    if key in _memory_cache:
-        return _memory_cache[key].copy(from_cache=True)
-    folder = profile_cache_dir() / key
+def _remember(key: str, result: ProfileResult) -> None:
+    with _memory_lock:
+        _memory_cache[key] = result.copy(from_cache=False)
+        _memory_cache.move_to_end(key)
+        while len(_memory_cache) > MEMORY_CACHE_ENTRIES:
+            _memory_cache.popitem(last=False)
+
+
+def _load_result(key: str) -> ProfileResult | None:
+    with _memory_lock:
+        remembered = _memory_cache.get(key)
+        if remembered is not None:
+            _memory_cache.move_to_end(key)
+    if remembered is not None:
+        return remembered.copy(from_cache=True)
+    folder = profile_cache_dir() / "results" / key
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         metrics = pd.read_parquet(folder / "metrics.parquet")
@@ -174,78 +659,41 @@ def _load_cached(key: str) -> ProfileResult | None:
     except (OSError, ValueError, KeyError):
         return None  # missing or damaged entry: compute again
     result = ProfileResult(metrics, dependency, int(meta["num_sentences"]), str(meta["model_name"]))
-    _memory_cache[key] = result
+    _remember(key, result)
     return result.copy(from_cache=True)
 
 
-def _store(key: str, result: ProfileResult) -> None:
-    _memory_cache[key] = result.copy(from_cache=False)
-    root = profile_cache_dir()
+def _store_result(key: str, result: ProfileResult) -> None:
+    _remember(key, result)
+    root = profile_cache_dir() / "results"
     try:
         root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+    except OSError:
+        return  # a read-only cache directory costs speed, not correctness
+    try:
         result.metrics.to_parquet(staging / "metrics.parquet", index=False)
         if result.dependency is not None:
             result.dependency.to_parquet(staging / "dependency.parquet", index=False)
-        (staging / "meta.json").write_text(json.dumps({
-            "model_name": result.model_name, "num_sentences": result.num_sentences,
-            "has_dependency": result.dependency is not None}), encoding="utf-8")
-        target = root / key
-        if target.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-        else:
-            staging.rename(target)  # atomic: a reader never sees half an entry
+        (staging / "meta.json").write_text(
+            json.dumps(
+                {
+                    "model_name": result.model_name,
+                    "num_sentences": result.num_sentences,
+                    "has_dependency": result.dependency is not None,
+                }
+            ),
+            encoding="utf-8",
+        )
+        if not (root / key).exists():
+            staging.rename(root / key)  # atomic: a reader never sees half an entry
     except OSError:
-        pass  # a read-only cache directory costs speed, not correctness
+        pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # whatever was not renamed (another process was first, an error)
 
 
 # ---- profiling ----------------------------------------------------------------------------
-def mean_metrics(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Mean of per-sentence ``head_metrics`` tables: numeric columns averaged (NaN skipped), labels by majority."""
-    if not frames:
-        raise HeadscopeError("no metrics to average")
-    first = frames[0]
-    columns = {c: np.stack([frame[c].to_numpy() for frame in frames]) for c in first.columns if c not in ("layer", "head")}
-    return _mean_over_sentences(columns, first["layer"].to_numpy(), first["head"].to_numpy())
-
-
-def _mean_over_sentences(columns: dict[str, np.ndarray], layer: np.ndarray, head: np.ndarray) -> pd.DataFrame:
-    """``columns``: name -> ``[sentences, heads]`` in corpus order. Numeric columns: mean with NaN skipped;
-    ``LABEL_COLUMNS`` and text columns: the most common value, ties to the one seen first."""
-    result = {"layer": layer, "head": head}
-    for name, values in columns.items():
-        if name not in LABEL_COLUMNS and values.dtype.kind in "fiub":
-            values = values.astype(np.float64)
-            present = ~np.isnan(values)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                result[name] = np.where(present, values, 0.0).sum(axis=0) / present.sum(axis=0)
-        else:
-            result[name] = _majority(values)
-    return pd.DataFrame(result)
-
-
-def _majority(values: np.ndarray) -> np.ndarray:
-    """Per column of ``[sentences, heads]``: the most common non-missing value, ties to the first seen (None if none)."""
-    num_sentences, num_heads = values.shape
-    codes, labels = pd.factorize(values.ravel(), use_na_sentinel=True)   # -1 for a missing value
-    codes = codes.reshape(values.shape)
-    present = codes >= 0
-    head_index = np.broadcast_to(np.arange(num_heads), values.shape)[present]
-    counts = np.zeros((num_heads, max(len(labels), 1)), dtype=np.int64)
-    np.add.at(counts, (head_index, codes[present]), 1)
-    first_seen = np.full(counts.shape, num_sentences, dtype=np.int64)
-    np.minimum.at(first_seen, (head_index, codes[present]),
-                  np.broadcast_to(np.arange(num_sentences)[:, None], values.shape)[present])
-    best = (counts * (num_sentences + 1) - first_seen).argmax(axis=-1)  # highest count, then seen first
-    if not len(labels):
-        return np.full(num_heads, None, dtype=object)
-    chosen = np.asarray(labels)[best]
-    if (counts.max(axis=-1) == 0).any():
-        chosen = chosen.astype(object)
-        chosen[counts.max(axis=-1) == 0] = None
-    return chosen
-
-
 @dataclass
 class _TokenInfo:
     """What profiling needs of one tokenized sentence besides its attentions."""
@@ -257,14 +705,14 @@ class _TokenInfo:
     num_words: int
 
     @classmethod
-    def of_run(cls, run) -> "_TokenInfo":
+    def of_run(cls, run) -> _TokenInfo:
         return cls(run.special_mask, run.punctuation_mask, run.segment_ids, run.word_ids, len(run.words))
 
 
 def _padded(rows: Sequence[np.ndarray], width: int, fill) -> np.ndarray:
     out = np.full((len(rows), width), fill, dtype=np.asarray(rows[0]).dtype)
     for row, values in enumerate(rows):
-        out[row, :len(values)] = values
+        out[row, : len(values)] = values
     return out
 
 
@@ -276,97 +724,167 @@ def _forward_batches(model, inputs: list, batch_size: int):
     if not hasattr(model, "forward_encoded"):  # a model that only gives runs
         order = sorted(range(len(inputs)), key=lambda i: _text_length(inputs[i]))
         for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+            chunk = order[start : start + batch_size]
             runs = model.run_batch([inputs[i] for i in chunk], batch_size=batch_size)
             width = max(run.num_tokens for run in runs)
             attentions = np.zeros((len(runs), *runs[0].attentions.shape[:2], width, width), dtype=np.float32)
             for row, run in enumerate(runs):
-                attentions[row, :, :, :run.num_tokens, :run.num_tokens] = run.attentions
+                attentions[row, :, :, : run.num_tokens, : run.num_tokens] = run.attentions
             yield chunk, attentions, [_TokenInfo.of_run(run) for run in runs], runs[0].is_causal
         return
     # Tokenized once; one padded forward pass per batch; no per-sentence run objects.
     encoded = [model.encode(model_input) for model_input in inputs]
     order = sorted(range(len(inputs)), key=lambda i: len(encoded[i]))
     for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+        chunk = order[start : start + batch_size]
         attentions, _ = model.forward_encoded([encoded[i] for i in chunk])
-        infos = [_TokenInfo(e.special_mask, punctuation_mask(model.display.display(e.raw_tokens), e.special_mask),
-                            e.segment_ids, e.word_ids, len(e.words)) for e in (encoded[i] for i in chunk)]
+        infos = [
+            _TokenInfo(
+                e.special_mask,
+                punctuation_mask(model.display.display(e.raw_tokens), e.special_mask),
+                e.segment_ids,
+                e.word_ids,
+                len(e.words),
+            )
+            for e in (encoded[i] for i in chunk)
+        ]
         yield chunk, attentions.numpy(), infos, model.is_causal
 
 
-def _add_dependencies(accumulator: DependencyAccumulator, attentions: np.ndarray, infos: list[_TokenInfo],
-                      sentences: list[Sentence]) -> None:
+def _add_dependencies(
+    accumulator: DependencyAccumulator, attentions: np.ndarray, infos: list[_TokenInfo], sentences: list[Sentence]
+) -> None:
     """Clark et al. word-level argmax for a padded batch at once, then each sentence's tree cases."""
     units = [token_units(info.word_ids, info.special_mask, info.segment_ids) for info in infos]
-    unit_words = [np.where(info.special_mask[first], -1, info.word_ids[first]) for info, (_, first) in zip(infos, units)]
+    unit_words = [
+        np.where(info.special_mask[first], -1, info.word_ids[first]) for info, (_, first) in zip(infos, units)
+    ]
     num_units = max(len(first) for _, first in units)
     word_attentions = word_level_attentions(
-        attentions, _padded([unit_of_token for unit_of_token, _ in units], attentions.shape[-1], -1), num_units)
+        attentions, _padded([unit_of_token for unit_of_token, _ in units], attentions.shape[-1], -1), num_units
+    )
     best_word = batch_word_argmax(word_attentions, _padded(unit_words, num_units, -1))
     predictions, has_words = [], []
     for row, (info, unit_word, sentence) in enumerate(zip(infos, unit_words, sentences)):
         if info.num_words != len(sentence.words):
             raise HeadscopeError(
                 f"sentence {sentence.sent_id!r}: the run has {info.num_words} words, the tree {len(sentence.words)}; "
-                "run the model on the sentence's words (model.run(sentence.words))")
-        prediction, has_word = words_of_units(best_word[row, ..., :len(unit_word)], unit_word, info.num_words)
+                "run the model on the sentence's words (model.run(sentence.words))"
+            )
+        prediction, has_word = words_of_units(best_word[row, ..., : len(unit_word)], unit_word, info.num_words)
         predictions.append(prediction)
         has_words.append(has_word)
     accumulator.add_predictions(predictions, has_words, sentences)
 
 
-def profile(model, sentences: Sequence[Sentence | str], batch_size: int = 16,
-            progress: CorpusProgress | None = None, cache: bool = True) -> ProfileResult:
+def compute_shard(
+    model: LoadedModel, shard: Shard, batch_size: int = 16, progress: Progress | None = None
+) -> ProfilePart:
+    """Measure one shard: a function of the model, the shard's sentences and ``batch_size`` alone.
+
+    The shard's sentences are tokenized, run in padded batches of similar lengths and each batch is
+    measured at once (``batch_head_metrics``, batched word-level argmax); the part's means equal the
+    means of ``head_metrics`` and ``dependency_scores`` of the single runs. ``progress(done, total,
+    message)`` counts the shard's sentences.
+    """
+    check_profile_settings(batch_size=batch_size)
+    if not len(shard):
+        raise HeadscopeError(f"shard {shard.index} holds no sentences")
+    sentences = list(shard.sentences)
+    inputs = [_model_input(sentence) for sentence in sentences]
+    accumulator = DependencyAccumulator() if all(isinstance(s, Sentence) for s in sentences) else None
+    order: list[int] = []
+    per_batch: list[dict[str, np.ndarray]] = []
+    for chunk, attentions, infos, is_causal in _forward_batches(model, inputs, batch_size):
+        width = attentions.shape[-1]
+        per_batch.append(
+            batch_head_metrics(
+                attentions,
+                _padded([info.special_mask for info in infos], width, False),
+                _padded([info.punctuation_mask for info in infos], width, False),
+                _padded([info.segment_ids for info in infos], width, -1),
+                is_causal,
+            )
+        )
+        if accumulator is not None:
+            _add_dependencies(accumulator, attentions, infos, [sentences[i] for i in chunk])
+        order.extend(chunk)
+        report(progress, len(order), len(sentences), "sentences profiled")
+    num_layers, num_heads = attentions.shape[1:3]
+    in_sentence_order = np.argsort(order)
+    columns = {name: np.concatenate([batch[name] for batch in per_batch])[in_sentence_order] for name in per_batch[0]}
+    return ProfilePart(shard.start, num_layers, num_heads, MetricTotals.of_sentences(columns), accumulator)
+
+
+def _within_shard(progress: Progress | None, shard: Shard, done_before: int, total: int, num_shards: int):
+    """``compute_shard``'s progress as corpus progress; the shard's last batch is reported once it is stored."""
+    if progress is None:
+        return None
+
+    def report_batch(done: float, shard_total: float, message: str = "") -> None:
+        if done < shard_total:
+            progress(done_before + done, total, f"shard {shard.index + 1} of {num_shards}: {message}")
+
+    return report_batch
+
+
+def profile(
+    model: LoadedModel,
+    sentences: Sequence[Sentence | str],
+    batch_size: int = 16,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    progress: Progress | None = None,
+    cache: bool = True,
+) -> ProfileResult:
     """Profile every head of ``model`` over ``sentences`` (``Sentence`` trees or plain strings).
 
-    ``progress(done, total)`` is called after every batch with the number of sentences done.
-    Each padded batch is measured at once (``batch_head_metrics``, batched word-level argmax); the
-    result equals the mean of ``head_metrics`` and ``dependency_scores`` of the single runs.
+    The sentences are cut into shards of ``shard_size`` (``plan_shards``); each shard is computed
+    (``compute_shard``) or, with ``cache``, loaded from the cache, where each finished shard is stored
+    at once: a profile stopped half-way (a progress callback that raises, Ctrl-C, a killed process)
+    resumes from its finished shards. ``progress(done, total, message)`` counts sentences, those of
+    cached shards included. The parts are merged in corpus order (``merge_parts``), so the result
+    does not depend on which shards came from the cache. The result equals the mean of
+    ``head_metrics`` and ``dependency_scores`` of the single runs (to float rounding: padding and
+    shard size change the order of float sums).
     """
     sentences = list(sentences)
     if not sentences:
         raise HeadscopeError("the corpus is empty")
-    if batch_size < 1:
-        raise HeadscopeError(f"batch_size must be at least 1, got {batch_size}")
-    inputs = [_model_input(sentence) for sentence in sentences]
+    check_profile_settings(batch_size, shard_size)
+    for sentence in sentences:
+        _model_input(sentence)  # a bad sentence fails before any slow work
+    shards = plan_shards(sentences, shard_size)
+    total = len(sentences)
     # A model without weights to fingerprint (a stand-in in a test) is never cached.
-    key = profile_cache_key(model, sentences) if cache and hasattr(model, "hf_model") else None
-    if key is not None:
-        cached = _load_cached(key)
+    store = ShardCache(model, batch_size, shard_size) if cache and hasattr(model, "hf_model") else None
+    result_key = store.result_key(shards) if store is not None else None
+    if result_key is not None:
+        cached = _load_result(result_key)
         if cached is not None:
-            if progress is not None:
-                progress(len(sentences), len(sentences))
+            report(progress, total, total, "profile from the cache")
             return cached
-    has_trees = all(isinstance(sentence, Sentence) for sentence in sentences)
-    accumulator = DependencyAccumulator() if has_trees else None
-    per_batch: list[tuple[list[int], dict[str, np.ndarray]]] = []
-
-    def measure(chunk: list[int], attentions: np.ndarray, infos: list[_TokenInfo], is_causal: bool):
-        width = attentions.shape[-1]
-        metrics = batch_head_metrics(attentions, _padded([info.special_mask for info in infos], width, False),
-                                     _padded([info.punctuation_mask for info in infos], width, False),
-                                     _padded([info.segment_ids for info in infos], width, -1), is_causal)
-        if accumulator is not None:
-            _add_dependencies(accumulator, attentions, infos, [sentences[i] for i in chunk])
-        return chunk, metrics
-
-    for chunk, attentions, infos, is_causal in _forward_batches(model, inputs, batch_size):
-        per_batch.append(measure(chunk, attentions, infos, is_causal))
-        if progress is not None:
-            progress(sum(len(done) for done, _ in per_batch), len(sentences))
-    num_layers, num_heads = attentions.shape[1:3]
-    columns = {}
-    for name in per_batch[0][1]:
-        stacked = np.concatenate([values for _, batch in per_batch for values in [batch[name]]])
-        columns[name] = stacked[np.argsort(np.concatenate([chunk for chunk, _ in per_batch]))]
-    metrics = _mean_over_sentences(columns, np.repeat(np.arange(num_layers), num_heads),
-                                   np.tile(np.arange(num_heads), num_layers))
-    result = ProfileResult(metrics=metrics[METRIC_COLUMNS],
-                           dependency=accumulator.result() if accumulator is not None else None,
-                           num_sentences=len(sentences), model_name=str(model.name))
-    if key is not None:
-        _store(key, result)
+    parts: dict[int, ProfilePart] = {}
+    if store is not None:
+        for shard in shards:
+            part = store.load(shard)
+            if part is not None:
+                parts[shard.index] = part
+    from_cache = len(parts) == len(shards)
+    done = sum(part.num_sentences for part in parts.values())
+    if parts:
+        report(progress, done, total, f"{len(parts)} of {len(shards)} shards from the cache")
+    for shard in shards:
+        if shard.index in parts:
+            continue
+        part = compute_shard(model, shard, batch_size, _within_shard(progress, shard, done, total, len(shards)))
+        if store is not None:
+            store.store(shard, part)
+        parts[shard.index] = part
+        done += len(shard)
+        report(progress, done, total, f"{len(parts)} of {len(shards)} shards done")
+    result = finish_profile(merge_parts(parts.values()), model.name, from_cache=from_cache)
+    if result_key is not None:
+        _store_result(result_key, result)
     return result
 
 
@@ -383,7 +901,7 @@ def load_coreference(path: str | Path | None = None) -> list[dict]:
     return items
 
 
-def coreference_scores(model, items: Sequence[dict] | None = None, batch_size: int = 16) -> pd.DataFrame:
+def coreference_scores(model: LoadedModel, items: Sequence[dict] | None = None, batch_size: int = 16) -> pd.DataFrame:
     """Each head's coreference accuracy: from the pronoun, does its word-level argmax land on the antecedent?
 
     Word level (Clark et al. 2019): attention to a word sums over all its tokens, so "any token of the
@@ -423,12 +941,16 @@ def coreference_scores(model, items: Sequence[dict] | None = None, batch_size: i
     if correct is None:
         raise HeadscopeError("no coreference item could be scored")
     num_layers, num_heads = correct.shape
-    return pd.DataFrame({
-        "layer": np.repeat(np.arange(num_layers), num_heads), "head": np.tile(np.arange(num_heads), num_layers),
-        "accuracy": correct.ravel() / count, "count": count,
-        "candidate_accuracy": candidate_correct.ravel() / candidate_count if candidate_count else np.nan,
-        "baseline_accuracy": max(first_right, nearest_right) / candidate_count if candidate_count else np.nan,
-    })
+    return pd.DataFrame(
+        {
+            "layer": np.repeat(np.arange(num_layers), num_heads),
+            "head": np.tile(np.arange(num_heads), num_layers),
+            "accuracy": correct.ravel() / count,
+            "count": count,
+            "candidate_accuracy": candidate_correct.ravel() / candidate_count if candidate_count else np.nan,
+            "baseline_accuracy": max(first_right, nearest_right) / candidate_count if candidate_count else np.nan,
+        }
+    )
 
 
 # ---- output ---------------------------------------------------------------------------------
@@ -448,21 +970,33 @@ def head_table(result: ProfileResult) -> pd.DataFrame:
     roles = head_roles(None, metrics=result.metrics, dependency=frequent)
     joined = roles.groupby(["layer", "head"])["role"].agg("; ".join).rename("roles").reset_index()
     primary = primary_roles(roles, int(table["layer"].max()) + 1, int(table["head"].max()) + 1)
-    table = table.merge(primary[["layer", "head", "role"]].rename(columns={"role": "primary_role"}),
-                        on=["layer", "head"], how="left")
+    table = table.merge(
+        primary[["layer", "head", "role"]].rename(columns={"role": "primary_role"}), on=["layer", "head"], how="left"
+    )
     table = table.merge(joined, on=["layer", "head"], how="left")
     table["roles"] = table["roles"].fillna("")
     if frequent is None:
         return table
-    best_columns = ["best_relation", "best_direction", "best_relation_accuracy", "best_relation_baseline",
-                    "best_relation_margin"]
+    best_columns = [
+        "best_relation",
+        "best_direction",
+        "best_relation_accuracy",
+        "best_relation_baseline",
+        "best_relation_margin",
+    ]
     if not len(frequent):
         return table.assign(**{column: np.nan for column in best_columns})
     frequent = frequent.assign(margin=frequent["accuracy"] - frequent["baseline_accuracy"])
     best = frequent.loc[frequent.groupby(["layer", "head"])["margin"].idxmax()]
-    best = best.rename(columns={"relation": "best_relation", "direction": "best_direction",
-                                "accuracy": "best_relation_accuracy",
-                                "baseline_accuracy": "best_relation_baseline", "margin": "best_relation_margin"})
+    best = best.rename(
+        columns={
+            "relation": "best_relation",
+            "direction": "best_direction",
+            "accuracy": "best_relation_accuracy",
+            "baseline_accuracy": "best_relation_baseline",
+            "margin": "best_relation_margin",
+        }
+    )
     table = table.merge(best[["layer", "head", *best_columns]], on=["layer", "head"], how="left")
     return table
 
@@ -476,14 +1010,15 @@ def table_format(path: str | Path) -> str:
 
 
 def write_table(table: pd.DataFrame, path: str | Path) -> Path:
-    """Write a table as ``.csv`` or ``.parquet`` (by extension)."""
+    """Write a table as ``.csv`` or ``.parquet`` (by extension), atomically: never half a file at ``path``."""
     path = Path(path)
     suffix = table_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".csv":
-        table.to_csv(path, index=False, float_format="%.6g")
-    else:
-        table.to_parquet(path, index=False)
+    with _atomic_file(path) as temporary:
+        if suffix == ".csv":
+            table.to_csv(temporary, index=False, float_format="%.6g")
+        else:
+            table.to_parquet(temporary, index=False)
     return path
 
 
@@ -492,17 +1027,28 @@ def profile_summary(result: ProfileResult, relations=("nsubj", "obj", "det", "am
     from .syntax import best_dependency_heads
 
     metrics = result.metrics
-    lines = [f"{result.model_name}: {result.num_sentences} sentences, {len(metrics)} heads"
-             + (" (from cache)" if result.from_cache else "")]
+    lines = [
+        f"{result.model_name}: {result.num_sentences} sentences, {len(metrics)} heads"
+        + (" (from cache)" if result.from_cache else "")
+    ]
     positional = metrics[(metrics["argmax_offset_share"] >= 0.9) & metrics["argmax_offset"].isin([-1, 0, 1])]
-    lines.append("positional heads (argmax at one offset >= 90%): " + (", ".join(
-        f"{r.layer}-{r.head} ({int(r.argmax_offset):+d}, {r.argmax_offset_share:.0%})"
-        for r in positional.itertuples()) or "none"))
+    lines.append(
+        "positional heads (argmax at one offset >= 90%): "
+        + (
+            ", ".join(
+                f"{r.layer}-{r.head} ({int(r.argmax_offset):+d}, {r.argmax_offset_share:.0%})"
+                for r in positional.itertuples()
+            )
+            or "none"
+        )
+    )
     delimiter = metrics[metrics["special_mass"] + metrics["punctuation_mass"] >= 0.5]
     lines.append(f"delimiter heads (>= 50% on special tokens + punctuation): {len(delimiter)} of {len(metrics)}")
     if result.dependency is not None and len(result.dependency):
         best = best_dependency_heads(result.dependency[result.dependency["direction"] == "parent"])
         for r in best[best["relation"].isin(relations)].itertuples():
-            lines.append(f"  {r.relation:<7} parent: head {r.layer}-{r.head} {r.accuracy:.1%} "
-                         f"(best offset {r.baseline_offset:+d}: {r.baseline_accuracy:.1%}, n={r.count})")
+            lines.append(
+                f"  {r.relation:<7} parent: head {r.layer}-{r.head} {r.accuracy:.1%} "
+                f"(best offset {r.baseline_offset:+d}: {r.baseline_accuracy:.1%}, n={r.count})"
+            )
     return "\n".join(lines)

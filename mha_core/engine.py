@@ -6,36 +6,28 @@ below, and every attention head is computed by ``mha_core.attention`` (``MultiHe
 for BERT and GPT-2, ``scaled_dot_product_attention`` for Llama's rotary, grouped-query heads).
 The tests check that the weights equal ``transformers``' own (eager) attentions to 1e-4.
 
-Three families, one layer function each (``LAYER_SOURCE`` maps family -> function, so the app
-can show the exact lines that ran):
-
-    bert   post-LayerNorm encoder: BERT, MiniLM, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA
-    gpt2   pre-LayerNorm decoder with learned positions: GPT-2, DistilGPT2
-    llama  pre-RMSNorm decoder with rotary positions, grouped KV heads, SwiGLU: Llama, SmolLM2
+Per family (``mha_core.families`` is the table of which model types each covers): one function
+that reads a checkpoint's weights (``read_*``), one layer function (``*_layer``, what the app shows
+as the code that ran) and one whole pass (``*_attentions``).
 """
+
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from .attention import MultiHeadAttention, linear, scaled_dot_product_attention
 from .errors import EngineNotSupported
+from .progress import Progress, report
 
-# transformers' config.model_type -> the family whose layer code recomputes it.
-MODEL_TYPE_FAMILY = {
-    "bert": "bert",
-    "roberta": "bert",
-    "xlm-roberta": "bert",
-    "distilbert": "bert",
-    "electra": "bert",
-    "gpt2": "gpt2",
-    "llama": "llama",
-}
+if TYPE_CHECKING:
+    from .families import Family
 
 # config.hidden_act / activation_function -> the function. The tanh forms are one formula
 # under several names: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -58,6 +50,7 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 # ---------------------------------------------------------------------------------------------
 # Building blocks
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Dense:
@@ -102,14 +95,15 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 # Weights, gathered once per model
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass
 class BertEmbeddingWeights:
-    word: torch.Tensor                 # [vocab, d]
-    position: torch.Tensor             # [max_positions, d]
-    token_type: torch.Tensor | None    # [types, d]; DistilBERT has none
+    word: torch.Tensor  # [vocab, d]
+    position: torch.Tensor  # [max_positions, d]
+    token_type: torch.Tensor | None  # [types, d]; DistilBERT has none
     norm: Norm
-    projection: Dense | None           # ELECTRA: embedding size -> hidden size
-    padding_idx: int | None            # RoBERTa: positions count real tokens from padding_idx + 1
+    projection: Dense | None  # ELECTRA: embedding size -> hidden size
+    padding_idx: int | None  # RoBERTa: positions count real tokens from padding_idx + 1
 
 
 @dataclass
@@ -152,15 +146,17 @@ class LlamaLayerWeights:
 @dataclass
 class CoreModel:
     family: str
-    embeddings: object      # BertEmbeddingWeights; the token (and position) tables for the decoders
+    embeddings: object  # BertEmbeddingWeights; the token (and position) tables for the decoders
     layers: list
     max_positions: int | None
-    rope: tuple[torch.Tensor, float] | None = None   # Llama: (inverse frequencies, amplitude scale)
+    rope: tuple[torch.Tensor, float] | None = None  # Llama: (inverse frequencies, amplitude scale)
+    sliding_window: int | None = None  # Mistral: keys further back than this are not seen
 
 
 # ---------------------------------------------------------------------------------------------
 # The layers: what the app shows as "these lines compute exactly what the model computes"
 # ---------------------------------------------------------------------------------------------
+
 
 def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None):
     """One post-LayerNorm encoder layer (BERT, MiniLM, RoBERTa, DistilBERT, ELECTRA).
@@ -198,8 +194,13 @@ def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch
     return x, weights
 
 
-def llama_layer(x: torch.Tensor, layer: LlamaLayerWeights, key_padding_mask: torch.Tensor | None,
-                cos: torch.Tensor, sin: torch.Tensor):
+def llama_layer(
+    x: torch.Tensor,
+    layer: LlamaLayerWeights,
+    key_padding_mask: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+):
     """One Llama decoder layer (Llama, SmolLM2): RMSNorm, rotary positions, grouped KV heads, SwiGLU.
 
     x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens;
@@ -232,12 +233,10 @@ def llama_layer(x: torch.Tensor, layer: LlamaLayerWeights, key_padding_mask: tor
     return x, weights
 
 
-LAYER_SOURCE: dict[str, Callable] = {"bert": bert_layer, "gpt2": gpt2_layer, "llama": llama_layer}
-
-
 # ---------------------------------------------------------------------------------------------
 # Embeddings and whole-model passes
 # ---------------------------------------------------------------------------------------------
+
 
 def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None):
     """Token + learned absolute position (+ segment) embeddings, then LayerNorm."""
@@ -254,22 +253,27 @@ def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_ty
     return x if emb.projection is None else emb.projection(x)
 
 
-def _layer_weights(layers, layer_fn, x, *args) -> torch.Tensor:
-    """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``."""
+def _layer_weights(layers, layer_fn, x, *args, progress: Progress | None = None) -> torch.Tensor:
+    """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``.
+
+    ``progress(done, total, message)`` after each layer (it may raise to stop the pass there).
+    """
     weights = []
-    for layer in layers:
+    for index, layer in enumerate(layers):
         x, layer_weights = layer_fn(x, layer, *args)
         weights.append(layer_weights)
+        report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
     return torch.stack(weights, dim=1)
 
 
-def _bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids):
+def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
     x = bert_embeddings(core.embeddings, input_ids, token_type_ids)
-    return _layer_weights(core.layers, bert_layer, x, key_padding_mask)
+    return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress)
 
 
-def gpt2_embeddings(word: torch.Tensor, position: torch.Tensor, input_ids: torch.Tensor,
-                    token_type_ids: torch.Tensor | None):
+def gpt2_embeddings(
+    word: torch.Tensor, position: torch.Tensor, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None
+):
     """Token + learned absolute position embeddings (segments, if any, reuse the token table)."""
     x = word[input_ids] + position[torch.arange(input_ids.shape[1], device=input_ids.device)]
     return x if token_type_ids is None else x + word[token_type_ids]
@@ -283,31 +287,22 @@ def rotary_angles(n: int, inverse_frequency: torch.Tensor, amplitude: float):
     return angles.cos() * amplitude, angles.sin() * amplitude
 
 
-def _gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids):
+def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
     x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
     # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
-    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask)
+    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask, progress=progress)
 
 
-def _llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids):
+def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
     cos, sin = rotary_angles(input_ids.shape[1], *core.rope)
     x = core.embeddings[input_ids]  # Llama adds no position vector: position is in the rotation
-    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin)
-
-
-# The other code each family's layers rely on, for the app to show beside LAYER_SOURCE.
-HELPER_SOURCE: dict[str, tuple[Callable, ...]] = {
-    "bert": (bert_embeddings, layer_norm),
-    "gpt2": (gpt2_embeddings, layer_norm),
-    "llama": (rotary_angles, rotate, rms_norm),
-}
-
-_FORWARD = {"bert": _bert_attentions, "gpt2": _gpt2_attentions, "llama": _llama_attentions}
+    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress)
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading a transformers checkpoint
 # ---------------------------------------------------------------------------------------------
+
 
 def _f32(t: torch.Tensor | None) -> torch.Tensor | None:
     """The engine computes in float32 whatever the checkpoint's dtype (a no-op for float32 weights)."""
@@ -331,10 +326,10 @@ def _attention_module(d_model, num_heads, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o
     return attention.requires_grad_(False).eval().to(w_q.device)
 
 
-def _build_bert(base, config) -> CoreModel:
+def read_bert(base, config, family: Family) -> CoreModel:
     e = base.embeddings
     distil = config.model_type == "distilbert"
-    offset_positions = config.model_type in ("roberta", "xlm-roberta")
+    offset_positions = config.model_type in family.positions_after_padding
     embeddings = BertEmbeddingWeights(
         word=_f32(e.word_embeddings.weight),
         position=_f32(e.position_embeddings.weight),
@@ -343,9 +338,9 @@ def _build_bert(base, config) -> CoreModel:
         projection=_dense(base.embeddings_project) if hasattr(base, "embeddings_project") else None,
         padding_idx=config.pad_token_id if offset_positions else None,
     )
-    activation = ACTIVATIONS[config.activation if distil else config.hidden_act]
+    activation = ACTIVATIONS[family.activation_of(config)]
     layers = []
-    for block in (base.transformer.layer if distil else base.encoder.layer):
+    for block in base.transformer.layer if distil else base.encoder.layer:
         if distil:
             a = block.attention
             projections = (a.q_lin, a.k_lin, a.v_lin, a.out_lin)
@@ -356,18 +351,21 @@ def _build_bert(base, config) -> CoreModel:
             norms = (block.attention.output.LayerNorm, block.output.LayerNorm)
             ffn = (block.intermediate.dense, block.output.dense)
         attention = _attention_module(
-            config.hidden_size, config.num_attention_heads,
-            *(p.weight for p in projections), *(p.bias for p in projections),
+            config.hidden_size,
+            config.num_attention_heads,
+            *(p.weight for p in projections),
+            *(p.bias for p in projections),
         )
-        layers.append(BertLayerWeights(attention, _norm(norms[0]), _dense(ffn[0]), activation,
-                                       _dense(ffn[1]), _norm(norms[1])))
+        layers.append(
+            BertLayerWeights(attention, _norm(norms[0]), _dense(ffn[0]), activation, _dense(ffn[1]), _norm(norms[1]))
+        )
     # RoBERTa's first padding_idx + 1 position rows are never used by a real token.
     max_positions = config.max_position_embeddings - (config.pad_token_id + 1 if offset_positions else 0)
     return CoreModel("bert", embeddings, layers, max_positions)
 
 
-def _build_gpt2(base, config) -> CoreModel:
-    activation = ACTIVATIONS[config.activation_function]
+def read_gpt2(base, config, family: Family) -> CoreModel:
+    activation = ACTIVATIONS[family.activation_of(config)]
     d = config.hidden_size
     layers = []
     for index, block in enumerate(base.h):
@@ -378,20 +376,34 @@ def _build_gpt2(base, config) -> CoreModel:
             # Scores divided by (layer index + 1): the same as dividing the query projection.
             w_q, b_q = w_q / (index + 1), b_q / (index + 1)
         attention = _attention_module(
-            d, config.num_attention_heads, w_q, w_k, w_v, block.attn.c_proj.weight.t(),
-            b_q, b_k, b_v, block.attn.c_proj.bias, score="scaled" if config.scale_attn_weights else "dot",
+            d,
+            config.num_attention_heads,
+            w_q,
+            w_k,
+            w_v,
+            block.attn.c_proj.weight.t(),
+            b_q,
+            b_k,
+            b_v,
+            block.attn.c_proj.bias,
+            score="scaled" if config.scale_attn_weights else "dot",
         )
         mlp = block.mlp
-        layers.append(Gpt2LayerWeights(
-            _norm(block.ln_1), attention, _norm(block.ln_2),
-            Dense(_f32(mlp.c_fc.weight).t(), _f32(mlp.c_fc.bias)), activation,
-            Dense(_f32(mlp.c_proj.weight).t(), _f32(mlp.c_proj.bias)),
-        ))
+        layers.append(
+            Gpt2LayerWeights(
+                _norm(block.ln_1),
+                attention,
+                _norm(block.ln_2),
+                Dense(_f32(mlp.c_fc.weight).t(), _f32(mlp.c_fc.bias)),
+                activation,
+                Dense(_f32(mlp.c_proj.weight).t(), _f32(mlp.c_proj.bias)),
+            )
+        )
     embeddings = (_f32(base.wte.weight), _f32(base.wpe.weight))
     return CoreModel("gpt2", embeddings, layers, config.max_position_embeddings)
 
 
-def _rope_parameters(config) -> dict:
+def rope_parameters(config) -> dict:
     params = dict(getattr(config, "rope_parameters", None) or {})
     params.setdefault("rope_type", "default")
     if "rope_theta" not in params:
@@ -399,9 +411,9 @@ def _rope_parameters(config) -> dict:
     return params
 
 
-def _build_llama(base, config) -> CoreModel:
+def read_llama(base, config, family: Family) -> CoreModel:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    rope = _rope_parameters(config)
+    rope = rope_parameters(config)
     if rope["rope_type"] == "default":
         # theta_i = base^(-2i / head_dim): one frequency per rotated pair of dimensions.
         exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
@@ -413,73 +425,68 @@ def _build_llama(base, config) -> CoreModel:
 
         inverse_frequency, amplitude = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config, None)
     device = base.embed_tokens.weight.device
-    activation = ACTIVATIONS[config.hidden_act]
+    activation = ACTIVATIONS[family.activation_of(config)]
     layers = []
     for block in base.layers:
         a, mlp = block.self_attn, block.mlp
-        layers.append(LlamaLayerWeights(
-            _norm(block.input_layernorm), _dense(a.q_proj), _dense(a.k_proj), _dense(a.v_proj), _dense(a.o_proj),
-            config.num_attention_heads, config.num_key_value_heads, head_dim,
-            _norm(block.post_attention_layernorm), _dense(mlp.gate_proj), _dense(mlp.up_proj), _dense(mlp.down_proj),
-            activation,
-        ))
+        layers.append(
+            LlamaLayerWeights(
+                _norm(block.input_layernorm),
+                _dense(a.q_proj),
+                _dense(a.k_proj),
+                _dense(a.v_proj),
+                _dense(a.o_proj),
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                head_dim,
+                _norm(block.post_attention_layernorm),
+                _dense(mlp.gate_proj),
+                _dense(mlp.up_proj),
+                _dense(mlp.down_proj),
+                activation,
+            )
+        )
     rope_table = (inverse_frequency.float().to(device), float(amplitude))
-    return CoreModel("llama", _f32(base.embed_tokens.weight), layers, None, rope=rope_table)
-
-
-_BUILD = {"bert": _build_bert, "gpt2": _build_gpt2, "llama": _build_llama}
+    return CoreModel(
+        "llama",
+        _f32(base.embed_tokens.weight),
+        layers,
+        None,
+        rope=rope_table,
+        sliding_window=getattr(config, "sliding_window", None),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Public entry points
 # ---------------------------------------------------------------------------------------------
 
-def _supported_list() -> str:
-    by_family: dict[str, list[str]] = {}
-    for model_type, family in MODEL_TYPE_FAMILY.items():
-        by_family.setdefault(family, []).append(model_type)
-    return "; ".join(f"{family}: {', '.join(types)}" for family, types in by_family.items())
 
-
-def core_family(hf_model) -> str:
-    """The engine family ("bert", "gpt2" or "llama") that recomputes ``hf_model``.
+def core_family(hf_model: torch.nn.Module) -> str:
+    """The family (``mha_core.families``) whose code recomputes ``hf_model``.
 
     Raises ``EngineNotSupported`` with the reason when the architecture, or a configuration
     option it uses, has no from-scratch implementation here.
     """
+    from .families import FAMILY_OF_MODEL_TYPE, supported_types  # the table refers to this module's code
+
     config = getattr(hf_model, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type is None:
+        raise EngineNotSupported(f"the from-scratch engine needs a transformers model; got {type(hf_model).__name__}")
+    family = FAMILY_OF_MODEL_TYPE.get(model_type)
+    reason = "its architecture is not implemented" if family is None else family.check(config)
+    if reason is None and family.activation_of(config) not in ACTIVATIONS:
+        reason = f"its activation {family.activation_of(config)!r} is not implemented"
+    if reason is not None:
         raise EngineNotSupported(
-            f"the from-scratch engine needs a transformers model; got {type(hf_model).__name__}"
-        )
-    family = MODEL_TYPE_FAMILY.get(model_type)
-
-    def unsupported(reason: str) -> EngineNotSupported:
-        return EngineNotSupported(
             f"the from-scratch (core) engine cannot recompute this {model_type!r} model: {reason}. "
-            f"Use engine='transformers' instead. Supported model types: {_supported_list()}."
+            f"Use engine='transformers' instead. Supported model types: {supported_types()}."
         )
-
-    if family is None:
-        raise unsupported("its architecture is not implemented")
-    if family == "bert":
-        if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-            raise unsupported("it is configured as a decoder (is_decoder / add_cross_attention)")
-        activation = config.activation if model_type == "distilbert" else config.hidden_act
-    elif family == "gpt2":
-        activation = config.activation_function
-    else:
-        activation = config.hidden_act
-        rope_type = _rope_parameters(config)["rope_type"]
-        if rope_type not in STATIC_ROPE_TYPES:
-            raise unsupported(f"its rotary scaling {rope_type!r} depends on the input length")
-    if activation not in ACTIVATIONS:
-        raise unsupported(f"its activation {activation!r} is not implemented")
-    return family
+    return family.name
 
 
-_CORE_MODELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CORE_MODELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BUILD_LOCK = threading.Lock()
 
 
@@ -492,10 +499,12 @@ def core_model(hf_model) -> CoreModel:
     with _BUILD_LOCK:
         core = _CORE_MODELS.get(hf_model)
         if core is None:
-            family = core_family(hf_model)
+            from .families import FAMILIES
+
+            family = FAMILIES[core_family(hf_model)]
             base = getattr(hf_model, "base_model", hf_model)  # *ForMaskedLM / *ForCausalLM wrap the base model
             with torch.no_grad():
-                core = _BUILD[family](base, hf_model.config)
+                core = family.read(base, hf_model.config, family)
             _CORE_MODELS[hf_model] = core
     return core
 
@@ -512,13 +521,20 @@ def _same_shape(values, input_ids: torch.Tensor, name: str) -> torch.Tensor | No
     return values
 
 
-def core_attentions(hf_model, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+def core_attentions(
+    hf_model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    progress: Progress | None = None,
+) -> torch.Tensor:
     """Attention weights of every layer and head, recomputed from scratch: float32 ``[batch, layers, heads, n, n]``.
 
     ``input_ids`` ``[batch, n]`` (a single ``[n]`` sequence is treated as a batch of one);
     ``attention_mask`` ``[batch, n]`` with 1 for real tokens (padding on the right for decoders);
     ``token_type_ids`` ``[batch, n]`` segment ids, for encoders with sentence pairs.
     Weights in the rows of padding tokens are not meaningful; columns of padding tokens are 0.
+    ``progress(done, total, message)`` is called after every layer.
     """
     core = core_model(hf_model)
     device = hf_model.get_input_embeddings().weight.device
@@ -532,9 +548,16 @@ def core_attentions(hf_model, input_ids, attention_mask=None, token_type_ids=Non
     n = input_ids.shape[1]
     if core.max_positions is not None and n > core.max_positions:
         raise ValueError(f"{n} tokens exceed this model's {core.max_positions} learned positions")
+    if core.sliding_window is not None and n > core.sliding_window:
+        raise EngineNotSupported(
+            f"the from-scratch engine does not implement sliding-window attention, which this "
+            f"model applies beyond {core.sliding_window} tokens ({n} given)"
+        )
     key_padding_mask = _same_shape(attention_mask, input_ids, "attention_mask")
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.bool()
     token_type_ids = _same_shape(token_type_ids, input_ids, "token_type_ids")
+    from .families import FAMILIES
+
     with torch.inference_mode():
-        return _FORWARD[core.family](core, input_ids, key_padding_mask, token_type_ids).float()
+        return FAMILIES[core.family].forward(core, input_ids, key_padding_mask, token_type_ids, progress).float()

@@ -11,6 +11,7 @@ linear map: PE[p + k] = PE[p] @ M_k, with M_k block-diagonal in 2x2 rotations by
 
 Arrays are float64 numpy: at positions in the hundreds, float32 sines are only good to ~1e-5.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -120,7 +121,9 @@ def position_similarity(embeddings: np.ndarray, metric: str = "dot") -> np.ndarr
     return vectors @ vectors.T
 
 
-def similarity_by_distance(embeddings: np.ndarray, metric: str = "dot", max_distance: int | None = None) -> pd.DataFrame:
+def similarity_by_distance(
+    embeddings: np.ndarray, metric: str = "dot", max_distance: int | None = None
+) -> pd.DataFrame:
     """Similarity of two positions as a function of their distance |p - q|.
 
     One row per distance with the mean, min and max over all pairs at that distance (for the

@@ -6,37 +6,62 @@ matching) are pure functions of an attention tensor and token ids, so they can b
 hand-built patterns; ``decoder_head_scores`` only feeds them a model's attention on sequences of
 repeated random tokens.
 """
+
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from .errors import HeadscopeError
 from .metrics import head_metrics
-from .run import AttentionRun
+from .run import AttentionRun, per_head_frame
+
+if TYPE_CHECKING:
+    from .models import LoadedModel
 
 # ---- thresholds (docs/metrics.md) ---------------------------------------------------------
 POSITIONAL_OFFSETS = {-1: "previous", 0: "self", 1: "next"}
-POSITIONAL_MIN_SHARE = 0.9        # Voita et al. 2019: argmax at one fixed offset in >= 90% of queries
-DELIMITER_MIN_MASS = 0.5          # most mass on special tokens + punctuation
-BROAD_MIN_ENTROPY = 0.9           # normalised entropy
-DECODER_MIN_SCORE = 0.4           # previous-token and prefix-matching scores
+POSITIONAL_MIN_SHARE = 0.9  # Voita et al. 2019: argmax at one fixed offset in >= 90% of queries
+SINK_MIN_MASS = 0.5  # most mass on positions of no content: special tokens and the first token
+DELIMITER_MIN_MASS = 0.5  # most mass on punctuation
+BROAD_MIN_ENTROPY = 0.9  # normalised entropy
+DECODER_MIN_SCORE = 0.4  # previous-token and prefix-matching scores
 # TransformerLens's duplicate-token and induction scores divide by ALL attention, including the
 # queries of the first copy, which have no target: with `repeats` copies they cannot exceed
 # (repeats - 1) / repeats. Their cut-off is DECODER_MIN_SCORE scaled by that ceiling.
 DECODER_CAPPED_SCORES = ("duplicate_token", "induction")
-SYNTACTIC_MIN_MARGIN = 0.10       # head accuracy - best fixed-offset baseline accuracy
-SYNTACTIC_MIN_COUNT = 100         # examples of the relation: rarer ones beat their baseline by chance
+SYNTACTIC_MIN_MARGIN = 0.10  # head accuracy - best fixed-offset baseline accuracy
+SYNTACTIC_MIN_COUNT = 100  # examples of the relation: rarer ones beat their baseline by chance
 COREFERENCE_MIN_ACCURACY = 0.5
-COREFERENCE_MIN_MARGIN = 0.10     # candidate_accuracy - baseline_accuracy, when the table has both
+COREFERENCE_MIN_MARGIN = 0.10  # candidate_accuracy - baseline_accuracy, when the table has both
 COREFERENCE_MIN_COUNT = 10
-SEMANTIC_MIN_CORRELATION = 0.3    # Pearson r
+SEMANTIC_MIN_CORRELATION = 0.3  # Pearson r
+SEMANTIC_MIN_SENTENCES = 20  # one sentence's correlation is a measurement, not a role
+Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 
-ROLE_COLUMNS = ["layer", "head", "role", "family", "score", "threshold", "evidence"]
+# n: how many observations the score rests on; baseline: what chance or a trivial rule gives (NaN where
+# none applies); ci_low / ci_high: its 95% interval; source: "sentence", "corpus" or "random tokens".
+ROLE_COLUMNS = [
+    "layer",
+    "head",
+    "role",
+    "family",
+    "score",
+    "threshold",
+    "n",
+    "baseline",
+    "ci_low",
+    "ci_high",
+    "source",
+    "evidence",
+]
 DECODER_SCORES = ("previous_token", "duplicate_token", "induction", "prefix_matching")
 NO_ROLE = "none"
 # A head's map colour: the most specific evidence first (a corpus measurement beats a one-sentence pattern).
-FAMILY_PRIORITY = ("syntactic", "coreference", "decoder", "semantic", "positional", "delimiter", "broad")
+FAMILY_PRIORITY = ("syntactic", "coreference", "decoder", "semantic", "positional", "delimiter", "sink", "broad")
+ROLE_FAMILIES = (*FAMILY_PRIORITY, NO_ROLE)  # every family a head's primary role can be, "none" last
 
 
 # ---- detection patterns (TransformerLens head_detector) and scores ------------------------
@@ -60,8 +85,9 @@ def induction_pattern(token_ids) -> np.ndarray:
     return np.tril(shifted)
 
 
-def detection_score(attentions: np.ndarray, pattern: np.ndarray, exclude_bos: bool = False,
-                    exclude_current_token: bool = False) -> np.ndarray:
+def detection_score(
+    attentions: np.ndarray, pattern: np.ndarray, exclude_bos: bool = False, exclude_current_token: bool = False
+) -> np.ndarray:
     """TransformerLens's default ("mul") score: sum(A * P) / sum(A) over each head's ``[n, n]``.
 
     ``attentions`` is ``[..., n, n]``; returns ``[...]``.
@@ -87,7 +113,7 @@ def prefix_matching_score(attentions: np.ndarray, token_ids) -> np.ndarray:
     has_target = target.sum(axis=-1) > 0
     if not has_target.any():
         return np.full(np.asarray(attentions).shape[:-2], np.nan)
-    per_query = (np.asarray(attentions, dtype=np.float64) * target).sum(axis=-1)   # [..., n]
+    per_query = (np.asarray(attentions, dtype=np.float64) * target).sum(axis=-1)  # [..., n]
     return per_query[..., has_target].mean(axis=-1)
 
 
@@ -102,8 +128,9 @@ def decoder_scores_from_attention(attentions: np.ndarray, token_ids) -> dict[str
     }
 
 
-def repeated_random_tokens(vocab_size: int, seq_len: int, repeats: int, batch: int, seed: int,
-                           excluded_ids=(), bos_id: int | None = None) -> np.ndarray:
+def repeated_random_tokens(
+    vocab_size: int, seq_len: int, repeats: int, batch: int, seed: int, excluded_ids=(), bos_id: int | None = None
+) -> np.ndarray:
     """``[batch, repeats * seq_len (+1 with BOS)]``: ``batch`` random sequences, each repeated."""
     rng = np.random.default_rng(seed)
     allowed = np.setdiff1d(np.arange(vocab_size), np.asarray(list(excluded_ids), dtype=np.int64))
@@ -117,7 +144,9 @@ def repeated_random_tokens(vocab_size: int, seq_len: int, repeats: int, batch: i
     return sequences
 
 
-def decoder_head_scores(model, seq_len: int = 20, repeats: int = 2, batch: int = 4, seed: int = 0) -> pd.DataFrame:
+def decoder_head_scores(
+    model: LoadedModel, seq_len: int = 20, repeats: int = 2, batch: int = 4, seed: int = 0
+) -> pd.DataFrame:
     """Previous-token, duplicate-token, induction and prefix-matching scores of every head, averaged
     over ``batch`` sequences of ``seq_len`` random tokens repeated ``repeats`` times (a BOS first when
     the tokenizer has one, as TransformerLens does)."""
@@ -126,61 +155,197 @@ def decoder_head_scores(model, seq_len: int = 20, repeats: int = 2, batch: int =
     tokenizer = model.tokenizer
     vocab_size = len(tokenizer)
     bos_id = getattr(tokenizer, "bos_token_id", None) if getattr(model, "is_causal", True) else None
-    sequences = repeated_random_tokens(vocab_size, seq_len, repeats, batch, seed,
-                                       excluded_ids=getattr(tokenizer, "all_special_ids", []), bos_id=bos_id)
-    totals: dict[str, np.ndarray] = {}
+    sequences = repeated_random_tokens(
+        vocab_size, seq_len, repeats, batch, seed, excluded_ids=getattr(tokenizer, "all_special_ids", []), bos_id=bos_id
+    )
+    scores: dict[str, list[np.ndarray]] = {name: [] for name in DECODER_SCORES}
+    uniform: dict[str, list[float]] = {name: [] for name in DECODER_SCORES}
     for ids in sequences:
         run = model.run_ids(ids.tolist())
         for name, value in decoder_scores_from_attention(run.attentions, ids).items():
-            totals[name] = totals.get(name, 0.0) + value / len(sequences)
-    num_layers, num_heads = totals["previous_token"].shape
-    frame = pd.DataFrame({"layer": np.repeat(np.arange(num_layers), num_heads),
-                          "head": np.tile(np.arange(num_heads), num_layers)})
+            scores[name].append(value)
+        # What attention spread evenly over the visible keys would score: each score's chance level.
+        n = len(ids)
+        even = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+        for name, value in decoder_scores_from_attention(even[None, None], ids).items():
+            uniform[name].append(float(value[0, 0]))
+    num_layers, num_heads = scores["previous_token"][0].shape
+    stacked = {name: np.stack(scores[name]) for name in DECODER_SCORES}  # [sequences, L, H] each
+    columns = {name: stacked[name].mean(axis=0) for name in DECODER_SCORES}
     for name in DECODER_SCORES:
-        frame[name] = totals[name].ravel()
+        columns[f"{name}_sd"] = (
+            stacked[name].std(axis=0, ddof=1) if len(sequences) > 1 else np.full((num_layers, num_heads), np.nan)
+        )
+        columns[f"{name}_uniform"] = float(np.nanmean(uniform[name]))
+    frame = per_head_frame(num_layers, num_heads, **columns, num_sequences=len(sequences))
     frame.attrs["repeats"] = repeats
     return frame
 
 
+# ---- statistics of a role -----------------------------------------------------------------
+def wilson_interval(share, n) -> tuple[np.ndarray, np.ndarray]:
+    """95% Wilson interval of a proportion ``share`` observed in ``n`` trials (NaN where n = 0)."""
+    share, n = np.asarray(share, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        denominator = 1 + Z_95**2 / n
+        centre = (share + Z_95**2 / (2 * n)) / denominator
+        half = Z_95 * np.sqrt(share * (1 - share) / n + Z_95**2 / (4 * n**2)) / denominator
+    return np.where(n > 0, centre - half, np.nan), np.where(n > 0, centre + half, np.nan)
+
+
+def mean_interval(mean, sd, n) -> tuple[np.ndarray, np.ndarray]:
+    """95% normal interval of a mean of ``n`` values with standard deviation ``sd`` (NaN below two values)."""
+    mean, sd, n = (np.asarray(v, dtype=float) for v in (mean, sd, n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = Z_95 * sd / np.sqrt(n)
+    half = np.where(n > 1, half, np.nan)
+    return mean - half, mean + half
+
+
+def correlation_interval(r, n) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of a Pearson correlation over ``n`` pairs (Fisher's z; NaN below four pairs)."""
+    r, n = np.clip(np.asarray(r, dtype=float), -0.999999, 0.999999), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z, half = np.arctanh(r), Z_95 / np.sqrt(n - 3)
+    return np.where(n > 3, np.tanh(z - half), np.nan), np.where(n > 3, np.tanh(z + half), np.nan)
+
+
+def _interval_text(row, percent: bool = True, unit: str = "") -> str:
+    """ "95% CI 61% to 83%, n = 13 queries" (as much of it as the row knows)."""
+    value = (lambda v: f"{v:.0%}") if percent else (lambda v: f"{v:.2f}")
+    count = f"n = {int(row['n'])}{' ' + unit if unit else ''}" if np.isfinite(row["n"]) else ""
+    if not np.isfinite(row["ci_low"]):
+        return count or "no interval"
+    return f"95% CI {value(row['ci_low'])} to {value(row['ci_high'])}" + (f", {count}" if count else "")
+
+
 # ---- roles --------------------------------------------------------------------------------
-def _role_rows(frame: pd.DataFrame, passed: np.ndarray, role, family: str, score: np.ndarray,
-               threshold: float, evidence) -> pd.DataFrame:
-    """Role rows for the heads where ``passed``; ``role`` and ``evidence`` are strings or callables of a row."""
-    chosen = frame[passed].copy()
+def _role_rows(
+    frame: pd.DataFrame, passed, role, family: str, score, threshold, evidence, *, n, baseline, ci, source: str
+) -> pd.DataFrame:
+    """Role rows for the heads whose ``score`` passes and whose interval clears the baseline.
+
+    ``role`` and ``evidence`` are strings or callables of a row (the row holds the frame's columns and
+    ``score``, ``threshold``, ``n``, ``baseline``, ``ci_low``, ``ci_high``). A head is named only when
+    ``passed`` and, where a baseline applies, the lower end of its 95% interval is above that baseline:
+    a score chance could give is no role.
+    """
+    size = len(frame)
+    table = frame.assign(
+        score=np.broadcast_to(np.asarray(score, dtype=float), size),
+        threshold=np.broadcast_to(np.asarray(threshold, dtype=float), size),
+        n=np.broadcast_to(np.asarray(n, dtype=float), size),
+        baseline=np.broadcast_to(np.asarray(baseline, dtype=float), size),
+        ci_low=np.broadcast_to(np.asarray(ci[0], dtype=float), size),
+        ci_high=np.broadcast_to(np.asarray(ci[1], dtype=float), size),
+    )
+    clears = np.isnan(table["baseline"].to_numpy()) | (table["ci_low"].to_numpy() > table["baseline"].to_numpy())
+    chosen = table[np.asarray(passed, dtype=bool) & clears]
     if chosen.empty:
         return pd.DataFrame(columns=ROLE_COLUMNS)
-    chosen["score"] = np.asarray(score)[passed]
     records = chosen.to_dict("records")
-    return pd.DataFrame({
-        "layer": chosen["layer"].astype(int).to_numpy(),
-        "head": chosen["head"].astype(int).to_numpy(),
-        "role": [role(r) if callable(role) else role for r in records],
-        "family": family,
-        "score": chosen["score"].astype(float).to_numpy(),
-        "threshold": float(threshold),
-        "evidence": [evidence(r) for r in records],
-    })
+    return pd.DataFrame(
+        {
+            "layer": chosen["layer"].astype(int).to_numpy(),
+            "head": chosen["head"].astype(int).to_numpy(),
+            "role": [role(r) if callable(role) else role for r in records],
+            "family": family,
+            **{
+                column: chosen[column].astype(float).to_numpy()
+                for column in ("score", "threshold", "n", "baseline", "ci_low", "ci_high")
+            },
+            "source": source,
+            "evidence": [evidence(r) for r in records],
+        }
+    )
 
 
 def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
+    """Positional, sink, delimiter and broad heads from ``head_metrics`` of one sentence, or from a corpus
+    profile (which has ``num_sentences``: its spreads and counts are then over sentences)."""
+    corpus = "num_sentences" in metrics.columns
+    source = "corpus" if corpus else "sentence"
+
+    def column(name, default=np.nan):
+        return metrics[name].to_numpy(float) if name in metrics.columns else np.full(len(metrics), default)
+
+    queries = column("num_sentences") if corpus else column("num_queries")
     offset = metrics["argmax_offset"].to_numpy()
     share = metrics["argmax_offset_share"].fillna(0).to_numpy()
-    positional = np.isin(offset, list(POSITIONAL_OFFSETS)) & (share >= POSITIONAL_MIN_SHARE)
-    delimiter_mass = (metrics["special_mass"].fillna(0) + metrics["punctuation_mass"].fillna(0)).to_numpy()
+    offset_n = column("num_sentences") if corpus else column("argmax_offset_queries")
+    offset_ci = (
+        mean_interval(share, column("argmax_offset_share_sd"), offset_n) if corpus else wilson_interval(share, offset_n)
+    )
+    sink, delimiter = column("sink_mass", 0.0), column("punctuation_mass", 0.0)
     entropy = metrics["normalized_entropy"].fillna(0).to_numpy()
+    per = "sentences" if corpus else "queries"
     return [
-        _role_rows(metrics, positional, lambda r: f"positional:{POSITIONAL_OFFSETS[int(r['argmax_offset'])]}",
-                   "positional", share, POSITIONAL_MIN_SHARE,
-                   lambda r: (f"argmax at offset {int(r['argmax_offset']):+d} in {r['argmax_offset_share']:.0%} "
-                              f"of queries (needs >= {POSITIONAL_MIN_SHARE:.0%})")),
-        _role_rows(metrics, delimiter_mass >= DELIMITER_MIN_MASS, "delimiter", "delimiter", delimiter_mass,
-                   DELIMITER_MIN_MASS,
-                   lambda r: (f"{r['special_mass'] + r['punctuation_mass']:.0%} of attention on special tokens "
-                              f"({r['special_mass']:.0%}) and punctuation ({r['punctuation_mass']:.0%}); "
-                              f"needs >= {DELIMITER_MIN_MASS:.0%}")),
-        _role_rows(metrics, entropy >= BROAD_MIN_ENTROPY, "broad", "broad", entropy, BROAD_MIN_ENTROPY,
-                   lambda r: (f"normalised entropy {r['normalized_entropy']:.2f} "
-                              f"(1 = uniform over visible keys; needs >= {BROAD_MIN_ENTROPY})")),
+        _role_rows(
+            metrics,
+            np.isin(offset, list(POSITIONAL_OFFSETS)) & (share >= POSITIONAL_MIN_SHARE),
+            lambda r: f"positional:{POSITIONAL_OFFSETS[int(r['argmax_offset'])]}",
+            "positional",
+            share,
+            POSITIONAL_MIN_SHARE,
+            lambda r: (
+                f"argmax at offset {int(r['argmax_offset']):+d} in {r['score']:.0%} of {per} "
+                f"({_interval_text(r, unit=per)}); a random argmax: {r['baseline']:.0%}; "
+                f"needs >= {POSITIONAL_MIN_SHARE:.0%}"
+            ),
+            n=offset_n,
+            baseline=column("argmax_offset_chance"),
+            ci=offset_ci,
+            source=source,
+        ),
+        _role_rows(
+            metrics,
+            sink >= SINK_MIN_MASS,
+            "sink",
+            "sink",
+            sink,
+            SINK_MIN_MASS,
+            lambda r: (
+                f"{r['score']:.0%} of attention on positions of no content ([CLS], [SEP], BOS or the "
+                f"first token; {_interval_text(r, unit=per)}); even attention: {r['baseline']:.0%}. A no-op "
+                f"or attention sink; needs >= {SINK_MIN_MASS:.0%}"
+            ),
+            n=queries,
+            baseline=column("sink_mass_uniform"),
+            ci=mean_interval(sink, column("sink_mass_sd"), queries),
+            source=source,
+        ),
+        _role_rows(
+            metrics,
+            delimiter >= DELIMITER_MIN_MASS,
+            "delimiter",
+            "delimiter",
+            delimiter,
+            DELIMITER_MIN_MASS,
+            lambda r: (
+                f"{r['score']:.0%} of attention on punctuation ({_interval_text(r, unit=per)}); even "
+                f"attention: {r['baseline']:.0%}; needs >= {DELIMITER_MIN_MASS:.0%}"
+            ),
+            n=queries,
+            baseline=column("punctuation_mass_uniform"),
+            ci=mean_interval(delimiter, column("punctuation_mass_sd"), queries),
+            source=source,
+        ),
+        _role_rows(
+            metrics,
+            entropy >= BROAD_MIN_ENTROPY,
+            "broad",
+            "broad",
+            entropy,
+            BROAD_MIN_ENTROPY,
+            lambda r: (
+                f"normalised entropy {r['score']:.2f} (1 = even over the visible keys; "
+                f"{_interval_text(r, percent=False, unit=per)}); needs >= {BROAD_MIN_ENTROPY}"
+            ),
+            n=queries,
+            baseline=np.nan,
+            ci=mean_interval(entropy, column("normalized_entropy_sd"), queries),
+            source=source,
+        ),
     ]
 
 
@@ -194,65 +359,142 @@ def decoder_min_score(name: str, repeats: int = 2) -> float:
 def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
     out = []
     repeats = int(decoder.attrs.get("repeats", 2))
+    sequences = decoder["num_sequences"].to_numpy(float) if "num_sequences" in decoder else np.nan
     for name in DECODER_SCORES:
         if name not in decoder:
             continue
         score = decoder[name].fillna(0).to_numpy()
         label = name.replace("_", "-")
         cutoff = decoder_min_score(name, repeats)
-        out.append(_role_rows(decoder, score >= cutoff, f"decoder:{name}", "decoder", score, cutoff,
-                              lambda r, name=name, label=label, cutoff=cutoff: (
-                                  f"{label} score {r[name]:.2f} on repeated random tokens "
-                                  f"(needs >= {cutoff:.2f})")))
+        sd = decoder[f"{name}_sd"].to_numpy(float) if f"{name}_sd" in decoder else np.nan
+        baseline = decoder[f"{name}_uniform"].to_numpy(float) if f"{name}_uniform" in decoder else np.nan
+        out.append(
+            _role_rows(
+                decoder,
+                score >= cutoff,
+                f"decoder:{name}",
+                "decoder",
+                score,
+                cutoff,
+                lambda r, label=label, cutoff=cutoff: (
+                    f"{label} score {r['score']:.2f} on repeated random tokens "
+                    f"({_interval_text(r, percent=False, unit='sequences')}); even attention: "
+                    f"{r['baseline']:.2f}; needs >= {cutoff:.2f}"
+                ),
+                n=sequences,
+                baseline=baseline,
+                ci=mean_interval(score, sd, sequences),
+                source="random tokens",
+            )
+        )
     return out
 
 
 def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
-    margin = (dependency["accuracy"] - dependency["baseline_accuracy"]).to_numpy()
-    passed = (margin >= SYNTACTIC_MIN_MARGIN) & (dependency["count"].to_numpy() >= SYNTACTIC_MIN_COUNT)
-    return [_role_rows(dependency, passed, lambda r: f"syntactic:{r['relation']}:{r['direction']}", "syntactic",
-                       margin, SYNTACTIC_MIN_MARGIN,
-                       lambda r: (f"finds the {r['direction']} of '{r['relation']}' with accuracy {r['accuracy']:.0%} "
-                                  f"over {int(r['count'])} examples vs {r['baseline_accuracy']:.0%} for the best "
-                                  f"fixed offset ({int(r['baseline_offset']):+d}); margin "
-                                  f"{r['accuracy'] - r['baseline_accuracy']:+.0%} (needs >= "
-                                  f"{SYNTACTIC_MIN_MARGIN:+.0%}, >= {SYNTACTIC_MIN_COUNT} examples)"))]
+    accuracy, count = dependency["accuracy"].to_numpy(float), dependency["count"].to_numpy(float)
+    baseline = dependency["baseline_accuracy"].to_numpy(float)
+    passed = (accuracy - baseline >= SYNTACTIC_MIN_MARGIN) & (count >= SYNTACTIC_MIN_COUNT)
+    return [
+        _role_rows(
+            dependency,
+            passed,
+            lambda r: f"syntactic:{r['relation']}:{r['direction']}",
+            "syntactic",
+            accuracy,
+            baseline + SYNTACTIC_MIN_MARGIN,
+            lambda r: (
+                f"finds the {r['direction']} of '{r['relation']}' in {r['score']:.0%} of "
+                f"{int(r['n'])} examples ({_interval_text(r)}) vs {r['baseline']:.0%} for the "
+                f"best fixed offset ({int(r['baseline_offset']):+d}); needs a margin >= "
+                f"{SYNTACTIC_MIN_MARGIN:+.0%} and >= {SYNTACTIC_MIN_COUNT} examples"
+            ),
+            n=count,
+            baseline=baseline,
+            ci=wilson_interval(accuracy, count),
+            source="corpus",
+        )
+    ]
 
 
 def _coreference_roles(coreference: pd.DataFrame) -> list[pd.DataFrame]:
     accuracy = coreference["accuracy"].fillna(0).to_numpy()
-    passed = (accuracy >= COREFERENCE_MIN_ACCURACY) & (coreference["count"].to_numpy() >= COREFERENCE_MIN_COUNT)
-    # With a two-candidate test (antecedent vs distractor), the head must also beat the better of
-    # "first candidate" and "nearest candidate" there; the argmax accuracy has no comparable baseline.
+    count = coreference["count"].to_numpy(float)
+    passed = (accuracy >= COREFERENCE_MIN_ACCURACY) & (count >= COREFERENCE_MIN_COUNT)
+    # With a two-candidate test (antecedent vs distractor) the role rests on it: the head must beat the
+    # better of "first candidate" and "nearest candidate" by a margin, beyond its interval.
     paired = {"candidate_accuracy", "baseline_accuracy"} <= set(coreference.columns)
+    score, baseline, threshold = accuracy, np.nan, COREFERENCE_MIN_ACCURACY
     if paired:
-        margin = (coreference["candidate_accuracy"] - coreference["baseline_accuracy"]).fillna(0).to_numpy()
-        passed &= margin >= COREFERENCE_MIN_MARGIN
+        score = coreference["candidate_accuracy"].fillna(0).to_numpy()
+        baseline = coreference["baseline_accuracy"].to_numpy(float)
+        threshold = baseline + COREFERENCE_MIN_MARGIN
+        passed &= score >= threshold
 
     def evidence(r):
-        text = (f"argmax from the pronoun lands on its antecedent in {r['accuracy']:.0%} of {int(r['count'])} "
-                f"pronouns (needs >= {COREFERENCE_MIN_ACCURACY:.0%}, >= {COREFERENCE_MIN_COUNT} pronouns)")
+        text = (
+            f"argmax from the pronoun lands on its antecedent in {r['accuracy']:.0%} of {int(r['n'])} "
+            f"pronouns (needs >= {COREFERENCE_MIN_ACCURACY:.0%}, >= {COREFERENCE_MIN_COUNT} pronouns)"
+        )
         if paired:
-            text += (f"; prefers the antecedent to the distractor in {r['candidate_accuracy']:.0%} vs "
-                     f"{r['baseline_accuracy']:.0%} for the better of first/nearest candidate "
-                     f"(needs a margin >= {COREFERENCE_MIN_MARGIN:+.0%})")
+            text += (
+                f"; prefers the antecedent to the distractor in {r['score']:.0%} ({_interval_text(r)}) vs "
+                f"{r['baseline']:.0%} for the better of first/nearest candidate (needs a margin >= "
+                f"{COREFERENCE_MIN_MARGIN:+.0%})"
+            )
         return text
-    return [_role_rows(coreference, passed, "coreference", "coreference", accuracy, COREFERENCE_MIN_ACCURACY,
-                       evidence)]
+
+    return [
+        _role_rows(
+            coreference,
+            passed,
+            "coreference",
+            "coreference",
+            score,
+            threshold,
+            evidence,
+            n=count,
+            baseline=baseline,
+            ci=wilson_interval(score, count),
+            source="corpus",
+        )
+    ]
 
 
 def _semantic_roles(semantic: pd.DataFrame) -> list[pd.DataFrame]:
+    sentences = semantic["num_sentences"].to_numpy(float) if "num_sentences" in semantic else np.ones(len(semantic))
     correlation = semantic["semantic_correlation"].fillna(0).to_numpy()
-    return [_role_rows(semantic, correlation >= SEMANTIC_MIN_CORRELATION, "semantic", "semantic", correlation,
-                       SEMANTIC_MIN_CORRELATION,
-                       lambda r: (f"Pearson r = {r['semantic_correlation']:.2f} between its weights and the cosine "
-                                  f"similarity of the tokens' input embeddings (needs >= "
-                                  f"{SEMANTIC_MIN_CORRELATION})"))]
+    pairs = semantic["num_pairs"].to_numpy(float) if "num_pairs" in semantic else np.nan
+    passed = (correlation >= SEMANTIC_MIN_CORRELATION) & (sentences >= SEMANTIC_MIN_SENTENCES)
+    return [
+        _role_rows(
+            semantic,
+            passed,
+            "semantic",
+            "semantic",
+            correlation,
+            SEMANTIC_MIN_CORRELATION,
+            lambda r: (
+                f"Pearson r = {r['score']:.2f} (95% CI {r['ci_low']:.2f} to {r['ci_high']:.2f}, "
+                f"{int(r['n'])} pairs) between its weights and the cosine similarity of the tokens' "
+                f"input embeddings; needs >= {SEMANTIC_MIN_CORRELATION} over >= "
+                f"{SEMANTIC_MIN_SENTENCES} sentences"
+            ),
+            n=pairs,
+            baseline=0.0,
+            ci=correlation_interval(correlation, pairs),
+            source="corpus",
+        )
+    ]
 
 
-def head_roles(run: AttentionRun | None, metrics: pd.DataFrame | None = None, dependency: pd.DataFrame | None = None,
-               coreference: pd.DataFrame | None = None, decoder: pd.DataFrame | None = None,
-               semantic: pd.DataFrame | None = None) -> pd.DataFrame:
+def head_roles(
+    run: AttentionRun | None,
+    metrics: pd.DataFrame | None = None,
+    dependency: pd.DataFrame | None = None,
+    coreference: pd.DataFrame | None = None,
+    decoder: pd.DataFrame | None = None,
+    semantic: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Every role every head passes: ``layer, head, role, family, score, threshold, evidence``.
 
     ``metrics`` defaults to ``head_metrics(run)``; the other tables add their roles when given
@@ -274,8 +516,13 @@ def head_roles(run: AttentionRun | None, metrics: pd.DataFrame | None = None, de
         parts += _semantic_roles(semantic)
     parts = [part for part in parts if len(part)]
     if not parts:
-        return pd.DataFrame(columns=ROLE_COLUMNS).astype({"layer": int, "head": int, "score": float,
-                                                          "threshold": float})
+        return pd.DataFrame(columns=ROLE_COLUMNS).astype(
+            {
+                "layer": int,
+                "head": int,
+                **{c: float for c in ("score", "threshold", "n", "baseline", "ci_low", "ci_high")},
+            }
+        )
     roles = pd.concat(parts, ignore_index=True)
     return roles.sort_values(["layer", "head", "family", "role"], kind="stable").reset_index(drop=True)
 
@@ -283,16 +530,20 @@ def head_roles(run: AttentionRun | None, metrics: pd.DataFrame | None = None, de
 def primary_roles(roles: pd.DataFrame, num_layers: int, num_heads: int) -> pd.DataFrame:
     """One row per head: its most specific role (``FAMILY_PRIORITY``), and within a family the one
     whose score clears its threshold by the largest factor; ``"none"`` for heads without a role."""
-    grid = pd.DataFrame({"layer": np.repeat(np.arange(num_layers), num_heads),
-                         "head": np.tile(np.arange(num_heads), num_layers)})
+    grid = per_head_frame(num_layers, num_heads)
     if len(roles):
         priority = {family: rank for rank, family in enumerate(FAMILY_PRIORITY)}
         ranked = roles.assign(
             rank=roles["family"].map(priority).fillna(len(priority)),
-            strength=roles["score"] / roles["threshold"].where(roles["threshold"] > 0, 1.0))
-        best = (ranked.sort_values(["layer", "head", "rank", "strength"], ascending=[True, True, True, False],
-                                   kind="stable")
-                .drop_duplicates(["layer", "head"]).drop(columns=["rank", "strength"]))
+            strength=roles["score"] / roles["threshold"].where(roles["threshold"] > 0, 1.0),
+        )
+        best = (
+            ranked.sort_values(
+                ["layer", "head", "rank", "strength"], ascending=[True, True, True, False], kind="stable"
+            )
+            .drop_duplicates(["layer", "head"])
+            .drop(columns=["rank", "strength"])
+        )
         grid = grid.merge(best, on=["layer", "head"], how="left")
     else:
         grid = grid.assign(**{c: np.nan for c in ROLE_COLUMNS[2:]})

@@ -5,14 +5,19 @@ A run holds one text's tokens and the attention of every layer and head, as floa
 a fully masked row). Views and metrics take a run and nothing else; they do not care whether
 it came from transformers, the from-scratch engine or a file.
 """
+
 from __future__ import annotations
 
 import json
 import unicodedata
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMAT_VERSION = 1
 
@@ -31,8 +36,9 @@ def punctuation_mask(tokens: list[str], special_mask: np.ndarray) -> np.ndarray:
     return np.array([is_punctuation(t) and not s for t, s in zip(tokens, special_mask)], dtype=bool)
 
 
-def token_units(word_ids: np.ndarray, special_mask: np.ndarray, segment_ids: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
+def token_units(
+    word_ids: np.ndarray, special_mask: np.ndarray, segment_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Group tokens into units, one per word (per segment) and one per special token, in order of appearance.
 
     Returns ``(unit_of_token [n], first token of each unit [U])``.
@@ -58,11 +64,26 @@ def word_level_attentions(attentions: np.ndarray, unit_of_token: np.ndarray, num
     onehot = np.zeros((batch, n, num_units), dtype=np.float32)
     rows, tokens = np.nonzero(unit_of_token >= 0)
     onehot[rows, tokens, unit_of_token[rows, tokens]] = 1.0
-    sizes = onehot.sum(axis=1, keepdims=True)                           # [B, 1, U]
-    mean_rows = np.swapaxes(onehot / np.maximum(sizes, 1.0), 1, 2)      # [B, U, n]
+    sizes = onehot.sum(axis=1, keepdims=True)  # [B, 1, U]
+    mean_rows = np.swapaxes(onehot / np.maximum(sizes, 1.0), 1, 2)  # [B, U, n]
     # One small product per head (numpy runs these on one thread; a product as large as the whole batch
     # would wake BLAS threads that then compete with the model's own threads).
     return mean_rows[:, None, None] @ attentions @ onehot[:, None, None]
+
+
+def head_indices(num_layers: int, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(layer, head)`` of every head in layer-major order: the row order of every per-head table."""
+    return np.repeat(np.arange(num_layers), num_heads), np.tile(np.arange(num_heads), num_layers)
+
+
+def per_head_frame(num_layers: int, num_heads: int, **columns) -> pd.DataFrame:
+    """A table with one row per (layer, head), in layer-major order, and the given columns
+    (each ``[L, H]``, ``[L*H]`` or a scalar)."""
+    import pandas as pd
+
+    layer, head = head_indices(num_layers, num_heads)
+    flat = {name: (np.asarray(value).reshape(-1) if np.ndim(value) > 1 else value) for name, value in columns.items()}
+    return pd.DataFrame({"layer": layer, "head": head, **flat})
 
 
 @dataclass
@@ -112,8 +133,13 @@ class AttentionRun:
         self.segment_ids = np.asarray(self.segment_ids, dtype=np.int64)
         self.tokens = [str(t) for t in self.tokens]
         self.raw_tokens = [str(t) for t in (self.raw_tokens or self.tokens)]
-        for name, value in (("tokens", self.tokens), ("raw_tokens", self.raw_tokens), ("special_mask", self.special_mask),
-                            ("word_ids", self.word_ids), ("segment_ids", self.segment_ids)):
+        for name, value in (
+            ("tokens", self.tokens),
+            ("raw_tokens", self.raw_tokens),
+            ("special_mask", self.special_mask),
+            ("word_ids", self.word_ids),
+            ("segment_ids", self.segment_ids),
+        ):
             if len(value) != n:
                 raise ValueError(f"{name} has {len(value)} entries but attentions cover {n} tokens")
         if not self.num_input_tokens:
@@ -141,12 +167,21 @@ class AttentionRun:
         """One head's ``[n, n]`` attention."""
         return self.attentions[layer, head]
 
+    def head_frame(self, layer: int, head: int) -> pd.DataFrame:
+        """One head as a table: a row per query token, a column per key token (positions keep names unique)."""
+        import pandas as pd
+
+        labels = [f"{i}:{t}" for i, t in enumerate(self.tokens)]
+        return pd.DataFrame(self.attentions[layer, head], index=pd.Index(labels, name="query \\ key"), columns=labels)
+
     def summary(self) -> str:
         extra = f", max |core - transformers| = {self.max_abs_diff:.2e}" if self.max_abs_diff is not None else ""
         trunc = f", truncated from {self.num_input_tokens}" if self.truncated else ""
-        return (f"{self.model_name} ({self.family}{', causal' if self.is_causal else ''}): "
-                f"{self.num_layers} layers x {self.num_heads} heads, {self.num_tokens} tokens{trunc}, "
-                f"engine={self.engine}{extra}")
+        return (
+            f"{self.model_name} ({self.family}{', causal' if self.is_causal else ''}): "
+            f"{self.num_layers} layers x {self.num_heads} heads, {self.num_tokens} tokens{trunc}, "
+            f"engine={self.engine}{extra}"
+        )
 
     # ---- word level (Clark et al. 2019) -------------------------------------------------
     def word_groups(self) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
@@ -159,7 +194,7 @@ class AttentionRun:
         texts = [self.words[self.word_ids[i]] if is_word else self.tokens[i] for i, is_word in zip(first, unit_is_word)]
         return unit_of_token, texts, self.special_mask[first].copy(), self.segment_ids[first].copy()
 
-    def to_words(self) -> "AttentionRun":
+    def to_words(self) -> AttentionRun:
         """Word-level run: attention TO a word sums over its pieces, attention FROM a word averages them.
 
         Rows still sum to 1 because summing columns keeps each row's total and averaging rows
@@ -172,15 +207,27 @@ class AttentionRun:
         word_attn = word_level_attentions(self.attentions[None], unit_of_token[None], num_units)[0]
         word_ids = np.where(special, -1, np.arange(num_units))
         return AttentionRun(
-            model_name=self.model_name, family=self.family, is_causal=self.is_causal,
-            tokens=texts, raw_tokens=texts, attentions=word_attn, special_mask=special,
-            word_ids=word_ids, words=texts, segment_ids=segment, engine=self.engine,
-            text=self.text, text_pair=self.text_pair, truncated=self.truncated,
-            num_input_tokens=self.num_input_tokens, max_abs_diff=self.max_abs_diff,
-            level="word", metadata={**self.metadata, "token_to_word": unit_of_token.tolist()},
+            model_name=self.model_name,
+            family=self.family,
+            is_causal=self.is_causal,
+            tokens=texts,
+            raw_tokens=texts,
+            attentions=word_attn,
+            special_mask=special,
+            word_ids=word_ids,
+            words=texts,
+            segment_ids=segment,
+            engine=self.engine,
+            text=self.text,
+            text_pair=self.text_pair,
+            truncated=self.truncated,
+            num_input_tokens=self.num_input_tokens,
+            max_abs_diff=self.max_abs_diff,
+            level="word",
+            metadata={**self.metadata, "token_to_word": unit_of_token.tolist()},
         )
 
-    def without_special(self) -> "AttentionRun":
+    def without_special(self) -> AttentionRun:
         """The run restricted to non-special tokens, rows renormalised to sum to 1 (empty rows stay 0)."""
         keep = ~self.special_mask
         attn = self.attentions[:, :, keep][:, :, :, keep]
@@ -188,12 +235,23 @@ class AttentionRun:
         attn = np.divide(attn, totals, out=np.zeros_like(attn), where=totals > 0)
         kept = np.flatnonzero(keep)
         return AttentionRun(
-            model_name=self.model_name, family=self.family, is_causal=self.is_causal,
-            tokens=[self.tokens[i] for i in kept], raw_tokens=[self.raw_tokens[i] for i in kept],
-            attentions=attn, special_mask=np.zeros(len(kept), dtype=bool), word_ids=self.word_ids[keep],
-            words=self.words, segment_ids=self.segment_ids[keep], engine=self.engine, text=self.text,
-            text_pair=self.text_pair, truncated=self.truncated, num_input_tokens=self.num_input_tokens,
-            max_abs_diff=self.max_abs_diff, level=self.level,
+            model_name=self.model_name,
+            family=self.family,
+            is_causal=self.is_causal,
+            tokens=[self.tokens[i] for i in kept],
+            raw_tokens=[self.raw_tokens[i] for i in kept],
+            attentions=attn,
+            special_mask=np.zeros(len(kept), dtype=bool),
+            word_ids=self.word_ids[keep],
+            words=self.words,
+            segment_ids=self.segment_ids[keep],
+            engine=self.engine,
+            text=self.text,
+            text_pair=self.text_pair,
+            truncated=self.truncated,
+            num_input_tokens=self.num_input_tokens,
+            max_abs_diff=self.max_abs_diff,
+            level=self.level,
             metadata={**self.metadata, "special_tokens_removed": True},
         )
 
@@ -205,17 +263,20 @@ class AttentionRun:
         header = {k: v for k, v in asdict(self).items() if k not in _ARRAY_FIELDS}
         header["format_version"] = FORMAT_VERSION
         buf = io.BytesIO()
-        np.savez_compressed(buf, header=np.array(json.dumps(header, ensure_ascii=False)),
-                            **{name: getattr(self, name) for name in _ARRAY_FIELDS})
+        np.savez_compressed(
+            buf,
+            header=np.array(json.dumps(header, ensure_ascii=False)),
+            **{name: getattr(self, name) for name in _ARRAY_FIELDS},
+        )
         return buf.getvalue()
 
-    def save(self, path) -> Path:
+    def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.write_bytes(self.to_npz_bytes())
         return path
 
     @classmethod
-    def load(cls, path) -> "AttentionRun":
+    def load(cls, path) -> AttentionRun:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(str(data["header"]))
             version = header.pop("format_version", None)

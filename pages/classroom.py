@@ -1,172 +1,361 @@
-"""Classroom: seed 000's worked example (section 3.2), step by step, every number computed live by mha_core."""
-import importlib
+"""Classroom: multi-head attention by hand, one step per screen, every number computed live by mha_core.
 
+Three sets of numbers: four words with features you can name (the default), a popular tutorial's worked
+example (its printed numbers checked against the arithmetic), or random numbers of any size. Each step
+asks the class to predict something before it reveals the answer, computed from the numbers on screen.
+"""
+
+import numpy as np
 import streamlit as st
 
 import mha_core as mc
-from ui import teaching, views
-
-# The package exports the function worked_example(), which hides the module of the same name.
-seed_example = importlib.import_module("mha_core.worked_example")
+from mha_core import walkthrough
+from ui import state, widgets
+from ui.figures import teaching
 
 st.title("Classroom: multi-head attention by hand")
-st.markdown(
-    "Four tokens, each a vector of 8 numbers, go through two attention heads. Every number below is computed "
-    "live by Headscope's own attention code; where the tutorial this example comes from (seed 000, section 3.2) "
-    "prints a different number, both are shown and the arithmetic wins."
-)
 
-# ---- controls --------------------------------------------------------------------------------------
-SOURCES = {"seed": "Seed 000's numbers (4 tokens, d_model 8, 2 heads)", "random": "Random numbers, any size"}
-source = st.radio("Numbers", list(SOURCES), format_func=SOURCES.get, horizontal=True, key="cls_source")
-random_numbers = source == "random"
-cols = st.columns(4)
-seq_len = cols[0].slider("Sequence length", 2, 12, 4, key="cls_seq_len", disabled=not random_numbers)
-d_model = cols[1].select_slider("d_model", [4, 8, 12, 16, 24, 32, 64, 128, 256, 512], value=8, key="cls_d_model",
-                                disabled=not random_numbers)
-num_heads = cols[2].select_slider("Heads", [1, 2, 3, 4, 6, 8], value=2, key="cls_heads", disabled=not random_numbers)
-seed = cols[3].number_input("Random seed", 0, 1_000_000, 0, key="cls_seed", disabled=not random_numbers)
-cols = st.columns([3, 2])
-score = cols[0].radio("Score function", list(mc.SCORE_FUNCTIONS), index=1, horizontal=True, key="cls_score",
-                      format_func=teaching.SCORE_LABELS.get)
-causal = cols[1].toggle("Causal mask (a token sees only itself and earlier tokens)", key="cls_causal")
+# ---- the numbers --------------------------------------------------------------------------------------
+SOURCES = {
+    "words": "Four words: The cat sat down",
+    "tutorial": "A popular tutorial's worked example",
+    "random": "Random numbers, any size",
+}
+# In presentation mode this folds away, so the step itself fills the screen.
+with st.expander(
+    "The numbers, the head to follow, the settings", expanded=not widgets.presenting(), icon=":material/tune:"
+):
+    source = widgets.url_choice("Numbers", SOURCES, key="cls_source", url_key="numbers")
+    st.markdown("**Sizes, score function, causal mask**")
+    cols = st.columns(4)
+    random_numbers = source == "random"
+    seq_len = cols[0].slider("Sequence length", 2, 12, 4, key="cls_seq_len", disabled=not random_numbers)
+    d_model = cols[1].select_slider(
+        "d_model", [4, 8, 12, 16, 24, 32, 64, 128, 256, 512], value=8, key="cls_d_model", disabled=not random_numbers
+    )
+    num_heads = cols[2].select_slider(
+        "Heads", [1, 2, 3, 4, 6, 8], value=2, key="cls_heads", disabled=not random_numbers
+    )
+    seed = cols[3].number_input("Random seed", 0, 1_000_000, 0, key="cls_seed", disabled=not random_numbers)
+    cols = st.columns([3, 2])
+    score = cols[0].radio(
+        "Score function",
+        list(mc.SCORE_FUNCTIONS),
+        index=1,
+        horizontal=True,
+        key="cls_score",
+        format_func=teaching.SCORE_LABELS.get,
+    )
+    causal = cols[1].toggle("Causal mask (a token sees only itself and earlier tokens)", key="cls_causal")
+    st.caption(
+        {
+            "words": "Each word is a vector of 8 numbers you can name: what kind of word it is (dimensions 1-4) and "
+            "where it stands (5-8). Head 1 asks 'who does it?' (a verb looks for a noun); head 2 asks 'what came "
+            "just before?'.",
+            "tutorial": "The numbers of a widely read tutorial's worked example (4 tokens, d_model 8, 2 heads). Its "
+            "printed inputs are so large that softmax puts all the weight on one token; and where its printed "
+            "results differ from the arithmetic, both are shown and the arithmetic wins.",
+            "random": "Random inputs and weights of any size: try a large d_model without scaling to see softmax saturate.",
+        }[source]
+    )
 
-try:
-    example = (mc.random_example(seq_len, d_model, num_heads, int(seed), score, causal) if random_numbers
-               else mc.worked_example(score=score, causal=causal))
-except ValueError as error:
-    st.error(f"These settings do not work: {error}. Pick a number of heads that divides d_model.")
-    st.stop()
+    try:
+        if source == "random":
+            example = mc.random_example(seq_len, d_model, num_heads, int(seed), score, causal)
+        elif source == "tutorial":
+            example = mc.worked_example(score=score, causal=causal)
+        else:
+            example = mc.readable_example(score=score, causal=causal)
+    except ValueError as error:
+        st.error(
+            f"These settings do not work: {widgets.md_escape(error)}. Pick a number of heads that divides d_model."
+        )
+        st.stop()
 
-head = st.selectbox("Head to follow", range(example.num_heads), format_func=lambda h: f"head {h + 1}", key="cls_head")
+    names = example.token_labels
+    features = example.notes.get("features")
+    head = st.selectbox(
+        "Head to follow", range(example.num_heads), format_func=lambda i: f"head {i + 1}", key="cls_head"
+    )
 h = head + 1
 masked = ~example.keep_mask
-seed_head_one = example.from_seed and head == 0
+# The token the questions ask about: "sat" in the words, else the last token.
+focus = 2 if source == "words" else example.seq_len - 1
+visible_keys = np.flatnonzero(example.keep_mask[focus])
 
-# ---- step 0: inputs ----------------------------------------------------------------------------------
-st.header("Step 0. The input and the weights")
-teaching.explain("Each row of X is one token. The weight matrices are what a model learns; here they are fixed "
-                 "numbers so that everyone in the room gets the same answers.")
-st.latex(rf"X \in \mathbb{{R}}^{{{example.seq_len} \times {example.d_model}}}, \quad "
-         rf"W_{h}^Q, W_{h}^K, W_{h}^V \in \mathbb{{R}}^{{{example.d_model} \times {example.d_k}}}, \quad "
-         rf"W^O \in \mathbb{{R}}^{{{example.num_heads * example.d_k} \times {example.d_model}}}")
-views.show_chart(teaching.matrix_figure(example.x, "X (Q = K = V = X: self-attention)", digits=1 if example.from_seed else 2),
-                 key="cls_x")
-cols = st.columns(3)
-for col, (name, matrix) in zip(cols, (("Q", example.w_q), ("K", example.w_k), ("V", example.w_v))):
-    with col:
-        views.show_chart(teaching.matrix_figure(matrix[head], f"W_{h}^{name}", row_label="in", col_label="out"),
-                         key=f"cls_w_{name.lower()}")
-views.show_chart(teaching.matrix_figure(example.w_o, "W^O", row_label="in", col_label="out"), key="cls_w_o")
-if example.from_seed:
-    st.caption("W_2^K and W_2^V are not printed in the seed. " + seed_example.CHOSEN_MATRICES_REASON)
 
-# ---- step 1: projections --------------------------------------------------------------------------------
-st.header("Step 1. Project: queries, keys and values")
-teaching.explain("A query says what a token is looking for, a key says what it offers, a value is what it hands "
-                 "over when chosen. Each is the token's vector times a weight matrix.")
-st.latex(rf"Q_{h} = X W_{h}^Q, \quad K_{h} = X W_{h}^K, \quad V_{h} = X W_{h}^V"
-         rf"\qquad [{example.seq_len} \times {example.d_model}] \cdot [{example.d_model} \times {example.d_k}] "
-         rf"= [{example.seq_len} \times {example.d_k}]")
-cols = st.columns(3)
-for col, (name, matrix) in zip(cols, (("Q", example.q), ("K", example.k), ("V", example.v))):
-    with col:
-        views.show_chart(teaching.matrix_figure(matrix[head], f"{name}_{h}"), key=f"cls_{name.lower()}")
-if seed_head_one:
-    st.subheader("What the seed prints for head 1")
-    printed_name = st.radio("Matrix", list(seed_example.SEED_PRINTED), horizontal=True, key="cls_printed")
-    printed = seed_example.SEED_PRINTED[printed_name]
-    true = {"Q1": example.q, "K1": example.k, "V1": example.v}[printed_name][0]
+def ask(question: str, answer: str) -> None:
+    """A question to answer before looking, and its answer behind a click."""
+    st.markdown(f"**Predict:** {question}")
+    with st.expander("Reveal the answer"):
+        st.markdown(answer)
+
+
+def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols: str = "dims", **kwargs):
+    """A matrix with its numbers, rows and columns named by the example where it can."""
+    row_names = names if rows == "tokens" else (features if rows == "features" else None)
+    col_names = names if cols == "tokens" else (features if cols == "features" else None)
+    widgets.show_chart(
+        teaching.matrix_figure(
+            values,
+            title,
+            row_names=row_names,
+            col_names=col_names,
+            row_label="in" if rows == "in" else "token",
+            col_label="out" if cols == "out" else "dim",
+            **kwargs,
+        ),
+        key=key,
+    )
+
+
+# ---- the steps ---------------------------------------------------------------------------------------------
+def step_inputs() -> None:
+    widgets.explain(
+        "Each row of X is one token. The weight matrices are what a model learns; here they are fixed numbers so "
+        "that everyone in the room gets the same answers."
+    )
+    st.latex(
+        rf"X \in \mathbb{{R}}^{{{example.seq_len} \times {example.d_model}}}, \quad "
+        rf"W_{h}^Q, W_{h}^K, W_{h}^V \in \mathbb{{R}}^{{{example.d_model} \times {example.d_k}}}, \quad "
+        rf"W^O \in \mathbb{{R}}^{{{example.num_heads * example.d_k} \times {example.d_model}}}"
+    )
+    matrix(
+        example.x,
+        "X (Q = K = V = X: self-attention)",
+        "cls_x",
+        cols="features" if features else "dims",
+        digits=1 if example.from_seed else 2,
+    )
     cols = st.columns(3)
-    with cols[0]:
-        views.show_chart(teaching.matrix_figure(printed, f"{printed_name} as the seed prints it", digits=1),
-                         key="cls_seed_printed")
-    with cols[1]:
-        views.show_chart(teaching.matrix_figure(true, f"{printed_name} computed", digits=1), key="cls_seed_true")
-    with cols[2]:
-        views.show_chart(teaching.matrix_figure(true - printed, "computed minus printed", digits=1),
-                         key="cls_seed_difference")
-    st.caption(f"Row 1 of X times column 1 of W_1^{printed_name[0]}: the seed prints {printed[0, 0]:g}, "
-               f"the arithmetic gives {true[0, 0]:.4g}.")
+    for col, (name, values) in zip(cols, (("Q", example.w_q), ("K", example.w_k), ("V", example.w_v))):
+        with col:
+            matrix(
+                values[head],
+                f"W_{h}^{name}",
+                f"cls_w_{name.lower()}",
+                rows="features" if features else "in",
+                cols="out",
+            )
+    matrix(example.w_o, "W^O", "cls_w_o", rows="in", cols="features" if features else "out")
+    if example.from_seed:
+        st.caption("W_2^K and W_2^V are not printed in the tutorial. " + walkthrough.CHOSEN_MATRICES_REASON)
+    ask(
+        f"X has {example.seq_len} rows and {example.d_model} columns. How many numbers does one head's query "
+        f"matrix Q_{h} = X W_{h}^Q hold?",
+        f"{example.seq_len} x {example.d_k} = **{example.seq_len * example.d_k}**: one row per token, d_k = "
+        f"{example.d_k} columns per head.",
+    )
 
-# ---- step 2: scores ---------------------------------------------------------------------------------------
-st.header("Step 2. Scores: how well does each query match each key?")
-teaching.explain({
-    "dot": "The dot product of a query and a key: large when they point the same way. It grows with the number "
-           "of dimensions d_k, so with many dimensions the scores get huge.",
-    "scaled": "The dot product divided by the square root of d_k, which keeps the scores about the same size "
-              "however many dimensions a head has (this is the Transformer's choice).",
-    "cosine": "The cosine of the angle between query and key: always between -1 and 1, whatever their length.",
-}[score])
-st.latex(teaching.SCORE_FORMULAS[score])
-st.latex(teaching.score_cell_latex(example.q[head, 0], example.k[head, 0], score, example.scores[head, 0, 0]))
-views.show_chart(teaching.matrix_figure(example.scores[head], f"scores of head {h} (row = query, column = key)",
-                                        col_label="key", masked=masked), key="cls_scores")
-if causal:
-    st.caption("Cells marked 'masked' are future tokens: the causal mask sets their score to -inf before softmax.")
 
-# ---- step 3: softmax ---------------------------------------------------------------------------------------
-st.header("Step 3. Softmax: scores become weights")
-teaching.explain("Softmax turns each row of scores into positive weights that add up to 1: how much of its "
-                 "attention a token gives to every other token. A big gap between scores makes one weight near 1.")
-st.latex(r"A_{i}[q, k] = \frac{e^{\mathrm{score}[q, k]}}{\sum_{k'} e^{\mathrm{score}[q, k']}}")
-views.show_chart(teaching.weights_figure(example.weights, example.keep_mask), key="cls_weights")
-if example.is_one_hot:
-    st.warning("Every row is (almost) one-hot: the scores differ by far more than 1, so softmax gives nearly all "
-               "the weight to one key. That is what large scores do; see the last section.")
+def step_projections() -> None:
+    widgets.explain(
+        "A query says what a token is looking for, a key says what it offers, a value is what it hands over when "
+        "chosen. Each is the token's vector times a weight matrix."
+    )
+    st.latex(
+        rf"Q_{h} = X W_{h}^Q, \quad K_{h} = X W_{h}^K, \quad V_{h} = X W_{h}^V"
+        rf"\qquad [{example.seq_len} \times {example.d_model}] \cdot [{example.d_model} \times {example.d_k}] "
+        rf"= [{example.seq_len} \times {example.d_k}]"
+    )
+    cols = st.columns(3)
+    for col, (name, values) in zip(cols, (("Q", example.q), ("K", example.k), ("V", example.v))):
+        with col:
+            matrix(values[head], f"{name}_{h}", f"cls_{name.lower()}")
+    if example.from_seed and head == 0:
+        st.subheader("What the tutorial prints for head 1")
+        printed_name = st.radio("Matrix", list(walkthrough.SEED_PRINTED), horizontal=True, key="cls_printed")
+        printed = walkthrough.SEED_PRINTED[printed_name]
+        true = {"Q1": example.q, "K1": example.k, "V1": example.v}[printed_name][0]
+        cols = st.columns(3)
+        with cols[0]:
+            matrix(printed, f"{printed_name} as the tutorial prints it", "cls_seed_printed", digits=1)
+        with cols[1]:
+            matrix(true, f"{printed_name} computed", "cls_seed_true", digits=1)
+        with cols[2]:
+            matrix(true - printed, "computed minus printed", "cls_seed_difference", digits=1)
+        st.caption(
+            f"Row 1 of X times column 1 of W_1^{printed_name[0]}: the tutorial prints {printed[0, 0]:g}, "
+            f"the arithmetic gives {true[0, 0]:.4g}."
+        )
+    top = int(np.argmax(np.linalg.norm(example.q[head], axis=1)))
+    ask(
+        f"Which token's query in head {h} is the longest vector (asks the loudest question)?",
+        f"**{widgets.md_escape(names[top])}**, length {np.linalg.norm(example.q[head, top]):.3g}.",
+    )
 
-# ---- step 4: weighted values ---------------------------------------------------------------------------------
-st.header("Step 4. Each head's output: a weighted average of values")
-teaching.explain("Each token's new vector is the average of the value vectors, weighted by its attention.")
-st.latex(rf"\mathrm{{head}}_{h} = A_{h} V_{h} \qquad [{example.seq_len} \times {example.seq_len}] \cdot "
-         rf"[{example.seq_len} \times {example.d_k}] = [{example.seq_len} \times {example.d_k}]")
-views.show_chart(teaching.matrix_figure(example.heads[head], f"head_{h}"), key="cls_head_output")
 
-# ---- step 5 and 6: concat and output -----------------------------------------------------------------------------
-st.header("Step 5. Concatenate the heads")
-teaching.explain("The heads' outputs are laid side by side, giving each token one long vector again.")
-st.latex(rf"\mathrm{{Concat}}(\mathrm{{head}}_1, \dots, \mathrm{{head}}_{{{example.num_heads}}}) \in "
-         rf"\mathbb{{R}}^{{{example.seq_len} \times {example.num_heads * example.d_k}}}")
-views.show_chart(teaching.matrix_figure(example.concat, "Concat(heads)"), key="cls_concat")
+def step_scores() -> None:
+    widgets.explain(
+        {
+            "dot": "The dot product of a query and a key: large when they point the same way. It grows with the "
+            "number of dimensions d_k, so with many dimensions the scores get huge.",
+            "scaled": "The dot product divided by the square root of d_k, which keeps the scores about the same size "
+            "however many dimensions a head has (this is the Transformer's choice).",
+            "cosine": "The cosine of the angle between query and key: always between -1 and 1, whatever their length.",
+        }[score]
+    )
+    st.latex(teaching.SCORE_FORMULAS[score])
+    st.latex(teaching.score_cell_latex(example.q[head, 0], example.k[head, 0], score, example.scores[head, 0, 0]))
+    best = visible_keys[np.argmax(example.scores[head, focus, visible_keys])]
+    ask(
+        f"In head {h}, which key will **{widgets.md_escape(names[focus])}** score highest?",
+        f"**{widgets.md_escape(names[best])}**, with score {example.scores[head, focus, best]:.3g}.",
+    )
+    matrix(
+        example.scores[head],
+        f"scores of head {h} (row = query, column = key)",
+        "cls_scores",
+        cols="tokens",
+        masked=masked,
+    )
+    if causal:
+        st.caption("Cells marked 'masked' are future tokens: the causal mask sets their score to -inf before softmax.")
 
-st.header("Step 6. Mix the heads: the output projection")
-teaching.explain("W^O mixes what the heads found and brings the result back to d_model numbers per token, "
-                 "the same shape as the input, so layers can be stacked.")
-st.latex(r"\mathrm{MultiHead}(X) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O")
-views.show_chart(teaching.matrix_figure(example.output, "output"), key="cls_output")
-st.success(f"Headscope's MultiHeadAttention module, run in one call with these weights, gives the same output "
-           f"(largest difference {example.module_max_abs_diff:.1e}).")
 
-# ---- dimensions and counts ----------------------------------------------------------------------------------------
-st.header("Shapes along the way")
-teaching.explain("The batch axis holds several sentences at once (here one). Splitting into heads is only a "
-                 "reshape: no numbers change, they are regrouped.")
-trace = example.dimension_trace.assign(shape=example.dimension_trace["shape"].map(str))
-st.dataframe(trace, hide_index=True, key="cls_trace")
+def step_softmax() -> None:
+    widgets.explain(
+        "Softmax turns each row of scores into positive weights that add up to 1: how much of its attention a token "
+        "gives to every other token. A big gap between scores makes one weight near 1."
+    )
+    st.latex(r"A_{i}[q, k] = \frac{e^{\mathrm{score}[q, k]}}{\sum_{k'} e^{\mathrm{score}[q, k']}}")
+    top = float(example.weights[head, focus].max())
+    ask(
+        f"Will **{widgets.md_escape(names[focus])}** give its top key in head {h} more or less than half of its "
+        "attention?",
+        f"**{'More' if top > 0.5 else 'Less'}**: {top:.2f} of it. The rest is spread over the other "
+        f"{len(visible_keys) - 1} visible tokens.",
+    )
+    widgets.show_chart(teaching.weights_figure(example.weights, example.keep_mask, names=names), key="cls_weights")
+    if example.is_one_hot:
+        st.warning(
+            "Every row is (almost) one-hot: the scores differ by far more than 1, so softmax gives nearly all the "
+            "weight to one key. That is what large scores do; see the last step."
+        )
 
-st.header("How many multiplications?")
-teaching.explain("Counting multiplications shows where the work is: the projections grow with d_model squared, "
-                 "the scores and the weighted values with the sequence length squared.")
-st.dataframe(example.operation_counts, hide_index=True, key="cls_counts")
-total = example.total_matmul_multiplications
-st.latex(teaching.matmul_total_latex(example.operation_counts, total))
-if example.from_seed:
-    st.warning(f"Seed 000, section 3.4, counts 768 + 128 + 256 = 1152 multiplications: it leaves out the weights @ V "
-               f"step, which costs as much as the scores. The matrix products need {total}.")
-if causal:
-    st.caption(example.operation_counts.attrs.get("causal_note", ""))
 
-if example.from_seed:
-    st.header("Where the seed's numbers disagree")
-    st.dataframe(seed_example.discrepancy_summary(), hide_index=True, key="cls_discrepancy_summary")
-    discrepancies = example.discrepancies
-    st.dataframe(discrepancies.assign(index=discrepancies["index"].map(lambda i: "" if i is None else str(i))),
-                 hide_index=True, key="cls_discrepancies")
+def step_weighted_values() -> None:
+    widgets.explain("Each token's new vector is the average of the value vectors, weighted by its attention.")
+    st.latex(
+        rf"\mathrm{{head}}_{h} = A_{h} V_{h} \qquad [{example.seq_len} \times {example.seq_len}] \cdot "
+        rf"[{example.seq_len} \times {example.d_k}] = [{example.seq_len} \times {example.d_k}]"
+    )
+    source_token = int(np.argmax(example.weights[head, focus]))
+    ask(
+        f"Whose value vector contributes most to **{widgets.md_escape(names[focus])}**'s new vector in head {h}?",
+        f"**{widgets.md_escape(names[source_token])}**'s: it carries weight "
+        f"{example.weights[head, focus, source_token]:.2f}.",
+    )
+    matrix(example.heads[head], f"head_{h}", "cls_head_output")
 
-# ---- saturation -----------------------------------------------------------------------------------------------------
-st.header("Why divide by the square root of d_k?")
-teaching.explain("With random queries and keys, a dot product over d_k dimensions has spread about the square root "
-                 "of d_k. Without scaling, the scores of a big head are so far apart that softmax picks one key and "
-                 "ignores the rest (and learning stalls, because the weights stop changing). Scaling keeps the "
-                 "weights spread out at any size; cosine similarity stays bounded.")
-views.show_chart(teaching.saturation_figure(teaching.saturation_table(16), 16), key="cls_saturation")
+
+def step_output() -> None:
+    widgets.explain(
+        "The heads' outputs are laid side by side, giving each token one long vector again; W^O mixes "
+        "what the heads found and brings it back to d_model numbers, so layers can be stacked."
+    )
+    st.latex(
+        rf"\mathrm{{Concat}}(\mathrm{{head}}_1, \dots, \mathrm{{head}}_{{{example.num_heads}}}) \in "
+        rf"\mathbb{{R}}^{{{example.seq_len} \times {example.num_heads * example.d_k}}}, \qquad "
+        r"\mathrm{MultiHead}(X) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O"
+    )
+    matrix(example.concat, "Concat(heads)", "cls_concat")
+    matrix(example.output, "output", "cls_output", cols="features" if features else "dims")
+    st.success(
+        f"Headscope's MultiHeadAttention module, run in one call with these weights, gives the same output "
+        f"(largest difference {example.module_max_abs_diff:.1e})."
+    )
+    ask(
+        "The output has the same shape as X. Why does that matter?",
+        "Because the next layer takes the same shape in: layers can be stacked, dozens of them.",
+    )
+
+
+def step_shapes_and_counts() -> None:
+    widgets.explain(
+        "The batch axis holds several sentences at once (here one). Splitting into heads is only a reshape: no "
+        "numbers change, they are regrouped. Counting multiplications shows where the work is: the projections "
+        "grow with d_model squared, the scores and the weighted values with the sequence length squared."
+    )
+    trace = example.dimension_trace.assign(shape=example.dimension_trace["shape"].map(str))
+    st.dataframe(trace, hide_index=True, key="cls_trace")
+    st.dataframe(example.operation_counts, hide_index=True, key="cls_counts")
+    total = example.total_matmul_multiplications
+    st.latex(teaching.matmul_total_latex(example.operation_counts, total))
+    if example.from_seed:
+        st.warning(
+            f"The tutorial counts 768 + 128 + 256 = 1152 multiplications: it leaves out the weights @ V step, which "
+            f"costs as much as the scores. The matrix products need {total}."
+        )
+        st.subheader("Where the tutorial's numbers disagree with the arithmetic")
+        st.dataframe(walkthrough.discrepancy_summary(), hide_index=True, key="cls_discrepancy_summary")
+        discrepancies = example.discrepancies
+        st.dataframe(
+            discrepancies.assign(index=discrepancies["index"].map(lambda i: "" if i is None else str(i))),
+            hide_index=True,
+            key="cls_discrepancies",
+        )
+    if causal:
+        st.caption(example.operation_counts.attrs.get("causal_note", ""))
+
+
+def step_scaling() -> None:
+    widgets.explain(
+        "With random queries and keys, a dot product over d_k dimensions has spread about the square root of d_k. "
+        "Without scaling, the scores of a big head are so far apart that softmax picks one key and ignores the rest "
+        "(and learning stalls, because the weights stop changing). Scaling keeps the weights spread out at any "
+        "size; cosine similarity stays bounded."
+    )
+    table = state.saturation_table(16)
+    unscaled = table[(table["score"] == "dot") & (table["d_k"] == table["d_k"].max())]["max_weight"].iloc[0]
+    ask(
+        f"Without dividing by sqrt(d_k), how large is the biggest weight of a row at d_k = {table['d_k'].max()}?",
+        f"About **{unscaled:.2f}**: nearly one-hot. With the scaling it stays far below that.",
+    )
+    widgets.show_chart(teaching.saturation_figure(table, 16), key="cls_saturation")
+
+
+STEPS = [
+    ("Step 1. The input and the weights", step_inputs),
+    ("Step 2. Project: queries, keys and values", step_projections),
+    ("Step 3. Scores: how well does each query match each key?", step_scores),
+    ("Step 4. Softmax: scores become weights", step_softmax),
+    ("Step 5. Each head's output: a weighted average of values", step_weighted_values),
+    ("Step 6. Concatenate the heads and mix them", step_output),
+    ("Step 7. Shapes and multiplications", step_shapes_and_counts),
+    ("Step 8. Why divide by the square root of d_k?", step_scaling),
+]
+
+# ---- one step per screen -----------------------------------------------------------------------------------
+all_steps = widgets.url_toggle("All steps on one page", "cls_all", "all")
+if all_steps:
+    for title, draw in STEPS:
+        st.header(title)
+        draw()
+    st.stop()
+
+
+def step_number(raw: str) -> int:
+    if int(raw) not in range(1, len(STEPS) + 1):
+        raise ValueError(raw)
+    return int(raw)
+
+
+widgets.url_setting("cls_step", "step", 1, step_number)
+
+
+def move(by: int) -> None:
+    st.session_state["cls_step"] = min(max(st.session_state["cls_step"] + by, 1), len(STEPS))
+
+
+number = st.session_state["cls_step"]
+back, progress, forward = st.columns([1, 4, 1])
+back.button("Back", key="cls_back", on_click=move, args=(-1,), disabled=number == 1, icon=":material/arrow_back:")
+progress.progress(number / len(STEPS), text=f"Step {number} of {len(STEPS)}")
+forward.button(
+    "Next", key="cls_next", on_click=move, args=(1,), disabled=number == len(STEPS), icon=":material/arrow_forward:"
+)
+widgets.keep_in_url("cls_step", "step", 1)
+title, draw = STEPS[number - 1]
+st.header(title)
+draw()

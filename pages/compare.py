@@ -1,85 +1,133 @@
-"""Compare: layer against layer, sentence against sentence, model against model."""
+"""Compare: layer against layer, sentence against sentence, model or engine against model or engine,
+side by side or as a difference map (left minus right), with a per-layer curve of one measurement."""
+
+import pandas as pd
 import streamlit as st
 
-from ui import figures, state, views
+from mha_core.metrics import METRIC_DESCRIPTIONS
+from ui import figures, state, widgets
+
+# The measurements a per-layer curve can show, in words.
+CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
 
 st.title("Compare")
-mode = st.segmented_control("Compare", ["Layer vs layer", "Sentence vs sentence", "Model vs model"],
-                            default="Layer vs layer", key="compare_mode", label_visibility="collapsed")
-selection = state.current_selection()
-run = state.current_run()
+MODES = {"layers": "Layer vs layer", "sentences": "Sentence vs sentence", "models": "Model vs model"}
+mode = widgets.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
+selection = state.selection()
+run = widgets.current_run()
 if run is None:
     st.stop()
 
 
 def metric_curves(runs_by_name: dict, key: str) -> None:
-    """Per-layer curves of one head metric, one line per run."""
-    tables = {name: state.metrics_for(r) for name, r in runs_by_name.items()}
-    metric = st.selectbox("Per-layer summary", list(state.CURVE_METRICS), key=f"{key}_metric",
-                          format_func=state.CURVE_METRICS.get)
-    if len(tables) == 1:
-        table = next(iter(tables.values()))
-        views.show_chart(figures.layer_curves(table, metric, title=state.CURVE_METRICS[metric]), key=f"{key}_curve")
-        return
-    combined = figures.stack_tables(tables, "series")
-    views.show_chart(figures.layer_curves(combined, metric, series="series", title=state.CURVE_METRICS[metric]),
-                     key=f"{key}_curve")
+    """Per-layer curves of one head measurement, one line per run."""
+    metric = st.selectbox("Per-layer summary", CURVES, key=f"{key}_metric", format_func=METRIC_DESCRIPTIONS.get)
+    tables = [state.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
+    widgets.show_chart(
+        figures.layer_curves(
+            pd.concat(tables, ignore_index=True),
+            metric,
+            series="series",
+            label=METRIC_DESCRIPTIONS[metric],
+            title=f"Per layer: {METRIC_DESCRIPTIONS[metric]}",
+        ),
+        key=f"{key}_curve",
+    )
 
 
-def side_by_side(left_run, right_run, left_layer: int, right_layer: int, left_title: str, right_title: str,
-                 key: str) -> None:
+def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tuple[str, str], key: str) -> None:
+    """The two layers side by side, or their difference (left minus right) as one grid."""
+    if widgets.url_toggle(
+        "Show the difference (left − right)",
+        f"{key}_difference",
+        "diff",
+        help="One grid of left minus right: red where the left attends more, blue where the "
+        "right does. Needs the same tokens and heads on both sides.",
+    ):
+        same_tokens = left_run.tokens == right_run.tokens and left_run.num_heads == right_run.num_heads
+        if not same_tokens:
+            st.info(
+                "A difference map needs the same tokens and the same number of heads on both sides; these "
+                "two differ, so they are shown side by side."
+            )
+        else:
+            st.markdown(f"**{widgets.md_escape(titles[0])} − {widgets.md_escape(titles[1])}**")
+            difference = left_run.attentions[left_layer] - right_run.attentions[right_layer]
+            widgets.difference_view(
+                difference,
+                left_run,
+                key=f"{key}_difference_grid",
+                title=f"Layer {left_layer} − layer {right_layer}, every head",
+            )
+            st.caption(f"Largest difference: {abs(difference).max():.2e}.")
+            return
     left, right = st.columns(2)
-    for column, side_run, layer, title, side in ((left, left_run, left_layer, left_title, "left"),
-                                                 (right, right_run, right_layer, right_title, "right")):
+    for column, side_run, layer, title, side in (
+        (left, left_run, left_layer, titles[0], "left"),
+        (right, right_run, right_layer, titles[1], "right"),
+    ):
         with column:
-            if title:
-                st.markdown(f"**{views.md_escape(title)}**")
-            views.head_view(side_run, layer, key=f"{key}_{side}", columns=3, width_hint=480)
+            st.markdown(f"**{widgets.md_escape(title)}**")
+            widgets.head_view(side_run, layer, key=f"{key}_{side}", columns=3, width_hint=480)
 
 
-if mode == "Sentence vs sentence":
+if mode == "sentences":
     st.caption("The same model reads two sentences; the same layer of each, side by side.")
-    other_text = st.text_input("Second sentence to compare", key="compare_text",
-                               value="The cat sat on the mat because it was hungry.", max_chars=state.MAX_TEXT_CHARS)
-    other = state.run_for(selection.model, selection.engine, other_text)
+    other_text = st.text_input(
+        "Second sentence to compare",
+        key="compare_text",
+        value="The cat sat on the mat because it was hungry.",
+        max_chars=state.MAX_TEXT_CHARS,
+    )
+    other = widgets.run_for(selection.model, selection.engine, other_text, bos=selection.bos)
     if other is None:
         st.stop()
-    layer = state.select_layer(run.num_layers)
-    side_by_side(run, other, layer, layer, f"A: {selection.text}", f"B: {other_text}", key="cmp_sentences")
+    layer = widgets.select_layer(run.num_layers)
+    compared(run, other, layer, layer, (f"A: {selection.text}", f"B: {other_text}"), key="cmp_sentences")
     metric_curves({"A": run, "B": other}, key="cmp_sentences")
 
-elif mode == "Model vs model":
-    st.caption("The same text through a second model or engine. Transformers against the from-scratch "
-               "core shows how exactly Headscope's own layer code reproduces the library.")
+elif mode == "models":
+    st.caption(
+        "The same text through a second model or engine. Transformers against the from-scratch core shows "
+        "how exactly Headscope's own layer code reproduces the library: their difference map is blank."
+    )
     cols = st.columns(2)
-    other_model = cols[0].selectbox("Second model", [*state.MODEL_CHOICES], key="compare_model",
-                                    index=1 if selection.model == state.DEFAULT_MODEL else 0,
-                                    format_func=state.MODEL_CHOICES.get)
-    other_engine = cols[1].radio("Second engine", list(state.ENGINES), key="compare_engine", horizontal=True,
-                                 format_func=state.ENGINES.get)
-    with state.error_display():
-        other = state.run_for(other_model, other_engine, selection.text, selection.text_pair, notices=False)
+    offered = {key: label for key, label in state.model_choices().items() if key != state.OTHER_MODEL}
+    other_model = cols[0].selectbox(
+        "Second model",
+        list(offered),
+        key="compare_model",
+        index=1 if selection.model == state.DEFAULT_MODEL and len(offered) > 1 else 0,
+        format_func=offered.get,
+    )
+    other_engine = cols[1].radio(
+        "Second engine", list(state.ENGINES), key="compare_engine", horizontal=True, format_func=state.ENGINE_LABELS.get
+    )
+    with widgets.error_display():
+        other = widgets.run_for(other_model, other_engine, selection.text, selection.text_pair, notices=False)
     if other is None:
         st.stop()
     for candidate in (run, other):
-        views.engine_note(candidate)
+        widgets.engine_note(candidate)
     if other.model_name == run.model_name and other.engine == run.engine:
         st.info("Both sides are the same model and engine: pick another model or engine to compare.")
     cols = st.columns(2)
-    left_layer = state.select_layer(run.num_layers, label=f"Layer of {run.model_name}", container=cols[0])
-    right_layer = state.select_layer(other.num_layers, label=f"Layer of {other.model_name}", key="compare_layer_b",
-                                     container=cols[1])
-    side_by_side(run, other, left_layer, right_layer, f"{run.model_name} ({state.ENGINES[run.engine]})",
-                 f"{other.model_name} ({state.ENGINES[other.engine]})", key="cmp_models")
-    names = {f"{r.model_name} ({state.ENGINES[r.engine]})": r for r in (run, other)}
-    metric_curves(names, key="cmp_models")
+    left_layer = widgets.select_layer(run.num_layers, label=f"Layer of {run.model_name}", container=cols[0])
+    # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
+    right_layer = widgets.select_layer(
+        other.num_layers, label=f"Layer of {other.model_name}", key="compare_other_layer", container=cols[1]
+    )
+    names = [f"{r.model_name} ({state.ENGINE_LABELS[r.engine]})" for r in (run, other)]
+    compared(run, other, left_layer, right_layer, (names[0], names[1]), key="cmp_models")
+    metric_curves(dict(zip(names, (run, other))), key="cmp_models")
 
 else:
     st.caption("Two layers of the same run, every head of each, side by side.")
     cols = st.columns(2)
-    layer_a = state.select_layer(run.num_layers, label="Left layer", container=cols[0])
+    layer_a = widgets.select_layer(run.num_layers, label="Left layer", container=cols[0])
     # Opens on the first layer against the last: the contrast a reader comes for.
-    layer_b = state.select_layer(run.num_layers, label="Right layer", key="compare_layer_b", container=cols[1],
-                                 default=run.num_layers - 1)
-    side_by_side(run, run, layer_a, layer_b, "", "", key="cmp_layers")
+    layer_b = widgets.select_layer(
+        run.num_layers, label="Right layer", key="compare_layer_b", container=cols[1], default=run.num_layers - 1
+    )
+    compared(run, run, layer_a, layer_b, (f"Layer {layer_a}", f"Layer {layer_b}"), key="cmp_layers")
     metric_curves({"this sentence": run}, key="cmp_layers")

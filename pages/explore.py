@@ -1,53 +1,106 @@
 """Explore: every head of a layer, one head enlarged (heatmap and lines), and the whole model at once."""
+
+import numpy as np
 import streamlit as st
 
-from ui import figures, state, views
+from ui import figures, state, widgets
 
 st.title("Explore")
-st.markdown(views.INTRO)
-st.caption("Rows are queries (the token looking), columns are keys (the tokens looked at); "
-           "each row sums to 1. Hover any cell for the tokens and the exact weight.")
+st.markdown(widgets.INTRO)
+with st.expander("What am I looking at?", icon=":material/help:"):
+    st.markdown(widgets.FIRST_TEN_MINUTES)
 
-run = state.current_run()
+run = widgets.current_run()
 if run is None:
     st.stop()
 
-st.caption(views.md_escape(run.summary()))
-views.engine_note(run)
-words, hide_special = views.view_toggles(run)
-view = views.shaped_run(run, words, hide_special)
+st.caption(widgets.md_escape(run.summary()))
+widgets.engine_note(run)
+words, hide_special = widgets.view_toggles(run)
+view = widgets.shaped_run(run, words, hide_special)
 if view.is_causal:
     st.caption("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
-if views.figure_options(view)["segment_ids"] is not None:
+if widgets.figure_options(view)["segment_ids"] is not None:
     st.caption("Sentence pair: the dotted orange line separates the first sentence from the second.")
+sinks = state.metrics_for(run)["sink_mass"].to_numpy()
+if np.mean(sinks >= 0.5) >= 0.5:
+    st.info(
+        f"{np.mean(sinks >= 0.5):.0%} of the heads put most of their attention on a token of no content "
+        "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when it "
+        "has nothing to do. Look for the heads that do not.",
+        icon=":material/info:",
+    )
 
-mode = st.segmented_control("View", ["Head view", "Model view"], default="Head view", key="explore_mode")
-if mode == "Model view":
-    views.model_view(view, key="model_view")
+mode = widgets.url_choice("View", {"head": "Head view", "model": "Model view"}, key="explore_mode", url_key="view")
+if mode == "model":
+    st.caption("Every head of every layer at once. Click a head to open it in the head view.")
+
+    def open_in_head_view() -> None:
+        st.session_state["explore_mode"] = "head"
+
+    widgets.model_view(
+        view, key="model_view", on_click=lambda: widgets.select_clicked_head("model_view", then=open_in_head_view)
+    )
     st.stop()
 
 controls = st.columns([3, 3, 2])
-layer = state.select_layer(view.num_layers, container=controls[0])
-head = state.select_head(view.num_heads, container=controls[1], label="Head to enlarge")
-views.head_view(view, layer, key="head_view")
+layer = widgets.select_layer(view.num_layers, container=controls[0])
+head = widgets.select_head(view.num_heads, container=controls[1], label="Head to enlarge")
+widgets.head_view(view, layer, key="head_view", on_click=lambda: widgets.select_clicked_head("head_view"))
+st.caption(
+    "Click a head to enlarge it below. Rows are queries (the token looking), columns are keys (the tokens "
+    "looked at); each row sums to 1."
+)
 
 st.subheader(f"Layer {layer}, head {head}")
 left, right = st.columns([3, 2])
 with left:
-    views.show_chart(figures.head_heatmap(view.attentions[layer, head], view.tokens, view.tokens,
-                                          **views.figure_options(view)),
-                     key="one_head", filename=f"headscope-layer{layer}-head{head}")
+    widgets.show_chart(
+        figures.head_heatmap(view.attentions[layer, head], view.tokens, view.tokens, **widgets.figure_options(view)),
+        key="one_head",
+        filename=f"headscope-layer{layer}-head{head}",
+    )
 with right:
-    focus = st.selectbox("Focus on query token", [None, *range(view.num_tokens)], key="focus_token",
-                         format_func=lambda i: "all tokens" if i is None else f"{i}: {view.tokens[i]}")
-    views.show_chart(figures.attention_lines(view.attentions[layer, head], view.tokens, focus=focus,
-                                             segment_ids=views.figure_options(view)["segment_ids"]),
-                     key="lines_view", filename=f"headscope-layer{layer}-head{head}-lines")
-    st.caption("Lines from each query (left) to the keys it attends to (right); darker = more weight. "
-               "Weights under 0.02 are not drawn.")
+    ALL = -1  # "all tokens" (a selectbox shows None as no choice at all)
+    tokens = [ALL, *range(view.num_tokens)]
 
-views.downloads(view, layer, head)
-source = views.layer_source_code(run.family) if run.engine == "core" else None
+    def token_position(raw: str) -> int:
+        if int(raw) not in range(view.num_tokens):
+            raise ValueError(raw)
+        return int(raw)
+
+    widgets.url_setting("focus_token", "focus", ALL, token_position)
+    if st.session_state["focus_token"] not in tokens:
+        st.session_state["focus_token"] = ALL  # the sentence changed under a focus on a later token
+    focus = st.selectbox(
+        "Focus on query token",
+        tokens,
+        key="focus_token",
+        format_func=lambda i: "all tokens" if i == ALL else f"{i}: {view.tokens[i]}",
+    )
+    widgets.keep_in_url("focus_token", "focus", ALL)
+    focus = None if focus == ALL else focus
+    widgets.show_chart(
+        figures.attention_lines(
+            view.attentions[layer, head],
+            view.tokens,
+            focus=focus,
+            segment_ids=widgets.figure_options(view)["segment_ids"],
+        ),
+        key="lines_view",
+        filename=f"headscope-layer{layer}-head{head}-lines",
+    )
+    st.caption(
+        "Lines from each query (left) to the keys it attends to (right); darker = more weight. "
+        + (
+            "Every weight of 0.02 or more is drawn."
+            if focus is not None
+            else "For all tokens at once, each query's two strongest keys; pick a token to see all of its lines."
+        )
+    )
+
+widgets.downloads(view, layer, head)
+source = widgets.layer_source_code(run.family) if run.engine == "core" else None
 if source:
     with st.expander("The from-scratch layer code that computed these weights"):
         st.code(source, language="python")

@@ -1,17 +1,11 @@
-"""Positions: the sinusoidal encoding of seed 001, its relative-shift property, and learned position tables."""
-import contextlib
+"""Positions: the sinusoidal encoding of "Attention Is All You Need", its relative-shift property, and learned position tables."""
 
 import streamlit as st
 
 import mha_core as mc
 from mha_core import positional
-from ui import teaching, views
-
-try:
-    from ui import state
-except ImportError:  # the shared app state is optional here: only section 5 needs a model
-    state = None
-guard = state.error_display if state is not None else contextlib.nullcontext
+from ui import widgets
+from ui.figures import teaching
 
 st.title("Positions")
 st.markdown(
@@ -22,86 +16,130 @@ st.markdown(
 
 left, right = st.columns(2)
 num_positions = left.slider("Positions", min_value=8, max_value=512, value=100, step=1, key="pe_positions")
-d_model = right.select_slider("d_model (dimensions)", options=[8, 16, 32, 64, 128, 256, 512], value=64,
-                              key="pe_d_model")
+d_model = right.select_slider(
+    "d_model (dimensions)", options=[8, 16, 32, 64, 128, 256, 512], value=64, key="pe_d_model"
+)
 pe = mc.sinusoidal_encoding(num_positions, d_model)
 wavelengths = positional.channel_wavelengths(d_model)
 
 st.subheader("1. Waves: one frequency per pair of dimensions")
 default_channels = sorted({0, 1, d_model // 4, d_model // 2, d_model - 2})
 channels = st.multiselect("Dimensions to draw", list(range(d_model)), default=default_channels, key="pe_channels")
-views.show_chart(teaching.waves_figure(pe, channels, wavelengths), key="pe_waves", filename="headscope-pe-waves")
+widgets.show_chart(teaching.waves_figure(pe, channels, wavelengths), key="pe_waves", filename="headscope-pe-waves")
 st.caption(
     f"Dimension 0 repeats every {wavelengths[0]:.2f} positions; dimension {d_model - 2} every "
-    f"{wavelengths[d_model - 2]:,.0f}. Seed 001 says low dimensions are the slow (low-frequency) ones; its own "
+    f"{wavelengths[d_model - 2]:,.0f}. A popular tutorial says low dimensions are the slow (low-frequency) ones; its own "
     "formula gives the opposite: the first dimensions turn fastest, the last ones slowest."
 )
 
 st.subheader("2. Every position at once")
-views.show_chart(teaching.encoding_heatmap(pe), key="pe_heatmap", filename="headscope-pe-heatmap")
-st.caption("Each row is one position's vector. Left columns flicker from row to row (fast waves); right columns "
-           "barely change (slow waves). Together they give every position a different pattern, like the hands of a clock.")
+widgets.show_chart(teaching.encoding_heatmap(pe), key="pe_heatmap", filename="headscope-pe-heatmap")
+st.caption(
+    "Each row is one position's vector. Left columns flicker from row to row (fast waves); right columns "
+    "barely change (slow waves). Together they give every position a different pattern, like the hands of a clock."
+)
 
 st.subheader("3. How similar are two positions?")
-metric = st.radio("Similarity", list(positional.SIMILARITY_METRICS), horizontal=True, key="pe_metric",
-                  format_func={"dot": "dot product", "cosine": "cosine"}.get)
+metric = st.radio(
+    "Similarity",
+    list(positional.SIMILARITY_METRICS),
+    horizontal=True,
+    key="pe_metric",
+    format_func={"dot": "dot product", "cosine": "cosine"}.get,
+)
 left, right = st.columns(2)
 with left:
-    views.show_chart(teaching.similarity_curve(mc.similarity_by_distance(pe, metric),
-                                               "Similarity against distance (sinusoidal)", metric),
-                     key="pe_similarity_curve", filename="headscope-pe-similarity")
+    widgets.show_chart(
+        teaching.similarity_curve(
+            mc.similarity_by_distance(pe, metric), "Similarity against distance (sinusoidal)", metric
+        ),
+        key="pe_similarity_curve",
+        filename="headscope-pe-similarity",
+    )
 with right:
-    views.show_chart(teaching.similarity_heatmap(mc.position_similarity(pe, metric),
-                                                 f"PE[p] . PE[q] ({metric})"),
-                     key="pe_similarity_matrix", filename="headscope-pe-similarity-matrix")
-st.caption("The dot product of two positions depends only on how far apart they are: sum over i of cos(k w_i). "
-           "It is largest at distance 0 and falls (not monotonically) with distance, so nearby positions look alike.")
+    widgets.show_chart(
+        teaching.similarity_heatmap(mc.position_similarity(pe, metric), f"PE[p] . PE[q] ({metric})"),
+        key="pe_similarity_matrix",
+        filename="headscope-pe-similarity-matrix",
+    )
+st.caption(
+    "The dot product of two positions depends only on how far apart they are: sum over i of cos(k w_i). "
+    "It is largest at distance 0 and falls (not monotonically) with distance, so nearby positions look alike."
+)
 
 st.subheader("4. Moving k positions is one matrix")
-st.markdown("Because sin(a+b) and cos(a+b) are built from sin(a), cos(a), sin(b), cos(b), one fixed matrix "
-            "M_k moves *any* position k steps: it rotates each (sin, cos) pair by the angle k w_i.")
-st.latex(r"\mathrm{PE}_{p+k} = \mathrm{PE}_p \, M_k, \qquad M_k = \mathrm{diag}\left("
-         r"\begin{bmatrix} \cos k\omega_i & -\sin k\omega_i \\ \sin k\omega_i & \cos k\omega_i \end{bmatrix}\right),"
-         r"\quad \omega_i = 10000^{-2i/d}")
+st.markdown(
+    "Because sin(a+b) and cos(a+b) are built from sin(a), cos(a), sin(b), cos(b), one fixed matrix "
+    "M_k moves *any* position k steps: it rotates each (sin, cos) pair by the angle k w_i."
+)
+st.latex(
+    r"\mathrm{PE}_{p+k} = \mathrm{PE}_p \, M_k, \qquad M_k = \mathrm{diag}\left("
+    r"\begin{bmatrix} \cos k\omega_i & -\sin k\omega_i \\ \sin k\omega_i & \cos k\omega_i \end{bmatrix}\right),"
+    r"\quad \omega_i = 10000^{-2i/d}"
+)
 left, right = st.columns(2)
 p = left.number_input("Position p", min_value=0, max_value=100_000, value=5, step=1, key="pe_p")
 k = right.number_input("Offset k", min_value=-int(p), max_value=100_000, value=3, step=1, key="pe_k")
-with guard():
+with widgets.error_display():
     check = positional.relative_shift_check(int(p), int(k), d_model)
-    views.show_chart(teaching.shift_figure(check["pe_p_plus_k"], check["pe_p_times_m_k"], int(p), int(k)),
-                     key="pe_shift", filename="headscope-pe-shift")
-    st.metric(f"Largest difference between PE[{int(p) + int(k)}] and PE[{int(p)}] M_{int(k)}",
-              f"{check['max_abs_diff']:.2e}")
+    widgets.show_chart(
+        teaching.shift_figure(check["pe_p_plus_k"], check["pe_p_times_m_k"], int(p), int(k)),
+        key="pe_shift",
+        filename="headscope-pe-shift",
+    )
+    st.metric(
+        f"Largest difference between PE[{int(p) + int(k)}] and PE[{int(p)}] M_{int(k)}", f"{check['max_abs_diff']:.2e}"
+    )
     st.caption("The difference is rounding error only (float64): the same M_k works for every p.")
 
 st.subheader("5. Learned positions in the model in use")
-model = state.current_model() if state is not None else None
-name = views.md_escape(model.name) if model is not None else ""
-if state is None:
-    st.warning("The shared model selection is not available in this build, so no pretrained model is shown.")
-elif model is not None:
+model = widgets.current_model()
+name = widgets.md_escape(model.name) if model is not None else ""
+if model is not None:
     table = model.position_embeddings()
     if table is None:
-        st.info(f"{name} has no learned position table. Models of its family (SmolLM2 is a Llama) use "
-                "rotary position embeddings (RoPE): inside every attention layer, queries and keys are rotated by "
-                "an angle proportional to their position, the same 2x2 rotations as M_k above, so the score of "
-                "two tokens depends on their distance. There is no table of vectors to compare here.")
+        st.info(
+            f"{name} has no learned position table. Models of its family (SmolLM2 is a Llama) use "
+            "rotary position embeddings (RoPE): inside every attention layer, queries and keys are rotated by "
+            "an angle proportional to their position, the same 2x2 rotations as M_k above, so the score of "
+            "two tokens depends on their distance. There is no table of vectors to compare here."
+        )
     else:
-        count = st.slider("Positions to compare", min_value=2, max_value=int(table.shape[0]),
-                          value=min(128, int(table.shape[0])), key="pe_learned_positions")
+        count = st.slider(
+            "Positions to compare",
+            min_value=2,
+            max_value=int(table.shape[0]),
+            value=min(128, int(table.shape[0])),
+            key="pe_learned_positions",
+        )
         learned = table[:count]
         sinusoidal = mc.sinusoidal_encoding(count, learned.shape[1])
-        st.caption(f"{name}: a learned table of {table.shape[0]} positions x {table.shape[1]} dimensions, "
-                   f"beside a sinusoidal encoding of the same size ({metric} similarity).")
+        st.caption(
+            f"{name}: a learned table of {table.shape[0]} positions x {table.shape[1]} dimensions, "
+            f"beside a sinusoidal encoding of the same size ({metric} similarity)."
+        )
         left, right = st.columns(2)
         with left:
-            views.show_chart(teaching.similarity_curve(mc.similarity_by_distance(sinusoidal, metric),
-                                                       "Sinusoidal (seed 001)", metric), key="pe_model_sinusoidal")
+            widgets.show_chart(
+                teaching.similarity_curve(
+                    mc.similarity_by_distance(sinusoidal, metric), "Sinusoidal (the formula)", metric
+                ),
+                key="pe_model_sinusoidal",
+            )
         with right:
-            views.show_chart(teaching.similarity_curve(mc.similarity_by_distance(learned, metric),
-                                                       f"Learned ({model.name})", metric), key="pe_model_learned")
-        views.show_chart(teaching.similarity_heatmap(mc.position_similarity(learned, metric),
-                                                     f"Learned position vectors of {model.name} ({metric})"),
-                         key="pe_model_matrix")
-        st.caption("Training found position vectors of its own. Where nearby positions are more alike than far ones, "
-                   "the model learned the same idea the sine waves build in.")
+            widgets.show_chart(
+                teaching.similarity_curve(
+                    mc.similarity_by_distance(learned, metric), f"Learned ({model.name})", metric
+                ),
+                key="pe_model_learned",
+            )
+        widgets.show_chart(
+            teaching.similarity_heatmap(
+                mc.position_similarity(learned, metric), f"Learned position vectors of {model.name} ({metric})"
+            ),
+            key="pe_model_matrix",
+        )
+        st.caption(
+            "Training found position vectors of its own. Where nearby positions are more alike than far ones, "
+            "the model learned the same idea the sine waves build in."
+        )

@@ -1,4 +1,281 @@
-"""Roles: which head does what, with the evidence (drawn by ui.roles_view)."""
-from ui.roles_view import render_page
+"""Head roles: which head does what on the current sentence (and, once profiled, on a corpus), with the
+evidence for every claim. The measurements are ``mha_core.metrics`` / ``mha_core.roles``; the figures
+are ``ui.figures.roles``."""
 
-render_page()
+import contextlib
+
+import pandas as pd
+import streamlit as st
+
+import mha_core
+from mha_core.errors import HeadscopeError
+from mha_core.metrics import METRIC_DESCRIPTIONS
+from mha_core.roles import ROLE_FAMILIES
+from ui import figures, state, widgets
+from ui.figures.roles import head_layout_map, role_map
+
+DEFAULT_PROFILE_SENTENCES = 100
+GLOSSARY = """
+- **Role**: what a head does, named only when a published test says so with numbers: its **score**, the
+  **threshold** it passes, how many observations it rests on (**n**), what **chance** would give (attention
+  spread evenly, a random choice, or the best fixed-offset rule), and a **95% interval** that must clear chance.
+- **Sink / no-op**: a head that puts most of its attention on a token of no content ([CLS], [SEP], BOS or the
+  first token) whatever the query: it is resting, not reading.
+- **Delimiter**: a head that attends mostly to punctuation.
+- **Positional**: the largest weight lands at one fixed offset (the previous token, itself, the next token) for
+  nearly every query.
+- **Broad**: attention spread nearly evenly over everything visible.
+- **Syntactic / coreference / decoder**: found on many sentences (the corpus profile) or on repeated random
+  tokens, never on one sentence: which head finds a word's grammatical parent, a pronoun's antecedent, the token
+  after an earlier copy of the current one (induction).
+- **Entropy**: how spread out a row of attention is: 0 = all on one token, 1 (normalised) = evenly on all.
+- **Jensen-Shannon distance**: how different two heads' attention is, 0 (identical) to 1 bit (disjoint).
+- **MDS map**: the heads placed on a plane so that their distances match the Jensen-Shannon distances as well as
+  two dimensions allow: heads that attend alike sit together.
+"""
+MAP_KEY, LAYOUT_KEY = "roles_map", "roles_layout"
+
+
+def select_from_chart(chart_key: str) -> None:
+    """A click on the role map or the MDS map selects that head (both carry [layer, head] first)."""
+    widgets.select_clicked_head(chart_key)
+
+
+def profile_controls(run, model_name: str) -> None:
+    """The corpus profile: UD EWT dev sentences with gold trees (and, for decoders, repeated random tokens)."""
+    with st.expander("Corpus profile: syntactic, coreference and decoder heads", expanded=False):
+        st.caption(
+            "Scores every head on sentences of the UD English EWT dev split (gold trees) and, for decoders, "
+            "on repeated random tokens. Results are cached per model."
+        )
+        config = state.settings()
+        cols = st.columns([2, 1])
+        sentences = cols[0].number_input(
+            "Sentences",
+            10,
+            config.max_profile_sentences,
+            min(DEFAULT_PROFILE_SENTENCES, config.max_profile_sentences),
+            step=10,
+            key="roles_profile_sentences",
+        )
+        if config.classroom:
+            st.caption(
+                f"On this shared server a profile holds at most {config.max_profile_sentences} sentences, "
+                "and one runs at a time."
+            )
+        if not cols[1].button("Profile heads", key="roles_profile_button", type="primary"):
+            return
+        # A class shares the cores: one profile at a time on a classroom server.
+        lock = state.shared().profile_lock if config.classroom else contextlib.nullcontext()
+        if config.classroom and not lock.acquire(blocking=False):
+            st.warning("Another visitor's corpus profile is running on this server. Try again in a minute.")
+            return
+        try:
+            state.corpus_profile(model_name, int(sentences))
+            st.session_state.setdefault("roles_profile", {})[model_name] = int(sentences)
+            if run.is_causal:
+                state.decoder_scores(model_name)
+                st.session_state.setdefault("roles_decoder", {})[model_name] = True
+        except HeadscopeError as error:
+            st.error(widgets.public_message(error))
+        finally:
+            if config.classroom:
+                lock.release()
+
+
+def roles_of(run, model_name: str, metrics: pd.DataFrame, semantic: pd.DataFrame | None):
+    """(roles, primary roles, dependency table or None): the sentence's measurements, or the corpus
+    averages when the user picks them, plus every table that has been profiled."""
+    dependency = coreference = decoder = None
+    sentences = st.session_state.get("roles_profile", {}).get(model_name)
+    if sentences is not None:
+        corpus_metrics, dependency, coreference = state.corpus_profile(model_name, sentences)
+        source = st.radio(
+            "Positional, delimiter and broad roles from",
+            ["this sentence", "the corpus"],
+            horizontal=True,
+            key="roles_source",
+            help=f"The corpus: mean of every measurement over {sentences} UD EWT dev sentences.",
+        )
+        if source == "the corpus":
+            metrics = corpus_metrics
+    if st.session_state.get("roles_decoder", {}).get(model_name):
+        decoder = state.decoder_scores(model_name)
+    roles = mha_core.head_roles(
+        run, metrics=metrics, dependency=dependency, coreference=coreference, decoder=decoder, semantic=semantic
+    )
+    return roles, mha_core.primary_roles(roles, run.num_layers, run.num_heads), dependency
+
+
+def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
+    """One head: its roles with score, threshold and evidence, its attention, every measurement."""
+    st.subheader("Evidence for one head")
+    cols = st.columns(2)
+    layer = widgets.select_layer(run.num_layers, container=cols[0])
+    head = widgets.select_head(run.num_heads, container=cols[1])
+    own = roles[(roles["layer"] == layer) & (roles["head"] == head)]
+    if own.empty:
+        st.info(f"Layer {layer} head {head}: no role passes its threshold on this evidence.")
+    else:
+        st.dataframe(
+            own[["role", "score", "threshold", "n", "baseline", "ci_low", "ci_high", "source", "evidence"]],
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "baseline": st.column_config.NumberColumn("chance", format="%.3f"),
+                "ci_low": st.column_config.NumberColumn("95% CI from", format="%.3f"),
+                "ci_high": st.column_config.NumberColumn("95% CI to", format="%.3f"),
+                "n": st.column_config.NumberColumn("n", format="%d"),
+            },
+        )
+    left, right = st.columns([3, 2])
+    with left:
+        widgets.show_chart(
+            figures.head_heatmap(
+                run.attentions[layer, head],
+                run.tokens,
+                run.tokens,
+                title=f"Layer {layer} head {head} on the current sentence",
+                **widgets.figure_options(run),
+            ),
+            key="roles_head_heatmap",
+            filename=f"headscope-layer{layer}-head{head}",
+        )
+    with right:
+        row = metrics[(metrics["layer"] == layer) & (metrics["head"] == head)].iloc[0]
+        scores = pd.DataFrame(
+            {
+                "measurement": [METRIC_DESCRIPTIONS.get(name, name) for name in row.index[2:]],
+                "value": [str(v) if isinstance(v, str) else f"{v:.4g}" for v in row.to_numpy()[2:]],
+                "column": row.index[2:],
+            }
+        )
+        st.dataframe(scores, hide_index=True, width="stretch")
+
+
+# ---- the page -------------------------------------------------------------------------------------------
+st.title("Head roles")
+st.caption(
+    "Every head measured on the current sentence and named after the published tests it passes. "
+    "Hover a head for its role, score and evidence; click one to open its evidence below. "
+    "Formulas and thresholds: docs/metrics.md."
+)
+with st.expander("What the words mean", icon=":material/menu_book:"):
+    st.markdown(GLOSSARY)
+selection = state.selection()
+run = widgets.current_run()
+if run is None:
+    st.stop()
+
+with widgets.error_display():
+    metrics, semantic, distances = state.sentence_analysis(selection.model, run)
+    profile_controls(run, selection.model)
+    roles, primary, dependency = roles_of(run, selection.model, metrics, semantic)
+
+    counts = primary["family"].value_counts()
+    st.subheader("Role of every head")
+    st.caption(
+        "The letter in a cell says where its evidence comes from: s = this sentence only, c = the corpus "
+        "profile, r = repeated random tokens. A role is named only when its 95% interval clears what chance "
+        "would give."
+    )
+    st.caption(" · ".join(f"{family}: {counts.get(family, 0)}" for family in ROLE_FAMILIES if counts.get(family, 0)))
+    widgets.show_chart(
+        role_map(
+            primary,
+            run.num_layers,
+            run.num_heads,
+            ROLE_FAMILIES,
+            title=f"{run.num_layers} layers x {run.num_heads} heads, coloured by role",
+        ),
+        key=MAP_KEY,
+        filename="headscope-roles",
+        on_select=lambda: select_from_chart(MAP_KEY),
+        selection_mode="points",
+    )
+
+    if dependency is not None:
+        st.subheader("Best head per dependency relation")
+        st.caption(
+            "Clark et al. (2019): accuracy of the head's word-level argmax at finding the parent "
+            "(or a child) against the best fixed-offset baseline, on UD English EWT dev."
+        )
+        min_count = st.number_input("Minimum examples per relation", 1, 1000, 20, key="roles_min_count")
+        best = mha_core.best_dependency_heads(dependency, min_count=int(min_count))
+        st.dataframe(
+            best[
+                [
+                    "relation",
+                    "direction",
+                    "layer",
+                    "head",
+                    "accuracy",
+                    "baseline_accuracy",
+                    "margin",
+                    "baseline_offset",
+                    "count",
+                ]
+            ],
+            hide_index=True,
+            width="stretch",
+            column_config={
+                c: st.column_config.NumberColumn(format="%.3f") for c in ("accuracy", "baseline_accuracy", "margin")
+            },
+        )
+
+    st.subheader("Map of heads")
+    color_by = st.radio("Colour by", ["layer", "role"], horizontal=True, key="roles_color_by")
+    st.caption(
+        "Classical MDS of the Jensen-Shannon distances between heads (Clark et al. 2019): heads that "
+        "attend alike sit close together."
+    )
+    if run.num_tokens > state.DISTANCE_MAX_QUERIES:
+        st.caption(
+            f"{run.num_tokens} tokens: distances are averaged over {state.DISTANCE_MAX_QUERIES} evenly "
+            "spaced query tokens to keep this page fast."
+        )
+    table = distances.layout_frame().merge(primary[["layer", "head", "role", "family"]], on=["layer", "head"])
+    widgets.show_chart(
+        head_layout_map(table, ROLE_FAMILIES, color_by=color_by, title="Heads placed by how alike they attend"),
+        key=LAYOUT_KEY,
+        filename="headscope-head-map",
+        on_select=lambda: select_from_chart(LAYOUT_KEY),
+        selection_mode="points",
+    )
+    if distances.collapse_groups:
+        groups = "; ".join(", ".join(f"L{l}H{h}" for l, h in group) for group in distances.collapse_groups)
+        st.warning(f"Near-identical heads (mean JS divergence < {distances.collapse_threshold} bit): {groups}")
+    else:
+        st.caption(f"No collapse: no two heads are closer than {distances.collapse_threshold} bit.")
+
+    st.subheader("Per-layer curves")
+    widgets.show_chart(
+        figures.with_axis_room(
+            figures.layer_curves(
+                distances.layer_spread(),
+                "distance_to_layer",
+                title="Diversity: mean JS distance between the heads of a layer (dots: each head to the others)",
+            )
+        ),
+        key="roles_diversity",
+        filename="headscope-diversity",
+    )
+    numeric = [
+        c
+        for c in metrics.columns
+        if c not in ("layer", "head", "num_queries") and pd.api.types.is_numeric_dtype(metrics[c])
+    ]
+    measure = st.selectbox(
+        "Measurement",
+        numeric,
+        index=numeric.index("normalized_entropy"),
+        key="roles_measure",
+        format_func=lambda name: METRIC_DESCRIPTIONS.get(name, name),
+    )
+    widgets.show_chart(
+        figures.layer_curves(metrics, measure, label=METRIC_DESCRIPTIONS.get(measure, measure)),
+        key="roles_curve",
+        filename=f"headscope-{measure}",
+    )
+
+    head_evidence(run, metrics, roles)

@@ -1,6 +1,26 @@
 #!/usr/bin/env bash
 # Install everything (if needed) and start Headscope on the embedded MiniLM model.
+#   bash scripts/app.sh                   one user, on this machine: http://localhost:8501
+#   bash scripts/app.sh --classroom       a class: serves on every interface of this machine, prints the
+#                                         link (and shows it with a QR code in the app), safe settings on
+#                                         (docs/classroom.md). HEADSCOPE_PORT picks the port (default 8501).
+# Any further arguments go to `streamlit run` (e.g. --server.port 8600).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+
+if [ "${1:-}" = "--classroom" ]; then
+  shift
+  port=${HEADSCOPE_PORT:-8501}
+  host=$(hostname -I 2>/dev/null | awk '{print $1}')
+  export HEADSCOPE_CLASSROOM=1
+  export HEADSCOPE_PUBLIC_URL=${HEADSCOPE_PUBLIC_URL:-http://${host:-localhost}:${port}/}
+  echo
+  echo "  Headscope for a class. Students open:  ${HEADSCOPE_PUBLIC_URL}"
+  echo "  (the sidebar's 'Join this class' panel shows the same link as a QR code)"
+  echo "  Models offered: ${HEADSCOPE_ALLOWED_MODELS:-minilm, smollm2}; cache budget ${HEADSCOPE_CACHE_BUDGET_MB:-2048} MB."
+  echo
+  exec .venv/bin/python -m streamlit run app.py --server.address 0.0.0.0 --server.port "$port" \
+    --browser.serverAddress "${host:-localhost}" "$@"
+fi
 exec .venv/bin/python -m streamlit run app.py "$@"

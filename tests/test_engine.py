@@ -3,6 +3,7 @@
 Tiny randomly initialised checkpoints cover every layout (BERT, RoBERTa, DistilBERT, ELECTRA,
 GPT-2, Llama with grouped KV heads); real MiniLM and SmolLM2 weights cover real numbers.
 """
+
 from __future__ import annotations
 
 import gc
@@ -15,11 +16,12 @@ import pytest
 import torch
 import transformers as tf
 
-from conftest import require
 import mha_core
 from mha_core import core_attentions, core_family, engine
-from mha_core.engine import HELPER_SOURCE, LAYER_SOURCE, core_model
+from mha_core.engine import core_model
 from mha_core.errors import EngineNotSupported
+from mha_core.families import FAMILIES, FAMILY_OF_MODEL_TYPE
+from tests.conftest import require
 
 TOLERANCE = 1e-4
 VOCAB = 100
@@ -34,33 +36,102 @@ TINY_MODELS = {
     "bert-masked-lm": (tf.BertConfig(type_vocab_size=2, **ENCODER), tf.BertForMaskedLM, "bert", False),
     "bert-tanh-gelu": (tf.BertConfig(hidden_act="gelu_new", **ENCODER), tf.BertModel, "bert", False),
     "roberta": (tf.RobertaConfig(**ENCODER), tf.RobertaModel, "bert", False),
+    "camembert": (tf.CamembertConfig(**ENCODER), tf.CamembertModel, "bert", False),
     "xlm-roberta": (tf.XLMRobertaConfig(**ENCODER), tf.XLMRobertaForMaskedLM, "bert", False),
-    "distilbert": (tf.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **SMALL), tf.DistilBertModel,
-                   "bert", False),
+    "distilbert": (
+        tf.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **SMALL),
+        tf.DistilBertModel,
+        "bert",
+        False,
+    ),
     "electra": (tf.ElectraConfig(embedding_size=16, **ENCODER), tf.ElectraModel, "bert", False),
-    "gpt2-lm-head": (tf.GPT2Config(n_embd=32, n_layer=3, n_head=4, vocab_size=VOCAB, n_positions=64),
-                     tf.GPT2LMHeadModel, "gpt2", True),
+    "gpt2-lm-head": (
+        tf.GPT2Config(n_embd=32, n_layer=3, n_head=4, vocab_size=VOCAB, n_positions=64),
+        tf.GPT2LMHeadModel,
+        "gpt2",
+        True,
+    ),
     "gpt2-inverse-layer-scale": (
-        tf.GPT2Config(n_embd=32, n_layer=3, n_head=4, vocab_size=VOCAB, n_positions=64,
-                      scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True),
-        tf.GPT2Model, "gpt2", True),
+        tf.GPT2Config(
+            n_embd=32,
+            n_layer=3,
+            n_head=4,
+            vocab_size=VOCAB,
+            n_positions=64,
+            scale_attn_by_inverse_layer_idx=True,
+            reorder_and_upcast_attn=True,
+        ),
+        tf.GPT2Model,
+        "gpt2",
+        True,
+    ),
     "llama-gqa": (
-        tf.LlamaConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                       intermediate_size=64, rope_parameters={"rope_type": "default", "rope_theta": 500.0}, **SMALL),
-        tf.LlamaForCausalLM, "llama", True),
+        tf.LlamaConfig(
+            hidden_size=32,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+            **SMALL,
+        ),
+        tf.LlamaForCausalLM,
+        "llama",
+        True,
+    ),
+    # Mistral is Llama with a sliding window; a window no shorter than the text changes nothing.
+    "mistral-window": (
+        tf.MistralConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            sliding_window=16,
+            **SMALL,
+        ),
+        tf.MistralModel,
+        "llama",
+        True,
+    ),
     "llama-rope-llama3-scaling": (
-        tf.LlamaConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=3,
-                       head_dim=16, intermediate_size=64, attention_bias=True,
-                       rope_parameters={"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0,
-                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                        "original_max_position_embeddings": 8}, **SMALL),
-        tf.LlamaModel, "llama", True),
+        tf.LlamaConfig(
+            hidden_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=6,
+            num_key_value_heads=3,
+            head_dim=16,
+            intermediate_size=64,
+            attention_bias=True,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8,
+            },
+            **SMALL,
+        ),
+        tf.LlamaModel,
+        "llama",
+        True,
+    ),
     **{
         f"llama-rope-{rope['rope_type']}-scaling": (
-            tf.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
-                           intermediate_size=64, rope_parameters={"rope_theta": 500.0, "factor": 4.0, **rope},
-                           **SMALL),
-            tf.LlamaModel, "llama", True)
+            tf.LlamaConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=1,
+                intermediate_size=64,
+                rope_parameters={"rope_theta": 500.0, "factor": 4.0, **rope},
+                **SMALL,
+            ),
+            tf.LlamaModel,
+            "llama",
+            True,
+        )
         for rope in ({"rope_type": "linear"}, {"rope_type": "yarn", "original_max_position_embeddings": 16})
     },
 }
@@ -156,7 +227,7 @@ def above_diagonal_of(n: int) -> torch.Tensor:
 
 def test_core_without_mask_equals_transformers(tiny):
     """No attention_mask: every token is real; a single [n] sequence is a batch of one."""
-    name, model = tiny
+    _, model = tiny
     input_ids = padded_batch(seed=1)[0][0]
     reference = reference_attentions(model, input_ids=input_ids[None])
     ours = core_attentions(model, input_ids)
@@ -202,8 +273,15 @@ def test_weights_are_built_once_per_model_and_released_with_it():
 
 def test_core_family_rejects_unsupported_architectures():
     opt = tf.OPTModel._from_config(
-        tf.OPTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32, vocab_size=VOCAB,
-                     word_embed_proj_dim=16, max_position_embeddings=32),
+        tf.OPTConfig(
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            ffn_dim=32,
+            vocab_size=VOCAB,
+            word_embed_proj_dim=16,
+            max_position_embeddings=32,
+        ),
         attn_implementation="eager",
     )
     with pytest.raises(EngineNotSupported, match=r"'opt'.*engine='transformers'.*gpt2"):
@@ -214,13 +292,20 @@ def test_core_family_rejects_unsupported_architectures():
     decoder_bert = tf.BertModel._from_config(tf.BertConfig(is_decoder=True, **ENCODER), attn_implementation="eager")
     with pytest.raises(EngineNotSupported, match="decoder"):
         core_family(decoder_bert)
-    odd_activation = tf.BertModel._from_config(tf.BertConfig(hidden_act="gelu_10", **ENCODER),
-                                                attn_implementation="eager")
+    odd_activation = tf.BertModel._from_config(
+        tf.BertConfig(hidden_act="gelu_10", **ENCODER), attn_implementation="eager"
+    )
     with pytest.raises(EngineNotSupported, match="gelu_10"):
         core_family(odd_activation)
     dynamic_rope = tf.LlamaModel._from_config(
-        tf.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
-                       rope_parameters={"rope_type": "dynamic", "rope_theta": 500.0, "factor": 2.0}, **SMALL),
+        tf.LlamaConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            intermediate_size=64,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 500.0, "factor": 2.0},
+            **SMALL,
+        ),
         attn_implementation="eager",
     )
     with pytest.raises(EngineNotSupported, match="'dynamic' depends on the input length"):
@@ -241,22 +326,50 @@ def test_bad_ids_raise_clear_errors():
         core_attentions(model, torch.tensor([[5, 6, 7]]), attention_mask=torch.ones(1, 4))
 
 
-ENGINE_FUNCTIONS = {name for name, value in vars(engine).items()
-                    if inspect.isfunction(value) and value.__module__ == engine.__name__}
+ENGINE_FUNCTIONS = {
+    name for name, value in vars(engine).items() if inspect.isfunction(value) and value.__module__ == engine.__name__
+}
 
 
 def test_layer_source_is_short_and_readable():
-    assert set(LAYER_SOURCE) == {"bert", "gpt2", "llama"}
-    for family, layer_function in LAYER_SOURCE.items():
+    assert set(FAMILIES) == {"bert", "gpt2", "llama"}
+    for name, family in FAMILIES.items():
+        layer_function = family.layer
         source = inspect.getsource(layer_function)
-        assert source.startswith(f"def {family}_layer(")
+        assert source.startswith(f"def {name}_layer(")
         assert len(source.splitlines()) <= 45
         # Every engine function the layer calls is listed for display beside it, and is short too.
-        helpers = HELPER_SOURCE[family]
+        helpers = family.helpers
         called = {name for name in ENGINE_FUNCTIONS - {layer_function.__name__} if re.search(rf"\b{name}\(", source)}
         assert called and called <= {helper.__name__ for helper in helpers}
         for helper in helpers:
             assert len(inspect.getsource(helper).splitlines()) <= 20
+
+
+def test_one_registry_names_every_family_and_type():
+    import mha_core
+    from mha_core.families import family_name
+
+    for config, _, family, causal in TINY_MODELS.values():
+        assert FAMILY_OF_MODEL_TYPE[config.model_type].name == family_name(config.model_type) == family
+        assert FAMILIES[family].causal == causal
+    assert family_name("opt") == "opt"  # not replayed by the engine: its own family name
+    with pytest.raises(EngineNotSupported) as caught:
+        core_family(
+            tf.OPTModel._from_config(
+                tf.OPTConfig(hidden_size=16, num_hidden_layers=1, ffn_dim=32, num_attention_heads=2, vocab_size=VOCAB)
+            )
+        )
+    for family in FAMILIES.values():  # the message lists what the registry holds, nothing else
+        assert all(model_type in str(caught.value) for model_type in family.model_types)
+    assert mha_core.families.FAMILIES is FAMILIES
+
+
+def test_sliding_window_beyond_the_text_is_refused_not_ignored():
+    model = tiny_model("mistral-window")
+    ids = torch.randint(3, VOCAB, (1, 20))
+    with pytest.raises(EngineNotSupported, match="sliding-window attention"):
+        core_attentions(model, ids)
 
 
 def test_public_exports():
@@ -267,6 +380,7 @@ def test_public_exports():
 # ---------------------------------------------------------------------------------------------
 # Real weights
 # ---------------------------------------------------------------------------------------------
+
 
 def assert_real_batch_matches(model, batch, label: str, family: str, layers_heads) -> torch.Tensor:
     """Core and transformers attentions of a tokenised, right-padded batch agree at every real token."""
@@ -292,7 +406,8 @@ def test_minilm_real_weights_match_transformers():
     batch = tokenizer(
         ["The cat sat on the mat because it was warm.", "Where is the dog?"],
         ["It slept there all afternoon.", "Outside."],
-        padding=True, return_tensors="pt",
+        padding=True,
+        return_tensors="pt",
     )
     ours = assert_real_batch_matches(model, batch, "MiniLM", "bert", (6, 12))
     assert float(ours[0, ..., above_diagonal_of(ours.shape[-1])].sum()) > 1.0  # an encoder looks both ways
@@ -318,8 +433,9 @@ def test_smollm2_real_weights_match_transformers(smollm2):
     tokenizer.padding_side = "right"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    batch = tokenizer(["The keys to the cabinet are on the table.", "Attention is all you need."],
-                      padding=True, return_tensors="pt")
+    batch = tokenizer(
+        ["The keys to the cabinet are on the table.", "Attention is all you need."], padding=True, return_tensors="pt"
+    )
     batch = {key: batch[key] for key in ("input_ids", "attention_mask")}
     ours = assert_real_batch_matches(model, batch, "SmolLM2", "llama", (30, 9))
     assert torch.all(ours[..., above_diagonal_of(ours.shape[-1])] == 0)

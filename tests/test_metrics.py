@@ -1,4 +1,5 @@
 """head_metrics / head_distances / semantic_scores on hand-built attention with known answers."""
+
 from __future__ import annotations
 
 import math
@@ -26,9 +27,17 @@ def make_run(heads, tokens=None, special=None, segments=None, causal=False) -> A
     n = attentions.shape[-1]
     tokens = tokens or ["[CLS]"] + [f"w{i}" for i in range(1, n - 1)] + ["[SEP]"]
     special = np.array([t in ("[CLS]", "[SEP]", "<s>") for t in tokens]) if special is None else np.asarray(special)
-    return AttentionRun(model_name="hand", family="toy", is_causal=causal, tokens=tokens, attentions=attentions,
-                        special_mask=special, word_ids=np.where(special, -1, np.arange(n)), words=tokens,
-                        segment_ids=np.zeros(n, dtype=int) if segments is None else np.asarray(segments))
+    return AttentionRun(
+        model_name="hand",
+        family="toy",
+        is_causal=causal,
+        tokens=tokens,
+        attentions=attentions,
+        special_mask=special,
+        word_ids=np.where(special, -1, np.arange(n)),
+        words=tokens,
+        segment_ids=np.zeros(n, dtype=int) if segments is None else np.asarray(segments),
+    )
 
 
 def previous_token_head(n=N):
@@ -60,18 +69,18 @@ def test_previous_token_uniform_and_cls_heads_have_their_known_values():
 
     assert prev["entropy"] == pytest.approx(0.0, abs=1e-6)
     assert prev["confidence"] == pytest.approx(1.0)
-    assert prev["prev_token_mass"] == pytest.approx(1.0)        # queries 1..9, each all on i - 1
-    assert prev["self_mass"] == pytest.approx(0.1)              # only query 0
+    assert prev["prev_token_mass"] == pytest.approx(1.0)  # queries 1..9, each all on i - 1
+    assert prev["self_mass"] == pytest.approx(0.1)  # only query 0
     assert prev["next_token_mass"] == pytest.approx(0.0)
-    assert prev["mean_distance"] == pytest.approx(0.9)          # nine queries at distance 1, one at 0
+    assert prev["mean_distance"] == pytest.approx(0.9)  # nine queries at distance 1, one at 0
     assert prev["argmax_offset"] == -1 and prev["argmax_offset_share"] == pytest.approx(1.0)
-    assert prev["special_mass"] == pytest.approx(0.2)           # query 0 -> [CLS], query 1 -> [CLS]
+    assert prev["special_mass"] == pytest.approx(0.2)  # query 0 -> [CLS], query 1 -> [CLS]
     assert prev["kovaleva_pattern"] == "diagonal" and prev["seed_pattern"] == "local"
 
     assert uniform["entropy"] == pytest.approx(math.log(N), rel=1e-6)
     assert uniform["normalized_entropy"] == pytest.approx(1.0, rel=1e-6)
     assert uniform["confidence"] == pytest.approx(0.1)
-    assert uniform["mean_distance"] == pytest.approx(sum(abs(i - j) for i in range(N) for j in range(N)) / N ** 2)
+    assert uniform["mean_distance"] == pytest.approx(sum(abs(i - j) for i in range(N) for j in range(N)) / N**2)
     assert uniform["special_mass"] == pytest.approx(0.2)
     assert uniform["argmax_offset_share"] == pytest.approx(0.1)  # ties: the argmax is key 0 for every query
     assert uniform["seed_pattern"] == "uniform" and uniform["kovaleva_pattern"] == "heterogeneous"
@@ -100,7 +109,7 @@ def test_causal_rows_normalise_by_the_keys_each_query_can_see():
     # Uniform over the i + 1 visible keys is maximal entropy for every query (query 0 has no choice: left out).
     assert metrics.loc[0, "normalized_entropy"] == pytest.approx(1.0, rel=1e-6)
     assert metrics.loc[0, "entropy"] == pytest.approx(np.mean(np.log(np.arange(1, n + 1))), rel=1e-6)
-    assert np.isnan(metrics.loc[0, "next_token_mass"])          # no query of a decoder sees its next token
+    assert np.isnan(metrics.loc[0, "next_token_mass"])  # no query of a decoder sees its next token
     assert metrics.loc[1, "argmax_offset"] == -1 and metrics.loc[1, "argmax_offset_share"] == pytest.approx(1.0)
 
 
@@ -128,8 +137,10 @@ def reference_metrics(run: AttentionRun) -> list[dict]:
     for layer in range(run.num_layers):
         for head in range(run.num_heads):
             a = run.attentions[layer, head].astype(np.float64)
-            stats = {k: [] for k in ("entropy", "norm", "conf", "dist", "prev", "self", "next", "special", "punct",
-                                     "segment")}
+            stats = {
+                k: []
+                for k in ("entropy", "norm", "conf", "dist", "prev", "self", "next", "special", "punct", "segment")
+            }
             offsets = []
             possible = Counter()
             for i in range(n):
@@ -153,16 +164,22 @@ def reference_metrics(run: AttentionRun) -> list[dict]:
             counts = Counter(offsets)
             best = max(counts.values())
             mode = min((d for d in counts if counts[d] == best), key=lambda d: (abs(d), d))
-            rows_out.append({
-                "entropy": np.mean(stats["entropy"]), "normalized_entropy": np.mean(stats["norm"]),
-                "confidence": np.mean(stats["conf"]), "mean_distance": np.mean(stats["dist"]),
-                "prev_token_mass": np.mean(stats["prev"]) if stats["prev"] else np.nan,
-                "self_mass": np.mean(stats["self"]),
-                "next_token_mass": np.mean(stats["next"]) if stats["next"] else np.nan,
-                "argmax_offset": mode, "argmax_offset_share": counts[mode] / possible[mode],
-                "special_mass": np.mean(stats["special"]), "punctuation_mass": np.mean(stats["punct"]),
-                "same_segment_mass": np.mean(stats["segment"]),
-            })
+            rows_out.append(
+                {
+                    "entropy": np.mean(stats["entropy"]),
+                    "normalized_entropy": np.mean(stats["norm"]),
+                    "confidence": np.mean(stats["conf"]),
+                    "mean_distance": np.mean(stats["dist"]),
+                    "prev_token_mass": np.mean(stats["prev"]) if stats["prev"] else np.nan,
+                    "self_mass": np.mean(stats["self"]),
+                    "next_token_mass": np.mean(stats["next"]) if stats["next"] else np.nan,
+                    "argmax_offset": mode,
+                    "argmax_offset_share": counts[mode] / possible[mode],
+                    "special_mass": np.mean(stats["special"]),
+                    "punctuation_mass": np.mean(stats["punct"]),
+                    "same_segment_mass": np.mean(stats["segment"]),
+                }
+            )
     return rows_out
 
 
@@ -180,8 +197,9 @@ def test_vectorised_metrics_equal_a_per_head_loop(causal):
     ours = head_metrics(run)
     reference = reference_metrics(run)
     for column in reference[0]:
-        np.testing.assert_allclose(ours[column].to_numpy(float), [r[column] for r in reference], rtol=1e-5,
-                                   atol=1e-6, err_msg=column)
+        np.testing.assert_allclose(
+            ours[column].to_numpy(float), [r[column] for r in reference], rtol=1e-5, atol=1e-6, err_msg=column
+        )
 
 
 # ---- distances ------------------------------------------------------------------------------
@@ -199,7 +217,7 @@ def test_js_distance_zero_for_identical_heads_and_hand_value_for_a_known_pair():
     result = head_distances(run)
     eps = 0.001 / n
     p = [(1 + eps) / 1.001, eps / 1.001]
-    expected = js_bits(p, p[::-1])        # both query rows give the same divergence
+    expected = js_bits(p, p[::-1])  # both query rows give the same divergence
     assert result.distances[0, 1] == pytest.approx(0.0, abs=1e-7)
     assert result.distances[0, 2] == pytest.approx(expected, rel=1e-4)
     assert result.distances[2, 1] == pytest.approx(expected, rel=1e-4)
@@ -238,7 +256,7 @@ def test_head_distances_layout_shapes_and_layer_diversity():
     assert result.distances.shape == (12, 12) and result.layout.shape == (12, 2)
     np.testing.assert_allclose(result.distances, result.distances.T)
     for layer in range(3):
-        block = result.distances[layer * 4:(layer + 1) * 4, layer * 4:(layer + 1) * 4]
+        block = result.distances[layer * 4 : (layer + 1) * 4, layer * 4 : (layer + 1) * 4]
         assert result.layer_diversity[layer] == pytest.approx(block[np.triu_indices(4, 1)].mean())
     assert result.collapse_groups == []
     frame = result.layout_frame()
@@ -271,13 +289,14 @@ def test_sampled_queries_average_over_the_chosen_rows_only():
     weights = rng.dirichlet(np.ones(8), size=(1, 3, 8))
     run = make_run(weights, tokens=list("abcdefgh"), special=[False] * 8)
     full = head_distances(run)
-    sampled = head_distances(run, max_queries=3)            # rows 0, 4 (3.5 rounds to 4) and 7
+    sampled = head_distances(run, max_queries=3)  # rows 0, 4 (3.5 rounds to 4) and 7
     assert sampled.distances.shape == full.distances.shape
     assert not np.allclose(sampled.distances, full.distances)
     # Each kept row, alone in a run of its own (every query a copy of it), gives that row's divergence.
     per_row = []
     for i in (0, 4, 7):
-        row_run = make_run(np.broadcast_to(weights[:, :, i:i + 1], (1, 3, 8, 8)).copy(), tokens=list("abcdefgh"),
-                           special=[False] * 8)
+        row_run = make_run(
+            np.broadcast_to(weights[:, :, i : i + 1], (1, 3, 8, 8)).copy(), tokens=list("abcdefgh"), special=[False] * 8
+        )
         per_row.append(head_distances(row_run).distances)
     np.testing.assert_allclose(sampled.distances, np.mean(per_row, axis=0), rtol=1e-5, atol=1e-9)

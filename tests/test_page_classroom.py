@@ -1,20 +1,19 @@
 """The Classroom page under AppTest: every figure, decoded from the browser payload, against mha_core."""
-from __future__ import annotations
 
-import importlib
+from __future__ import annotations
 
 import numpy as np
 
 import mha_core as mc
-from tests.conftest import ROOT
+from mha_core import walkthrough as seed_example
 from tests.page_helpers import plotly_elements, run_page
 
-PAGE = str(ROOT / "pages" / "classroom.py")
-seed_example = importlib.import_module("mha_core.worked_example")
+PAGE = "classroom"
 
 
-def run_classroom(**widgets):
-    return run_page(PAGE, **widgets)
+def run_classroom(query: dict | None = None, **widgets):
+    """The Classroom with every step on one page (``?all=1``), so every figure can be checked at once."""
+    return run_page(PAGE, {"all": "1", **(query or {})}, **widgets)
 
 
 def heatmap(charts, key) -> np.ndarray:
@@ -34,15 +33,54 @@ def assert_figures_match(charts, example, head=0):
     np.testing.assert_allclose(heatmap(charts, "cls_output"), example.output, rtol=0, atol=1e-9)
 
 
-def test_seed_example_step_by_step():
+def test_the_words_example_is_readable_and_named():
     app = run_classroom()
+    charts = plotly_elements(app)
+    example = mc.readable_example()
+    assert_figures_match(charts, example)
+    # Words on the axes, and softmax far from one-hot: "sat" gives "cat" most, not all, of head 1's attention.
+    assert charts["cls_scores"]["data"][0]["y"][2].startswith("sat")
+    assert charts["cls_x"]["data"][0]["x"][1].startswith("noun")
+    weights = example.weights[0, 2]
+    assert int(np.argmax(weights)) == 1 and 0.5 < weights.max() < 0.7
+    assert not example.is_one_hot
+    # Every prediction has its answer, computed from the numbers on screen.
+    assert any("which key will **sat** score highest" in m.value for m in app.markdown)
+    assert any("**cat**, with score 1.5" in m.value for m in app.markdown)
+    # The page speaks of "a popular tutorial", never of seeds.
+    for element in [*app.markdown, *app.caption, *app.info, *app.warning, *app.header]:
+        assert "seed" not in str(element.value).lower()
+
+
+def steps_shown(app) -> list[str]:
+    return [h.value for h in app.header if h.value.startswith("Step")]
+
+
+def test_one_step_per_screen_with_next_and_back():
+    app = run_page(PAGE)
+    assert steps_shown(app) == ["Step 1. The input and the weights"]
+    app.button(key="cls_next").click().run()
+    app.button(key="cls_next").click().run()
+    assert steps_shown(app) == ["Step 3. Scores: how well does each query match each key?"]
+    assert app.query_params["step"] == "3" and "cls_scores" in plotly_elements(app)
+    app.button(key="cls_back").click().run()
+    assert steps_shown(app) == ["Step 2. Project: queries, keys and values"]
+    # A link opens the step it names; a step that does not exist says so and opens step 1.
+    assert steps_shown(run_page(PAGE, {"step": "8"})) == ["Step 8. Why divide by the square root of d_k?"]
+    wrong = run_page(PAGE, {"step": "99"})
+    assert steps_shown(wrong) == ["Step 1. The input and the weights"] and wrong.warning
+
+
+def test_tutorial_example_step_by_step():
+    app = run_classroom({"numbers": "tutorial"})
     charts = plotly_elements(app)
     example = mc.worked_example()
     assert_figures_match(charts, example)
     assert heatmap(charts, "cls_q")[0, 0] == 20.4
     np.testing.assert_array_equal(heatmap(charts, "cls_seed_printed"), seed_example.SEED_PRINTED["Q1"])
-    np.testing.assert_allclose(heatmap(charts, "cls_seed_difference"), example.q[0] - seed_example.SEED_PRINTED["Q1"],
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        heatmap(charts, "cls_seed_difference"), example.q[0] - seed_example.SEED_PRINTED["Q1"], atol=1e-9
+    )
     counts = next(d.value for d in app.dataframe if "multiplications" in d.value.columns)
     assert counts["multiplications"].tolist() == [768, 128, 32, 32, 128, 256]
     assert any("768 + 128 + 128 + 256 = 1280" in latex.value for latex in app.latex)
@@ -60,9 +98,9 @@ def test_seed_example_step_by_step():
 
 
 def test_printed_matrix_choice_and_head_two():
-    app = run_classroom(cls_printed="V1")
+    app = run_classroom({"numbers": "tutorial"}, cls_printed="V1")
     np.testing.assert_array_equal(heatmap(plotly_elements(app), "cls_seed_printed"), seed_example.SEED_PRINTED["V1"])
-    app = run_classroom(cls_head=1)
+    app = run_classroom({"numbers": "tutorial"}, cls_head=1)
     charts = plotly_elements(app)
     assert_figures_match(charts, mc.worked_example(), head=1)
     np.testing.assert_allclose(heatmap(charts, "cls_w_k"), seed_example.CHOSEN_W2_K, rtol=0, atol=1e-12)
@@ -70,7 +108,7 @@ def test_printed_matrix_choice_and_head_two():
 
 
 def test_score_and_causal_controls_change_the_numbers():
-    app = run_classroom(cls_score="cosine", cls_causal=True)
+    app = run_classroom({"numbers": "tutorial"}, cls_score="cosine", cls_causal=True)
     charts = plotly_elements(app)
     example = mc.worked_example(score="cosine", causal=True)
     assert_figures_match(charts, example)
@@ -79,8 +117,16 @@ def test_score_and_causal_controls_change_the_numbers():
 
 
 def test_random_example_controls():
-    app = run_classroom(cls_source="random", cls_seq_len=6, cls_d_model=12, cls_heads=3, cls_seed=7, cls_score="dot",
-                   cls_causal=True, cls_head=2)
+    app = run_classroom(
+        {"numbers": "random"},
+        cls_seq_len=6,
+        cls_d_model=12,
+        cls_heads=3,
+        cls_seed=7,
+        cls_score="dot",
+        cls_causal=True,
+        cls_head=2,
+    )
     charts = plotly_elements(app)
     example = mc.random_example(6, 12, 3, 7, "dot", True)
     assert_figures_match(charts, example, head=2)
@@ -89,13 +135,13 @@ def test_random_example_controls():
 
 
 def test_impossible_settings_show_a_message_not_a_traceback():
-    app = run_classroom(cls_source="random", cls_d_model=12, cls_heads=8)
+    app = run_classroom({"numbers": "random"}, cls_d_model=12, cls_heads=8)
     assert any("divisible" in error.value for error in app.error)
     assert not plotly_elements(app)
 
 
 def test_large_sizes_drop_cell_numbers_but_keep_values():
-    app = run_classroom(cls_source="random", cls_d_model=128, cls_seq_len=12, cls_heads=4)
+    app = run_classroom({"numbers": "random"}, cls_d_model=128, cls_seq_len=12, cls_heads=4)
     charts = plotly_elements(app)
     example = mc.random_example(12, 128, 4, 0, "scaled", False)
     w_o = charts["cls_w_o"]["data"][0]

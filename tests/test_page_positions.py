@@ -1,4 +1,5 @@
 """The Positions page under AppTest: its figures, decoded from the browser payload, against mha_core."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,11 +7,10 @@ import pytest
 
 import mha_core as mc
 from mha_core.positional import channel_wavelengths, relative_shift_matrix
-from tests.conftest import ROOT
 from tests.model_fixtures import build_tiny_bert, build_tiny_llama
 from tests.page_helpers import plotly_elements, run_page
 
-PAGE = str(ROOT / "pages" / "positions.py")
+PAGE = "positions"
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +58,24 @@ def test_learned_position_table_is_compared(tiny_bert):
     learned = traces_by_name(charts["pe_model_learned"])["mean"]
     np.testing.assert_allclose(learned["y"], mc.similarity_by_distance(table)["mean"], rtol=1e-6, atol=1e-6)
     sinusoidal = traces_by_name(charts["pe_model_sinusoidal"])["mean"]
-    np.testing.assert_allclose(sinusoidal["y"], mc.similarity_by_distance(mc.sinusoidal_encoding(40, table.shape[1]))["mean"],
-                               rtol=0, atol=1e-9)
-    np.testing.assert_allclose(charts["pe_model_matrix"]["data"][0]["z"], table.astype(np.float64) @ table.T.astype(np.float64),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        sinusoidal["y"],
+        mc.similarity_by_distance(mc.sinusoidal_encoding(40, table.shape[1]))["mean"],
+        rtol=0,
+        atol=1e-9,
+    )
+    np.testing.assert_allclose(
+        charts["pe_model_matrix"]["data"][0]["z"],
+        table.astype(np.float64) @ table.T.astype(np.float64),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_controls_change_the_figures(tiny_bert):
-    app = run_positions(tiny_bert, pe_d_model=16, pe_positions=30, pe_metric="cosine", pe_p=7, pe_k=-4,
-                   pe_channels=[3, 10])
+    app = run_positions(
+        tiny_bert, pe_d_model=16, pe_positions=30, pe_metric="cosine", pe_p=7, pe_k=-4, pe_channels=[3, 10]
+    )
     charts = plotly_elements(app)
     pe = mc.sinusoidal_encoding(30, 16)
     np.testing.assert_allclose(charts["pe_heatmap"]["data"][0]["z"], pe, rtol=0, atol=1e-12)

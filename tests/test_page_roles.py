@@ -1,4 +1,5 @@
 """The Roles page under AppTest: no exception, and its figures carry exactly the library's numbers."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -6,10 +7,10 @@ import importlib.util
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, require
-from tests.page_helpers import figure_spec
+import mha_core
+from tests.conftest import ATTENTION_ATOL, LAYOUT_TOL, METRIC_TOL, require
+from tests.page_helpers import figure_spec, open_app
 
-PAGE = str(ROOT / "pages" / "roles.py")
 pytestmark = pytest.mark.slow
 
 
@@ -27,16 +28,12 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def page(minilm, tmp_path_factory):
-    from streamlit.testing.v1 import AppTest
 
     # The corpus profile caches on disk: keep this test's cache out of the user's.
     patch = pytest.MonkeyPatch()
     patch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
-    at = AppTest.from_file(PAGE, default_timeout=600)
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    yield at
+    yield open_app("roles", timeout=600)
     patch.undo()
 
 
@@ -51,24 +48,31 @@ def expected_for(model, text):
 
 
 def test_role_map_is_one_trace_with_the_library_roles(page, minilm):
+    from mha_core.roles import ROLE_FAMILIES as FAMILIES
     from ui.figures import plotly_text
-    from ui.roles_view import FAMILIES, family_codes
+    from ui.figures.roles import family_codes
     from ui.state import DEFAULT_TEXT
 
     run, _, roles, primary = expected_for(minilm, DEFAULT_TEXT)
-    role_map = next(s for s in chart_specs(page) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role")
-    assert len(role_map["data"]) == 1 and role_map["data"][0]["type"] == "heatmap"
+    role_map = next(
+        s for s in chart_specs(page) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role"
+    )
+    assert [t["type"] for t in role_map["data"]] == ["heatmap", "scatter"]  # the map, and its click targets
     z = np.asarray(role_map["data"][0]["z"]).reshape(run.num_layers, run.num_heads)
-    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads))
+    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads, mha_core.roles.ROLE_FAMILIES))
     assert role_map["data"][0]["colorbar"]["ticktext"] == list(FAMILIES)
-    # Hover: role, score and evidence of every head, as head_roles / primary_roles give them.
-    hover = role_map["data"][0]["customdata"]
-    for row in primary.itertuples():
-        role, score, evidence = hover[row.layer][row.head]
-        assert role == row.role and evidence == plotly_text(row.evidence)   # shown literally, "<" escaped
+    # Hover: layer, head, role, score with its interval, where it comes from, evidence, as the library gives them;
+    # a letter in the cell says where the evidence comes from (s: this sentence).
+    targets = role_map["data"][1]
+    assert role_map["layout"]["hoverdistance"] == -1 and role_map["data"][0]["hoverinfo"] == "skip"
+    for row, custom, mark in zip(primary.itertuples(), targets["customdata"], targets["text"]):
+        layer, head, role, score, source, evidence = custom
+        assert (int(layer), int(head), role) == (row.layer, row.head, row.role)
+        assert evidence == plotly_text(row.evidence)  # shown literally, "<" escaped
         if row.role != "none":
-            assert score.startswith(f"{row.score:.3f}")
-    assert (roles["family"] == "delimiter").any()   # MiniLM has [CLS]/[SEP] heads on any sentence
+            assert score.startswith(f"score {row.score:.3f}") and source == "from this sentence only"
+            assert mark == "s" and "95% CI" in score
+    assert (roles["family"] == "sink").any()  # MiniLM has [CLS]/[SEP] (no-op) heads on any sentence
 
 
 def test_mds_map_and_diversity_curve_match_head_distances(page, minilm):
@@ -80,18 +84,18 @@ def test_mds_map_and_diversity_curve_match_head_distances(page, minilm):
     specs = chart_specs(page)
     mds = next(s for s in specs if s["layout"].get("xaxis", {}).get("title", {}).get("text") == "MDS 1")
     points = mds["data"][0]
-    np.testing.assert_allclose(np.asarray(points["x"]), distances.layout[:, 0], rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(np.asarray(points["y"]), distances.layout[:, 1], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(points["x"]), distances.layout[:, 0], **LAYOUT_TOL)
+    np.testing.assert_allclose(np.asarray(points["y"]), distances.layout[:, 1], **LAYOUT_TOL)
     diversity = next(s for s in specs if "Diversity" in s["layout"].get("title", {}).get("text", ""))
     layer_line = diversity["data"][1]
-    np.testing.assert_allclose(np.asarray(layer_line["y"]), distances.layer_diversity, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(layer_line["y"]), distances.layer_diversity, **METRIC_TOL)
 
 
 def test_selecting_a_head_shows_its_attention_and_roles(page, minilm):
     from ui.state import DEFAULT_TEXT
 
     run, metrics, roles, _ = expected_for(minilm, DEFAULT_TEXT)
-    target = roles[roles["layer"] > 0].iloc[0]       # a head with a role, away from the default (0, 0)
+    target = roles[roles["layer"] > 0].iloc[0]  # a head with a role, away from the default (0, 0)
     layer, head = int(target["layer"]), int(target["head"])
     page.select_slider(key="layer").set_value(layer).run()
     page.select_slider(key="head").set_value(head).run()
@@ -99,30 +103,30 @@ def test_selecting_a_head_shows_its_attention_and_roles(page, minilm):
     title = f"Layer {layer} head {head}"
     evidence = next(s for s in chart_specs(page) if title in s["layout"].get("title", {}).get("text", ""))
     z = np.asarray(evidence["data"][0]["z"]).reshape(run.num_tokens, run.num_tokens)
-    np.testing.assert_allclose(z, run.attentions[layer, head], rtol=1e-6)
+    np.testing.assert_allclose(z, run.attentions[layer, head], rtol=0, atol=ATTENTION_ATOL)
     own = roles[(roles["layer"] == layer) & (roles["head"] == head)]
     tables = [t.value for t in page.dataframe]
     shown = next(t for t in tables if "evidence" in t)
     assert list(shown["role"]) == list(own["role"]) and list(shown["evidence"]) == list(own["evidence"])
+    # Every role shows what it rests on: n, chance level, 95% interval, source.
+    for column in ("n", "baseline", "ci_low", "ci_high", "source"):
+        np.testing.assert_array_equal(shown[column].to_numpy(), own[column].to_numpy())
     scores = next(t for t in tables if "measurement" in t)
-    entropy = scores.loc[scores["measurement"] == "normalized_entropy", "value"].iloc[0]
+    entropy = scores.loc[scores["column"] == "normalized_entropy", "value"].iloc[0]
+    # Measurements named in words.
+    assert scores.loc[scores["column"] == "sink_mass", "measurement"].iloc[0].startswith("attention on positions")
     expected = metrics.loc[(metrics["layer"] == layer) & (metrics["head"] == head), "normalized_entropy"].iloc[0]
     assert float(entropy) == pytest.approx(expected, rel=1e-3)
 
 
 def test_an_empty_sentence_gives_a_message_not_a_traceback(minilm):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(PAGE, default_timeout=600)
-    at.query_params["text"] = " "
-    at.run()
-    assert not at.exception
+    at = open_app("roles", {"text": " "}, timeout=600)
     assert at.info or at.error
 
 
 def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
     import mha_core
-    from ui.roles_view import dependency_table, family_codes
+    from ui.figures.roles import family_codes
     from ui.state import DEFAULT_TEXT
 
     page.number_input(key="roles_profile_sentences").set_value(40).run()
@@ -132,7 +136,7 @@ def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
     coreference = mha_core.coreference_scores(minilm)
 
     shown = next(t.value for t in page.dataframe if "relation" in t.value)
-    expected = dependency_table(result.dependency, 20)
+    expected = mha_core.best_dependency_heads(result.dependency, min_count=20)
     assert list(shown["relation"]) == list(expected["relation"]) and len(expected) > 0
     np.testing.assert_array_equal(shown[["layer", "head"]].to_numpy(), expected[["layer", "head"]].to_numpy())
     np.testing.assert_allclose(shown["accuracy"], expected["accuracy"], rtol=1e-6)
@@ -140,20 +144,22 @@ def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
 
     run, metrics, _, _ = expected_for(minilm, DEFAULT_TEXT)
     semantic = mha_core.semantic_scores(run, minilm.input_embeddings(run.metadata["token_ids"]))
-    roles = mha_core.head_roles(run, metrics=metrics, dependency=result.dependency, coreference=coreference,
-                                semantic=semantic)
+    roles = mha_core.head_roles(
+        run, metrics=metrics, dependency=result.dependency, coreference=coreference, semantic=semantic
+    )
     primary = mha_core.primary_roles(roles, run.num_layers, run.num_heads)
-    role_map = next(s for s in chart_specs(page) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role")
+    role_map = next(
+        s for s in chart_specs(page) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role"
+    )
     z = np.asarray(role_map["data"][0]["z"]).reshape(run.num_layers, run.num_heads)
-    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads))
+    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads, mha_core.roles.ROLE_FAMILIES))
     assert (roles["family"] == "syntactic").any()
 
 
 def test_a_decoder_gets_decoder_scores_in_its_role_map(tmp_path, monkeypatch):
     import mha_core
-    from streamlit.testing.v1 import AppTest
     from tests.model_fixtures import build_tiny_gpt2
-    from ui.roles_view import family_codes
+    from ui.figures.roles import family_codes
 
     monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     # A random tiny model has no real previous-token head (scores ~0.08); a lower cut-off gives it
@@ -161,9 +167,7 @@ def test_a_decoder_gets_decoder_scores_in_its_role_map(tmp_path, monkeypatch):
     monkeypatch.setattr("mha_core.roles.DECODER_MIN_SCORE", 0.05)
     path = str(build_tiny_gpt2(tmp_path / "gpt2"))
     text = "The cat sat on the mat."
-    at = AppTest.from_file(PAGE, default_timeout=600)
-    at.query_params.update({"model": path, "text": text})
-    at.run()
+    at = open_app("roles", {"model": path, "text": text}, timeout=600)
     at.number_input(key="roles_profile_sentences").set_value(10).run()
     at.button(key="roles_profile_button").click().run()
     assert not at.exception, [e.message for e in at.exception]
@@ -173,15 +177,22 @@ def test_a_decoder_gets_decoder_scores_in_its_role_map(tmp_path, monkeypatch):
     decoder = mha_core.decoder_head_scores(model)
     result = mha_core.profile(model, mha_core.ud_ewt_dev(max_sentences=10), cache=False)
     roles = mha_core.head_roles(
-        run, metrics=mha_core.head_metrics(run), dependency=result.dependency,
-        coreference=mha_core.coreference_scores(model), decoder=decoder,
-        semantic=mha_core.semantic_scores(run, model.input_embeddings(run.metadata["token_ids"])))
+        run,
+        metrics=mha_core.head_metrics(run),
+        dependency=result.dependency,
+        coreference=mha_core.coreference_scores(model),
+        decoder=decoder,
+        semantic=mha_core.semantic_scores(run, model.input_embeddings(run.metadata["token_ids"])),
+    )
     primary = mha_core.primary_roles(roles, run.num_layers, run.num_heads)
-    role_map = next(s for s in chart_specs(at) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role")
+    role_map = next(
+        s for s in chart_specs(at) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role"
+    )
     z = np.asarray(role_map["data"][0]["z"]).reshape(run.num_layers, run.num_heads)
-    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads))
-    hover = role_map["data"][0]["customdata"]
+    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads, mha_core.roles.ROLE_FAMILIES))
+    hover = {(int(c[0]), int(c[1])): c for c in role_map["data"][1]["customdata"]}
     decoder_heads = primary[primary["family"] == "decoder"]
     assert len(decoder_heads) > 0
     for row in decoder_heads.itertuples():
-        assert "repeated random tokens" in hover[row.layer][row.head][2]
+        assert "repeated random tokens" in hover[(row.layer, row.head)][5]
+        assert hover[(row.layer, row.head)][4] == "from repeated random tokens"

@@ -1,4 +1,5 @@
 """Sinusoidal positional encoding (seed 001) and the relative-shift property PE[p + k] = PE[p] @ M_k."""
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,8 @@ def test_odd_d_model_keeps_the_formula_and_drops_the_last_cosine():
 
 def test_frequencies_fall_from_fast_to_slow():
     w = sinusoidal_frequencies(8)
-    np.testing.assert_allclose(w, [1.0, 10000 ** -0.25, 10000 ** -0.5, 10000 ** -0.75])
-    np.testing.assert_allclose(channel_frequencies(5), [1.0, 1.0, 10000 ** -0.4, 10000 ** -0.4, 10000 ** -0.8])
+    np.testing.assert_allclose(w, [1.0, 10000**-0.25, 10000**-0.5, 10000**-0.75])
+    np.testing.assert_allclose(channel_frequencies(5), [1.0, 1.0, 10000**-0.4, 10000**-0.4, 10000**-0.8])
 
 
 @pytest.mark.parametrize("d_model", [2, 4, 16, 64, 512])

@@ -1,4 +1,5 @@
 """Head roles with evidence, and the TransformerLens-style decoder scores on hand-built patterns."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,18 +40,21 @@ def test_detection_patterns_match_their_definitions():
     np.testing.assert_array_equal(previous_token_pattern(3), [[0, 0, 0], [1, 0, 0], [0, 1, 0]])
     duplicate = duplicate_token_pattern([7, 8, 7, 8])
     np.testing.assert_array_equal(duplicate, [[0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]])
-    np.testing.assert_array_equal(induction_pattern([7, 8, 7, 8]),
-                                  [[0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]])
+    np.testing.assert_array_equal(
+        induction_pattern([7, 8, 7, 8]), [[0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
+    )
 
 
 def test_scores_on_hand_built_heads():
     n = len(REPEATED)
-    heads = np.stack([previous_token_head(n), induction_head(REPEATED), np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]])
+    heads = np.stack(
+        [previous_token_head(n), induction_head(REPEATED), np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]]
+    )
     scores = decoder_scores_from_attention(heads[None], REPEATED)
     # sum(A * P) / sum(A): every row sums to 1, so the score is (rows that hit the pattern) / n.
     assert scores["previous_token"][0, 0] == pytest.approx((n - 1) / n)
-    assert scores["induction"][0, 1] == pytest.approx(4 / n)          # the four repeated queries
-    assert scores["prefix_matching"][0, 1] == pytest.approx(1.0)      # all of them on the right token
+    assert scores["induction"][0, 1] == pytest.approx(4 / n)  # the four repeated queries
+    assert scores["prefix_matching"][0, 1] == pytest.approx(1.0)  # all of them on the right token
     assert scores["prefix_matching"][0, 0] == pytest.approx(0.0)
     assert scores["duplicate_token"][0, 1] == pytest.approx(0.0)
     # Causal uniform head: the induction target of query i (one key) gets 1 / (i + 1).
@@ -84,7 +88,7 @@ def test_repeated_random_tokens_repeat_and_avoid_special_ids():
 
 class FakeTokenizer:
     bos_token_id = 0
-    all_special_ids = [0]
+    all_special_ids = (0,)
 
     def __len__(self):
         return 40
@@ -105,9 +109,22 @@ class InductionModel:
 def test_decoder_head_scores_on_a_model_with_known_heads():
     scores = decoder_head_scores(InductionModel(), seq_len=6, repeats=2, batch=3, seed=1)
     n = 13
-    assert list(scores.columns) == ["layer", "head", "previous_token", "duplicate_token", "induction",
-                                    "prefix_matching"]
+    assert list(scores.columns[:6]) == [
+        "layer",
+        "head",
+        "previous_token",
+        "duplicate_token",
+        "induction",
+        "prefix_matching",
+    ]
+    assert set(scores.columns[6:]) == {
+        f"{name}_{part}" for name in scores.columns[2:6] for part in ("sd", "uniform")
+    } | {"num_sequences"}
+    assert (scores["num_sequences"] == 3).all()
     assert scores.loc[0, "previous_token"] == pytest.approx((n - 1) / n)
+    assert scores.loc[0, "previous_token_sd"] == pytest.approx(0.0, abs=1e-12)  # the same on every sequence
+    # Attention spread evenly over the visible keys: query i gives 1/(i+1) to its previous token.
+    assert scores.loc[0, "previous_token_uniform"] == pytest.approx(sum(1 / (i + 1) for i in range(1, n)) / n)
     assert scores.loc[1, "induction"] == pytest.approx(6 / n)
     assert scores.loc[1, "prefix_matching"] == pytest.approx(1.0)
     with pytest.raises(HeadscopeError):
@@ -120,54 +137,134 @@ def test_roles_from_hand_built_heads_carry_scores_and_evidence():
     by_head = {h: set(group["role"]) for h, group in roles.groupby("head")}
     assert by_head[0] == {"positional:previous"}
     assert by_head[1] == {"broad"}
-    assert by_head[2] == {"delimiter"}
+    assert by_head[2] == {"sink"}  # everything on [CLS]: a no-op, not a delimiter
     prev = roles[roles["role"] == "positional:previous"].iloc[0]
-    assert prev["score"] == pytest.approx(1.0) and prev["threshold"] == 0.9
-    assert "offset -1 in 100% of queries" in prev["evidence"]
-    delimiter = roles[roles["role"] == "delimiter"].iloc[0]
-    assert delimiter["score"] == pytest.approx(1.0)
-    assert "100% of attention on special tokens (100%)" in delimiter["evidence"]
+    assert prev["score"] == pytest.approx(1.0) and prev["threshold"] == 0.9 and prev["source"] == "sentence"
+    assert prev["n"] == 9  # query 0 has no previous token
+    assert "offset -1 in 100% of queries" in prev["evidence"] and "n = 9 queries" in prev["evidence"]
+    sink = roles[roles["role"] == "sink"].iloc[0]
+    assert sink["score"] == pytest.approx(1.0) and "100% of attention on positions of no content" in sink["evidence"]
+    assert sink["baseline"] == pytest.approx(head_metrics(run).loc[2, "sink_mass_uniform"])
     broad = roles[roles["role"] == "broad"].iloc[0]
-    assert "normalised entropy 1.00" in broad["evidence"]
+    assert "normalised entropy 1.00" in broad["evidence"] and np.isnan(broad["baseline"])
 
 
 def test_syntactic_coreference_decoder_and_semantic_tables_add_roles():
     metrics = head_metrics(make_run([uniform_head(), uniform_head()]))
-    dependency = pd.DataFrame({
-        "relation": ["nsubj", "nsubj", "det"], "direction": ["parent", "child", "parent"],
-        "layer": [0, 0, 0], "head": [0, 1, 1], "accuracy": [0.62, 0.9, 0.8], "count": [140, 5, 130],
-        "baseline_offset": [1, -1, 1], "baseline_accuracy": [0.45, 0.2, 0.75],
-    })
+    dependency = pd.DataFrame(
+        {
+            "relation": ["nsubj", "nsubj", "det"],
+            "direction": ["parent", "child", "parent"],
+            "layer": [0, 0, 0],
+            "head": [0, 1, 1],
+            "accuracy": [0.62, 0.9, 0.8],
+            "count": [140, 5, 130],
+            "baseline_offset": [1, -1, 1],
+            "baseline_accuracy": [0.45, 0.2, 0.75],
+        }
+    )
     coreference = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "accuracy": [0.7, 0.3], "count": [12, 12]})
-    decoder = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "previous_token": [0.1, 0.8],
-                            "duplicate_token": [0.0, 0.0], "induction": [0.5, 0.0], "prefix_matching": [0.6, 0.1]})
-    semantic = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "semantic_correlation": [0.1, 0.45]})
-    roles = head_roles(None, metrics=metrics, dependency=dependency, coreference=coreference, decoder=decoder,
-                       semantic=semantic)
+    decoder = pd.DataFrame(
+        {
+            "layer": [0, 0],
+            "head": [0, 1],
+            "previous_token": [0.1, 0.8],
+            "duplicate_token": [0.0, 0.0],
+            "induction": [0.5, 0.0],
+            "prefix_matching": [0.6, 0.1],
+        }
+    )
+    semantic = pd.DataFrame(
+        {
+            "layer": [0, 0],
+            "head": [0, 1],
+            "semantic_correlation": [0.1, 0.45],
+            "num_pairs": [400, 400],
+            "num_sentences": [30, 30],
+        }
+    )
+    roles = head_roles(
+        None, metrics=metrics, dependency=dependency, coreference=coreference, decoder=decoder, semantic=semantic
+    )
     head0 = set(roles.loc[roles["head"] == 0, "role"])
     head1 = set(roles.loc[roles["head"] == 1, "role"])
     # nsubj child has too few examples; det does not beat its baseline by 0.10.
     assert head0 == {"broad", "syntactic:nsubj:parent", "coreference", "decoder:induction", "decoder:prefix_matching"}
     assert head1 == {"broad", "decoder:previous_token", "semantic"}
     nsubj = roles[roles["role"] == "syntactic:nsubj:parent"].iloc[0]
-    assert nsubj["score"] == pytest.approx(0.17)
-    assert "accuracy 62% over 140 examples vs 45% for the best fixed offset (+1)" in nsubj["evidence"]
+    assert (nsubj["score"], nsubj["threshold"], nsubj["baseline"], nsubj["n"]) == pytest.approx((0.62, 0.55, 0.45, 140))
+    assert nsubj["ci_low"] > nsubj["baseline"] and nsubj["source"] == "corpus"
+    assert (
+        "in 62% of 140 examples" in nsubj["evidence"] and "vs 45% for the best fixed offset (+1)" in nsubj["evidence"]
+    )
     primary = primary_roles(roles, 1, 2)
     assert list(primary["role"]) == ["syntactic:nsubj:parent", "decoder:previous_token"]
 
 
 def test_coreference_with_a_candidate_test_must_beat_its_baseline():
     metrics = head_metrics(make_run([uniform_head(), uniform_head()]))
-    coreference = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "accuracy": [0.6, 0.6], "count": [20, 20],
-                                "candidate_accuracy": [0.9, 0.65], "baseline_accuracy": [0.6, 0.6]})
+    coreference = pd.DataFrame(
+        {
+            "layer": [0, 0],
+            "head": [0, 1],
+            "accuracy": [0.6, 0.6],
+            "count": [20, 20],
+            "candidate_accuracy": [0.9, 0.65],
+            "baseline_accuracy": [0.6, 0.6],
+        }
+    )
     roles = head_roles(None, metrics=metrics, coreference=coreference)
     found = roles[roles["family"] == "coreference"]
     assert list(found["head"]) == [0]
-    assert "prefers the antecedent to the distractor in 90% vs 60%" in found["evidence"].iloc[0]
+    assert "prefers the antecedent to the distractor in 90% (95% CI" in found["evidence"].iloc[0]
+    assert found["baseline"].iloc[0] == pytest.approx(0.6) and found["n"].iloc[0] == 20
+
+
+def test_intervals_equal_scipy():
+    from scipy import stats
+
+    from mha_core.roles import correlation_interval, mean_interval, wilson_interval
+
+    for successes, n in ((9, 9), (7, 12), (62, 140), (0, 20)):
+        low, high = wilson_interval(successes / n, n)
+        expected = stats.binomtest(successes, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert (float(low), float(high)) == pytest.approx((expected.low, expected.high), abs=1e-9)
+    values = np.random.default_rng(0).normal(0.4, 0.2, size=30)
+    low, high = mean_interval(values.mean(), values.std(ddof=1), 30)
+    half = stats.norm.ppf(0.975) * values.std(ddof=1) / np.sqrt(30)
+    assert (float(low), float(high)) == pytest.approx((values.mean() - half, values.mean() + half), abs=1e-12)
+    x = np.random.default_rng(1).normal(size=50)
+    y = x + np.random.default_rng(2).normal(size=50)
+    result = stats.pearsonr(x, y)
+    expected = result.confidence_interval(confidence_level=0.95)
+    low, high = correlation_interval(result.statistic, 50)
+    assert (float(low), float(high)) == pytest.approx((expected.low, expected.high), abs=1e-9)
+
+
+def test_a_score_chance_could_give_is_no_role():
+    """Above its threshold but not clear of its baseline: no role (here a sentence of 4 queries)."""
+    metrics = pd.DataFrame(
+        {
+            "layer": [0, 0],
+            "head": [0, 1],
+            "num_queries": [4, 40],
+            "argmax_offset": [-1, -1],
+            "argmax_offset_share": [1.0, 1.0],
+            "argmax_offset_queries": [3, 39],
+            "argmax_offset_chance": [0.45, 0.45],
+            "normalized_entropy": [0.5, 0.5],
+        }
+    )
+    roles = head_roles(None, metrics=metrics)
+    assert list(roles["head"]) == [1]  # 3 of 3 is a Wilson interval from 44%, not above a 45% chance level
+    single_sentence = pd.DataFrame(
+        {"layer": [0], "head": [0], "semantic_correlation": [0.9], "num_pairs": [400], "num_sentences": [1]}
+    )
+    assert head_roles(None, metrics=metrics.iloc[:0], semantic=single_sentence).empty
 
 
 def test_primary_roles_fill_heads_without_a_role():
-    three_ahead = np.roll(np.eye(10), 3, axis=1)      # offset +3, wrapping: not positional, not broad
+    three_ahead = np.roll(np.eye(10), 3, axis=1)  # offset +3, wrapping: not positional, not broad
     roles = head_roles(make_run([previous_token_head(), three_ahead]))
     primary = primary_roles(roles, 1, 2)
     assert list(primary["role"]) == ["positional:previous", "none"]
@@ -197,16 +294,23 @@ def test_decoder_head_scores_on_a_tiny_gpt2_equal_the_loop_reference(tmp_path):
 
     model = mha_core.load_model(str(build_tiny_gpt2(tmp_path / "gpt2")))
     scores = decoder_head_scores(model, seq_len=8, repeats=3, batch=2, seed=4)
-    sequences = repeated_random_tokens(len(model.tokenizer), 8, 3, 2, seed=4,
-                                       excluded_ids=model.tokenizer.all_special_ids,
-                                       bos_id=model.tokenizer.bos_token_id)
+    sequences = repeated_random_tokens(
+        len(model.tokenizer),
+        8,
+        3,
+        2,
+        seed=4,
+        excluded_ids=model.tokenizer.all_special_ids,
+        bos_id=model.tokenizer.bos_token_id,
+    )
     expected = np.zeros((len(scores), 4))
     for ids in sequences:
         attentions = model.run_ids(ids.tolist()).attentions.astype(np.float64)
         expected += [loop_decoder_scores(attentions[l, h], list(ids)) for l, h in zip(scores["layer"], scores["head"])]
     expected /= len(sequences)
-    np.testing.assert_allclose(scores[["previous_token", "duplicate_token", "induction", "prefix_matching"]],
-                               expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        scores[["previous_token", "duplicate_token", "induction", "prefix_matching"]], expected, rtol=1e-5
+    )
 
 
 def test_capped_decoder_scores_use_a_cutoff_scaled_to_their_ceiling():
@@ -218,8 +322,16 @@ def test_capped_decoder_scores_use_a_cutoff_scaled_to_their_ceiling():
     assert decoder_min_score("induction", repeats=4) == pytest.approx(0.3)
     assert decoder_min_score("previous_token", repeats=2) == pytest.approx(0.4)
     metrics = head_metrics(make_run([uniform_head(), uniform_head()]))
-    decoder = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "previous_token": [0.3, 0.0],
-                            "duplicate_token": [0.0, 0.0], "induction": [0.0, 0.3], "prefix_matching": [0.0, 0.0]})
+    decoder = pd.DataFrame(
+        {
+            "layer": [0, 0],
+            "head": [0, 1],
+            "previous_token": [0.3, 0.0],
+            "duplicate_token": [0.0, 0.0],
+            "induction": [0.0, 0.3],
+            "prefix_matching": [0.0, 0.0],
+        }
+    )
     decoder.attrs["repeats"] = 2
     roles = head_roles(None, metrics=metrics, decoder=decoder)
     decoder_roles = roles[roles["family"] == "decoder"]

@@ -1,4 +1,5 @@
 """Dependency trees and the Clark et al. (2019) word-level dependency accuracy, with hand-worked answers."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,12 +60,22 @@ def build_run(unit_texts, pieces, word_attention):
     special = np.array([unit_texts[u].startswith("[") for u in unit_of_token])
     word_index = np.cumsum([not t.startswith("[") for t in unit_texts]) - 1
     words = [t for t in unit_texts if not t.startswith("[")]
-    tokens = [unit_texts[u] if pieces[u] == 1 else f"{unit_texts[u]}#{k}"
-              for u in range(len(unit_texts)) for k in range(pieces[u])]
-    return AttentionRun(model_name="toy", family="toy", is_causal=False, tokens=tokens,
-                        attentions=attention.astype(np.float32), special_mask=special,
-                        word_ids=np.where(special, -1, word_index[unit_of_token]), words=words,
-                        segment_ids=np.zeros(len(tokens), dtype=np.int64))
+    tokens = [
+        unit_texts[u] if pieces[u] == 1 else f"{unit_texts[u]}#{k}"
+        for u in range(len(unit_texts))
+        for k in range(pieces[u])
+    ]
+    return AttentionRun(
+        model_name="toy",
+        family="toy",
+        is_causal=False,
+        tokens=tokens,
+        attentions=attention.astype(np.float32),
+        special_mask=special,
+        word_ids=np.where(special, -1, word_index[unit_of_token]),
+        words=words,
+        segment_ids=np.zeros(len(tokens), dtype=np.int64),
+    )
 
 
 def row(units, **weights):
@@ -81,32 +92,68 @@ def row(units, **weights):
 UNITS_1 = ["[CLS]", "The", "cat", "sat", ".", "[SEP]"]
 PIECES_1 = [1, 1, 2, 1, 1, 1]
 # Head 0 ("parent-like", with [CLS]/[SEP]/self carrying the largest weights so the exclusions matter)
-HEAD0_1 = [row(UNITS_1), row(UNITS_1, CLS=.5, The=.2, cat=.15, sat=.1, **{".": .05}, SEP=0),
-           row(UNITS_1, CLS=.1, The=.1, cat=.4, sat=.3, **{".": .05}, SEP=.05),
-           row(UNITS_1, SEP=.6, sat=.2, cat=.1, The=.05, **{".": .05}, CLS=0),
-           row(UNITS_1, CLS=.3, **{".": .3}, sat=.25, The=.1, cat=.05, SEP=0), row(UNITS_1)]
+HEAD0_1 = [
+    row(UNITS_1),
+    row(UNITS_1, CLS=0.5, The=0.2, cat=0.15, sat=0.1, **{".": 0.05}, SEP=0),
+    row(UNITS_1, CLS=0.1, The=0.1, cat=0.4, sat=0.3, **{".": 0.05}, SEP=0.05),
+    row(UNITS_1, SEP=0.6, sat=0.2, cat=0.1, The=0.05, **{".": 0.05}, CLS=0),
+    row(UNITS_1, CLS=0.3, **{".": 0.3}, sat=0.25, The=0.1, cat=0.05, SEP=0),
+    row(UNITS_1),
+]
 # Head 1 (previous word; the first word looks at the last)
-HEAD1_1 = [row(UNITS_1), row(UNITS_1, **{".": .9}), row(UNITS_1, The=.9), row(UNITS_1, cat=.9),
-           row(UNITS_1, sat=.9), row(UNITS_1)]
+HEAD1_1 = [
+    row(UNITS_1),
+    row(UNITS_1, **{".": 0.9}),
+    row(UNITS_1, The=0.9),
+    row(UNITS_1, cat=0.9),
+    row(UNITS_1, sat=0.9),
+    row(UNITS_1),
+]
 # Head 2: "The" gives 0.3 to "sat" but 0.2 to each piece of "cat": only the word-level sum (0.4) finds cat.
 # Its other rows give 0.9 to [SEP] and 0.1 to one wrong word (all other words 0).
-HEAD2_1 = [row(UNITS_1), row(UNITS_1, cat=.4, sat=.3, CLS=.3), row(UNITS_1, SEP=.9, **{".": .1}),
-           row(UNITS_1, SEP=.9, The=.1), row(UNITS_1, SEP=.9, The=.1), row(UNITS_1)]
+HEAD2_1 = [
+    row(UNITS_1),
+    row(UNITS_1, cat=0.4, sat=0.3, CLS=0.3),
+    row(UNITS_1, SEP=0.9, **{".": 0.1}),
+    row(UNITS_1, SEP=0.9, The=0.1),
+    row(UNITS_1, SEP=0.9, The=0.1),
+    row(UNITS_1),
+]
 
 UNITS_2 = ["[CLS]", "big", "red", "dogs", "bark", "[SEP]"]
 PIECES_2 = [1] * 6
-HEAD0_2 = [row(UNITS_2), row(UNITS_2, dogs=.5), row(UNITS_2, big=.5), row(UNITS_2, bark=.5),
-           row(UNITS_2, red=.5), row(UNITS_2)]
-HEAD1_2 = [row(UNITS_2), row(UNITS_2, bark=.9), row(UNITS_2, big=.9), row(UNITS_2, red=.9),
-           row(UNITS_2, dogs=.9), row(UNITS_2)]
-HEAD2_2 = [row(UNITS_2), row(UNITS_2, SEP=.9, bark=.1), row(UNITS_2, SEP=.9, bark=.1),
-           row(UNITS_2, SEP=.9, big=.1), row(UNITS_2, SEP=.9, red=.1), row(UNITS_2)]
+HEAD0_2 = [
+    row(UNITS_2),
+    row(UNITS_2, dogs=0.5),
+    row(UNITS_2, big=0.5),
+    row(UNITS_2, bark=0.5),
+    row(UNITS_2, red=0.5),
+    row(UNITS_2),
+]
+HEAD1_2 = [
+    row(UNITS_2),
+    row(UNITS_2, bark=0.9),
+    row(UNITS_2, big=0.9),
+    row(UNITS_2, red=0.9),
+    row(UNITS_2, dogs=0.9),
+    row(UNITS_2),
+]
+HEAD2_2 = [
+    row(UNITS_2),
+    row(UNITS_2, SEP=0.9, bark=0.1),
+    row(UNITS_2, SEP=0.9, bark=0.1),
+    row(UNITS_2, SEP=0.9, big=0.1),
+    row(UNITS_2, SEP=0.9, red=0.1),
+    row(UNITS_2),
+]
 
 
 def sample_runs():
     """One layer x three heads for each SAMPLE sentence."""
-    return [build_run(UNITS_1, PIECES_1, [[HEAD0_1, HEAD1_1, HEAD2_1]]),
-            build_run(UNITS_2, PIECES_2, [[HEAD0_2, HEAD1_2, HEAD2_2]])]
+    return [
+        build_run(UNITS_1, PIECES_1, [[HEAD0_1, HEAD1_1, HEAD2_1]]),
+        build_run(UNITS_2, PIECES_2, [[HEAD0_2, HEAD1_2, HEAD2_2]]),
+    ]
 
 
 @pytest.fixture
@@ -120,7 +167,9 @@ def accuracy_table(scores):
 
 def test_hand_built_runs_convert_back_to_the_intended_word_attention(sample):
     _, runs = sample
-    np.testing.assert_allclose(runs[0].to_words().attentions[0, 0], np.array(HEAD0_1), atol=1e-6)
+    np.testing.assert_allclose(
+        runs[0].to_words().attentions[0, 0], np.array(HEAD0_1), rtol=0, atol=1e-6
+    )  # float32 sums of two or three numbers
     assert runs[0].num_tokens == 7 and runs[0].tokens[2:4] == ["cat#0", "cat#1"]
 
 
@@ -160,13 +209,19 @@ def test_dependency_accuracy_known_answers(sample):
         assert set(scores[(scores.relation == relation) & (scores.direction == direction)]["count"]) == {count}
     baselines = scores.drop_duplicates(["relation", "direction"]).set_index(["relation", "direction"])
     expected_baselines = {
-        ("det", "parent"): (1, 1.0), ("nsubj", "parent"): (1, 1.0), ("punct", "parent"): (-1, 1.0),
+        ("det", "parent"): (1, 1.0),
+        ("nsubj", "parent"): (1, 1.0),
+        ("punct", "parent"): (-1, 1.0),
         ("amod", "parent"): (1, 0.5),  # +1 and +2 both score 1/2; the nearer offset wins the tie
-        ("det", "child"): (-1, 1.0), ("nsubj", "child"): (-1, 1.0), ("punct", "child"): (1, 1.0),
+        ("det", "child"): (-1, 1.0),
+        ("nsubj", "child"): (-1, 1.0),
+        ("punct", "child"): (1, 1.0),
         ("amod", "child"): (-1, 1.0),
     }
     for key, (offset, accuracy) in expected_baselines.items():
-        assert (baselines.loc[key, "baseline_offset"], baselines.loc[key, "baseline_accuracy"]) == (offset, accuracy), key
+        assert (baselines.loc[key, "baseline_offset"], baselines.loc[key, "baseline_accuracy"]) == (offset, accuracy), (
+            key
+        )
 
 
 def test_full_relations_keep_subtypes(sample):
@@ -174,6 +229,27 @@ def test_full_relations_keep_subtypes(sample):
     scores = dependency_scores(runs, sentences, full_relations=True)
     assert {"nsubj", "nsubj:pass"} <= set(scores.relation)
     assert scores[(scores.relation == "nsubj:pass") & (scores.direction == "parent")]["count"].iloc[0] == 1
+
+
+def test_accumulators_of_separate_sentences_merge_and_survive_their_arrays(sample):
+    import pandas as pd
+
+    from mha_core.syntax import DependencyAccumulator
+
+    sentences, runs = sample
+    first, second = DependencyAccumulator(), DependencyAccumulator()
+    first.add(runs[0], sentences[0])
+    second.add(runs[1], sentences[1])
+    for order in ((first, second), (second, first)):  # integer counts: the order of merging does not matter
+        merged = DependencyAccumulator()
+        for accumulator in order:
+            merged.merge(DependencyAccumulator.from_arrays(accumulator.to_arrays()))
+        assert merged.num_sentences == 2
+        pd.testing.assert_frame_equal(merged.result(), dependency_scores(runs, sentences), check_exact=True)
+    empty = DependencyAccumulator.from_arrays(DependencyAccumulator().to_arrays())
+    assert empty.shape is None and empty.result().empty
+    with pytest.raises(HeadscopeError, match="full relations"):
+        first.merge(DependencyAccumulator(full_relations=True))
 
 
 def test_best_dependency_heads_picks_the_most_accurate_head(sample):
@@ -192,25 +268,37 @@ def test_a_word_without_tokens_is_not_scored(sample):
     keep = np.array([t != "red" for t in run.tokens])
     attention = run.attentions[:, :, keep][:, :, :, keep]
     attention = attention / attention.sum(-1, keepdims=True)
-    dropped = AttentionRun(model_name="toy", family="toy", is_causal=False,
-                           tokens=[t for t, k in zip(run.tokens, keep) if k], attentions=attention,
-                           special_mask=run.special_mask[keep], word_ids=run.word_ids[keep], words=run.words,
-                           segment_ids=run.segment_ids[keep])
+    dropped = AttentionRun(
+        model_name="toy",
+        family="toy",
+        is_causal=False,
+        tokens=[t for t, k in zip(run.tokens, keep) if k],
+        attentions=attention,
+        special_mask=run.special_mask[keep],
+        word_ids=run.word_ids[keep],
+        words=run.words,
+        segment_ids=run.segment_ids[keep],
+    )
     _, has_word = word_argmax(dropped)
     assert has_word.tolist() == [True, False, True, True]
     scores = dependency_scores([dropped], [sentences[1]])
     counts = scores.drop_duplicates(["relation", "direction"]).set_index(["relation", "direction"])["count"]
-    assert counts.to_dict() == {("amod", "parent"): 1, ("amod", "child"): 1,
-                                ("nsubj", "parent"): 1, ("nsubj", "child"): 1}
+    assert counts.to_dict() == {
+        ("amod", "parent"): 1,
+        ("amod", "child"): 1,
+        ("nsubj", "parent"): 1,
+        ("nsubj", "child"): 1,
+    }
 
 
 def test_mismatched_runs_and_trees_raise(sample):
     sentences, runs = sample
     with pytest.raises(HeadscopeError, match="2 runs for 1 sentences"):
         dependency_scores(runs, sentences[:1])
-    with pytest.raises(HeadscopeError, match="model.run"):
-        dependency_scores([build_run(["[CLS]", "a", "b", "[SEP]"], [1] * 4, np.full((1, 1, 4, 4), 0.25))],
-                          sentences[:1])
+    with pytest.raises(HeadscopeError, match=r"model\.run"):
+        dependency_scores(
+            [build_run(["[CLS]", "a", "b", "[SEP]"], [1] * 4, np.full((1, 1, 4, 4), 0.25))], sentences[:1]
+        )
 
 
 def test_load_conllu_skips_ranges_empty_nodes_and_comments():
@@ -255,7 +343,7 @@ def test_parse_text_with_spacy():
     assert sentence.words == ["The", "cat", "sat", "on", "the", "mat", "."]  # the double space is dropped
     assert sentence.relations[sentence.words.index("sat")] == "ROOT"
     assert sentence.heads[sentence.words.index("sat")] == 0
-    assert sentence.heads[1] == 3 and sentence.relations[1] == "nsubj"   # cat <- sat
-    assert sentence.heads[0] == 2 and sentence.relations[0] == "det"     # The <- cat
+    assert sentence.heads[1] == 3 and sentence.relations[1] == "nsubj"  # cat <- sat
+    assert sentence.heads[0] == 2 and sentence.relations[0] == "det"  # The <- cat
     with pytest.raises(InputTextError):
         parse_text("   ")

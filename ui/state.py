@@ -1,38 +1,145 @@
-"""App state: the shared sidebar, URL query parameters, cached models and runs, error display.
+"""App state: server settings, URL query parameters, the session's selection, cached models and runs.
 
-Everything a view depends on lives in the URL (model, engine, text, pair, layer, head, page), so a
-link reproduces the view. Library errors (``mha_core.errors.HeadscopeError``) become short
-``st.error`` messages; anything else is caught by ``guard()`` and shown as one line, never a traceback.
-User text is only ever shown through widgets, ``st.text``/``st.code`` or escaped figure labels.
+The only UI code that loads a model or runs one. Everything a view depends on lives in the URL
+(model, engine, text, pair, layer, head, page), so a link reproduces the view; every parameter of a
+link is checked when a session starts, and what was wrong with it is kept for the page to say
+(``link_notice``). Drawing is left to ``ui.widgets``.
+
+One server holds a class: models load once per server (``st.cache_resource``); runs and what is
+computed from them live in one cache bounded in bytes (``ui.budget.ByteBudgetCache``); at most a
+few forward passes run at once (``ui.budget.ComputeGate``); a run whose session has gone away or
+asked for something else stops at its next layer (``ui.budget.StopPoint``). The settings come from
+environment variables, read once (``ServerSettings``, docs/classroom.md).
 """
+
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import logging
+import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
-from mha_core.errors import EngineNotSupported, HeadscopeError, InputTextError, ModelLoadError
-from ui.views import md_escape  # messages quote user input (model ids, text): shown literally
+from mha_core import sources
+from mha_core.errors import HeadscopeError, ModelLoadError, quoted
+from mha_core.models import DEFAULT_MODEL, ENGINES
+from mha_core.tokens import visible_text
+from ui.budget import ByteBudgetCache, ComputeGate, StopPoint
 
 LOG = logging.getLogger("headscope.app")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_PATH = ROOT / "assets" / "examples.json"
 
-# The sidebar's model choices; anything else is typed in as a hub id or a local directory.
+# The sidebar's names for the embedded models; other allowed models are listed by their own name.
 MODEL_CHOICES = {
     "minilm": "all-MiniLM-L6-v2 (embedded encoder, 6 x 12 heads)",
     "smollm2": "SmolLM2-135M (embedded decoder, 30 x 9 heads)",
 }
 OTHER_MODEL = "other"
-ENGINES = {"transformers": "transformers", "core": "From-scratch core"}
-DEFAULT_MODEL = "minilm"
+ENGINE_LABELS = {"transformers": "transformers", "core": "From-scratch core"}
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
 MAX_TEXT_CHARS = 4000  # the model truncates to its own token limit; this only bounds what a URL can carry
-QUERY_KEYS = ("model", "engine", "text", "pair", "layer", "head", "page")
+MAX_MODEL_CHARS = 200  # longer than any hub id or sensible folder
+
+
+# ---- server settings --------------------------------------------------------------------------------
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None or not value.strip() else value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _env_int(name: str, default: int, minimum: int = 1) -> int:
+    try:
+        return max(minimum, int(os.environ.get(name, default)))
+    except ValueError:
+        LOG.warning("ignoring %s=%r: not a whole number", name, os.environ.get(name))
+        return default
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How this server behaves; from environment variables (docs/classroom.md), read once per process.
+
+    classroom             HEADSCOPE_CLASSROOM=1: the safe defaults below for a shared server
+    allowed_models        HEADSCOPE_ALLOWED_MODELS: comma-separated names, hub ids, folders; "*" = any
+                          (default: any; in classroom mode the embedded models)
+    allow_downloads       HEADSCOPE_ALLOW_DOWNLOADS: may a hub id be fetched from the hub (default: yes; not in class)
+    cache_budget_bytes    HEADSCOPE_CACHE_BUDGET_MB: bytes of runs and their measurements kept (default 2048 MB)
+    max_concurrent_runs   HEADSCOPE_MAX_CONCURRENT_RUNS: forward passes at once (default: the number of CPUs)
+    torch_threads         HEADSCOPE_TORCH_THREADS: torch threads per forward pass (default 1)
+    max_profile_sentences HEADSCOPE_MAX_PROFILE_SENTENCES: corpus profile size from the Roles page
+                          (default 2002, the whole UD dev split; 200 in classroom mode)
+    class_link            HEADSCOPE_PUBLIC_URL: the link students open (scripts/app.sh --classroom sets it)
+    """
+
+    classroom: bool = False
+    allowed_models: tuple[str, ...] | None = None
+    allow_downloads: bool = True
+    cache_budget_bytes: int = 2048 << 20
+    max_concurrent_runs: int = 2
+    torch_threads: int = 1
+    max_profile_sentences: int = 2002
+    class_link: str | None = None
+
+    @classmethod
+    def from_env(cls) -> ServerSettings:
+        classroom = _env_flag("HEADSCOPE_CLASSROOM", False)
+        allowed = sources.parse_allowlist(
+            os.environ.get("HEADSCOPE_ALLOWED_MODELS", ",".join(sources.EMBEDDED_MODELS) if classroom else "*")
+        )
+        return cls(
+            classroom=classroom,
+            allowed_models=allowed,
+            allow_downloads=_env_flag("HEADSCOPE_ALLOW_DOWNLOADS", not classroom),
+            cache_budget_bytes=_env_int("HEADSCOPE_CACHE_BUDGET_MB", 2048) << 20,
+            max_concurrent_runs=_env_int("HEADSCOPE_MAX_CONCURRENT_RUNS", os.cpu_count() or 2),
+            torch_threads=_env_int("HEADSCOPE_TORCH_THREADS", 1),
+            max_profile_sentences=_env_int("HEADSCOPE_MAX_PROFILE_SENTENCES", 200 if classroom else 2002, 10),
+            class_link=os.environ.get("HEADSCOPE_PUBLIC_URL") or None,
+        )
+
+
+@functools.cache
+def settings() -> ServerSettings:
+    return ServerSettings.from_env()
+
+
+@dataclass
+class _Shared:
+    """What every session of this server shares."""
+
+    cache: ByteBudgetCache
+    gate: ComputeGate
+    profile_lock: threading.Lock
+
+
+@functools.cache
+def shared() -> _Shared:
+    config = settings()
+    return _Shared(
+        ByteBudgetCache(config.cache_budget_bytes), ComputeGate(config.max_concurrent_runs), threading.Lock()
+    )
+
+
+def reset_server_state() -> None:
+    """Forget the settings and the shared caches (tests change the environment between apps)."""
+    settings.cache_clear()
+    shared.cache_clear()
+    _load_model_cached.clear()
+
+
+def configure_torch() -> None:
+    """One torch thread per forward pass by default: a sentence takes ~40 ms either way, but on a busy
+    2-core machine two spinning OpenMP threads per run made it 10-30x slower (0.04 s vs 0.8-1.5 s), and
+    the server runs each session in its own thread anyway."""
+    import torch
+
+    if torch.get_num_threads() != settings().torch_threads:
+        torch.set_num_threads(settings().torch_threads)
 
 
 @dataclass(frozen=True)
@@ -43,6 +150,26 @@ class Selection:
     engine: str
     text: str
     text_pair: str | None
+    bos: bool | None = None  # decoders: begin with the BOS token (None: the model's default)
+
+
+_SELECTION = "_selection"
+
+
+def set_selection(selection: Selection) -> None:
+    st.session_state[_SELECTION] = selection
+
+
+def has_selection() -> bool:
+    return _SELECTION in st.session_state
+
+
+def selection() -> Selection:
+    """The sidebar's choices for this run: app.py draws the sidebar before it runs the page."""
+    try:
+        return st.session_state[_SELECTION]
+    except KeyError:
+        raise RuntimeError("No sidebar selection: pages run inside app.py (streamlit run app.py).") from None
 
 
 # ---- URL query parameters ------------------------------------------------------------------
@@ -61,26 +188,66 @@ def write_query(**values) -> None:
             st.query_params[key] = str(value)
 
 
-def _init_from_query() -> None:
-    """On a session's first run, the URL decides the sidebar's starting values."""
+def link_notice(message: str) -> None:
+    """Keep a note of what was wrong with the link this session opened (``take_link_notices``)."""
+    st.session_state.setdefault("_link_notices", []).append(message)
+
+
+def take_link_notices() -> list[str]:
+    """The notes kept so far, once."""
+    return st.session_state.pop("_link_notices", None) or []
+
+
+def link_index(key: str) -> int | None:
+    """A layer or head number the link asked for, once (checked against the model's size where drawn)."""
+    return st.session_state.pop(f"_{key}_from_link", None)
+
+
+def _text_from_query(key: str, label: str) -> str:
+    value = query_value(key, DEFAULT_TEXT if key == "text" else "") or ""
+    if len(value) > MAX_TEXT_CHARS:
+        link_notice(f"the {label} had {len(value):,} characters; the first {MAX_TEXT_CHARS:,} are kept.")
+        value = value[:MAX_TEXT_CHARS]
+    if value and not visible_text(value):
+        link_notice(f"the {label} holds only invisible characters (zero-width spaces, marks), so it is empty.")
+        value = ""
+    return value
+
+
+def init_from_query() -> None:
+    """On a session's first run, the URL decides the sidebar's starting values; every value is checked."""
     if st.session_state.get("_state_initialised"):
         return
     st.session_state["_state_initialised"] = True
-    model = query_value("model", DEFAULT_MODEL)
-    if model in MODEL_CHOICES:
-        st.session_state["model_choice"] = model
-    else:
+    model = (query_value("model", DEFAULT_MODEL) or DEFAULT_MODEL).strip()
+    if len(model) > MAX_MODEL_CHARS:
+        link_notice(f"the model name had {len(model):,} characters, more than any model name; showing {DEFAULT_MODEL}.")
+        model = DEFAULT_MODEL
+    choices = model_choices()
+    if model.lower() in choices:
+        st.session_state["model_choice"] = model.lower()
+    elif OTHER_MODEL in choices:
         st.session_state["model_choice"] = OTHER_MODEL
         st.session_state["model_other"] = model
+    else:  # a model this server does not offer: say so where the user looks, keep a working one
+        link_notice(f"this server does not offer the model {quoted(model)}; showing {DEFAULT_MODEL}.")
+        st.session_state["model_choice"] = next(iter(choices))
     engine = query_value("engine", "transformers")
-    st.session_state["engine"] = engine if engine in ENGINES else "transformers"
-    st.session_state["text"] = (query_value("text", DEFAULT_TEXT) or "")[:MAX_TEXT_CHARS]
-    st.session_state["text_was_cut"] = len(query_value("text", "") or "") > MAX_TEXT_CHARS
-    st.session_state["pair"] = (query_value("pair", "") or "")[:MAX_TEXT_CHARS]
+    if engine not in ENGINES:
+        link_notice(f"there is no engine {quoted(engine)} (only {', '.join(ENGINES)}); using transformers.")
+        engine = "transformers"
+    st.session_state["engine"] = engine
+    st.session_state["text"] = _text_from_query("text", "sentence")
+    st.session_state["pair"] = _text_from_query("pair", "second sentence")
     for key in ("layer", "head"):
         value = query_value(key)
-        if value is not None and value.lstrip("-").isdigit():
+        if value is None:
+            continue
+        if value.strip().isdigit() and len(value.strip()) < 6:
             st.session_state[f"_{key}"] = int(value)
+            st.session_state[f"_{key}_from_link"] = int(value)
+        else:
+            link_notice(f"the {key} {quoted(value)} is not a {key} number; showing {key} 0.")
 
 
 # ---- examples --------------------------------------------------------------------------------
@@ -94,265 +261,200 @@ def load_examples() -> list[dict]:
         return []
 
 
-def _apply_example() -> None:
+def apply_example() -> None:
+    """The example picked in the sidebar fills the sentence, the pair, the model it is for, and opens the
+    layer and head that show what it is about."""
     examples = load_examples()
     index = st.session_state.get("example")
     if index is None or not (0 <= index < len(examples)):
         return
-    st.session_state["text"] = examples[index]["text"]
-    st.session_state["pair"] = examples[index].get("pair", "")
-    if examples[index].get("model"):
-        st.session_state["model_choice"] = examples[index]["model"]
+    example = examples[index]
+    st.session_state["text"] = example["text"]
+    st.session_state["pair"] = example.get("pair", "")
+    model = example.get("model", DEFAULT_MODEL)
+    if model in model_choices():
+        st.session_state["model_choice"] = model
+    for key in ("layer", "head"):
+        if key in example:
+            st.session_state[key] = st.session_state[f"_{key}"] = int(example[key])
 
 
-# ---- models and runs -------------------------------------------------------------------------
+# ---- models ----------------------------------------------------------------------------------
 def report_progress(bar):
-    """A ``load_model`` progress callback that accepts (message), (fraction, message) or (done, total, message)."""
-    def report(*args, **kwargs):
-        numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
-        texts = [a for a in args if isinstance(a, str)] + [v for v in kwargs.values() if isinstance(v, str)]
-        fraction = None
-        if len(numbers) >= 2 and numbers[1]:
-            fraction = numbers[0] / numbers[1]
-        elif numbers:
-            fraction = numbers[0]
-        try:
-            bar.progress(min(1.0, max(0.0, float(fraction or 0.0))), text=texts[0] if texts else "Loading model...")
-        except Exception:  # a progress display must never break loading
-            pass
+    """A library progress callback (``mha_core.progress``) drawn on a Streamlit progress bar."""
+    from mha_core.progress import fraction
+
+    def report(done: float, total: float, message: str = "") -> None:
+        bar.progress(fraction(done, total), text=message or None)
+
     return report
 
 
+def model_choices() -> dict[str, str]:
+    """What the sidebar offers: the allowed embedded models, the other allowed names, and "other"
+    (type any name) only where any model may load."""
+    allowed = settings().allowed_models
+    choices = {key: label for key, label in MODEL_CHOICES.items() if sources.model_allowed(key, allowed)}
+    if allowed is None:
+        choices[OTHER_MODEL] = "Other: a hub id or a local folder"
+    else:
+        choices.update({name: name for name in allowed if sources.normalized_name(name) not in MODEL_CHOICES})
+    return choices
+
+
+def _cache_key(name: str) -> str:
+    """One key per model however it is spelled (``MiniLM``, ``./m`` and ``m/`` for the same folder)."""
+    key = sources.normalized_name(name)
+    if key not in sources.EMBEDDED_MODELS and os.path.isdir(key):
+        return os.path.realpath(key)
+    return key
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _load_model_cached(name: str):
+def _load_model_cached(key: str, allow_downloads: bool):
     from mha_core.models import load_model
 
     # The bar is created inside the cached function so a cache hit replays it (and its removal) cleanly.
-    bar = st.progress(0.0, text=f"Loading {name}...")
+    bar = st.progress(0.0, text=f"Loading {key[:80]}...")
     try:
-        model = load_model(name, progress=report_progress(bar))
+        model = load_model(key, progress=report_progress(bar), download=allow_downloads)
     finally:
         bar.empty()
     return model
 
 
 def get_model(name: str):
-    """The loaded model (cached for the whole server). Raises ``ModelLoadError`` for an unknown id."""
+    """The loaded model (cached for the whole server). Raises ``ModelLoadError`` for a model this server
+    does not offer or cannot load; the check comes before the name touches the file system."""
     name = (name or "").strip()
     if not name:
-        raise ModelLoadError("No model given: pick one in the sidebar or type a hub id or a local path.")
+        raise ModelLoadError("No model given: pick one in the sidebar.")
+    if len(name) > MAX_MODEL_CHARS:
+        raise ModelLoadError(f"No model has a name of {len(name):,} characters: pick one in the sidebar.")
+    config = settings()
+    if not sources.model_allowed(name, config.allowed_models):
+        offered = ", ".join(config.allowed_models or ())
+        raise ModelLoadError(f"This server does not offer the model {quoted(name)}. It offers: {offered}.")
     try:
-        return _load_model_cached(name)
+        return _load_model_cached(_cache_key(name), config.allow_downloads)
     except HeadscopeError:
         raise
     except (OSError, ValueError, KeyError) as error:  # a loader that did not wrap its own error
-        raise ModelLoadError(f"Cannot load model {name!r}: {error}") from error
+        raise ModelLoadError(f"Cannot load model {quoted(name)} ({type(error).__name__}).") from error
 
 
-# A run of SmolLM2 at 512 tokens holds 283 MB, so only a few dozen runs stay cached.
-@st.cache_data(show_spinner=False, max_entries=24)
-def get_run(model_name: str, engine: str, text: str, text_pair: str | None = None):
-    """The ``AttentionRun`` for these inputs (cached on exactly these four values)."""
-    model = get_model(model_name)
-    return model.run(text, text_pair=text_pair or None, engine=engine)
-
-
-# ---- sidebar -----------------------------------------------------------------------------------
-def sidebar() -> Selection:
-    """Draw the shared sidebar and return the selection (also written to the URL)."""
-    _init_from_query()
-    examples = load_examples()
-    with st.sidebar:
-        st.header("Input")
-        st.selectbox("Model", [*MODEL_CHOICES, OTHER_MODEL], key="model_choice",
-                     format_func=lambda k: MODEL_CHOICES.get(k, "Other: a hub id or a local path"))
-        if st.session_state["model_choice"] == OTHER_MODEL:
-            st.text_input("Hub id or local path", key="model_other", placeholder="bert-base-uncased or /path/to/model",
-                          help="Loaded from the local Hugging Face cache or a directory; nothing is downloaded.")
-        st.radio("Engine", list(ENGINES), key="engine", format_func=ENGINES.get, horizontal=True,
-                 help="From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "
-                      "from the checkpoint's weights, compared with transformers.")
-        if examples:
-            st.selectbox("Example sentences", range(len(examples)), key="example", index=None,
-                          placeholder="Pick an example...", on_change=_apply_example,
-                          format_func=lambda i: f"{examples[i]['label']}")
-        st.text_input("Sentence", key="text", max_chars=MAX_TEXT_CHARS,
-                      help="Press Enter to run. Long texts are truncated to the model's limit.")
-        st.text_input("Second sentence (encoders only, optional)", key="pair", max_chars=MAX_TEXT_CHARS)
-        if st.session_state.get("text_was_cut"):
-            st.warning(f"The text in the link was longer than {MAX_TEXT_CHARS} characters and was cut.")
-
-    wanted = st.session_state["model_choice"]
-    if wanted == OTHER_MODEL:
-        wanted = (st.session_state.get("model_other") or "").strip() or st.session_state.get("_last_good_model",
-                                                                                               DEFAULT_MODEL)
-    model = _resolve_model(wanted)
-    selection = Selection(model=model, engine=st.session_state["engine"], text=st.session_state["text"],
-                          text_pair=(st.session_state.get("pair") or "").strip() or None)
-    write_query(model=wanted, engine=selection.engine if selection.engine != "transformers" else None,
-                text=selection.text, pair=selection.text_pair)
-    st.session_state["_selection"] = selection
-    return selection
-
-
-def _resolve_model(wanted: str) -> str:
-    """Load ``wanted``; on failure say why in the sidebar and keep the last model that loaded."""
+def use_model(wanted: str) -> tuple[str, HeadscopeError | None]:
+    """``(the model to show, why the wanted one failed or None)``: on failure the last model that
+    loaded stays in use. Failures are remembered for the session: ``st.cache_resource`` keeps no
+    failures, and without this every rerun would try the load again."""
     failed = st.session_state.get("_failed_model")
     try:
         if failed and failed[0] == wanted:
-            # Failures are not cached by st.cache_resource; without this every rerun would retry the load.
             raise ModelLoadError(failed[1])
         get_model(wanted)
     except HeadscopeError as error:
         st.session_state["_failed_model"] = (wanted, str(error))
         previous = st.session_state.get("_last_good_model") or (DEFAULT_MODEL if wanted != DEFAULT_MODEL else "")
-        with st.sidebar:
-            st.error(md_escape(error))
-            if previous:
-                st.info(f"Still showing the previous model, {md_escape(previous)}.")
-        return previous
+        return previous, error
     st.session_state["_last_good_model"] = wanted
-    return wanted
+    return wanted, None
 
 
-def _sidebar_drawn_this_run() -> bool:
-    """True once ``sidebar()`` ran in this script run (its model widget is registered)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    if ctx is None:
-        return False
-    shared = getattr(ctx, "shared", ctx)
-    ids = getattr(shared, "widget_ids_this_run", None)
-    ids = ids.snapshot() if hasattr(ids, "snapshot") else (ids or ())
-    return any(str(widget_id).endswith("-model_choice") for widget_id in ids)
+# ---- runs and what is computed from them ---------------------------------------------------------
+def stop_point() -> StopPoint:
+    """A check that ends this script run at its next call once the session has gone away or asked for
+    another run: Streamlit raises its stop signal at any element update, here of an empty placeholder."""
+    placeholder = st.empty()
+    return StopPoint(placeholder.empty)
 
 
-def current_selection() -> Selection:
-    """The sidebar's selection; draws the sidebar if this run has not (a page run on its own)."""
-    if _sidebar_drawn_this_run() and "_selection" in st.session_state:
-        return st.session_state["_selection"]
-    return sidebar()
+def cached(key: tuple, compute, check: StopPoint | None = None):
+    """``compute()``'s value, kept in the server's byte-budgeted cache under ``key``."""
+    return shared().cache.get_or_compute(key, compute, check=check)
 
 
-def current_model():
-    """The model in use, or None (after an ``st.error``) when none could be loaded."""
-    selection = current_selection()
-    if not selection.model:
-        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
-        return None
-    with error_display():
-        return get_model(selection.model)
-    return None
+def get_run(model_name: str, engine: str, text: str, text_pair: str | None = None, bos: bool | None = None):
+    """The ``AttentionRun`` for these inputs: from the shared cache, or computed in a compute slot,
+    layer by layer, stopping if this session goes away."""
+    model = get_model(model_name)
+    bos = model.default_bos if bos is None else bool(bos)
+    key = ("run", _cache_key(model_name), engine, text, text_pair or None, bos)
+    check = stop_point()
+    waiting = st.empty()
+
+    def show_waiting(ahead: int) -> None:
+        waiting.caption(f"The server is busy: {ahead + 1} other request(s) before yours.")
+
+    def compute():
+        with shared().gate.slot(check=check, waiting=show_waiting):
+            waiting.empty()
+            run = model.run(text, text_pair=text_pair or None, engine=engine, progress=check, bos=bos)
+        run.metadata["cache_key"] = key  # what is computed from this run is cached under it too
+        return run
+
+    return cached(key, compute, check)
 
 
-def run_for(model: str, engine: str, text: str, text_pair: str | None = None, *, notices: bool = True):
-    """A run, or None after a clear message. Shows the truncation notice and engine fallbacks."""
-    if not model:
-        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
-        return None
-    if not (text or "").strip():
-        st.info("Type a sentence in the sidebar (or pick an example) and press Enter.")
-        return None
-    loaded = get_model(model)
-    if text_pair and loaded.is_causal:
-        if notices:
-            st.info("A second sentence applies to encoder models only; this decoder reads the first sentence alone.")
-        text_pair = None
-    try:
-        run = get_run(model, engine, text, text_pair)
-    except EngineNotSupported as error:
-        st.warning(f"{md_escape(error)} Showing the transformers engine instead.")
-        run = get_run(model, "transformers", text, text_pair)
-    if notices and run.truncated:
-        st.warning(f"The text has {run.num_input_tokens} tokens; {md_escape(model)} reads at most {run.num_tokens}, "
-                   f"so only the first {run.num_tokens} are shown.")
-    return run
+def computed_from(run, what: str, compute):
+    """``compute()`` cached with ``run`` (dropped with it under memory pressure); uncached for a run that
+    did not come from ``get_run``."""
+    key = run.metadata.get("cache_key")
+    return compute() if key is None else cached((what, *key), compute)
 
 
-def current_run(notices: bool = True):
-    """The run for the sidebar's selection, or None after a clear ``st.error`` / ``st.info``."""
-    selection = current_selection()
-    with error_display():
-        return run_for(selection.model, selection.engine, selection.text, selection.text_pair, notices=notices)
-    return None
-
-
-# ---- layer / head selection ----------------------------------------------------------------
-def _clamped(value, upper: int) -> int:
-    try:
-        return min(max(int(value), 0), max(upper - 1, 0))
-    except (TypeError, ValueError):
-        return 0
-
-
-def select_layer(num_layers: int, *, label: str = "Layer", key: str = "layer", container=None,
-                 default: int = 0) -> int:
-    """A layer slider kept in the URL (``?layer=``) and across pages; ``default`` until the user moves it."""
-    return _select_index(num_layers, label=label, key=key, container=container, default=default)
-
-
-def select_head(num_heads: int, *, label: str = "Head", key: str = "head", container=None) -> int:
-    """A head selector kept in the URL (``?head=``) and across pages."""
-    return _select_index(num_heads, label=label, key=key, container=container)
-
-
-def _select_index(count: int, *, label: str, key: str, container=None, default: int = 0) -> int:
-    stored = f"_{key}"  # survives pages where the widget is not drawn
-    start = st.session_state[key] if key in st.session_state else st.session_state.get(stored, default)
-    st.session_state[key] = _clamped(start, count)
-    if count > 1:
-        (container or st).select_slider(label, options=list(range(count)), key=key)
-    value = int(st.session_state[key])
-    st.session_state[stored] = value
-    if key in ("layer", "head"):
-        write_query(**{key: value})
-    return value
-
-
-def set_head(head: int) -> None:
-    """Select a head from code (e.g. a click on a chart); takes effect on the next rerun."""
-    st.session_state["_head"] = int(head)
-    st.session_state["head"] = int(head)
-
-
-# ---- errors ---------------------------------------------------------------------------------
-@contextlib.contextmanager
-def error_display():
-    """Show library errors as ``st.error`` and anything unexpected as one short line, never a traceback.
-
-    Streamlit's own control flow (rerun, stop, page switch) derives from BaseException and passes through.
-    """
-    try:
-        yield
-    except InputTextError as error:
-        st.error(f"This text cannot be read: {md_escape(error)}")
-    except HeadscopeError as error:
-        st.error(md_escape(error))
-    except Exception as error:  # last resort: the page keeps working, the details go to the server log
-        LOG.exception("unexpected error in a page")
-        st.error(f"Something went wrong ({type(error).__name__}). Try another sentence or model; "
-                 "the details are in the server log.")
-
-
-guard = error_display
-
-
-# ---- head metrics ---------------------------------------------------------------------------
-# Per-layer curves show these measurements (numeric columns of mha_core.head_metrics).
-CURVE_METRICS = {
-    "normalized_entropy": "normalised entropy (0 = one key, 1 = uniform)",
-    "mean_distance": "mean distance |i - j| in tokens",
-    "confidence": "confidence (largest weight of a row)",
-    "special_mass": "attention on special tokens",
-    "prev_token_mass": "attention on the previous token",
-    "local_mass": "attention within two tokens",
-}
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
 def metrics_for(run):
-    """``mha_core.head_metrics(run)``: one row per layer and head, cached on the run's content."""
+    """``mha_core.head_metrics(run)``: one row per layer and head, cached with the run it came from."""
     from mha_core import head_metrics
 
-    return head_metrics(run)
+    return computed_from(run, "metrics", lambda: head_metrics(run))
+
+
+# Head distances cost (head pairs) x n^2; past this many tokens they average over this many query rows.
+DISTANCE_MAX_QUERIES = 128
+
+
+def sentence_analysis(model_name: str, run):
+    """(metrics, semantic scores, head distances) of one run, for the Roles page."""
+    import mha_core
+
+    def analyse():
+        semantic = None
+        token_ids = run.metadata.get("token_ids")
+        if token_ids is not None:
+            semantic = mha_core.semantic_scores(run, get_model(model_name).input_embeddings(token_ids))
+        return semantic, mha_core.head_distances(run, max_queries=DISTANCE_MAX_QUERIES)
+
+    semantic, distances = computed_from(run, "roles-analysis", analyse)
+    return metrics_for(run), semantic, distances
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def corpus_profile(model_name: str, max_sentences: int):
+    """(metrics, dependency, coreference) over the first ``max_sentences`` UD EWT dev sentences."""
+    import mha_core
+    from mha_core.syntax import ud_ewt_dev
+
+    model = get_model(model_name)
+    sentences = ud_ewt_dev(max_sentences=max_sentences)
+    bar = st.progress(0.0, text=f"Profiling {len(sentences)} sentences...")
+    try:
+        result = mha_core.profile(model, sentences, batch_size=16, progress=report_progress(bar))
+    finally:
+        bar.empty()
+    return result.metrics, result.dependency, mha_core.coreference_scores(model)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def decoder_scores(model_name: str):
+    """Previous-token, duplicate, induction and prefix-matching scores on repeated random tokens."""
+    import mha_core
+
+    return mha_core.decoder_head_scores(get_model(model_name))
+
+
+@st.cache_data(show_spinner=False)
+def saturation_table(n_keys: int = 16):
+    """``mha_core.softmax_saturation``: the same curve for every visitor."""
+    import mha_core
+
+    return mha_core.softmax_saturation(n_keys=n_keys)

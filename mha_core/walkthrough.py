@@ -16,9 +16,11 @@ W_1^V = W_1^Q[:, (2, 3, 0, 1)]. We give head 2 the same relation to its printed 
 W_2^K = W_2^Q[:, (1, 0, 3, 2)] and W_2^V = W_2^Q[:, (2, 3, 0, 1)]. The choice keeps the seed's
 construction, is deterministic, and needs no random numbers that a class could not check by hand.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,8 +28,6 @@ import pandas as pd
 import torch
 
 from .attention import SCORE_FUNCTIONS, MultiHeadAttention, attention_scores, causal_keep_mask, masked_softmax
-
-SEED_FILE = "000_c2a67be7403eab8a.txt"
 
 
 def _seed_pattern(base_row) -> np.ndarray:
@@ -58,9 +58,15 @@ CHOSEN_MATRICES_REASON = (
 
 # What the seed prints for head 1 (section 3.2) and its multiplication count (section 3.4).
 SEED_PRINTED = {
-    "Q1": np.array([[22.0, 25.2, 28.4, 31.6], [26.0, 29.8, 33.6, 37.4], [30.0, 34.4, 38.8, 43.2], [34.0, 39.0, 44.0, 49.0]]),
-    "K1": np.array([[22.8, 19.6, 32.0, 28.8], [26.8, 23.0, 37.6, 33.8], [30.8, 26.4, 43.2, 38.8], [34.8, 29.8, 48.8, 43.8]]),
-    "V1": np.array([[25.6, 28.8, 19.2, 22.4], [30.4, 34.2, 22.8, 26.6], [35.2, 39.6, 26.4, 30.8], [40.0, 45.0, 30.0, 35.0]]),
+    "Q1": np.array(
+        [[22.0, 25.2, 28.4, 31.6], [26.0, 29.8, 33.6, 37.4], [30.0, 34.4, 38.8, 43.2], [34.0, 39.0, 44.0, 49.0]]
+    ),
+    "K1": np.array(
+        [[22.8, 19.6, 32.0, 28.8], [26.8, 23.0, 37.6, 33.8], [30.8, 26.4, 43.2, 38.8], [34.8, 29.8, 48.8, 43.8]]
+    ),
+    "V1": np.array(
+        [[25.6, 28.8, 19.2, 22.4], [30.4, 34.2, 22.8, 26.6], [35.2, 39.6, 26.4, 30.8], [40.0, 45.0, 30.0, 35.0]]
+    ),
 }
 SEED_COUNTS = {"projections": 768, "scores": 128, "weighted_values": None, "output_projection": 256, "total": 1152}
 
@@ -98,6 +104,7 @@ class WorkedExample:
     operation_counts: pd.DataFrame
     from_seed: bool = False
     notes: dict = field(default_factory=dict)
+    tokens: list[str] | None = None  # words, where the example has them; else "token 1", "token 2", ...
 
     @property
     def num_heads(self) -> int:
@@ -110,6 +117,10 @@ class WorkedExample:
     @property
     def seq_len(self) -> int:
         return self.x.shape[0]
+
+    @property
+    def token_labels(self) -> list[str]:
+        return list(self.tokens) if self.tokens else [f"token {i + 1}" for i in range(self.seq_len)]
 
     @property
     def d_model(self) -> int:
@@ -149,13 +160,20 @@ def _module(w_q, w_k, w_v, w_o, score: str) -> MultiHeadAttention:
     return mha.set_weights(linear_layout(w_q), linear_layout(w_k), linear_layout(w_v), torch.from_numpy(w_o.T.copy()))
 
 
-def _operation_counts(n: int, d_model: int, h: int, d_k: int, score: str, causal: bool, from_seed: bool) -> pd.DataFrame:
+def _operation_counts(
+    n: int, d_model: int, h: int, d_k: int, score: str, causal: bool, from_seed: bool
+) -> pd.DataFrame:
     """Multiplications per step, counted from the shapes (a matmul [a, b] @ [b, c] costs a * b * c)."""
     inner = h * d_k
     seed = SEED_COUNTS if from_seed else {}
     rows = [
-        ("projections", "Q_i, K_i, V_i = X W_i^Q, X W_i^K, X W_i^V", "matmul", "3 · h · n · d_model · d_k",
-         3 * h * n * d_model * d_k),
+        (
+            "projections",
+            "Q_i, K_i, V_i = X W_i^Q, X W_i^K, X W_i^V",
+            "matmul",
+            "3 · h · n · d_model · d_k",
+            3 * h * n * d_model * d_k,
+        ),
         ("scores", "Q_i K_i^T", "matmul", "h · n · n · d_k", h * n * n * d_k),
     ]
     if score == "scaled":
@@ -172,8 +190,7 @@ def _operation_counts(n: int, d_model: int, h: int, d_k: int, score: str, causal
     frame = pd.DataFrame(rows, columns=["step", "formula", "kind", "count_formula", "multiplications"])
     frame["seed_count"] = pd.array([seed.get(step) for step in frame["step"]], dtype="Int64")
     frame.attrs["causal_note"] = (
-        "A causal mask does not change the count: masked scores are still computed, then set to -inf."
-        if causal else ""
+        "A causal mask does not change the count: masked scores are still computed, then set to -inf." if causal else ""
     )
     return frame
 
@@ -198,7 +215,9 @@ def _dimension_trace(x, q, k, v, scores, weights, heads, concat, output, q_flat)
     )
 
 
-def compute_example(x, w_q, w_k, w_v, w_o, score: str = "scaled", causal: bool = False, from_seed: bool = False) -> WorkedExample:
+def compute_example(
+    x, w_q, w_k, w_v, w_o, score: str = "scaled", causal: bool = False, from_seed: bool = False
+) -> WorkedExample:
     """Run multi-head attention step by step with mha_core on ``x [n, d_model]`` and per-head matrices.
 
     ``w_q``, ``w_k``, ``w_v``: ``[h, d_model, d_k]``; ``w_o``: ``[h * d_k, d_model]`` (seed layout).
@@ -226,9 +245,22 @@ def compute_example(x, w_q, w_k, w_v, w_o, score: str = "scaled", causal: bool =
         module_output, _ = mha(x_batch, causal=causal)
         q_flat = mha.merge_heads(q)
     return WorkedExample(
-        x=x, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, score=score, causal=bool(causal), keep_mask=keep.numpy(),
-        q=q[0].numpy(), k=k[0].numpy(), v=v[0].numpy(), scores=scores[0].numpy(), weights=weights[0].numpy(),
-        heads=heads[0].numpy(), concat=concat[0].numpy(), output=output[0].numpy(),
+        x=x,
+        w_q=w_q,
+        w_k=w_k,
+        w_v=w_v,
+        w_o=w_o,
+        score=score,
+        causal=bool(causal),
+        keep_mask=keep.numpy(),
+        q=q[0].numpy(),
+        k=k[0].numpy(),
+        v=v[0].numpy(),
+        scores=scores[0].numpy(),
+        weights=weights[0].numpy(),
+        heads=heads[0].numpy(),
+        concat=concat[0].numpy(),
+        output=output[0].numpy(),
         module_output=module_output[0].numpy(),
         dimension_trace=_dimension_trace(x_batch, q, k, v, scores, weights, heads, concat, output, q_flat),
         operation_counts=_operation_counts(n, d_model, h, d_k, score, causal, from_seed),
@@ -252,6 +284,39 @@ def worked_example(score: str = "scaled", causal: bool = False) -> WorkedExample
     return example
 
 
+# ---- a readable example: four words, features you can name, softmax far from one-hot ----------------
+READABLE_TOKENS = ["The", "cat", "sat", "down"]
+READABLE_FEATURES = ["function word", "noun", "verb", "adverb", "position 1", "position 2", "position 3", "position 4"]
+
+
+def readable_example(score: str = "scaled", causal: bool = False) -> WorkedExample:
+    """ "The cat sat down" in 8 named features, with two heads whose question can be read off the weights.
+
+    Each word's vector says what kind of word it is (dimensions 1-4) and where it stands (5-8).
+    Head 1 asks "who does it?": a verb's query matches a noun's key, so "sat" looks at "cat".
+    Head 2 asks "what came just before?": position p's query matches position p - 1's key.
+    Scores of about 1.5 to 2 (not 50) keep softmax readable: the top key gets most, not all, of the weight.
+    """
+    x = np.zeros((4, 8))
+    x[np.arange(4), [0, 1, 2, 3]] = 1.0  # the kind of word
+    x[np.arange(4), 4 + np.arange(4)] = 1.0  # its position
+    w_q, w_k, w_v = np.zeros((3, 2, 8, 4))
+    w_q[0, 2, 0], w_k[0, 1, 0] = 2.0, 1.5  # head 1: a verb's query meets a noun's key
+    w_q[0, 0:4, 1] = 0.5  # ... and every word weakly asks for a verb
+    w_k[0, 2, 1] = 1.0
+    for position in range(1, 4):  # head 2: position p asks for position p - 1
+        w_q[1, 4 + position, position] = 2.0
+        w_k[1, 4 + position - 1, position] = 2.0
+    w_v[:, np.arange(4), np.arange(4)] = 1.0  # values: the kind of word, in both heads
+    w_o = np.zeros((8, 8))
+    w_o[np.arange(4), np.arange(4)] = 1.0  # head 1's findings go to dimensions 1-4 ...
+    w_o[4 + np.arange(4), 4 + np.arange(4)] = 1.0  # ... head 2's to dimensions 5-8
+    example = compute_example(x, w_q, w_k, w_v, w_o, score=score, causal=causal)
+    example.tokens = list(READABLE_TOKENS)
+    example.notes["features"] = list(READABLE_FEATURES)
+    return example
+
+
 def random_example(
     seq_len: int = 4, d_model: int = 8, num_heads: int = 2, seed: int = 0, score: str = "scaled", causal: bool = False
 ) -> WorkedExample:
@@ -260,7 +325,11 @@ def random_example(
     That weight scale keeps the entries of Q and K near unit variance, so a dot product of two
     d_k-dimensional rows has variance ~d_k: exactly the growth the 1/sqrt(d_k) scaling undoes.
     """
-    for name, value, top in (("seq_len", seq_len, MAX_SEQ_LEN), ("d_model", d_model, MAX_D_MODEL), ("num_heads", num_heads, MAX_D_MODEL)):
+    for name, value, top in (
+        ("seq_len", seq_len, MAX_SEQ_LEN),
+        ("d_model", d_model, MAX_D_MODEL),
+        ("num_heads", num_heads, MAX_D_MODEL),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
             raise ValueError(f"{name} must be an integer from 1 to {top}, got {value!r}")
     if d_model % num_heads:
@@ -286,16 +355,44 @@ def seed_discrepancies(example: WorkedExample | None = None) -> pd.DataFrame:
     for name, printed in SEED_PRINTED.items():
         true = {"Q1": example.q, "K1": example.k, "V1": example.v}[name][0]
         for row, col in zip(*np.nonzero(~np.isclose(printed, true, rtol=0.0, atol=1e-9))):
-            rows.append((name, (int(row), int(col)), float(printed[row, col]), float(true[row, col]),
-                         f"{name} = X @ W_1^{name[0]}: row {row + 1} of X times column {col + 1} of W_1^{name[0]}"))
+            rows.append(
+                (
+                    name,
+                    (int(row), int(col)),
+                    float(printed[row, col]),
+                    float(true[row, col]),
+                    f"{name} = X @ W_1^{name[0]}: row {row + 1} of X times column {col + 1} of W_1^{name[0]}",
+                )
+            )
     counts = example.operation_counts.set_index("step")["multiplications"]
-    rows.append(("count: attention", None, float(SEED_COUNTS["scores"]), float(counts["scores"] + counts["weighted_values"]),
-                 "Section 3.4 counts h · n · n · d_k for Q K^T only; the weights @ V product costs as much again"))
-    rows.append(("count: total", None, float(SEED_COUNTS["total"]), float(example.total_matmul_multiplications),
-                 "768 + 128 + 256 omits the weights @ V step (128): the matrix products need 1280 multiplications"))
-    rows.append(("scaling applied twice", None, None, None,
-                 "The seed's step 2 writes scores1 = Q1 @ K1^T / sqrt(d_k) and then scores1 = scores1 / sqrt(4); "
-                 "run as written it divides by sqrt(d_k) twice. The scores here are divided once."))
+    rows.append(
+        (
+            "count: attention",
+            None,
+            float(SEED_COUNTS["scores"]),
+            float(counts["scores"] + counts["weighted_values"]),
+            "Section 3.4 counts h · n · n · d_k for Q K^T only; the weights @ V product costs as much again",
+        )
+    )
+    rows.append(
+        (
+            "count: total",
+            None,
+            float(SEED_COUNTS["total"]),
+            float(example.total_matmul_multiplications),
+            "768 + 128 + 256 omits the weights @ V step (128): the matrix products need 1280 multiplications",
+        )
+    )
+    rows.append(
+        (
+            "scaling applied twice",
+            None,
+            None,
+            None,
+            "The seed's step 2 writes scores1 = Q1 @ K1^T / sqrt(d_k) and then scores1 = scores1 / sqrt(4); "
+            "run as written it divides by sqrt(d_k) twice. The scores here are divided once.",
+        )
+    )
     frame = pd.DataFrame(rows, columns=["quantity", "index", "seed_value", "true_value", "note"])
     frame.insert(4, "difference", frame["true_value"] - frame["seed_value"])
     return frame
@@ -313,7 +410,10 @@ def discrepancy_summary(discrepancies: pd.DataFrame | None = None) -> pd.DataFra
 
 
 def softmax_saturation(
-    d_k_values=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), n_keys: int = 16, samples: int = 256, seed: int = 0
+    d_k_values: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    n_keys: int = 16,
+    samples: int = 256,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """How peaked softmax gets as d_k grows, for each score function.
 
@@ -330,6 +430,13 @@ def softmax_saturation(
         for score in SCORE_FUNCTIONS:
             weights = masked_softmax(attention_scores(q, k, score))[:, 0, :]
             entropy = -(weights * torch.log(weights.clamp_min(1e-300))).sum(-1)
-            rows.append((int(d_k), score, float(weights.max(-1).values.mean()), float(entropy.mean()),
-                         float(entropy.mean() / math.log(n_keys))))
+            rows.append(
+                (
+                    int(d_k),
+                    score,
+                    float(weights.max(-1).values.mean()),
+                    float(entropy.mean()),
+                    float(entropy.mean() / math.log(n_keys)),
+                )
+            )
     return pd.DataFrame(rows, columns=["d_k", "score", "max_weight", "entropy", "entropy_fraction"])

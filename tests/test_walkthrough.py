@@ -1,7 +1,7 @@
 """Seed 000, section 3.2: every intermediate, the operation counts and the seed's discrepancies."""
+
 from __future__ import annotations
 
-import importlib
 import math
 
 import numpy as np
@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import mha_core as mc
 
 # The package exports the function worked_example(), which hides the module of the same name.
-we = importlib.import_module("mha_core.worked_example")
+from mha_core import walkthrough as we
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,9 @@ def test_scores_weights_heads_concat_output(example):
     concat = np.concatenate([heads[0], heads[1]], axis=1)
     np.testing.assert_allclose(example.concat, concat, atol=1e-9)
     np.testing.assert_allclose(example.output, concat @ we.SEED_W_O, atol=1e-9)
-    np.testing.assert_allclose(example.output[0], [145.32, 177.48, 209.64, 241.8, 273.96, 306.12, 338.28, 370.44], atol=1e-9)
+    np.testing.assert_allclose(
+        example.output[0], [145.32, 177.48, 209.64, 241.8, 273.96, 306.12, 338.28, 370.44], atol=1e-9
+    )
 
 
 def test_module_and_torch_reference_give_the_same_output(example):
@@ -104,8 +106,14 @@ def test_dimension_trace(example):
 
 def test_operation_counts(example):
     counts = example.operation_counts.set_index("step")["multiplications"].to_dict()
-    assert counts == {"projections": 768, "scores": 128, "scale": 32, "softmax": 32,
-                      "weighted_values": 128, "output_projection": 256}
+    assert counts == {
+        "projections": 768,
+        "scores": 128,
+        "scale": 32,
+        "softmax": 32,
+        "weighted_values": 128,
+        "output_projection": 256,
+    }
     assert example.total_matmul_multiplications == 1280
     seed = example.operation_counts.set_index("step")["seed_count"]
     assert seed["projections"] == 768 and seed["scores"] == 128 and seed["output_projection"] == 256
@@ -176,8 +184,13 @@ def test_random_example_is_deterministic_and_consistent():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"d_model": 10, "num_heads": 3}, "divisible"), ({"seq_len": 0}, "seq_len"), ({"d_model": 1000}, "d_model"),
-     ({"num_heads": 2.5}, "num_heads"), ({"score": "euclid"}, "score")],
+    [
+        ({"d_model": 10, "num_heads": 3}, "divisible"),
+        ({"seq_len": 0}, "seq_len"),
+        ({"d_model": 1000}, "d_model"),
+        ({"num_heads": 2.5}, "num_heads"),
+        ({"score": "euclid"}, "score"),
+    ],
 )
 def test_random_example_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -194,3 +207,13 @@ def test_softmax_saturation_curve():
     entropy = table.pivot(index="d_k", columns="score", values="entropy_fraction")
     assert entropy.loc[512, "dot"] < 0.2 < 0.8 < entropy.loc[512, "scaled"]
     assert ((table["max_weight"] >= 1 / 16) & (table["max_weight"] <= 1)).all()
+
+
+def test_the_readable_example_asks_two_questions_you_can_read_off():
+    example = mc.readable_example()
+    assert example.token_labels == ["The", "cat", "sat", "down"] and len(example.notes["features"]) == 8
+    # Head 1: the verb "sat" looks at the noun "cat" the most; head 2: every word at the one before it.
+    assert int(np.argmax(example.weights[0, 2])) == 1
+    assert [int(np.argmax(example.weights[1, i])) for i in range(1, 4)] == [0, 1, 2]
+    assert not example.is_one_hot and example.weights.max() < 0.8
+    assert example.module_max_abs_diff < 1e-12

@@ -1,0 +1,241 @@
+"""Drive the app in Debian Chromium: start `streamlit run app.py` on a free loopback port, open pages with Playwright.
+
+Shared by tests/test_browser.py, bench/browser.py and bench/classroom.py. The JavaScript snippets
+(``*_JS`` and the ``*_js`` functions) work with Playwright's sync and async APIs alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+# JavaScript run in the page: the Plotly charts currently drawn, as plain facts.
+CHARTS_JS = """
+() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => {
+  const trace = (gd._fullData || [])[0] || {};
+  const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '';
+  const annotations = Array.from(gd.querySelectorAll('g.annotation-text-g text, g.annotation text'))
+                           .map(t => t.textContent);
+  return {title: title, type: trace.type || '', x: (trace.x || []).slice ? Array.from(trace.x || []) : [],
+          rows: trace.z ? trace.z.length : 0, cols: trace.z && trace.z[0] ? trace.z[0].length : 0,
+          heatmapImages: gd.querySelectorAll('g.hm image').length, annotations: annotations};
+})
+"""
+
+
+# True once the app is up and idle: the sidebar is drawn and no script is running ('Running...' widget).
+APP_IDLE_JS = """
+() => !!document.querySelector('[data-testid="stSidebar"]')
+      && !document.querySelector('[data-testid="stStatusWidget"]')
+"""
+
+# The tokens (axis labels without the "key j" prefix) of the head view ("Layer l: all H heads"), or null.
+HEAD_VIEW_TOKENS_JS = """
+() => {
+  const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(gd =>
+      /all \\d+ heads/.test((gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || ''));
+  const trace = gd && (gd._fullData || [])[0];
+  if (!trace || !trace.x) return null;
+  return Array.from(new Set(Array.from(trace.x).map(c => String(c).split(' ').slice(2).join(' ')).filter(t => t)));
+}
+"""
+
+# What went wrong on the page, as short strings: exceptions, st.error boxes, a traceback in the text.
+PAGE_PROBLEMS_JS = """
+() => {
+  const problems = [];
+  document.querySelectorAll('[data-testid="stException"]').forEach(e =>
+      problems.push('exception: ' + e.innerText.slice(0, 200)));
+  document.querySelectorAll('[data-testid="stAlertContentError"]').forEach(e =>
+      problems.push('error: ' + e.innerText.slice(0, 200)));
+  if (document.body && document.body.innerText.includes('Traceback')) problems.push('traceback in the page text');
+  return problems;
+}
+"""
+
+SENTENCE_LABEL = "Sentence"  # the sidebar's sentence box (ui/widgets.py)
+
+
+def chromium_available() -> bool:
+    return Path(CHROMIUM).exists()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class StreamlitServer:
+    """A running ``streamlit run app.py``: ``url`` is always on loopback, whatever address it is bound to."""
+
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@contextlib.contextmanager
+def start_streamlit(
+    *,
+    env: Mapping[str, str | None] | None = None,
+    address: str = "127.0.0.1",
+    extra_args: Sequence[str] = (),
+    startup_timeout: float = 120.0,
+) -> Iterator[StreamlitServer]:
+    """``streamlit run app.py`` on a free port, bound to ``address``; yields it once healthy; stops it after.
+
+    ``env`` is laid over this process's environment (a value of None removes the variable);
+    ``extra_args`` go after the server options (e.g. ``--server.fileWatcherType none``).
+    """
+    port = free_port()
+    log_path = ROOT / "test-artifacts" / f"streamlit-{port}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for key, value in (env or {}).items():
+        if value is None:
+            environment.pop(key, None)
+        else:
+            environment[key] = str(value)
+    url = f"http://127.0.0.1:{port}"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.port",
+                str(port),
+                "--server.address",
+                address,
+                "--server.headless",
+                "true",
+                "--browser.gatherUsageStats",
+                "false",
+                *extra_args,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+        try:
+            deadline = time.monotonic() + startup_timeout
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not start; see {log_path}")
+                time.sleep(0.5)
+            yield StreamlitServer(url=url, process=process, log_path=log_path)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def streamlit_server(startup_timeout: float = 120.0):
+    """``streamlit run app.py`` on a free loopback port; yields the base URL; stops the server after."""
+    with start_streamlit(startup_timeout=startup_timeout) as server:
+        yield server.url
+
+
+def chromium_launch_options() -> dict:
+    """Keyword arguments for Playwright's ``chromium.launch`` (sync or async): Debian Chromium, headless."""
+    return {"executable_path": CHROMIUM, "args": list(CHROMIUM_ARGS)}
+
+
+@contextlib.contextmanager
+def chromium_page(width: int = 1500, height: int = 1100):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_launch_options())
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            yield page
+        finally:
+            browser.close()
+
+
+def charts(page) -> list[dict]:
+    return page.evaluate(CHARTS_JS)
+
+
+def wait_for_app(page, timeout_ms: int = 180_000) -> None:
+    """Until the script has finished running (no 'Running...' status widget) and the sidebar is up."""
+    page.wait_for_function(APP_IDLE_JS, timeout=timeout_ms)
+
+
+def head_view_js(num_heads: int, token: str) -> str:
+    """A JS predicate: the head view is drawn, holds ``num_heads`` head labels and shows ``token``."""
+    return f"""
+() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(gd => {{
+  const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '';
+  if (!/all {num_heads} heads/.test(title)) return false;
+  const trace = (gd._fullData || [])[0];
+  if (!trace || !trace.x || !Array.from(trace.x).some(c => c.endsWith(' ' + {token!r}))) return false;
+  const heads = Array.from(gd.querySelectorAll('g.annotation text')).filter(t => /^head \\d+$/.test(t.textContent));
+  return heads.length === {num_heads} && gd.querySelectorAll('g.hm image').length === 1;
+}})
+"""
+
+
+def model_view_js(num_layers: int, num_heads: int, token: str) -> str:
+    """A JS predicate: the model view is drawn with every layer and head labelled and shows ``token``."""
+    return f"""
+() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(gd => {{
+  const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '';
+  if (!/All {num_layers} layers x {num_heads} heads/.test(title)) return false;
+  const trace = (gd._fullData || [])[0];
+  if (!trace || !trace.x || !Array.from(trace.x).some(c => c.endsWith(' ' + {token!r}))) return false;
+  const labels = Array.from(gd.querySelectorAll('g.annotation text')).map(t => t.textContent);
+  return labels.filter(t => /^head \\d+$/.test(t)).length === {num_heads}
+      && labels.filter(t => /^layer \\d+$/.test(t)).length === {num_layers}
+      && gd.querySelectorAll('g.hm image').length === 1;
+}})
+"""
+
+
+def type_sentence(page, text: str) -> float:
+    """Type ``text`` into the sidebar's sentence box and press Enter; returns the time Enter was pressed."""
+    box = page.get_by_label(SENTENCE_LABEL, exact=True)
+    box.fill(text)
+    start = time.perf_counter()
+    box.press("Enter")
+    return start

@@ -1,0 +1,504 @@
+"""Attention as heatmaps and lines: one head, all heads of a layer, all layers x heads at once.
+
+Payload: heatmap values travel as float32 typed arrays (base64 ``{"dtype": "f4", "bdata": ...}``),
+so the layer x head grid at 128 tokens costs 4 bytes a cell, with the exact weight in the hover.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ui.figures.common import (
+    ATTENTION_COLORSCALE,
+    DIFFERENCE_COLORSCALE,
+    MASKED_COLOR,
+    SEGMENT_COLOR,
+    TOKEN_TICK_LIMIT,
+    base_layout,
+    plotly_text,
+)
+
+
+def tile_gap(n: int) -> int:
+    """Blank cells between two tiles: about a tenth of a tile, at least one."""
+    return max(1, min(n // 10, -(-n // 25)))
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """Where the tiles of an R x C grid of ``[n, m]`` tiles sit in one canvas, with blank gaps between them."""
+
+    rows: int
+    cols: int
+    n: int
+    m: int
+    gap_y: int
+    gap_x: int
+
+    @property
+    def step_y(self) -> int:
+        return self.n + self.gap_y
+
+    @property
+    def step_x(self) -> int:
+        return self.m + self.gap_x
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows * self.step_y - self.gap_y, self.cols * self.step_x - self.gap_x
+
+    def places(self):
+        """(row, col, canvas rows, canvas columns) of every tile."""
+        for r in range(self.rows):
+            for c in range(self.cols):
+                yield (
+                    r,
+                    c,
+                    slice(r * self.step_y, r * self.step_y + self.n),
+                    slice(c * self.step_x, c * self.step_x + self.m),
+                )
+
+    def canvas(self, per_tile: np.ndarray, fill, dtype) -> np.ndarray:
+        """One array of the canvas's shape: ``per_tile[r, c]`` (a tile, or one value) in each tile's place."""
+        full = np.full(self.shape, fill, dtype=dtype)
+        for r, c, ys, xs in self.places():
+            full[ys, xs] = per_tile[r, c]
+        return full
+
+    def categories(self, tokens: list[str], labels: list[str], axis: str) -> list[str]:
+        """Unique axis categories such as ``"head 3 · key 5 cat"``, with unique blank ones in the gaps,
+        so the hover names the tile and the token without a label per cell."""
+        count, gap, word, blank = (
+            (self.m, self.gap_x, "key", " ") if axis == "x" else (self.n, self.gap_y, "query", "\u2009")
+        )
+        names = [plotly_text(t) for t in tokens]
+        categories = []
+        for index, label in enumerate(labels):
+            # Zero-width spaces keep categories unique when tiles share a label (or have none).
+            prefix = (f"{plotly_text(label)} · " if label else "") + "\u200b" * index
+            categories += [f"{prefix}{word} {j} {names[j]}" for j in range(count)]
+            if index < len(labels) - 1:
+                categories += [blank * (index * gap + g + 1) for g in range(gap)]
+        return categories
+
+
+def _mask_and_pair_shapes(grid: TileGrid, tiles: np.ndarray, causal: bool, segment_ids) -> list[dict]:
+    """All tiles' causal masks in ONE path shape and all sentence-pair boundaries in another: hundreds of
+    separate shapes (SmolLM2 has 270 heads) cost the browser more than the heatmap itself."""
+    shapes = []
+    if causal:
+        boxes = [
+            f"M{xs.start - 0.5},{ys.start - 0.5}H{xs.stop - 0.5}V{ys.stop - 0.5}H{xs.start - 0.5}Z"
+            for r, c, ys, xs in grid.places()
+            if not np.isnan(tiles[r, c]).all()
+        ]  # empty places: no ground
+        shapes.append(dict(type="path", path="".join(boxes), layer="below", line=dict(width=0), fillcolor=MASKED_COLOR))
+    if segment_ids is not None and len(segment_ids) == grid.n and np.any(np.asarray(segment_ids) != segment_ids[0]):
+        boundary = int(np.argmax(np.asarray(segment_ids) != segment_ids[0]))
+        lines = [
+            f"M{xs.start - 0.5 + boundary},{ys.start - 0.5}V{ys.stop - 0.5}"
+            f"M{xs.start - 0.5},{ys.start - 0.5 + boundary}H{xs.stop - 0.5}"
+            for _, _, ys, xs in grid.places()
+        ]
+        shapes.append(dict(type="path", path="".join(lines), line=dict(color=SEGMENT_COLOR, width=1.5, dash="dot")))
+    return shapes
+
+
+def strongest_link(tile: np.ndarray, y_tokens: list[str], x_tokens: list[str]) -> str:
+    """ "it → cat 0.62": the largest weight a tile shows, with its query and key (what to look at first)."""
+    if np.isnan(tile).all():
+        return ""
+    i, j = np.unravel_index(np.nanargmax(tile), tile.shape)
+    return f"{plotly_text(y_tokens[i])} → {plotly_text(x_tokens[j])} {tile[i, j]:.2f}"
+
+
+def _add_tile_targets(
+    fig: go.Figure, grid: TileGrid, x_cats, y_cats, targets: np.ndarray, hover: str, notes: list[str]
+) -> None:
+    """One invisible, selectable marker at the centre of every tile whose ids are not -1; ``notes``
+    (one per tile, row by row) go into its hover as ``%{text}``."""
+    places = [(r, c) for r in range(grid.rows) for c in range(grid.cols) if targets[r, c, 0] >= 0]
+    fig.data[0].hoverinfo = "skip"
+    fig.add_trace(
+        go.Scatter(
+            x=[x_cats[c * grid.step_x + grid.m // 2] for _, c in places],
+            y=[y_cats[r * grid.step_y + grid.n // 2] for r, _ in places],
+            customdata=[targets[r, c].tolist() for r, c in places],
+            text=[notes[r * grid.cols + c] for r, c in places],
+            mode="markers",
+            showlegend=False,
+            marker=dict(size=8, symbol="square", color="rgba(0, 0, 0, 0)"),
+            hovertemplate=hover + "<extra></extra>",
+        )
+    )
+    fig.update_layout(hoverdistance=-1, clickmode="event+select")
+
+
+def _token_axes(grid: TileGrid, x_cats, y_cats, x_tokens, y_tokens, show: bool) -> tuple[dict, dict]:
+    """Token names as tick labels under and beside every tile, or no tick labels at all."""
+    if not show:
+        return dict(showticklabels=False, ticks=""), dict(showticklabels=False, ticks="")
+    x_names, y_names = [plotly_text(t) for t in x_tokens], [plotly_text(t) for t in y_tokens]
+    xaxis = dict(
+        tickmode="array",
+        tickvals=[x_cats[c * grid.step_x + j] for c in range(grid.cols) for j in range(grid.m)],
+        ticktext=x_names * grid.cols,
+        tickangle=-60,
+        tickfont=dict(size=9 if grid.cols > 1 else 11),
+    )
+    yaxis = dict(
+        tickmode="array",
+        tickvals=[y_cats[r * grid.step_y + i] for r in range(grid.rows) for i in range(grid.n)],
+        ticktext=y_names * grid.rows,
+        tickfont=dict(size=9 if grid.rows > 1 else 11),
+    )
+    return xaxis, yaxis
+
+
+def _tile_label_annotations(grid: TileGrid, row_labels, col_labels, with_row_labels: bool) -> list[dict]:
+    """Column labels above the grid; row labels left of it (when no token ticks take that place)."""
+    annotations = []
+    if any(col_labels):
+        annotations += [
+            dict(
+                x=c * grid.step_x + (grid.m - 1) / 2,
+                y=1.0,
+                yref="paper",
+                yanchor="bottom",
+                xref="x",
+                text=plotly_text(col_labels[c]),
+                showarrow=False,
+                font=dict(size=11),
+            )
+            for c in range(grid.cols)
+        ]
+    if any(row_labels) and with_row_labels:
+        annotations += [
+            dict(
+                y=r * grid.step_y + (grid.n - 1) / 2,
+                x=-0.5 - grid.gap_x,
+                xref="x",
+                xanchor="right",
+                yref="y",
+                text=plotly_text(row_labels[r]),
+                showarrow=False,
+                font=dict(size=11),
+            )
+            for r in range(grid.rows)
+        ]
+    return annotations
+
+
+def tiled_heatmap(
+    tiles: np.ndarray,
+    row_labels: list[str],
+    col_labels: list[str],
+    x_tokens: list[str],
+    y_tokens: list[str],
+    *,
+    causal: bool = False,
+    segment_ids: np.ndarray | None = None,
+    targets: np.ndarray | None = None,
+    target_hover: str = "",
+    show_token_ticks: bool | None = None,
+    title: str | None = None,
+    height: int | None = None,
+    zmax: float = 1.0,
+    difference: bool = False,
+    gaps: tuple[int, int] | None = None,
+    width_hint: int = 1000,
+) -> go.Figure:
+    """Tiles ``[R, C, n, m]`` laid out in an R x C grid as ONE heatmap trace.
+
+    Tiles are separated by rows and columns of NaN (drawn as background, not hoverable).
+    ``targets`` (ints ``[R, C, k]``, -1 for an empty place) makes every tile clickable: one invisible
+    marker at each tile's centre carries its ids as ``customdata`` and ``target_hover`` as its hover, and
+    the nearest marker to the pointer always answers (``hoverdistance=-1``), so a click anywhere on a tile
+    selects it (Plotly heatmap cells cannot be selected; markers can). The cells' own hover then gives way
+    to the tile's.
+    ``causal`` blanks the cells above the diagonal (query i never sees key j > i) on a grey ground.
+    ``segment_ids`` (``[n]``, 0/1) draws the sentence-pair boundary inside every tile.
+    Cells are square; ``width_hint`` (the chart's expected width in pixels) sets the height to match.
+    """
+    tiles = np.asarray(tiles, dtype=np.float32)
+    if tiles.ndim != 4:
+        raise ValueError(f"tiles must be [rows, cols, n, m], got shape {tiles.shape}")
+    num_rows, num_cols, n, m = tiles.shape
+    grid = TileGrid(num_rows, num_cols, n, m, *(gaps or (tile_gap(n), tile_gap(m))))
+    values = tiles
+    if causal:
+        values = tiles.copy()
+        values[..., np.triu(np.ones((n, m), dtype=bool), k=1 + m - n)] = np.nan
+    full = grid.canvas(values, np.nan, np.float32)
+    x_cats = grid.categories(x_tokens, col_labels, "x")
+    y_cats = grid.categories(y_tokens, row_labels, "y")
+
+    fig = go.Figure(
+        go.Heatmap(
+            z=full,
+            x=x_cats,
+            y=y_cats,
+            # A difference of two weights runs from -1 to 1: red where the left side attends more.
+            colorscale=DIFFERENCE_COLORSCALE if difference else ATTENTION_COLORSCALE,
+            zmin=-zmax if difference else 0.0,
+            zmax=zmax,
+            hoverongaps=False,
+            hovertemplate="%{y}<br>%{x}<br>" + ("difference" if difference else "weight") + " %{z:.4f}<extra></extra>",
+            xgap=0,
+            ygap=0,
+            # More cells than pixels (the model view at 128 tokens): let the browser scale one image
+            # (measured 15% faster); fewer, larger cells stay crisp (no interpolation).
+            zsmooth="fast" if full.shape[1] > width_hint - 150 else False,
+            colorbar=dict(title=dict(text="left − right" if difference else "weight"), thickness=12, len=0.6),
+        )
+    )
+    if targets is not None:
+        notes = [strongest_link(values[r, c], y_tokens, x_tokens) for r in range(num_rows) for c in range(num_cols)]
+        _add_tile_targets(fig, grid, x_cats, y_cats, np.asarray(targets), target_hover, notes)
+
+    if show_token_ticks is None:
+        show_token_ticks = max(n, m) <= TOKEN_TICK_LIMIT and num_cols * m <= 4 * TOKEN_TICK_LIMIT
+    xaxis, yaxis = _token_axes(grid, x_cats, y_cats, x_tokens, y_tokens, show_token_ticks)
+    # Square cells; the spare width or height goes to the right or the bottom, so the token labels
+    # stay next to the tiles.
+    fig.update_xaxes(
+        type="category",
+        showgrid=False,
+        zeroline=False,
+        side="bottom",
+        automargin=True,
+        constrain="domain",
+        constraintoward="left",
+        **xaxis,
+    )
+    fig.update_yaxes(
+        type="category",
+        showgrid=False,
+        zeroline=False,
+        autorange="reversed",
+        automargin=True,
+        scaleanchor="x",
+        scaleratio=1,
+        constrain="domain",
+        constraintoward="top",
+        **yaxis,
+    )
+    if height is None:
+        # Plot area = chart width less the token labels and the colour bar (about 150 px).
+        height = int(min(1600, max(260, 100 + (width_hint - 150) * full.shape[0] / full.shape[1])))
+    base_layout(fig, height, title)
+    row_labels_shown = any(row_labels) and not show_token_ticks
+    fig.update_layout(
+        shapes=_mask_and_pair_shapes(grid, tiles, causal, segment_ids),
+        annotations=_tile_label_annotations(grid, row_labels, col_labels, row_labels_shown),
+        margin=dict(l=70 if row_labels_shown else 10, t=60 if title else 30),
+    )
+    return fig
+
+
+def head_heatmap(
+    matrix: np.ndarray,
+    x_tokens: list[str],
+    y_tokens: list[str],
+    *,
+    causal: bool = False,
+    segment_ids: np.ndarray | None = None,
+    title: str | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """One head's ``[n, m]`` attention as a large heatmap (rows = queries, columns = keys)."""
+    matrix = np.asarray(matrix, dtype=np.float32)
+    n = matrix.shape[0]
+    fig = tiled_heatmap(
+        matrix[None, None],
+        [""],
+        [""],
+        x_tokens,
+        y_tokens,
+        causal=causal,
+        segment_ids=segment_ids,
+        show_token_ticks=n <= 2 * TOKEN_TICK_LIMIT,
+        title=title,
+        height=height or int(min(900, max(380, 140 + n * 16))),
+    )
+    fig.update_xaxes(title_text="key (attended to)")
+    fig.update_yaxes(title_text="query (attending)")
+    return fig
+
+
+def head_grid(
+    attentions_of_layer: np.ndarray, tokens: list[str], *, columns: int = 4, width_hint: int = 1000, **kwargs
+) -> go.Figure:
+    """All heads of one layer ``[H, n, n]`` as small heatmaps in ONE trace, ``columns`` heads a row;
+    a click on a head selects it (its number is the clicked point's ``customdata[0]``). Token names
+    label the tiles when a cell is wide enough to read them (about 11 px)."""
+    attentions_of_layer = np.asarray(attentions_of_layer, dtype=np.float32)
+    num_heads, n, _ = attentions_of_layer.shape
+    # A column count that divides the heads leaves no empty grid places (9 heads: 3 x 3).
+    columns = next((c for c in (columns, 4, 3, 5, 6) if num_heads % c == 0), columns)
+    columns = max(1, min(columns, num_heads))
+    num_rows = -(-num_heads // columns)
+    tiles = np.full((num_rows, columns, n, n), np.nan, dtype=np.float32)
+    ids = np.full((num_rows, columns, 1), -1, dtype=np.int64)
+    for h in range(num_heads):
+        tiles[h // columns, h % columns] = attentions_of_layer[h]
+        ids[h // columns, h % columns] = h
+    # Grid positions past the last head stay NaN, so they draw as blank background.
+    labels = [[f"head {r * columns + c}" for c in range(columns)] for r in range(num_rows)]
+    gaps = (max(2, -(-n * 3 // 20)), tile_gap(n))  # taller gaps between grid rows hold the head labels
+    fig = tiled_heatmap(
+        tiles,
+        [""] * num_rows,
+        [""] * columns,
+        tokens,
+        tokens,
+        targets=ids,
+        target_hover="<b>head %{customdata[0]}</b><br>strongest: %{text}<br>click to enlarge it below",
+        show_token_ticks=(width_hint - 150) / (columns * (n + gaps[1])) >= 11,
+        gaps=gaps,
+        width_hint=width_hint,
+        **kwargs,
+    )
+    step_y, step_x = n + gaps[0], n + gaps[1]
+    fig.update_layout(
+        annotations=[
+            dict(
+                x=c * step_x + (n - 1) / 2,
+                y=r * step_y - 0.6,
+                xref="x",
+                yref="y",
+                yanchor="bottom",
+                text=labels[r][c],
+                showarrow=False,
+                font=dict(size=11),
+            )
+            for r in range(num_rows)
+            for c in range(columns)
+            if r * columns + c < num_heads
+        ]
+    )
+    return fig
+
+
+def model_grid(attentions: np.ndarray, tokens: list[str], layers_across: bool | None = None, **kwargs) -> go.Figure:
+    """Every layer x head ``[L, H, n, n]`` as ONE tiled heatmap trace; a click on a tile selects that
+    head (the clicked point's ``customdata`` is ``[layer, head]``).
+
+    ``layers_across`` lays the layers out as columns (heads as rows); by default whenever a model has
+    more layers than heads (SmolLM2: 30 x 9), so the grid is wider than tall and fits one screen.
+    """
+    num_layers, num_heads = attentions.shape[:2]
+    if layers_across is None:
+        layers_across = num_layers > num_heads
+    targets = np.stack(np.meshgrid(np.arange(num_layers), np.arange(num_heads), indexing="ij"), axis=-1)
+    layer_labels, head_labels = [f"layer {l}" for l in range(num_layers)], [f"head {h}" for h in range(num_heads)]
+    if layers_across:
+        attentions, targets = attentions.transpose(1, 0, 2, 3), targets.transpose(1, 0, 2)
+        # Thirty narrow columns have no room for "layer 12": the column labels shrink to "L12".
+        layer_labels, head_labels = head_labels, [f"L{l}" for l in range(num_layers)]
+    return tiled_heatmap(
+        attentions,
+        layer_labels,
+        head_labels,
+        tokens,
+        tokens,
+        show_token_ticks=False,
+        targets=targets,
+        target_hover="<b>layer %{customdata[0]} head %{customdata[1]}</b><br>"
+        "strongest: %{text}<br>click to open it in the head view",
+        **kwargs,
+    )
+
+
+def attention_lines(
+    matrix: np.ndarray,
+    tokens: list[str],
+    *,
+    focus: int | None = None,
+    min_weight: float = 0.02,
+    strongest: int | None = 2,
+    segment_ids: np.ndarray | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """The BertViz-style view: queries on the left, keys on the right, a line per weight (opacity = weight).
+
+    Lines are grouped into a few opacity bins, each bin one scatter trace (segments separated by None),
+    so a 128-token head is ~10 traces, not 16,000. ``focus`` keeps only that query token's lines (all of
+    them); for every query at once only its ``strongest`` keys are drawn (all lines of all tokens cross
+    into a hairball nobody can read).
+    """
+    matrix = np.asarray(matrix, dtype=np.float32)
+    n = matrix.shape[0]
+    names = [plotly_text(t) for t in tokens]
+    rows = [focus] if focus is not None else range(n)
+    if focus is None and strongest is not None and strongest < n:
+        cutoff = -np.sort(-matrix, axis=-1)[:, strongest - 1 : strongest]  # each row's k-th largest weight
+        matrix = np.where(matrix >= cutoff, matrix, 0.0)
+    edges = np.array([min_weight, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0001])
+    fig = go.Figure()
+    for lo, hi in itertools.pairwise(edges):
+        xs, ys = [], []
+        for i in rows:
+            keys = np.flatnonzero((matrix[i] >= lo) & (matrix[i] < hi))
+            for j in keys:
+                xs += [0.0, 1.0, None]
+                ys += [-i, -int(j), None]
+        if xs:
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    hoverinfo="skip",
+                    showlegend=False,
+                    line=dict(color="#3b5bdb", width=2 if focus is not None else 1.5),
+                    opacity=float(min(1.0, max(0.12, hi if hi < 1 else 1.0))),
+                )
+            )
+    colors = ["#212529"] * n
+    if segment_ids is not None and len(segment_ids) == n:
+        colors = ["#212529" if s == 0 else SEGMENT_COLOR for s in segment_ids]
+    left_colors = list(colors)
+    if focus is not None:
+        left_colors[focus] = "#c92a2a"
+    hover_left = [f"query {i} {names[i]}" for i in range(n)]
+    focus_weights = matrix[focus] if focus is not None else None
+    hover_right = [
+        f"key {j} {names[j]}"
+        + (f"<br>weight from query {focus}: {focus_weights[j]:.4f}" if focus_weights is not None else "")
+        for j in range(n)
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=[0.0] * n,
+            y=[-i for i in range(n)],
+            mode="text",
+            text=names,
+            textposition="middle left",
+            textfont=dict(color=left_colors, size=12),
+            hovertext=hover_left,
+            hoverinfo="text",
+            showlegend=False,
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[1.0] * n,
+            y=[-j for j in range(n)],
+            mode="text",
+            text=names,
+            textposition="middle right",
+            textfont=dict(color=colors, size=12),
+            hovertext=hover_right,
+            hoverinfo="text",
+            showlegend=False,
+        )
+    )
+    fig.update_xaxes(visible=False, range=[-0.6, 1.6])
+    fig.update_yaxes(visible=False, range=[-n + 0.3, 0.7])
+    base_layout(fig, int(min(2600, max(300, 60 + 20 * n))), title)
+    return fig

@@ -1,0 +1,167 @@
+"""The Roles page's figures: the layer x head map coloured by role, and the MDS map of heads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ui.figures.common import base_layout, plotly_text, with_axis_room
+
+# One colour per role family; "none" stays pale so the heads that do something stand out.
+FAMILY_COLORS = {
+    "syntactic": "#2f9e44",
+    "coreference": "#ae3ec9",
+    "decoder": "#e8590c",
+    "semantic": "#d6336c",
+    "positional": "#1971c2",
+    "delimiter": "#495057",
+    "sink": "#868e96",
+    "broad": "#66d9e8",
+    "none": "#f1f3f5",
+}
+OTHER_COLOR = "#adb5bd"  # a family this table does not know yet
+
+
+def family_codes(primary, num_layers: int, num_heads: int, families: Sequence[str]) -> np.ndarray:
+    """``[L, H]`` index into ``families`` (the last one is "no role") of each head's primary role family."""
+    none = len(families) - 1
+    codes = np.full((num_layers, num_heads), none, dtype=np.int64)
+    codes[primary["layer"].to_numpy(int), primary["head"].to_numpy(int)] = [
+        families.index(f) if f in families else none for f in primary["family"]
+    ]
+    return codes
+
+
+def discrete_colorscale(colors: list[str]) -> list[list]:
+    """Plotly colorscale giving each integer 0..k-1 (with zmin -0.5, zmax k-0.5) one flat colour."""
+    k = len(colors)
+    scale = []
+    for index, color in enumerate(colors):
+        scale += [[index / k, color], [(index + 1) / k, color]]
+    return scale
+
+
+def role_map(primary, num_layers: int, num_heads: int, families: Sequence[str], title: str | None = None) -> go.Figure:
+    """Layers x heads coloured by each head's primary role family (``families``, most specific first, "no
+    role" last), as ONE heatmap trace; above it one invisible marker per head carries the hover (role,
+    score with its interval, where the evidence comes from, the evidence) and makes the head clickable
+    (``customdata[:2]`` = layer, head). A letter marks where each role's evidence comes from."""
+    codes = family_codes(primary, num_layers, num_heads, families)
+    fig = go.Figure(
+        go.Heatmap(
+            z=codes,
+            x=list(range(num_heads)),
+            y=list(range(num_layers)),
+            hoverinfo="skip",
+            colorscale=discrete_colorscale([FAMILY_COLORS.get(f, OTHER_COLOR) for f in families]),
+            zmin=-0.5,
+            zmax=len(families) - 0.5,
+            xgap=2,
+            ygap=2,
+            colorbar=dict(
+                title=dict(text="role"), tickvals=list(range(len(families))), ticktext=list(families), thickness=14
+            ),
+        )
+    )
+    rows = list(primary.itertuples(index=False))
+    fig.add_trace(
+        go.Scatter(
+            x=[int(row.head) for row in rows],
+            y=[int(row.layer) for row in rows],
+            mode="markers+text",
+            text=[SOURCE_MARKS.get(row.source, "") for row in rows],
+            textfont=dict(size=9, color="#212529"),
+            customdata=[
+                [
+                    int(row.layer),
+                    int(row.head),
+                    plotly_text(row.role),
+                    _score_text(row),
+                    SOURCE_WORDS.get(row.source, ""),
+                    plotly_text(row.evidence),
+                ]
+                for row in rows
+            ],
+            marker=dict(size=8, symbol="square", color="rgba(0, 0, 0, 0)"),
+            showlegend=False,
+            hovertemplate="layer %{customdata[0]} head %{customdata[1]}<br><b>%{customdata[2]}</b><br>"
+            "%{customdata[3]}<br>%{customdata[4]}<br>%{customdata[5]}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="head", dtick=1, showgrid=False, zeroline=False)
+    fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", showgrid=False, zeroline=False)
+    fig.update_layout(hoverdistance=-1, clickmode="event+select")
+    base_layout(fig, int(min(900, max(260, 100 + 26 * num_layers))), title)
+    return with_axis_room(fig)
+
+
+# Where a role's evidence comes from: a letter in its cell, and words in its hover.
+SOURCE_MARKS = {"sentence": "s", "corpus": "c", "random tokens": "r"}
+SOURCE_WORDS = {
+    "sentence": "from this sentence only",
+    "corpus": "from the corpus profile",
+    "random tokens": "from repeated random tokens",
+}
+
+
+def _score_text(row) -> str:
+    if not np.isfinite(float(row.score)):
+        return ""
+    text = f"score {row.score:.3f} (threshold {row.threshold:.3g})"
+    if np.isfinite(float(row.ci_low)):
+        text += f", 95% CI {row.ci_low:.3f} to {row.ci_high:.3f}"
+    if np.isfinite(float(row.baseline)):
+        text += f", chance {row.baseline:.3f}"
+    return text
+
+
+def head_layout_map(table, families: Sequence[str], color_by: str = "layer", title: str | None = None) -> go.Figure:
+    """The classical-MDS map of heads (one point each; ``table``: layer, head, x, y, role, family); coloured
+    by layer (one trace) or by role family (one trace per family, so the legend names them).
+    ``customdata`` = (layer, head)."""
+    hover = "layer %{customdata[0]} head %{customdata[1]}<br>%{text}<extra></extra>"
+    fig = go.Figure()
+    if color_by == "role":
+        for family in families:
+            part = table[table["family"] == family]
+            if part.empty:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=part["x"],
+                    y=part["y"],
+                    mode="markers",
+                    name=family,
+                    text=[plotly_text(r) for r in part["role"]],
+                    customdata=part[["layer", "head"]].to_numpy(),
+                    hovertemplate=hover,
+                    marker=dict(
+                        size=10, color=FAMILY_COLORS.get(family, OTHER_COLOR), line=dict(width=0.5, color="#343a40")
+                    ),
+                )
+            )
+    else:
+        fig.add_trace(
+            go.Scatter(
+                x=table["x"],
+                y=table["y"],
+                mode="markers",
+                text=[plotly_text(r) for r in table["role"]],
+                customdata=table[["layer", "head"]].to_numpy(),
+                hovertemplate=hover,
+                showlegend=False,
+                marker=dict(
+                    size=10,
+                    color=table["layer"],
+                    colorscale="Viridis",
+                    line=dict(width=0.5, color="#343a40"),
+                    colorbar=dict(title=dict(text="layer"), thickness=12),
+                ),
+            )
+        )
+    fig.update_xaxes(title_text="MDS 1", zeroline=False)
+    fig.update_yaxes(title_text="MDS 2", zeroline=False, scaleanchor="x")
+    base_layout(fig, 460, title)
+    return with_axis_room(fig)

@@ -1,0 +1,615 @@
+"""Shared Streamlit controls, drawn the same way on every page: the sidebar, layer and head pickers,
+view toggles, charts with offline PNG export, downloads, messages.
+
+Messages quote user input (model names, text) made inert for markdown (``md_escape``) and never show a
+server path (``public_message``); an unexpected error is one line, never a traceback (``error_display``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import io
+import logging
+import re
+from urllib.parse import urlsplit
+
+import numpy as np
+import streamlit as st
+
+from mha_core.errors import EngineNotSupported, HeadscopeError, InputTextError, redact_paths
+from mha_core.tokens import visible_text
+from ui import figures, state
+
+LOG = logging.getLogger("headscope.app")
+
+INTRO = (
+    "**Headscope** shows what every attention head of a transformer does with your sentence. "
+    "Each head turns each token (a *query*) into a weighted look at the other tokens (the *keys*); "
+    "a heatmap row is one token's attention and sums to 1. Pick a model and type a sentence in the sidebar."
+)
+
+FIRST_TEN_MINUTES = """
+- **A token** is a piece of text the model reads: a word, or part of one (`##ably` continues the word before
+  it), plus markers the model adds, such as `[CLS]` and `[SEP]` or a beginning-of-text token.
+- **Each head asks a question of every token.** The token asking is the *query* (a row); the tokens it looks
+  at are the *keys* (the columns). A row's weights are how much of its attention the query gives each key;
+  they add up to 1. Dark = much attention.
+- **Why many heads?** Each head has its own question: one looks at the previous word, one finds a verb's
+  subject, many look at nothing in particular. A model combines all their answers; no single head is the
+  model's "attention".
+- **What is a sink?** Most heads park the attention they do not need on one token of no content (`[CLS]`,
+  `[SEP]`, the first token). A head that does that for every query is doing nothing for this sentence.
+- **Try it:** click a head in the grid to enlarge it; pick a query token on the right to see only its
+  lines; switch to the model view to see every layer at once; the Head roles page names what each head does.
+"""
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def md_escape(text: str) -> str:
+    """User text made inert for st.markdown/st.caption: markdown and tag characters shown literally."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text))
+
+
+def public_message(error, typed: str | None = None, limit: int = 600) -> str:
+    """A library message made fit for any visitor: no server path (but the folder the user typed),
+    cut to ``limit`` characters, markdown made inert."""
+    text = redact_paths(str(error), keep=(typed,) if typed else ())
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return md_escape(text)
+
+
+@contextlib.contextmanager
+def error_display():
+    """Show library errors as ``st.error`` and anything unexpected as one short line, never a traceback.
+
+    Streamlit's own control flow (rerun, stop, page switch) derives from BaseException and passes through.
+    """
+    try:
+        yield
+    except InputTextError as error:
+        st.error(f"This text cannot be read: {public_message(error)}")
+    except HeadscopeError as error:
+        st.error(public_message(error))
+    except Exception as error:  # last resort: the page keeps working, the details go to the server log
+        LOG.exception("unexpected error in a page")
+        st.error(
+            f"Something went wrong ({type(error).__name__}). Try another sentence or model; "
+            "the details are in the server log."
+        )
+
+
+def show_link_notices() -> None:
+    """What was wrong with the link this session was opened with, once, above the page."""
+    notices = state.take_link_notices()
+    if notices:
+        st.warning("This link was changed to work:\n" + "\n".join(f"- {md_escape(n)}" for n in notices))
+
+
+def explain(text: str) -> None:
+    """A short plain-language note for the class, set apart from the numbers."""
+    st.info(text, icon=":material/school:")
+
+
+# ---- the sidebar ------------------------------------------------------------------------------------
+def sidebar() -> state.Selection:
+    """Draw the shared sidebar (app.py, once per run, before the page) and record the selection."""
+    state.init_from_query()
+    examples = state.load_examples()
+    config = state.settings()
+    choices = state.model_choices()
+    with st.sidebar:
+        st.header("Input")
+        st.selectbox("Model", list(choices), key="model_choice", format_func=choices.get)
+        if st.session_state["model_choice"] == state.OTHER_MODEL:
+            where = (
+                "the local Hugging Face cache, a folder, or downloaded from the hub"
+                if config.allow_downloads
+                else "the local Hugging Face cache or a folder; nothing is downloaded"
+            )
+            st.text_input(
+                "Hub id or local folder",
+                key="model_other",
+                max_chars=state.MAX_MODEL_CHARS,
+                placeholder="bert-base-uncased or /path/to/model",
+                help=f"Loaded from {where}.",
+            )
+        st.radio(
+            "Engine",
+            list(state.ENGINES),
+            key="engine",
+            format_func=state.ENGINE_LABELS.get,
+            horizontal=True,
+            help="From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "
+            "from the checkpoint's weights, compared with transformers.",
+        )
+        if examples:
+            st.selectbox(
+                "Example sentences",
+                range(len(examples)),
+                key="example",
+                index=None,
+                placeholder="Pick an example...",
+                on_change=state.apply_example,
+                format_func=lambda i: f"{examples[i]['label']}",
+            )
+            chosen = st.session_state.get("example")
+            if chosen is not None and 0 <= chosen < len(examples):
+                st.caption(f":material/lightbulb: {md_escape(examples[chosen]['shows'])}")
+        st.text_input(
+            "Sentence",
+            key="text",
+            max_chars=state.MAX_TEXT_CHARS,
+            help="Press Enter to run. Long texts are truncated to the model's limit.",
+        )
+        st.text_input("Second sentence (encoders only, optional)", key="pair", max_chars=state.MAX_TEXT_CHARS)
+        bos_slot = st.empty()  # filled once the model is known: only decoders with a BOS token have the choice
+        url_toggle(
+            "Presentation mode",
+            "present",
+            "present",
+            help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
+        )
+
+    wanted = st.session_state["model_choice"]
+    if wanted == state.OTHER_MODEL:
+        wanted = (st.session_state.get("model_other") or "").strip() or st.session_state.get(
+            "_last_good_model", state.DEFAULT_MODEL
+        )
+    model, error = state.use_model(wanted)
+    if error is not None:
+        message = public_message(error, wanted)
+        with st.sidebar:
+            st.error(message)
+            if model:
+                st.info(f"Still showing the previous model, {md_escape(model)}.")
+        # Also where the user looks: above the page, not below the fold of the sidebar.
+        st.error(f"{message}" + (f" Still showing {md_escape(model)}." if model else ""), icon=":material/error:")
+    bos = None
+    if model:
+        loaded = state.get_model(model)
+        if loaded.bos_token:
+            bos = url_toggle(
+                f"Begin with {loaded.bos_token}",
+                "bos",
+                "bos",
+                default=True,
+                container=bos_slot,
+                help="Decoders put much of their attention on whatever comes first (an attention "
+                "sink). A BOS token gives that attention a place that is not a word of your text.",
+            )
+    selection = state.Selection(
+        model=model,
+        engine=st.session_state["engine"],
+        text=st.session_state["text"],
+        text_pair=(st.session_state.get("pair") or "").strip() or None,
+        bos=bos,
+    )
+    state.write_query(
+        model=wanted if len(wanted) <= state.MAX_MODEL_CHARS else None,
+        engine=selection.engine if selection.engine != "transformers" else None,
+        text=selection.text,
+        pair=selection.text_pair,
+    )
+    state.set_selection(selection)
+    return selection
+
+
+def class_link() -> str:
+    """The link students open: the one the server was started with (``scripts/app.sh --classroom``
+    prints and sets it), else the address this browser used, without its query."""
+    link = state.settings().class_link
+    if link:
+        return link
+    url = urlsplit(st.context.url or "")
+    return f"{url.scheme}://{url.netloc}/" if url.netloc else ""
+
+
+def qr_png(text: str, scale: int = 8) -> bytes:
+    """A QR code of ``text`` as PNG bytes (drawn on the server: nothing is fetched by the browser)."""
+    import segno
+
+    buffer = io.BytesIO()
+    segno.make(text, error="m").save(buffer, kind="png", scale=scale, border=2)
+    return buffer.getvalue()
+
+
+def join_class_panel(expanded: bool = False, width: int = 220) -> None:
+    """The class link and its QR code, for a projector (classroom mode)."""
+    link = class_link()
+    if not link:
+        return
+    with st.sidebar.expander("Join this class", expanded=expanded, icon=":material/qr_code_2:"):
+        st.image(qr_png(link), width=width, caption="Scan to open Headscope")
+        st.code(link, language=None)
+
+
+# ---- the run of the selection -------------------------------------------------------------------------
+def current_model():
+    """The model in use, or None (after an ``st.error``) when none could be loaded."""
+    selection = state.selection()
+    if not selection.model:
+        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
+        return None
+    with error_display():
+        return state.get_model(selection.model)
+    return None
+
+
+def run_for(
+    model: str, engine: str, text: str, text_pair: str | None = None, *, notices: bool = True, bos: bool | None = None
+):
+    """A run, or None after a clear message. Shows the truncation notice and engine fallbacks."""
+    if not model:
+        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
+        return None
+    if not visible_text(text or ""):
+        st.info("Type a sentence in the sidebar (or pick an example) and press Enter.")
+        return None
+    loaded = state.get_model(model)
+    if text_pair and not visible_text(text_pair):
+        text_pair = None
+    if text_pair and loaded.is_causal:
+        if notices:
+            st.info("A second sentence applies to encoder models only; this decoder reads the first sentence alone.")
+        text_pair = None
+    try:
+        run = state.get_run(model, engine, text, text_pair, bos)
+    except EngineNotSupported as error:
+        st.warning(f"{public_message(error)} Showing the transformers engine instead.")
+        run = state.get_run(model, "transformers", text, text_pair, bos)
+    if notices and run.truncated:
+        st.warning(
+            f"The text has {run.num_input_tokens} tokens; {md_escape(model)} reads at most {run.num_tokens}, "
+            f"so only the first {run.num_tokens} are shown."
+        )
+    if notices:
+        for warning in loaded.warnings:
+            st.caption(f":material/warning: {public_message(warning, model)}")
+    return run
+
+
+def current_run(notices: bool = True):
+    """The run for the sidebar's selection, or None after a clear ``st.error`` / ``st.info``."""
+    selection = state.selection()
+    with error_display():
+        return run_for(
+            selection.model, selection.engine, selection.text, selection.text_pair, notices=notices, bos=selection.bos
+        )
+    return None
+
+
+# ---- layer and head pickers -----------------------------------------------------------------------
+def _clamped(value, upper: int) -> int:
+    try:
+        return min(max(int(value), 0), max(upper - 1, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def select_layer(num_layers: int, *, label: str = "Layer", key: str = "layer", container=None, default: int = 0) -> int:
+    """A layer slider kept in the URL (``?layer=``) and across pages; ``default`` until the user moves it."""
+    return _select_index(num_layers, label=label, key=key, container=container, default=default)
+
+
+def select_head(num_heads: int, *, label: str = "Head", key: str = "head", container=None) -> int:
+    """A head selector kept in the URL (``?head=``) and across pages."""
+    return _select_index(num_heads, label=label, key=key, container=container)
+
+
+def _select_index(count: int, *, label: str, key: str, container=None, default: int = 0) -> int:
+    stored = f"_{key}"  # survives pages where the widget is not drawn
+    from_link = state.link_index(key)
+    if from_link is not None and from_link >= count:
+        st.warning(
+            f"The link asks for {key} {from_link}, but this model has {count} ({key}s 0 to {count - 1}); "
+            f"showing {key} {count - 1}."
+        )
+    start = st.session_state[key] if key in st.session_state else st.session_state.get(stored, default)
+    st.session_state[key] = _clamped(start, count)
+    if count > 1:
+        (container or st).select_slider(label, options=list(range(count)), key=key)
+    value = int(st.session_state[key])
+    st.session_state[stored] = value
+    if key in ("layer", "head"):
+        state.write_query(**{key: value})
+    return value
+
+
+def set_head(head: int) -> None:
+    """Select a head from code (e.g. a click on a chart); takes effect on the next rerun."""
+    st.session_state["_head"] = int(head)
+    st.session_state["head"] = int(head)
+
+
+def set_layer(layer: int) -> None:
+    """Select a layer from code; takes effect on the next rerun."""
+    st.session_state["_layer"] = int(layer)
+    st.session_state["layer"] = int(layer)
+
+
+# ---- views of a run ------------------------------------------------------------------------------
+def chart_config(filename: str) -> dict:
+    """Plotly config: PNG export from the modebar (drawn in the browser, no server, no CDN)."""
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
+    }
+
+
+PRESENTATION_SCALE = 1.6  # text in presentation mode: 9 px tick labels become 14 px, readable from the back row
+
+
+def presenting() -> bool:
+    """Presentation mode (the sidebar toggle, ``?present=1``): large text for a projector."""
+    return bool(st.session_state.get("present"))
+
+
+PRESENTATION_CSS = """<style>
+  [data-testid="stMain"] p, [data-testid="stMain"] li, [data-testid="stMain"] label,
+  [data-testid="stCaptionContainer"], [data-testid="stMarkdownContainer"] p { font-size: 1.35rem !important; }
+  [data-testid="stMain"] h1 { font-size: 3rem !important; }
+  [data-testid="stMain"] h2 { font-size: 2.3rem !important; }
+  [data-testid="stMain"] h3 { font-size: 1.9rem !important; }
+</style>"""
+
+
+def presentation_styles() -> None:
+    """Larger page text in presentation mode (a fixed style sheet: no user text reaches it)."""
+    if presenting():
+        st.html(PRESENTATION_CSS)
+
+
+def show_chart(fig, key: str, filename: str | None = None, **kwargs):
+    """``st.plotly_chart`` with Headscope's colours kept (no Streamlit theme), PNG export configured, and
+    every text enlarged in presentation mode."""
+    if presenting():
+        figures.enlarge_text(fig, PRESENTATION_SCALE)
+    return st.plotly_chart(fig, key=key, theme=None, config=chart_config(filename or key), width="stretch", **kwargs)
+
+
+# ---- view settings kept in the URL ----------------------------------------------------------------
+def url_setting(key: str, url_key: str, default, parse=str) -> None:
+    """Give the widget ``key`` its starting value: what this session chose before (also on another page),
+    else the link's ``?url_key=`` (checked: a value ``parse`` refuses is reported and replaced), else
+    ``default``. Call before drawing the widget, and ``keep_in_url`` after."""
+    if key in st.session_state:
+        return
+    if f"_{key}" in st.session_state:
+        st.session_state[key] = st.session_state[f"_{key}"]
+        return
+    raw = state.query_value(url_key)
+    value = default
+    if raw is not None:
+        try:
+            value = parse(raw)
+        except (ValueError, KeyError, TypeError):
+            st.warning(f"The link's {url_key}={md_escape(raw[:40])} is not a setting of this view; using the default.")
+    st.session_state[key] = value
+
+
+def keep_in_url(key: str, url_key: str, default, format=str) -> None:
+    """Remember the widget's value for the session and write it to the URL (left out when it is the default)."""
+    value = st.session_state.get(key, default)
+    st.session_state[f"_{key}"] = value
+    state.write_query(**{url_key: None if value == default else format(value)})
+
+
+def parse_flag(raw: str) -> bool:
+    if raw not in ("0", "1"):
+        raise ValueError(raw)
+    return raw == "1"
+
+
+def url_toggle(label: str, key: str, url_key: str, default: bool = False, container=None, **kwargs) -> bool:
+    """A toggle whose state is in the URL as ``url_key=1`` / ``0``."""
+    url_setting(key, url_key, default, parse_flag)
+    value = (container or st).toggle(label, key=key, **kwargs)
+    keep_in_url(key, url_key, default, lambda v: "1" if v else "0")
+    return value
+
+
+def url_choice(label: str, options: dict[str, str], key: str, url_key: str, container=None, **kwargs) -> str:
+    """A segmented control over ``options`` (URL value -> label) kept in the URL; returns the URL value."""
+    default = next(iter(options))
+    url_setting(key, url_key, default, lambda raw: raw if raw in options else options[raw])
+    value = (container or st).segmented_control(label, list(options), format_func=options.get, key=key, **kwargs)
+    if value is None:  # a click on the selected option deselects it: keep the choice
+        value = st.session_state[key] = st.session_state.get(f"_{key}", default)
+    keep_in_url(key, url_key, default)
+    return value
+
+
+def view_toggles(run, container=None, key_prefix: str = "") -> tuple[bool, bool]:
+    """The word-level and hide-special toggles (kept in the URL as ``words`` and ``hide``)."""
+    where = container or st
+    cols = where.columns(2)
+    words = url_toggle(
+        "Words instead of tokens",
+        f"{key_prefix}words",
+        f"{key_prefix}words",
+        container=cols[0],
+        help="Clark et al. (2019): attention to a word sums over its pieces, attention from a word averages them.",
+    )
+    has_special = bool(np.any(run.special_mask))
+    hide = url_toggle(
+        "Hide special tokens",
+        f"{key_prefix}hide_special",
+        f"{key_prefix}hide",
+        container=cols[1],
+        disabled=not has_special,
+        help="Drops [CLS], [SEP], BOS, ... and renormalises each row to sum to 1."
+        if has_special
+        else "This text has no special token to hide: this model adds none ([CLS], [SEP] or BOS).",
+    )
+    return words, hide and has_special
+
+
+def shaped_run(run, words: bool, hide_special: bool):
+    """The run as the toggles ask (word level first, then without special tokens)."""
+    if words:
+        run = run.to_words()
+    if hide_special and np.any(run.special_mask):
+        run = run.without_special()
+    return run
+
+
+def figure_options(run) -> dict:
+    """Causal mask and sentence-pair boundary for a run's figures."""
+    segments = run.segment_ids if np.any(run.segment_ids != run.segment_ids[0]) else None
+    return {"causal": bool(run.is_causal), "segment_ids": segments}
+
+
+# Cells a figure may send to the browser (4 bytes each): the layer x head grid of MiniLM at 128 tokens
+# is 1.18 M cells. Larger runs show their first tokens only, with a notice, so a view stays fast.
+MODEL_VIEW_MAX_CELLS = 1_300_000
+
+HEAD_VIEW_MAX_CELLS = 800_000
+
+
+def first_tokens(run, max_cells: int, num_tiles: int, what: str):
+    """The run cut to its first k tokens so that ``num_tiles`` tiles of k x k fit in ``max_cells``."""
+    limit = max(8, int((max_cells / max(num_tiles, 1)) ** 0.5))
+    if run.num_tokens <= limit:
+        return run
+    st.caption(
+        f"The {what} shows the first {limit} of {run.num_tokens} tokens, to stay fast in the browser; "
+        "the one-head view and the downloads have them all."
+    )
+    keep = slice(0, limit)
+    return dataclasses.replace(
+        run,
+        attentions=run.attentions[:, :, keep, keep],
+        tokens=run.tokens[keep],
+        raw_tokens=run.raw_tokens[keep],
+        special_mask=run.special_mask[keep],
+        word_ids=run.word_ids[keep],
+        segment_ids=run.segment_ids[keep],
+    )
+
+
+def clicked_head(chart_key: str) -> tuple[int | None, int] | None:
+    """``(layer or None, head)`` of the tile or cell last clicked in a chart drawn with click targets
+    (its points carry ``[head]`` or ``[layer, head, ...]`` as customdata); None for no click or a deselect."""
+    try:
+        custom = st.session_state[chart_key]["selection"]["points"][0]["customdata"]
+        if isinstance(custom, dict):  # a typed array comes back as {"0": ..., "1": ...}
+            custom = [custom[index] for index in sorted(custom, key=int)]
+        custom = custom if isinstance(custom, (list, tuple)) else [custom]
+        return (None, int(custom[0])) if len(custom) == 1 else (int(custom[0]), int(custom[1]))
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def select_clicked_head(chart_key: str, then=None) -> None:
+    """A chart's ``on_select`` callback: the clicked head becomes the selected layer and head (and the
+    URL follows on this run); ``then()`` runs after, e.g. to switch to the view that shows it."""
+    clicked = clicked_head(chart_key)
+    if clicked is None:
+        return
+    layer, head = clicked
+    if layer is not None:
+        set_layer(layer)
+    set_head(head)
+    if then is not None:
+        then()
+
+
+def head_view(run, layer: int, key: str, columns: int = 4, width_hint: int = 1000, on_click=None):
+    """All heads of one layer as one figure; a click on a head calls ``on_click`` (a selection callback)."""
+    run = first_tokens(run, HEAD_VIEW_MAX_CELLS, run.num_heads, "head view")
+    fig = figures.head_grid(
+        run.attentions[layer],
+        run.tokens,
+        columns=columns,
+        width_hint=width_hint,
+        title=f"Layer {layer}: all {run.num_heads} heads",
+        **figure_options(run),
+    )
+    selectable = {"on_select": on_click, "selection_mode": "points"} if on_click else {}
+    return show_chart(fig, key=key, filename=f"headscope-layer{layer}-heads", **selectable)
+
+
+def difference_view(difference, run, key: str, title: str):
+    """A layer's head-by-head difference of two runs ``[H, n, n]`` as one grid; the colour scale spans the
+    largest difference, so even the engines' rounding-size differences show their pattern."""
+    run = first_tokens(run, HEAD_VIEW_MAX_CELLS, run.num_heads, "difference map")
+    n = run.num_tokens
+    scale = float(max(abs(difference).max(), 1e-12))
+    fig = figures.head_grid(
+        difference[:, :n, :n], run.tokens, columns=4, title=title, difference=True, zmax=scale, **figure_options(run)
+    )
+    return show_chart(fig, key=key, filename="headscope-difference")
+
+
+def model_view(run, key: str, on_click=None):
+    """Every layer and head as one figure; a click on a head calls ``on_click`` (a selection callback)."""
+    run = first_tokens(run, MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads, "model view")
+    fig = figures.model_grid(
+        run.attentions, run.tokens, title=f"All {run.num_layers} layers x {run.num_heads} heads", **figure_options(run)
+    )
+    selectable = {"on_select": on_click, "selection_mode": "points"} if on_click else {}
+    return show_chart(fig, key=key, filename="headscope-model-view", **selectable)
+
+
+def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
+    """The whole run as .npz and the selected head as CSV; both built only when clicked."""
+    cols = st.columns(2)
+    cols[0].download_button(
+        "Attention tensor (.npz)",
+        data=run.to_npz_bytes,
+        file_name="headscope-run.npz",
+        mime="application/octet-stream",
+        key=f"{key_prefix}dl_npz",
+        help=f"All {run.num_layers} x {run.num_heads} heads, tokens and masks; load with mha_core.AttentionRun.load.",
+    )
+
+    def head_csv() -> bytes:
+        buffer = io.StringIO()
+        run.head_frame(layer, head).to_csv(buffer, float_format="%.6g")
+        return buffer.getvalue().encode("utf-8")
+
+    cols[1].download_button(
+        f"Layer {layer} head {head} weights (.csv)",
+        data=head_csv,
+        file_name=f"headscope-layer{layer}-head{head}.csv",
+        mime="text/csv",
+        key=f"{key_prefix}dl_csv",
+    )
+
+
+def engine_note(run) -> None:
+    """For the from-scratch engine: how closely it matches transformers."""
+    if run.engine == "core" and run.max_abs_diff is not None:
+        match = (
+            "exactly (largest difference 0)"
+            if run.max_abs_diff == 0
+            else f"to {run.max_abs_diff:.1e} (largest absolute difference over every layer, head and weight)"
+        )
+        st.success(f"{run.model_name}: the from-scratch engine matches transformers {match}.")
+
+
+def layer_source_code(family: str) -> str | None:
+    """The from-scratch engine's own code for ``family``: its layer function and the helpers it calls,
+    as the family registry names them; None for a family the engine does not replay."""
+    from mha_core.families import FAMILIES
+
+    entry = FAMILIES.get(family)
+    if entry is None:
+        return None
+    return "\n\n".join(inspect.getsource(function) for function in (entry.layer, *entry.helpers))
+
+
+# Per-layer curves show these measurements (numeric columns of mha_core.head_metrics).
+CURVE_METRICS = {
+    "normalized_entropy": "normalised entropy (0 = one key, 1 = uniform)",
+    "mean_distance": "mean distance |i - j| in tokens",
+    "confidence": "confidence (largest weight of a row)",
+    "special_mass": "attention on special tokens",
+    "prev_token_mass": "attention on the previous token",
+    "local_mass": "attention within two tokens",
+}
