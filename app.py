@@ -20,7 +20,7 @@ st.set_page_config(
 from mha_core.errors import quoted  # noqa: E402
 from ui import state, widgets  # noqa: E402  (set_page_config must come first)
 
-state.configure_torch()
+state.configure_process()
 
 # (file, title, icon, url path); the first existing one is the default page.
 PAGES = [

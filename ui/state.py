@@ -28,7 +28,7 @@ from mha_core import sources
 from mha_core.errors import HeadscopeError, ModelLoadError, quoted
 from mha_core.models import DEFAULT_MODEL, ENGINES
 from mha_core.tokens import visible_text
-from ui.budget import ByteBudgetCache, ComputeGate, StopPoint
+from ui.budget import ByteBudgetCache, ComputeGate, StopPoint, tune_allocator
 
 LOG = logging.getLogger("headscope.app")
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,12 +132,14 @@ def reset_server_state() -> None:
     _load_model_cached.clear()
 
 
-def configure_torch() -> None:
-    """One torch thread per forward pass by default: a sentence takes ~40 ms either way, but on a busy
+def configure_process() -> None:
+    """The C allocator returns evicted runs to the system (``ui.budget.tune_allocator``), and one torch
+    thread per forward pass by default: a sentence takes ~40 ms either way, but on a busy
     2-core machine two spinning OpenMP threads per run made it 10-30x slower (0.04 s vs 0.8-1.5 s), and
     the server runs each session in its own thread anyway."""
     import torch
 
+    tune_allocator()
     if torch.get_num_threads() != settings().torch_threads:
         torch.set_num_threads(settings().torch_threads)
 
