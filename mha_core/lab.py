@@ -523,3 +523,26 @@ def train_lab(
     lab = Lab(config, **overrides)
     lab.train(steps, score_every=score_every, progress=progress)
     return lab
+
+
+def lab_summary(lab: Lab) -> str:
+    """A few lines for a terminal: the run, its losses, the phase change and every head's scores."""
+    history = lab.history()
+    first, last = lab.records[0], lab.records[-1]
+    phase = phase_change_step(history)
+    lines = [
+        f"lab {lab.config.task}: {lab.config.num_layers} layers x {lab.config.num_heads} heads, "
+        f"d_model {lab.config.d_model}, {lab.step} steps in {lab.seconds:.1f} s (seed {lab.config.seed})",
+        f"loss {first['loss']:.3f} -> {last['loss']:.3f}; repeated-position loss "
+        f"{first['repeated_loss']:.3f} -> {last['repeated_loss']:.3f}; phase change: "
+        + (f"step {phase}" if phase is not None else "not yet"),
+    ]
+    scores = lab.scores()
+    roles = [c for c in scores.columns if c not in ("layer", "head")]
+    lines.append("layer head " + " ".join(f"{role:>15}" for role in roles))
+    for row in scores.to_dict("records"):
+        lines.append(f"{row['layer']:5d} {row['head']:4d} " + " ".join(f"{row[role]:15.3f}" for role in roles))
+    for row in role_appearance(history).itertuples(index=False):
+        when = f"from step {int(row.appears_at)}" if np.isfinite(row.appears_at) else "not yet"
+        lines.append(f"{row.role}: L{row.layer}H{row.head} score {row.score:.2f} (>= {ROLE_THRESHOLD} {when})")
+    return "\n".join(lines)
