@@ -274,13 +274,22 @@ class Lab:
         self.step = 0
         self.seconds = 0.0  # training time so far (scoring not included)
         self.records: list[dict] = []  # one per scored step: step, seconds, loss, repeated_loss, scores
+        self.example_attention: np.ndarray | None = None  # [L, H, n, n] on evaluation sequence 0, last scored step
 
     # ---- training ---------------------------------------------------------------------------
-    def train(self, steps: int, score_every: int = 25, progress: Progress | None = None, callback=None) -> pd.DataFrame:
-        """Train ``steps`` more steps, scoring at step 0 and every ``score_every`` steps.
+    def train(
+        self,
+        steps: int,
+        score_every: int = 25,
+        progress: Progress | None = None,
+        callback=None,
+        score_last: bool = True,
+    ) -> pd.DataFrame:
+        """Train ``steps`` more steps, scoring at step 0, every ``score_every`` steps and (``score_last``)
+        after the last one.
 
         ``callback(lab, record)`` runs after each scored step; ``progress`` after every step (either may
-        raise to stop: the steps done so far are kept). Returns the history.
+        raise to stop: the steps done so far are kept, and ``train`` continues from them). Returns the history.
         """
         if steps < 0 or score_every < 1:
             raise HeadscopeError(f"steps must be >= 0 and score_every >= 1, got {steps} and {score_every}")
@@ -298,7 +307,7 @@ class Lab:
             self.optimizer.step()
             self.step += 1
             self.seconds += time.perf_counter() - started
-            if self.step % score_every == 0 or self.step == end:
+            if self.step % score_every == 0 or (score_last and self.step == end):
                 self._score(callback)
             report(progress, steps - (end - self.step), steps, f"step {self.step}, loss {loss.item():.3f}")
         return self.history()
@@ -326,6 +335,7 @@ class Lab:
             "repeated_loss": result["repeated_loss"],
             "scores": role_scores(self.config, result["attentions"], self.eval_batch),
         }
+        self.example_attention = result["attentions"][0]
         self.records.append(record)
         if callback is not None:
             callback(self, record)

@@ -125,10 +125,19 @@ def shared() -> _Shared:
     )
 
 
+@functools.cache
+def lab_slots():
+    """How many Lab trainings may run at once on this server: HEADSCOPE_MAX_LAB_TRAININGS (default 2)."""
+    from ui.lab_runner import TrainingSlots
+
+    return TrainingSlots(_env_int("HEADSCOPE_MAX_LAB_TRAININGS", 2))
+
+
 def reset_server_state() -> None:
     """Forget the settings and the shared caches (tests change the environment between apps)."""
     settings.cache_clear()
     shared.cache_clear()
+    lab_slots.cache_clear()
     _load_model_cached.clear()
 
 
