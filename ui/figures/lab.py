@@ -46,9 +46,11 @@ def loss_curve(history, phase_step: int | None = None, title: str = "Loss while 
         )
     fig.update_xaxes(title_text="training step", rangemode="tozero")
     fig.update_yaxes(title_text="cross-entropy (nats)", rangemode="tozero")
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
-    base_layout(fig, 340, title)
-    return with_axis_room(fig)
+    base_layout(fig, 360, title)
+    with_axis_room(fig)
+    # The legend sits between the title and the plot, with room of its own.
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0), margin=dict(t=75))
+    return fig
 
 
 def score_curves(history, role: str, threshold: float | None = None, title: str | None = None) -> go.Figure:
