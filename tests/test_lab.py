@@ -216,3 +216,18 @@ def test_cli_prints_scores_and_writes_the_long_csv_and_a_checkpoint(tmp_path, ca
     np.testing.assert_allclose(lab.scores()["offset_-2"], last["score"], atol=1e-6)
     assert main(["lab", "--task", "induction", "--d-model", "30", "--heads", "4", "--steps", "1"]) == 2
     assert "divisible" in capsys.readouterr().err
+
+
+def test_a_lab_run_is_an_attention_run_the_views_and_metrics_take(grown):
+    from mha_core.metrics import head_metrics
+
+    run = grown.run(0)
+    np.testing.assert_allclose(run.attentions, grown.evaluate()["attentions"][0], atol=1e-6)
+    assert run.is_causal and run.tokens == [str(int(t)) for t in grown.eval_batch.inputs[0]]
+    metrics = head_metrics(run)
+    assert len(metrics) == grown.config.num_layers * grown.config.num_heads
+    # The layer-0 head with the best previous-token score has its argmax one token back more often than not.
+    scores = grown.scores()
+    best = scores[scores["layer"] == 0].sort_values("previous_token").iloc[-1]
+    row = metrics[(metrics["layer"] == 0) & (metrics["head"] == best["head"])].iloc[0]
+    assert row["argmax_offset"] in (-1, 0)
