@@ -77,6 +77,6 @@ def score_curves(history, role: str, threshold: float | None = None, title: str 
     if threshold is not None:
         fig.add_hline(y=threshold, line=dict(color="#adb5bd", width=1, dash="dot"))
     fig.update_xaxes(title_text="training step", rangemode="tozero")
-    fig.update_yaxes(title_text=plotly_text(f"{role} score"), range=[0, 1])
+    fig.update_yaxes(title_text=plotly_text(f"{role.replace('_', ' ')} score"), range=[0, 1])
     base_layout(fig, 320, title or f"{role.replace('_', ' ')} score of every head")
     return with_axis_room(fig)
