@@ -372,7 +372,7 @@ class Lab:
             word_ids=np.arange(n),
             words=tokens,
             segment_ids=np.zeros(n, dtype=np.int64),
-            engine="core",
+            engine="lab",
             metadata={"lab_step": self.step, "lab_config": asdict(self.config)},
         )
 

@@ -1,5 +1,7 @@
 """Lab: train a tiny transformer in the browser and watch its heads specialise."""
 
+from pathlib import Path
+
 import numpy as np
 import streamlit as st
 
@@ -221,8 +223,11 @@ if runner.lab.records and not runner.running:
         delta=f"{result['ablated_' + key] - result[key]:+.3f}",
         delta_color="inverse",
     )
+    if st.button("Open this model in Explore", key="lab_open_explore", icon=":material/grid_view:"):
+        state.open_lab_in_explore(runner.lab)
+        st.switch_page(st.Page(Path(__file__).with_name("explore.py"), url_path="explore"))
     st.caption(
-        "The trained model lives only in this page's session: its heads are shown above rather than in "
-        "Explore. `python -m mha_core lab --save lab.pt` keeps a checkpoint you can load with "
-        "`mha_core.Lab.load`."
+        "Explore then shows this model's heads on the fixed example, with its head view, lines and downloads. "
+        "The model lives in this session only; `python -m mha_core lab --save lab.pt` keeps a checkpoint "
+        "that `mha_core.Lab.load` reopens."
     )

@@ -58,6 +58,20 @@ def test_training_on_the_page_draws_the_labs_own_numbers(tiny_bert):
     assert result["ablated_loss"] > result["loss"]
     assert phase_change_step(history) is None or "lab_loss" in charts  # positional task: no phase line drawn
     assert not charts["lab_loss"]["layout"].get("shapes")
+    # The trained model opens in Explore: its head view is the lab's own attention on the fixed example.
+    app.button(key="lab_open_explore").click()
+    rerun(app)
+    assert [t.value for t in app.title] == ["Explore"]
+    assert any("trained on the Lab page" in info.value for info in app.info)
+    one_head = np.asarray(plotly_elements(app)["one_head"]["data"][0]["z"], dtype=float)
+    expected = runner.lab.run(0).attentions[0, 0]
+    np.testing.assert_allclose(np.nan_to_num(one_head), expected, atol=1e-6)
+    assert app.get("caption") and any("engine=lab" in c.value for c in app.caption)
+    app.button(key="explore_close_lab").click()
+    rerun(app)
+    assert not any("trained on the Lab page" in info.value for info in app.info)
+    app.switch_page("../pages/lab.py")
+    rerun(app)
     # Reset: a fresh model, nothing drawn.
     app.button(key="lab_reset").click()
     rerun(app)
