@@ -10,7 +10,16 @@ st.markdown(widgets.INTRO)
 with st.expander("What am I looking at?", icon=":material/help:"):
     st.markdown(widgets.FIRST_TEN_MINUTES)
 
-run = widgets.current_run()
+run = state.lab_run()  # a model trained on the Lab page, when the visitor opened it here
+if run is not None:
+    st.info(
+        "Showing the model you trained on the Lab page, on its fixed example (tokens are numbers). "
+        "The sidebar's model and sentence come back with the button below.",
+        icon=":material/science:",
+    )
+    st.button("Back to the sidebar's model", on_click=state.close_lab_run, key="explore_close_lab")
+else:
+    run = widgets.current_run()
 if run is None:
     st.stop()
 

@@ -403,7 +403,7 @@ def test_config_is_offline_and_valid():
     assert all(e["text"].strip() and e["label"] for e in examples)
 
 
-@pytest.mark.parametrize("page", ["explore", "compare", "roles", "positions", "classroom"])
+@pytest.mark.parametrize("page", ["explore", "compare", "roles", "positions", "classroom", "lab"])
 def test_every_page_opens_from_app_py(minilm, page):
     require((ROOT / "pages" / f"{page}.py").exists(), f"pages/{page}.py")
     app = start(text=TEXT, page=page)

@@ -125,10 +125,37 @@ def shared() -> _Shared:
     )
 
 
+@functools.cache
+def lab_slots():
+    """How many Lab trainings may run at once on this server: HEADSCOPE_MAX_LAB_TRAININGS (default 2)."""
+    from ui.lab_runner import TrainingSlots
+
+    return TrainingSlots(_env_int("HEADSCOPE_MAX_LAB_TRAININGS", 2))
+
+
+# ---- the Lab's trained model in Explore ----------------------------------------------------------
+_LAB_RUN = "_lab_run"
+
+
+def open_lab_in_explore(lab) -> None:
+    """Explore shows this session's lab model (``mha_core.Lab``) on its fixed example, until ``close_lab_run``."""
+    st.session_state[_LAB_RUN] = lab.run(0)
+
+
+def lab_run():
+    """The lab model's ``AttentionRun`` Explore shows instead of the sidebar's model, or None."""
+    return st.session_state.get(_LAB_RUN)
+
+
+def close_lab_run() -> None:
+    st.session_state.pop(_LAB_RUN, None)
+
+
 def reset_server_state() -> None:
     """Forget the settings and the shared caches (tests change the environment between apps)."""
     settings.cache_clear()
     shared.cache_clear()
+    lab_slots.cache_clear()
     _load_model_cached.clear()
 
 
