@@ -17,7 +17,7 @@ baseline   (``--baseline DIR``) the same for another checkout of Headscope, e.g.
            (``git worktree add /tmp/headscope-before <commit>``): before/after ratios in one run.
 bertviz    BertViz 1.4.1 as its README uses it: the transformers forward pass with
            ``output_attentions=True`` (the same MiniLM weights, eager attention, in this process),
-           ``head_view``/``model_view(..., html_action="return")``, the HTML opened in the page, until
+           ``head_view``/``model_view(..., html_action="return")``, the HTML written to a file and opened, until
            drawn: head view, every token on both sides and heads x n^2 attention lines; model view,
            layers x heads x n^2 thumbnail lines. Bytes: the HTML. The JavaScript that HTML loads from
            CDNs (require.js 2.3.6, d3 5.7.0, jQuery 2.x; 2.0.0 is not in the npm registry, 2.1.0 is
@@ -117,6 +117,7 @@ MARKERS = [
 
 # ---- the JavaScript BertViz's HTML loads from CDNs, fetched from the npm registry once --------------------
 JS_CACHE = ROOT / "bench" / "out" / "peers-js"
+HTML_FILE = ROOT / "bench" / "out" / "peers-bertviz.html"  # BertViz's page of the current round
 # URL (what BertViz's HTML asks for) -> (npm package, file inside the package tarball)
 CDN_FILES = {
     "https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js": ("requirejs@2.3.6", "package/require.js"),
@@ -342,8 +343,8 @@ class BertViz:
 
         def serve(route) -> None:
             url = route.request.url
-            if url == "http://bertviz.bench/view.html":
-                route.fulfill(status=200, content_type="text/html", body=self.html)
+            if url.startswith("file:"):
+                route.continue_()
             elif url in scripts:
                 route.fulfill(status=200, content_type="application/javascript", body=scripts[url])
             else:
@@ -367,12 +368,17 @@ class BertViz:
 
     def show(self, view: str, text: str, marker: str) -> Measurement:
         self.html, n, python_s, python_cpu = self.render(view, text)
+        # Opened as a file: the browser reads it natively, as a notebook's page gets its output, rather than
+        # through Playwright's request routing (which copies a body through its driver: minutes for 53 MB).
+        start = time.perf_counter()
+        HTML_FILE.write_bytes(self.html)
+        python_s += time.perf_counter() - start
         predicate = (
             bertviz_head_js(self.model.num_heads, n, marker)
             if view == "head"
             else bertviz_model_js(self.model.num_layers, self.model.num_heads, n)
         )
-        self.page.goto("http://bertviz.bench/view.html", wait_until="commit", timeout=TIMEOUT_MS)
+        self.page.goto(HTML_FILE.as_uri(), wait_until="commit", timeout=TIMEOUT_MS)
         self.page.wait_for_function(
             f"() => {{ if (({predicate})()) {{ window.__drawnAt = performance.now(); return true; }} return false; }}",
             timeout=TIMEOUT_MS,
