@@ -13,6 +13,7 @@ as the code that ran) and one whole pass (``*_attentions``).
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -144,6 +145,15 @@ class LlamaLayerWeights:
 
 
 @dataclass
+class RelativePositionBias:
+    """MPNet's (and T5's) learned bias per head and bucketed offset, added to every layer's scores."""
+
+    table: torch.Tensor  # [buckets, heads]
+    num_buckets: int
+    max_distance: int
+
+
+@dataclass
 class CoreModel:
     family: str
     embeddings: object  # BertEmbeddingWeights; the token (and position) tables for the decoders
@@ -151,6 +161,7 @@ class CoreModel:
     max_positions: int | None
     rope: tuple[torch.Tensor, float] | None = None  # Llama: (inverse frequencies, amplitude scale)
     sliding_window: int | None = None  # Mistral: keys further back than this are not seen
+    relative_bias: RelativePositionBias | None = None  # MPNet: a per-head bias by offset, shared by all layers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,6 +185,33 @@ def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch
     hidden = layer.activation(layer.ffn_up(x))
     x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)
     return x, weights
+
+
+def mpnet_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, position_bias):
+    """One MPNet encoder layer: a BERT layer whose scores also get a learned bias by relative position.
+
+    x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens;
+    position_bias: [1, heads, n, n], added to q.k / sqrt(d_k) before the softmax (an additive mask).
+    Returns the layer's output and its attention weights [batch, heads, n, n].
+    """
+    attended, weights = layer.attention(x, mask=position_bias, key_padding_mask=key_padding_mask)
+    x = layer_norm(x + attended, layer.attention_norm)  # residual, then post-LN, as in BERT
+    hidden = layer.activation(layer.ffn_up(x))
+    x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)
+    return x, weights
+
+
+def relative_position_buckets(n: int, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """[n, n] bucket of each (query i, key j): half the buckets per direction; offsets below a quarter
+    of the buckets get one bucket each, larger ones share buckets on a log scale up to max_distance."""
+    offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j: positive when the key is before
+    half = num_buckets // 2
+    bucket = (offset < 0).long() * half
+    distance = offset.abs()
+    exact = half // 2
+    safe = distance.clamp(min=1).float()
+    log_bucket = exact + (torch.log(safe / exact) / math.log(max_distance / exact) * (half - exact)).long()
+    return bucket + torch.where(distance < exact, distance, log_bucket.clamp(max=half - 1))
 
 
 def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch.Tensor | None):
@@ -271,6 +309,14 @@ def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids
     return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress)
 
 
+def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+    x = bert_embeddings(core.embeddings, input_ids, None)  # MPNet has no segment embeddings
+    bias = core.relative_bias
+    buckets = relative_position_buckets(input_ids.shape[1], bias.num_buckets, bias.max_distance)
+    position_bias = bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]  # [1, heads, n, n]
+    return _layer_weights(core.layers, mpnet_layer, x, key_padding_mask, position_bias, progress=progress)
+
+
 def gpt2_embeddings(
     word: torch.Tensor, position: torch.Tensor, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None
 ):
@@ -362,6 +408,43 @@ def read_bert(base, config, family: Family) -> CoreModel:
     # RoBERTa's first padding_idx + 1 position rows are never used by a real token.
     max_positions = config.max_position_embeddings - (config.pad_token_id + 1 if offset_positions else 0)
     return CoreModel("bert", embeddings, layers, max_positions)
+
+
+def read_mpnet(base, config, family: Family) -> CoreModel:
+    e = base.embeddings
+    embeddings = BertEmbeddingWeights(
+        word=_f32(e.word_embeddings.weight),
+        position=_f32(e.position_embeddings.weight),
+        token_type=None,
+        norm=_norm(e.LayerNorm),
+        projection=None,
+        padding_idx=e.padding_idx,  # positions count real tokens from padding_idx + 1, as in RoBERTa
+    )
+    activation = ACTIVATIONS[family.activation_of(config)]
+    layers = []
+    for block in base.encoder.layer:
+        a = block.attention.attn
+        projections = (a.q, a.k, a.v, a.o)
+        attention = _attention_module(
+            config.hidden_size,
+            config.num_attention_heads,
+            *(p.weight for p in projections),
+            *(p.bias for p in projections),
+        )
+        layers.append(
+            BertLayerWeights(
+                attention,
+                _norm(block.attention.LayerNorm),
+                _dense(block.intermediate.dense),
+                activation,
+                _dense(block.output.dense),
+                _norm(block.output.LayerNorm),
+            )
+        )
+    # transformers' MPNetEncoder.compute_position_bias buckets with its defaults (32 buckets, distance 128).
+    bias = RelativePositionBias(_f32(base.encoder.relative_attention_bias.weight), 32, 128)
+    max_positions = config.max_position_embeddings - (e.padding_idx + 1)
+    return CoreModel("mpnet", embeddings, layers, max_positions, relative_bias=bias)
 
 
 def read_gpt2(base, config, family: Family) -> CoreModel:
