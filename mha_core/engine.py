@@ -291,30 +291,35 @@ def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_ty
     return x if emb.projection is None else emb.projection(x)
 
 
-def _layer_weights(layers, layer_fn, x, *args, progress: Progress | None = None) -> torch.Tensor:
+def _layer_weights(
+    layers, layer_fn, x, *args, progress: Progress | None = None, record: list | None = None
+) -> torch.Tensor:
     """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``.
 
-    ``progress(done, total, message)`` after each layer (it may raise to stop the pass there).
+    ``progress(done, total, message)`` after each layer (it may raise to stop the pass there);
+    ``record``, when given, receives each layer's input (what ``head_vectors`` projects).
     """
     weights = []
     for index, layer in enumerate(layers):
+        if record is not None:
+            record.append(x)
         x, layer_weights = layer_fn(x, layer, *args)
         weights.append(layer_weights)
         report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
     return torch.stack(weights, dim=1)
 
 
-def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
     x = bert_embeddings(core.embeddings, input_ids, token_type_ids)
-    return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress)
+    return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress, record=record)
 
 
-def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
     x = bert_embeddings(core.embeddings, input_ids, None)  # MPNet has no segment embeddings
-    bias = core.relative_bias
-    buckets = relative_position_buckets(input_ids.shape[1], bias.num_buckets, bias.max_distance)
-    position_bias = bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]  # [1, heads, n, n]
-    return _layer_weights(core.layers, mpnet_layer, x, key_padding_mask, position_bias, progress=progress)
+    position_bias = mpnet_position_bias(core, input_ids.shape[1])  # [1, heads, n, n]
+    return _layer_weights(
+        core.layers, mpnet_layer, x, key_padding_mask, position_bias, progress=progress, record=record
+    )
 
 
 def gpt2_embeddings(
@@ -333,16 +338,16 @@ def rotary_angles(n: int, inverse_frequency: torch.Tensor, amplitude: float):
     return angles.cos() * amplitude, angles.sin() * amplitude
 
 
-def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
     x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
     # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
-    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask, progress=progress)
+    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask, progress=progress, record=record)
 
 
-def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
     cos, sin = rotary_angles(input_ids.shape[1], *core.rope)
     x = core.embeddings[input_ids]  # Llama adds no position vector: position is in the rotation
-    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress)
+    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress, record=record)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -610,6 +615,7 @@ def core_attentions(
     attention_mask: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
     progress: Progress | None = None,
+    layer_inputs: list | None = None,
 ) -> torch.Tensor:
     """Attention weights of every layer and head, recomputed from scratch: float32 ``[batch, layers, heads, n, n]``.
 
@@ -617,7 +623,8 @@ def core_attentions(
     ``attention_mask`` ``[batch, n]`` with 1 for real tokens (padding on the right for decoders);
     ``token_type_ids`` ``[batch, n]`` segment ids, for encoders with sentence pairs.
     Weights in the rows of padding tokens are not meaningful; columns of padding tokens are 0.
-    ``progress(done, total, message)`` is called after every layer.
+    ``progress(done, total, message)`` is called after every layer; ``layer_inputs``, when given a list,
+    receives each layer's input hidden states ``[batch, n, d]`` (for ``head_vectors``).
     """
     core = core_model(hf_model)
     device = hf_model.get_input_embeddings().weight.device
@@ -643,4 +650,73 @@ def core_attentions(
     from .families import FAMILIES
 
     with torch.inference_mode():
-        return FAMILIES[core.family].forward(core, input_ids, key_padding_mask, token_type_ids, progress).float()
+        forward = FAMILIES[core.family].forward
+        return forward(core, input_ids, key_padding_mask, token_type_ids, progress, layer_inputs).float()
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer's heads, vector by vector: what the neuron view and norm-based attention look at
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HeadVectors:
+    """Every head's vectors in one layer, for an input ``x`` of that layer.
+
+    scores = score(query, key) + score_bias; weights = softmax(scores) (masked); the head's output
+    is weights @ value, and its share of the layer's output is that times its slice of ``output_weight``.
+    """
+
+    query: torch.Tensor  # [batch, heads, n, d_k]: after rotation for rotary models
+    key: torch.Tensor  # [batch, heads, n, d_k]: grouped KV heads repeated for each query head they serve
+    value: torch.Tensor  # [batch, heads, n, d_v]: x W_V^h + b_V^h
+    output_weight: torch.Tensor  # [d_model, heads * d_v], nn.Linear layout: head h is columns h*d_v:(h+1)*d_v
+    score: str  # "scaled" or "dot" (mha_core.attention.attention_scores)
+    score_bias: torch.Tensor | None  # [1, heads, n, n] added to the scores (MPNet's relative position bias)
+    causal: bool
+
+
+def _mha_vectors(attention: MultiHeadAttention, h: torch.Tensor, bias, causal: bool) -> HeadVectors:
+    q, k, v = attention.project(h, h, h)
+    return HeadVectors(q, k, v, attention.out_proj.weight, attention.score, bias, causal)
+
+
+def mpnet_position_bias(core: CoreModel, n: int) -> torch.Tensor:
+    bias = core.relative_bias
+    buckets = relative_position_buckets(n, bias.num_buckets, bias.max_distance)
+    return bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]
+
+
+def bert_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor) -> HeadVectors:
+    return _mha_vectors(layer.attention, x, None, False)
+
+
+def mpnet_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor) -> HeadVectors:
+    return _mha_vectors(layer.attention, x, mpnet_position_bias(core, x.shape[1]), False)
+
+
+def gpt2_head_vectors(core: CoreModel, layer: Gpt2LayerWeights, x: torch.Tensor) -> HeadVectors:
+    return _mha_vectors(layer.attention, layer_norm(x, layer.attention_norm), None, True)
+
+
+def llama_head_vectors(core: CoreModel, layer: LlamaLayerWeights, x: torch.Tensor) -> HeadVectors:
+    batch, n, _ = x.shape
+    h = rms_norm(x, layer.attention_norm)
+    q = layer.query(h).view(batch, n, layer.num_heads, layer.head_dim).transpose(1, 2)
+    k = layer.key(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
+    v = layer.value(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
+    cos, sin = rotary_angles(n, *core.rope)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    group = layer.num_heads // layer.num_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return HeadVectors(q, k, v, layer.output.weight, "scaled", None, True)
+
+
+def head_vectors(hf_model, layer_index: int, x: torch.Tensor) -> HeadVectors:
+    """The query, key and value vectors of every head of layer ``layer_index`` for its input ``x``
+    ``[batch, n, d]`` (``layer_inputs`` of ``core_attentions``, or transformers' ``hidden_states``)."""
+    from .families import FAMILIES
+
+    core = core_model(hf_model)
+    with torch.inference_mode():
+        return FAMILIES[core.family].heads(core, core.layers[layer_index], x.float())
