@@ -29,13 +29,15 @@ PAGES = [
     ("pages/roles.py", "Head roles", ":material/badge:", "roles"),
     ("pages/positions.py", "Positions", ":material/waves:", "positions"),
     ("pages/classroom.py", "Classroom", ":material/school:", "classroom"),
+    ("pages/deeper.py", "Deeper", ":material/layers:", "deeper"),
 ]
 PAGE_GUIDE = (
     "- **Explore**: every head of a layer, one head enlarged, the whole model at once.\n"
     "- **Compare**: two layers, two sentences, or two models / engines side by side.\n"
     "- **Head roles**: what each head does, measured against published tests.\n"
     "- **Positions**: sinusoidal positional encoding as waves and similarities.\n"
-    "- **Classroom**: the worked example, step by step.\n\n"
+    "- **Classroom**: the worked example, step by step.\n"
+    "- **Deeper**: attention rollout and flow, weights against norms, the neuron view.\n\n"
     "Everything you choose is in the page address: copy it to share this exact view."
 )
 

@@ -38,6 +38,7 @@ EXAMPLES_PATH = ROOT / "assets" / "examples.json"
 MODEL_CHOICES = {
     "minilm": "all-MiniLM-L6-v2 (embedded encoder, 6 x 12 heads)",
     "smollm2": "SmolLM2-135M (embedded decoder, 30 x 9 heads)",
+    "mpnet": "all-mpnet-base-v2 (embedded encoder, 12 x 12 heads)",
 }
 OTHER_MODEL = "other"
 ENGINE_LABELS = {"transformers": "transformers", "core": "From-scratch core"}
