@@ -21,7 +21,6 @@ run = widgets.current_run()
 if run is None:
     st.stop()
 model = state.get_model(state.selection().model)
-selection = state.selection()
 tokens = run.tokens
 
 # ---- 1. rollout and flow ------------------------------------------------------------------------------
@@ -54,19 +53,8 @@ st.subheader("2. Weight against norm: ||α f(x)||")
 head = widgets.select_head(run.num_heads, key="deeper_head")
 
 
-def with_norms():
-    with state.shared().gate.slot(check=state.stop_point()):
-        return model.run(
-            selection.text,
-            text_pair=run.text_pair,
-            engine=run.engine,
-            bos=run.metadata.get("bos"),
-            norms=True,
-        )
-
-
 try:
-    normed = state.computed_from(run, "norms", with_norms)
+    normed = state.run_with_norms(run)
 except HeadscopeError as error:
     st.error(widgets.public_message(error))
     st.stop()

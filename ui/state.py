@@ -396,6 +396,21 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
     return cached(key, compute, check)
 
 
+def run_with_norms(run):
+    """``run`` again with norm-based attention (``model.run(..., norms=True)``), cached with it and computed
+    in a compute slot."""
+    model = get_model(run.model_name)
+    check = stop_point()
+
+    def compute():
+        with shared().gate.slot(check=check):
+            return model.run(
+                run.text, text_pair=run.text_pair, engine=run.engine, bos=run.metadata.get("bos"), norms=True
+            )
+
+    return computed_from(run, "norms", compute)
+
+
 def computed_from(run, what: str, compute):
     """``compute()`` cached with ``run`` (dropped with it under memory pressure); uncached for a run that
     did not come from ``get_run``."""

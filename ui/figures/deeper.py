@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import ATTENTION_COLORSCALE, DIFFERENCE_COLORSCALE, base_layout, plotly_text, with_axis_room
+from ui.figures.common import ATTENTION_COLORSCALE, DIFFERENCE_COLORSCALE, base_layout, plotly_text, with_axis_room
 
 
 def _labels(tokens) -> list[str]:
