@@ -89,7 +89,7 @@ def transformed_values(vectors: core_engine.HeadVectors) -> torch.Tensor:
     """f_h(x_j) = v_h(x_j) W_O^h for every head and token: ``[batch, heads, n, d_model]``."""
     heads, d_v = vectors.value.shape[1], vectors.value.shape[-1]
     per_head = vectors.output_weight.view(-1, heads, d_v).permute(1, 2, 0)  # [heads, d_v, d_model]
-    return torch.einsum("bhnv,hvd->bhnd", vectors.value, per_head)
+    return torch.matmul(vectors.value, per_head)  # [B, H, n, d_v] @ [H, d_v, d_model], one product per head
 
 
 def norm_based_attention(
