@@ -364,13 +364,13 @@ class LoadedModel:
         return runs
 
     def forward_encoded(
-        self, encoded: Sequence[EncodedText], engine: str = "transformers"
+        self, encoded: Sequence[EncodedText], engine: str = "transformers", layer_inputs: list | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One padded, masked forward pass over encoded texts: ``(attentions [B, L, H, n, n], reference or None)``.
 
         n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
         are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
-        as its trimmed run in every metric.
+        as its trimmed run in every metric. ``layer_inputs`` (a list) receives each layer's input hidden states.
         """
         width = max(len(item) for item in encoded)
         input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
@@ -382,7 +382,9 @@ class LoadedModel:
             attention_mask[row, :n] = 1
             if token_type_ids is not None:
                 token_type_ids[row, :n] = torch.tensor(item.token_type_ids)
-        attentions, reference = self._attentions(engine, input_ids, attention_mask, token_type_ids)
+        attentions, reference = self._attentions(
+            engine, input_ids, attention_mask, token_type_ids, layer_inputs=layer_inputs
+        )
         with torch.inference_mode():
             for row, item in enumerate(encoded):  # only the padded parts are written
                 attentions[row, :, :, len(item) :] = 0.0  # padding query rows
