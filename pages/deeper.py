@@ -4,6 +4,7 @@ import numpy as np
 import streamlit as st
 
 import mha_core as mc
+from mha_core import search
 from mha_core.errors import HeadscopeError
 from ui import state, widgets
 from ui.figures import deeper as figures
@@ -12,8 +13,9 @@ st.title("Deeper")
 st.markdown(
     "Attention weights alone mislead. This page shows three views researchers use instead: **rollout and "
     "flow** (what a token's final representation draws on, through every layer), **norm-based attention** "
-    "(how much each attended token actually moves the representation) and the **neuron view** (which "
-    "dimensions of the query and key make a head attend where it does). all-mpnet-base-v2 (12 x 12 heads, "
+    "(how much each attended token actually moves the representation), the **neuron view** (which "
+    "dimensions of the query and key make a head attend where it does) and a **corpus search** for tokens "
+    "the model treats alike. all-mpnet-base-v2 (12 x 12 heads, "
     "choose *mpnet* in the sidebar) is the size of the models in Clark et al. 2019."
 )
 
@@ -116,3 +118,33 @@ st.caption(
     f"of the scores is the head's attention. Largest difference from the model's own attention row: "
     f"{float(np.abs(view.weights - view.attention).max()):.1e}."
 )
+
+# ---- 4. corpus search -----------------------------------------------------------------------------------------
+st.subheader("4. Search a corpus for tokens like this one")
+st.markdown(
+    f"The UD English EWT dev sentences, searched for the tokens nearest to **{widgets.md_escape(tokens[query])}** "
+    f"(token {query}): by the **representation** layer {layer} reads, or by the **attention pattern** of head "
+    f"{layer}-{head} (its weight by offset from the token and on special tokens)."
+)
+left, right = st.columns(2)
+kind = left.radio(
+    "Compare tokens by",
+    list(search.KINDS),
+    format_func={"representation": "representation (cosine)", "attention": "attention pattern"}.get,
+    horizontal=True,
+    key="deeper_search_kind",
+)
+size = right.select_slider("Sentences searched", options=[50, 100, 200, 500], value=100, key="deeper_search_size")
+if st.toggle("Search the corpus", key="deeper_search", help="Indexing takes a few seconds the first time."):
+    index = state.corpus_index(run.model_name, layer, head, kind, size)
+    vector = state.computed_from(
+        run,
+        f"search-{kind}-{layer}-{head}-{query}",
+        lambda: search.query_vector(model, token_ids, query, layer, head, kind),
+    )
+    found = index.search(vector, k=10)
+    st.dataframe(found[["rank", "distance", "left", "token", "right"]], hide_index=True)
+    st.caption(
+        f"{len(index):,} tokens of {size} sentences, nearest first (scikit-learn NearestNeighbors, exact). "
+        "Tokens of the same word in similar roles come first when the layer or head encodes that role."
+    )

@@ -78,3 +78,20 @@ def test_rotary_model_says_vectors_are_rotated(tiny_llama):
     app = run_page(PAGE, {"model": tiny_llama, "text": TEXT})
     assert any("after the rotation" in info.value for info in app.info)
     assert "deeper_neuron_products" in plotly_elements(app)
+
+
+def test_corpus_search_lists_the_nearest_tokens(tiny_bert):
+    from mha_core import search, syntax
+
+    app = run_page(PAGE, {"model": tiny_bert, "text": TEXT}, deeper_search_kind="attention", deeper_search_size=50)
+    app.toggle(key="deeper_search").set_value(True)
+    rerun(app)
+    table = app.dataframe[-1].value
+    model = mc.load_model(tiny_bert)
+    last = model.num_layers - 1
+    index = search.build_corpus_index(model, [s.words for s in syntax.ud_ewt_dev(50)], last, 0, "attention")
+    vector = search.query_vector(model, model.encode(TEXT).input_ids, 1, last, 0, "attention")
+    expected = index.search(vector, k=10)
+    np.testing.assert_allclose(table["distance"], expected["distance"], atol=1e-4)
+    assert table["token"].iloc[0] == expected["token"].iloc[0]
+    assert set(table["token"]) <= set(index.search(vector, k=20)["token"])  # ties may swap near-equal rows

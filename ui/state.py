@@ -411,6 +411,28 @@ def run_with_norms(run):
     return computed_from(run, "norms", compute)
 
 
+def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentences: int):
+    """``mha_core.search`` index of the first ``max_sentences`` UD English EWT dev sentences, built once per
+    (model, layer, head, kind) in a compute slot with a progress bar, and kept in the shared cache."""
+    from mha_core import search, syntax
+
+    model = get_model(model_name)
+    head = head if kind == "attention" else 0  # a representation belongs to the layer, not to a head
+    key = ("search-index", _cache_key(model_name), layer, head, kind, max_sentences)
+    check = stop_point()
+
+    def compute():
+        bar = st.progress(0.0, text="Indexing the UD dev sentences...")
+        try:
+            with shared().gate.slot(check=check):
+                sentences = [sentence.words for sentence in syntax.ud_ewt_dev(max_sentences)]
+                return search.build_corpus_index(model, sentences, layer, head, kind, progress=report_progress(bar))
+        finally:
+            bar.empty()
+
+    return cached(key, compute, check)
+
+
 def computed_from(run, what: str, compute):
     """``compute()`` cached with ``run`` (dropped with it under memory pressure); uncached for a run that
     did not come from ``get_run``."""
