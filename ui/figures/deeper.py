@@ -98,5 +98,5 @@ def neuron_scores(tokens, scores: np.ndarray, weights: np.ndarray, visible: np.n
         secondary_y=True,
     )
     fig.update_yaxes(title_text="score", secondary_y=False)
-    fig.update_yaxes(title_text="weight", range=[0, 1], secondary_y=True)
+    fig.update_yaxes(title_text="weight", range=[0, 1], tickmode="linear", dtick=0.25, secondary_y=True)
     return with_axis_room(base_layout(fig, 360, title))
