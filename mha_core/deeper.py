@@ -32,24 +32,25 @@ MAX_FLOW_TOKENS = 48  # attention flow solves n x n max-flow problems on a graph
 
 # ---- rollout and flow --------------------------------------------------------------------------------
 def residual_attention(run: AttentionRun) -> np.ndarray:
-    """A_l = 0.5 * (mean over heads of layer l) + 0.5 * I, rows renormalised: float64 ``[L, n, n]``."""
+    """A_l = 0.5 * (mean over heads of layer l) + 0.5 * I, rows renormalised: float32 ``[L, n, n]``."""
     n = run.num_tokens
-    mixed = 0.5 * run.attentions.astype(np.float64).mean(axis=1) + 0.5 * np.eye(n)
+    mixed = 0.5 * run.attentions.mean(axis=1, dtype=np.float64) + 0.5 * np.eye(n)
     totals = mixed.sum(axis=-1, keepdims=True)
-    return mixed / np.where(totals > 0, totals, 1.0)
+    return (mixed / np.where(totals > 0, totals, 1.0)).astype(np.float32)
 
 
 def attention_rollout(run: AttentionRun) -> np.ndarray:
     """Attention rollout, float32 ``[L, n, n]``: R_0 = A_0 and R_l = A_l @ R_(l-1).
 
     Row i of R_l: how much token i's representation after layer l draws on each input token.
+    Computed in float32 (small float64 products wake BLAS threads that cost more than the products).
     """
     mixed = residual_attention(run)
     rollout = np.empty_like(mixed)
     rollout[0] = mixed[0]
     for layer in range(1, len(mixed)):
         rollout[layer] = mixed[layer] @ rollout[layer - 1]
-    return rollout.astype(np.float32)
+    return rollout
 
 
 def attention_flow(run: AttentionRun, layer: int | None = None, max_tokens: int = MAX_FLOW_TOKENS) -> np.ndarray:
@@ -75,7 +76,7 @@ def attention_flow(run: AttentionRun, layer: int | None = None, max_tokens: int 
             for j in range(n):
                 if mixed[level, i, j] > 0:
                     graph.add_edge((level + 1, i), (level, j), capacity=float(mixed[level, i, j]))
-    flow = np.zeros((n, n), dtype=np.float64)
+    flow = np.zeros((n, n), dtype=np.float64)  # capacities below are float32 values as Python floats
     for i in range(n):
         for j in range(n):
             source, sink = (last + 1, i), (0, j)
