@@ -11,7 +11,7 @@ from ui.figures import deeper as figures
 
 st.title("Deeper")
 st.markdown(
-    "Attention weights alone mislead. This page shows three views researchers use instead: **rollout and "
+    "Attention weights alone mislead. This page shows the views researchers use instead: **rollout and "
     "flow** (what a token's final representation draws on, through every layer), **norm-based attention** "
     "(how much each attended token actually moves the representation), the **neuron view** (which "
     "dimensions of the query and key make a head attend where it does) and a **corpus search** for tokens "

@@ -69,6 +69,21 @@ def test_flow_on_a_hand_built_graph():
     np.testing.assert_allclose(mc.attention_flow(run, layer=0), mixed[0], rtol=1e-5, atol=1e-6)
     with pytest.raises(HeadscopeError, match="out of range"):
         mc.attention_flow(run, layer=2)
+
+
+def test_flow_equals_networkx_max_flow():
+    """Four layers, five tokens: every (i, j) against networkx's max-flow on the same layered graph."""
+    import networkx as nx
+
+    run = toy_run(random_attentions(4, 2, 5, seed=9))
+    graph = deeper.flow_graph(run, 3)
+    reference = nx.DiGraph()
+    for source, target, capacity in zip(graph["source"], graph["target"], graph["capacity"]):
+        reference.add_edge(int(source), int(target), capacity=float(capacity))
+    flow = mc.attention_flow(run)
+    expected = np.array([[nx.maximum_flow_value(reference, 4 * 5 + i, j) for j in range(5)] for i in range(5)])
+    np.testing.assert_allclose(flow, expected, rtol=1e-6, atol=1e-6)
+    assert np.all(flow <= 1 + 1e-6)  # a token's row of the top layer carries at most its capacity 1
     with pytest.raises(HeadscopeError, match="more than"):
         mc.attention_flow(toy_run(random_attentions(1, 1, 5)), max_tokens=4)
 
