@@ -17,6 +17,7 @@ both engines give them, for every family the registry covers.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,9 +107,31 @@ def flow_graph(run: AttentionRun, last: int) -> dict:
 # ---- norm-based attention ---------------------------------------------------------------------------------
 def transformed_values(vectors: core_engine.HeadVectors) -> torch.Tensor:
     """f_h(x_j) = v_h(x_j) W_O^h for every head and token: ``[batch, heads, n, d_model]``."""
+    return torch.matmul(vectors.value, _per_head_output(vectors))
+
+
+def _per_head_output(vectors: core_engine.HeadVectors) -> torch.Tensor:
+    """W_O^h of every head, ``[heads, d_v, d_model]`` (row vectors v times it give f_h)."""
     heads, d_v = vectors.value.shape[1], vectors.value.shape[-1]
-    per_head = vectors.output_weight.view(-1, heads, d_v).permute(1, 2, 0)  # [heads, d_v, d_model]
-    return torch.matmul(vectors.value, per_head)  # [B, H, n, d_v] @ [H, d_v, d_model], one product per head
+    return vectors.output_weight.view(-1, heads, d_v).permute(1, 2, 0)
+
+
+_GRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _output_grams(hf_model, layer: int, vectors: core_engine.HeadVectors) -> torch.Tensor:
+    """G_h = W_O^h (W_O^h)^T, ``[heads, d_v, d_v]``, so that ||v W_O^h||^2 = v G_h v^T (cached per model)."""
+    grams = _GRAMS.setdefault(hf_model, {})
+    if layer not in grams:
+        per_head = _per_head_output(vectors)
+        grams[layer] = torch.matmul(per_head, per_head.transpose(1, 2))
+    return grams[layer]
+
+
+def _norms_through(vectors: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """||u W_O^h|| for row vectors u ``[B, H, n, d_v]``: sqrt(u G_h u^T), without forming u W_O^h."""
+    squared = (torch.matmul(vectors, gram) * vectors).sum(dim=-1)
+    return squared.clamp(min=0).sqrt()
 
 
 def norm_based_attention(
@@ -118,7 +141,8 @@ def norm_based_attention(
 
     norms[l, h, i, j] = ||alpha_ij f_h(x_j)|| = alpha_ij ||f_h(x_j)|| (alpha >= 0);
     value_norms = ||f_h(x_j)||; output_norms = ||sum_j alpha_ij f_h(x_j)|| (the head's output for token i).
-    ``attentions`` are the weights of the same pass whose ``layer_inputs`` are given.
+    ``attentions`` are the weights of the same pass whose ``layer_inputs`` are given. Norms go through
+    the Gram matrix of each head's output projection, so no d_model-wide vector is formed per token.
     """
     batch, num_layers, heads, n, _ = attentions.shape
     if len(layer_inputs) != num_layers:
@@ -128,12 +152,13 @@ def norm_based_attention(
     output_norms = np.empty((batch, num_layers, heads, n), dtype=np.float32)
     with torch.inference_mode():
         for layer, x in enumerate(layer_inputs):
-            f = transformed_values(core_engine.head_vectors(hf_model, layer, x))
-            weights = attentions[:, layer].to(f.dtype)
-            size = f.norm(dim=-1)  # [B, H, n]
-            norms[:, layer] = (weights * size[:, :, None, :]).numpy()
+            vectors = core_engine.head_vectors(hf_model, layer, x, values_only=True)
+            gram = _output_grams(hf_model, layer, vectors)
+            weights = attentions[:, layer].to(vectors.value.dtype)
+            size = _norms_through(vectors.value, gram)  # [B, H, n]
+            torch.mul(weights, size[:, :, None, :], out=torch.from_numpy(norms[:, layer]))
             value_norms[:, layer] = size.numpy()
-            output_norms[:, layer] = torch.matmul(weights, f).norm(dim=-1).numpy()
+            output_norms[:, layer] = _norms_through(torch.matmul(weights, vectors.value), gram).numpy()
     return norms, value_norms, output_norms
 
 

@@ -667,8 +667,8 @@ class HeadVectors:
     is weights @ value, and its share of the layer's output is that times its slice of ``output_weight``.
     """
 
-    query: torch.Tensor  # [batch, heads, n, d_k]: after rotation for rotary models
-    key: torch.Tensor  # [batch, heads, n, d_k]: grouped KV heads repeated for each query head they serve
+    query: torch.Tensor | None  # [batch, heads, n, d_k]: after rotation for rotary models (None: values only)
+    key: torch.Tensor | None  # [batch, heads, n, d_k]: grouped KV heads repeated for each query head they serve
     value: torch.Tensor  # [batch, heads, n, d_v]: x W_V^h + b_V^h
     output_weight: torch.Tensor  # [d_model, heads * d_v], nn.Linear layout: head h is columns h*d_v:(h+1)*d_v
     score: str  # "scaled" or "dot" (mha_core.attention.attention_scores)
@@ -676,8 +676,13 @@ class HeadVectors:
     causal: bool
 
 
-def _mha_vectors(attention: MultiHeadAttention, h: torch.Tensor, bias, causal: bool) -> HeadVectors:
-    q, k, v = attention.project(h, h, h)
+def _mha_vectors(attention: MultiHeadAttention, h: torch.Tensor, bias, causal: bool, values_only: bool) -> HeadVectors:
+    if values_only:  # one projection instead of three
+        b_v = None if attention.qkv_bias is None else attention.qkv_bias.split(attention.num_heads * attention.d_k)[2]
+        q = k = None
+        v = attention.split_heads(linear(h, attention.W_v, b_v))
+    else:
+        q, k, v = attention.project(h, h, h)
     return HeadVectors(q, k, v, attention.out_proj.weight, attention.score, bias, causal)
 
 
@@ -687,36 +692,38 @@ def mpnet_position_bias(core: CoreModel, n: int) -> torch.Tensor:
     return bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]
 
 
-def bert_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor) -> HeadVectors:
-    return _mha_vectors(layer.attention, x, None, False)
+def bert_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    return _mha_vectors(layer.attention, x, None, False, values_only)
 
 
-def mpnet_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor) -> HeadVectors:
-    return _mha_vectors(layer.attention, x, mpnet_position_bias(core, x.shape[1]), False)
+def mpnet_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    return _mha_vectors(layer.attention, x, mpnet_position_bias(core, x.shape[1]), False, values_only)
 
 
-def gpt2_head_vectors(core: CoreModel, layer: Gpt2LayerWeights, x: torch.Tensor) -> HeadVectors:
-    return _mha_vectors(layer.attention, layer_norm(x, layer.attention_norm), None, True)
+def gpt2_head_vectors(core: CoreModel, layer: Gpt2LayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    return _mha_vectors(layer.attention, layer_norm(x, layer.attention_norm), None, True, values_only)
 
 
-def llama_head_vectors(core: CoreModel, layer: LlamaLayerWeights, x: torch.Tensor) -> HeadVectors:
+def llama_head_vectors(core: CoreModel, layer: LlamaLayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
     batch, n, _ = x.shape
     h = rms_norm(x, layer.attention_norm)
+    group = layer.num_heads // layer.num_kv_heads
+    v = layer.value(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2).repeat_interleave(group, 1)
+    if values_only:
+        return HeadVectors(None, None, v, layer.output.weight, "scaled", None, True)
     q = layer.query(h).view(batch, n, layer.num_heads, layer.head_dim).transpose(1, 2)
     k = layer.key(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
-    v = layer.value(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
     cos, sin = rotary_angles(n, *core.rope)
-    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-    group = layer.num_heads // layer.num_kv_heads
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin).repeat_interleave(group, dim=1)
     return HeadVectors(q, k, v, layer.output.weight, "scaled", None, True)
 
 
-def head_vectors(hf_model, layer_index: int, x: torch.Tensor) -> HeadVectors:
+def head_vectors(hf_model, layer_index: int, x: torch.Tensor, values_only: bool = False) -> HeadVectors:
     """The query, key and value vectors of every head of layer ``layer_index`` for its input ``x``
-    ``[batch, n, d]`` (``layer_inputs`` of ``core_attentions``, or transformers' ``hidden_states``)."""
+    ``[batch, n, d]`` (``layer_inputs`` of ``core_attentions``, or transformers' ``hidden_states``).
+    ``values_only``: only the value vectors (query and key None), for norm-based attention."""
     from .families import FAMILIES
 
     core = core_model(hf_model)
     with torch.inference_mode():
-        return FAMILIES[core.family].heads(core, core.layers[layer_index], x.float())
+        return FAMILIES[core.family].heads(core, core.layers[layer_index], x.float(), values_only)
