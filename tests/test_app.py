@@ -286,7 +286,12 @@ def test_compare_layers_sentences_and_engines(minilm):
     app.radio(key="compare_engine").set_value("core")
     rerun(app)
     core = minilm.run(TEXT, engine="core")
-    assert any(f"{core.max_abs_diff:.1e}" in s or "exactly" in s for s in texts(app, "success"))
+    # The app's core run and this one are separate float32 computations (model copies at other
+    # addresses may use other kernels): the reported difference is checked against the tolerance.
+    reported = [re.search(r"matches transformers to ([0-9.e+-]+)", s) for s in texts(app, "success")]
+    values = [float(m.group(1)) for m in reported if m]
+    assert values or any("exactly" in s for s in texts(app, "success"))
+    assert all(value < ENGINE_ATOL and abs(value - core.max_abs_diff) < ENGINE_ATOL for value in values)
     trace = plotly_elements(app)["cmp_models_right"]["data"][0]
     tiles = tiles_of(trace, 4, 3, n, grid_gaps(trace, n)).reshape(12, n, n)
     np.testing.assert_allclose(
