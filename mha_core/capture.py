@@ -78,9 +78,10 @@ def captured_attentions(
         ]
         try:
             with torch.inference_mode():
-                output = hf_model(**inputs)
-            if outputs is not None:
-                outputs.append(output)
+                if outputs is None:
+                    hf_model(**inputs)
+                else:
+                    outputs.append(hf_model(**inputs))
         finally:
             for handle in handles:
                 handle.remove()

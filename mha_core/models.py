@@ -177,7 +177,7 @@ class LoadedModel:
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
         if layer_inputs is not None:
             inputs["output_hidden_states"] = True
-        outputs: list = []
+        outputs: list | None = [] if layer_inputs is not None else None  # the output is kept only when needed
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         if "use_cache" in self._forward_params:
@@ -187,7 +187,8 @@ class LoadedModel:
                 self.hf_model, self._recorders, inputs, self._forward_lock, progress, outputs
             )
             if captured is not None:
-                self._hidden_states(outputs[0], captured.shape[1], layer_inputs)
+                if outputs:
+                    self._hidden_states(outputs[0], captured.shape[1], layer_inputs)
                 return captured
         with torch.inference_mode():
             output = self.hf_model(**inputs, output_attentions=True)
