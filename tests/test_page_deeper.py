@@ -93,5 +93,6 @@ def test_corpus_search_lists_the_nearest_tokens(tiny_bert):
     vector = search.query_vector(model, model.encode(TEXT).input_ids, 1, last, 0, "attention")
     expected = index.search(vector, k=10)
     np.testing.assert_allclose(table["distance"], expected["distance"], atol=1e-4)
-    assert table["token"].iloc[0] == expected["token"].iloc[0]
+    nearest = expected[expected["distance"] <= expected["distance"].iloc[0] + 1e-4]["token"]
+    assert table["token"].iloc[0] in set(nearest)
     assert set(table["token"]) <= set(index.search(vector, k=20)["token"])  # ties may swap near-equal rows
