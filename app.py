@@ -30,6 +30,7 @@ PAGES = [
     ("pages/positions.py", "Positions", ":material/waves:", "positions"),
     ("pages/classroom.py", "Classroom", ":material/school:", "classroom"),
     ("pages/lab.py", "Lab", ":material/science:", "lab"),
+    ("pages/deeper.py", "Deeper", ":material/layers:", "deeper"),
 ]
 PAGE_GUIDE = (
     "- **Explore**: every head of a layer, one head enlarged, the whole model at once.\n"
@@ -38,6 +39,7 @@ PAGE_GUIDE = (
     "- **Positions**: sinusoidal positional encoding as waves and similarities.\n"
     "- **Classroom**: the worked example, step by step.\n"
     "- **Lab**: train a tiny transformer and watch its heads specialise.\n\n"
+    "- **Deeper**: attention rollout and flow, weights against norms, the neuron view.\n\n"
     "Everything you choose is in the page address: copy it to share this exact view."
 )
 

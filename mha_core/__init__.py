@@ -18,6 +18,9 @@ from .attention import (
 # Many sentences at once: corpus profiling, coreference.
 from .corpus import ProfileResult, coreference_scores, load_coreference, profile, read_corpus
 
+# Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
+from .deeper import NeuronView, attention_flow, attention_rollout, neuron_view
+
 # The from-scratch engine: every layer of a checkpoint recomputed with the code above.
 from .engine import core_attentions, core_family
 
@@ -70,6 +73,11 @@ __all__ = [
     "Lab",
     "LabConfig",
     "train_lab",
+    # beyond raw weights
+    "NeuronView",
+    "attention_flow",
+    "attention_rollout",
+    "neuron_view",
     # positions and the worked example
     "WorkedExample",
     "position_similarity",

@@ -31,7 +31,7 @@ def add_extract(subparsers) -> None:
     parser.add_argument(
         "--model",
         default=DEFAULT_MODEL,
-        help="minilm, smollm2, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
+        help="minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
     )
     parser.add_argument("--text", required=True, help="the text to run")
     parser.add_argument("--pair", default=None, help="a second text, [SEP]-separated (encoders only)")
@@ -73,7 +73,7 @@ def add_profile(subparsers) -> None:
     parser.add_argument(
         "--model",
         default=DEFAULT_MODEL,
-        help="minilm, smollm2, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
+        help="minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
     )
     parser.add_argument(
         "--corpus",

@@ -49,10 +49,12 @@ def captured_attentions(
     inputs: dict,
     lock: threading.Lock,
     progress: Progress | None = None,
+    outputs: list | None = None,
 ) -> torch.Tensor | None:
     """Attentions copied by forward hooks on the ``recorders``, or None if a layer gave none.
 
     Hooks live on shared modules, so ``lock`` (one per model) lets one forward pass at a time use them.
+    ``outputs``, when given a list, receives the model's output (e.g. its ``hidden_states``).
     """
     layer_count = len(recorders)
     captured: dict = {"layers": set()}
@@ -76,7 +78,10 @@ def captured_attentions(
         ]
         try:
             with torch.inference_mode():
-                hf_model(**inputs)
+                if outputs is None:
+                    hf_model(**inputs)
+                else:
+                    outputs.append(hf_model(**inputs))
         finally:
             for handle in handles:
                 handle.remove()

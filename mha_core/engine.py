@@ -13,6 +13,7 @@ as the code that ran) and one whole pass (``*_attentions``).
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -144,6 +145,15 @@ class LlamaLayerWeights:
 
 
 @dataclass
+class RelativePositionBias:
+    """MPNet's (and T5's) learned bias per head and bucketed offset, added to every layer's scores."""
+
+    table: torch.Tensor  # [buckets, heads]
+    num_buckets: int
+    max_distance: int
+
+
+@dataclass
 class CoreModel:
     family: str
     embeddings: object  # BertEmbeddingWeights; the token (and position) tables for the decoders
@@ -151,6 +161,7 @@ class CoreModel:
     max_positions: int | None
     rope: tuple[torch.Tensor, float] | None = None  # Llama: (inverse frequencies, amplitude scale)
     sliding_window: int | None = None  # Mistral: keys further back than this are not seen
+    relative_bias: RelativePositionBias | None = None  # MPNet: a per-head bias by offset, shared by all layers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,6 +185,33 @@ def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch
     hidden = layer.activation(layer.ffn_up(x))
     x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)
     return x, weights
+
+
+def mpnet_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, position_bias):
+    """One MPNet encoder layer: a BERT layer whose scores also get a learned bias by relative position.
+
+    x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens;
+    position_bias: [1, heads, n, n], added to q.k / sqrt(d_k) before the softmax (an additive mask).
+    Returns the layer's output and its attention weights [batch, heads, n, n].
+    """
+    attended, weights = layer.attention(x, mask=position_bias, key_padding_mask=key_padding_mask)
+    x = layer_norm(x + attended, layer.attention_norm)  # residual, then post-LN, as in BERT
+    hidden = layer.activation(layer.ffn_up(x))
+    x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)
+    return x, weights
+
+
+def relative_position_buckets(n: int, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """[n, n] bucket of each (query i, key j): half the buckets per direction; offsets below a quarter
+    of the buckets get one bucket each, larger ones share buckets on a log scale up to max_distance."""
+    offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j: positive when the key is before
+    half = num_buckets // 2
+    bucket = (offset < 0).long() * half
+    distance = offset.abs()
+    exact = half // 2
+    safe = distance.clamp(min=1).float()
+    log_bucket = exact + (torch.log(safe / exact) / math.log(max_distance / exact) * (half - exact)).long()
+    return bucket + torch.where(distance < exact, distance, log_bucket.clamp(max=half - 1))
 
 
 def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch.Tensor | None):
@@ -253,22 +291,35 @@ def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_ty
     return x if emb.projection is None else emb.projection(x)
 
 
-def _layer_weights(layers, layer_fn, x, *args, progress: Progress | None = None) -> torch.Tensor:
+def _layer_weights(
+    layers, layer_fn, x, *args, progress: Progress | None = None, record: list | None = None
+) -> torch.Tensor:
     """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``.
 
-    ``progress(done, total, message)`` after each layer (it may raise to stop the pass there).
+    ``progress(done, total, message)`` after each layer (it may raise to stop the pass there);
+    ``record``, when given, receives each layer's input (what ``head_vectors`` projects).
     """
     weights = []
     for index, layer in enumerate(layers):
+        if record is not None:
+            record.append(x)
         x, layer_weights = layer_fn(x, layer, *args)
         weights.append(layer_weights)
         report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
     return torch.stack(weights, dim=1)
 
 
-def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
     x = bert_embeddings(core.embeddings, input_ids, token_type_ids)
-    return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress)
+    return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress, record=record)
+
+
+def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
+    x = bert_embeddings(core.embeddings, input_ids, None)  # MPNet has no segment embeddings
+    position_bias = mpnet_position_bias(core, input_ids.shape[1])  # [1, heads, n, n]
+    return _layer_weights(
+        core.layers, mpnet_layer, x, key_padding_mask, position_bias, progress=progress, record=record
+    )
 
 
 def gpt2_embeddings(
@@ -287,16 +338,16 @@ def rotary_angles(n: int, inverse_frequency: torch.Tensor, amplitude: float):
     return angles.cos() * amplitude, angles.sin() * amplitude
 
 
-def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
     x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
     # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
-    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask, progress=progress)
+    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask, progress=progress, record=record)
 
 
-def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None):
+def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
     cos, sin = rotary_angles(input_ids.shape[1], *core.rope)
     x = core.embeddings[input_ids]  # Llama adds no position vector: position is in the rotation
-    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress)
+    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress, record=record)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,6 +413,43 @@ def read_bert(base, config, family: Family) -> CoreModel:
     # RoBERTa's first padding_idx + 1 position rows are never used by a real token.
     max_positions = config.max_position_embeddings - (config.pad_token_id + 1 if offset_positions else 0)
     return CoreModel("bert", embeddings, layers, max_positions)
+
+
+def read_mpnet(base, config, family: Family) -> CoreModel:
+    e = base.embeddings
+    embeddings = BertEmbeddingWeights(
+        word=_f32(e.word_embeddings.weight),
+        position=_f32(e.position_embeddings.weight),
+        token_type=None,
+        norm=_norm(e.LayerNorm),
+        projection=None,
+        padding_idx=e.padding_idx,  # positions count real tokens from padding_idx + 1, as in RoBERTa
+    )
+    activation = ACTIVATIONS[family.activation_of(config)]
+    layers = []
+    for block in base.encoder.layer:
+        a = block.attention.attn
+        projections = (a.q, a.k, a.v, a.o)
+        attention = _attention_module(
+            config.hidden_size,
+            config.num_attention_heads,
+            *(p.weight for p in projections),
+            *(p.bias for p in projections),
+        )
+        layers.append(
+            BertLayerWeights(
+                attention,
+                _norm(block.attention.LayerNorm),
+                _dense(block.intermediate.dense),
+                activation,
+                _dense(block.output.dense),
+                _norm(block.output.LayerNorm),
+            )
+        )
+    # transformers' MPNetEncoder.compute_position_bias buckets with its defaults (32 buckets, distance 128).
+    bias = RelativePositionBias(_f32(base.encoder.relative_attention_bias.weight), 32, 128)
+    max_positions = config.max_position_embeddings - (e.padding_idx + 1)
+    return CoreModel("mpnet", embeddings, layers, max_positions, relative_bias=bias)
 
 
 def read_gpt2(base, config, family: Family) -> CoreModel:
@@ -527,6 +615,7 @@ def core_attentions(
     attention_mask: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
     progress: Progress | None = None,
+    layer_inputs: list | None = None,
 ) -> torch.Tensor:
     """Attention weights of every layer and head, recomputed from scratch: float32 ``[batch, layers, heads, n, n]``.
 
@@ -534,7 +623,8 @@ def core_attentions(
     ``attention_mask`` ``[batch, n]`` with 1 for real tokens (padding on the right for decoders);
     ``token_type_ids`` ``[batch, n]`` segment ids, for encoders with sentence pairs.
     Weights in the rows of padding tokens are not meaningful; columns of padding tokens are 0.
-    ``progress(done, total, message)`` is called after every layer.
+    ``progress(done, total, message)`` is called after every layer; ``layer_inputs``, when given a list,
+    receives each layer's input hidden states ``[batch, n, d]`` (for ``head_vectors``).
     """
     core = core_model(hf_model)
     device = hf_model.get_input_embeddings().weight.device
@@ -560,4 +650,80 @@ def core_attentions(
     from .families import FAMILIES
 
     with torch.inference_mode():
-        return FAMILIES[core.family].forward(core, input_ids, key_padding_mask, token_type_ids, progress).float()
+        forward = FAMILIES[core.family].forward
+        return forward(core, input_ids, key_padding_mask, token_type_ids, progress, layer_inputs).float()
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer's heads, vector by vector: what the neuron view and norm-based attention look at
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HeadVectors:
+    """Every head's vectors in one layer, for an input ``x`` of that layer.
+
+    scores = score(query, key) + score_bias; weights = softmax(scores) (masked); the head's output
+    is weights @ value, and its share of the layer's output is that times its slice of ``output_weight``.
+    """
+
+    query: torch.Tensor | None  # [batch, heads, n, d_k]: after rotation for rotary models (None: values only)
+    key: torch.Tensor | None  # [batch, heads, n, d_k]: grouped KV heads repeated for each query head they serve
+    value: torch.Tensor  # [batch, heads, n, d_v]: x W_V^h + b_V^h
+    output_weight: torch.Tensor  # [d_model, heads * d_v], nn.Linear layout: head h is columns h*d_v:(h+1)*d_v
+    score: str  # "scaled" or "dot" (mha_core.attention.attention_scores)
+    score_bias: torch.Tensor | None  # [1, heads, n, n] added to the scores (MPNet's relative position bias)
+    causal: bool
+
+
+def _mha_vectors(attention: MultiHeadAttention, h: torch.Tensor, bias, causal: bool, values_only: bool) -> HeadVectors:
+    if values_only:  # one projection instead of three
+        b_v = None if attention.qkv_bias is None else attention.qkv_bias.split(attention.num_heads * attention.d_k)[2]
+        q = k = None
+        v = attention.split_heads(linear(h, attention.W_v, b_v))
+    else:
+        q, k, v = attention.project(h, h, h)
+    return HeadVectors(q, k, v, attention.out_proj.weight, attention.score, bias, causal)
+
+
+def mpnet_position_bias(core: CoreModel, n: int) -> torch.Tensor:
+    bias = core.relative_bias
+    buckets = relative_position_buckets(n, bias.num_buckets, bias.max_distance)
+    return bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]
+
+
+def bert_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    return _mha_vectors(layer.attention, x, None, False, values_only)
+
+
+def mpnet_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    return _mha_vectors(layer.attention, x, mpnet_position_bias(core, x.shape[1]), False, values_only)
+
+
+def gpt2_head_vectors(core: CoreModel, layer: Gpt2LayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    return _mha_vectors(layer.attention, layer_norm(x, layer.attention_norm), None, True, values_only)
+
+
+def llama_head_vectors(core: CoreModel, layer: LlamaLayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    batch, n, _ = x.shape
+    h = rms_norm(x, layer.attention_norm)
+    group = layer.num_heads // layer.num_kv_heads
+    v = layer.value(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2).repeat_interleave(group, 1)
+    if values_only:
+        return HeadVectors(None, None, v, layer.output.weight, "scaled", None, True)
+    q = layer.query(h).view(batch, n, layer.num_heads, layer.head_dim).transpose(1, 2)
+    k = layer.key(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
+    cos, sin = rotary_angles(n, *core.rope)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin).repeat_interleave(group, dim=1)
+    return HeadVectors(q, k, v, layer.output.weight, "scaled", None, True)
+
+
+def head_vectors(hf_model, layer_index: int, x: torch.Tensor, values_only: bool = False) -> HeadVectors:
+    """The query, key and value vectors of every head of layer ``layer_index`` for its input ``x``
+    ``[batch, n, d]`` (``layer_inputs`` of ``core_attentions``, or transformers' ``hidden_states``).
+    ``values_only``: only the value vectors (query and key None), for norm-based attention."""
+    from .families import FAMILIES
+
+    core = core_model(hf_model)
+    with torch.inference_mode():
+        return FAMILIES[core.family].heads(core, core.layers[layer_index], x.float(), values_only)

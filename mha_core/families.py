@@ -26,10 +26,11 @@ class Family:
     causal: bool  # a decoder: token i sees tokens 0..i only
     positions: str  # how position enters, in words
     read: Callable[..., engine.CoreModel]  # (base transformers module, config) -> weights for the engine
-    forward: Callable[..., object]  # (CoreModel, ids, padding mask, segments, progress) -> attentions
+    forward: Callable[..., object]  # (CoreModel, ids, padding mask, segments, progress, record) -> attentions
     layer: Callable[..., object]  # the layer function: what the app shows as "the code that ran"
     helpers: tuple[Callable[..., object], ...]  # the functions that layer relies on, shown beside it
     activation_of: Callable[[object], str]  # config -> its activation's name
+    heads: Callable[..., engine.HeadVectors]  # (CoreModel, layer weights, layer input) -> every head's q, k, v
     check: Callable[[object], str | None] = lambda config: None  # config -> why the engine cannot replay it
     # Position tables that reserve the rows up to padding_idx (RoBERTa): usable positions are fewer.
     positions_after_padding: tuple[str, ...] = ()
@@ -60,10 +61,25 @@ FAMILIES: dict[str, Family] = {
             read=engine.read_bert,
             forward=engine.bert_attentions,
             layer=engine.bert_layer,
+            heads=engine.bert_head_vectors,
             helpers=(engine.bert_embeddings, engine.layer_norm),
             activation_of=lambda config: config.activation if config.model_type == "distilbert" else config.hidden_act,
             check=_bert_check,
             positions_after_padding=("roberta", "xlm-roberta", "camembert"),
+        ),
+        Family(
+            name="mpnet",
+            model_types=("mpnet",),
+            summary="post-LayerNorm encoder with learned absolute positions and a relative position bias: MPNet",
+            causal=False,
+            positions="learned absolute position vectors, plus a learned per-head score bias by bucketed offset",
+            read=engine.read_mpnet,
+            forward=engine.mpnet_attentions,
+            layer=engine.mpnet_layer,
+            heads=engine.mpnet_head_vectors,
+            helpers=(engine.bert_embeddings, engine.relative_position_buckets, engine.layer_norm),
+            activation_of=lambda config: config.hidden_act,
+            positions_after_padding=("mpnet",),
         ),
         Family(
             name="gpt2",
@@ -74,6 +90,7 @@ FAMILIES: dict[str, Family] = {
             read=engine.read_gpt2,
             forward=engine.gpt2_attentions,
             layer=engine.gpt2_layer,
+            heads=engine.gpt2_head_vectors,
             helpers=(engine.gpt2_embeddings, engine.layer_norm),
             activation_of=lambda config: config.activation_function,
         ),
@@ -86,6 +103,7 @@ FAMILIES: dict[str, Family] = {
             read=engine.read_llama,
             forward=engine.llama_attentions,
             layer=engine.llama_layer,
+            heads=engine.llama_head_vectors,
             helpers=(engine.rotary_angles, engine.rotate, engine.rms_norm),
             activation_of=lambda config: config.hidden_act,
             check=_llama_check,

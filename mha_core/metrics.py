@@ -198,7 +198,31 @@ def head_metrics(run: AttentionRun) -> pd.DataFrame:
         run.attentions[None], run.special_mask[None], run.punctuation_mask[None], run.segment_ids[None], run.is_causal
     )
     num_layers, num_heads = run.num_layers, run.num_heads
-    return per_head_frame(num_layers, num_heads, **{name: values[0] for name, values in columns.items()})
+    columns = {name: values[0] for name, values in columns.items()}
+    if run.norms is not None:
+        columns.update(norm_metrics(run))
+    return per_head_frame(num_layers, num_heads, **columns)
+
+
+def norm_metrics(run: AttentionRun) -> dict[str, np.ndarray]:
+    """Per head ``[L, H]``, for a run made with ``norms=True`` (Kobayashi et al. 2020):
+
+    value_norm          mean over tokens of ||f_h(x_j)||, the size of what the head can move
+    output_norm         mean over query tokens of ||sum_j alpha_ij f_h(x_j)||, what it does move
+    special_weight      mean over queries of the attention weight on special tokens ([CLS], [SEP], BOS)
+    special_norm_share  mean over queries of the special tokens' share of sum_j ||alpha_ij f_h(x_j)||
+    """
+    special = run.special_mask
+    norm_totals = run.norms.sum(axis=-1)
+    share = np.divide(
+        run.norms[..., special].sum(axis=-1), norm_totals, out=np.zeros_like(norm_totals), where=norm_totals > 0
+    )
+    return {
+        "value_norm": run.value_norms.mean(axis=-1),
+        "output_norm": run.output_norms.mean(axis=-1),
+        "special_weight": run.attentions[..., special].sum(axis=-1).mean(axis=-1),
+        "special_norm_share": share.mean(axis=-1),
+    }
 
 
 @dataclass

@@ -159,7 +159,12 @@ class LoadedModel:
 
     # ---- forward passes ----
     def _transformers_attentions(
-        self, input_ids, attention_mask=None, token_type_ids=None, progress: Progress | None = None
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        progress: Progress | None = None,
+        layer_inputs: list | None = None,
     ) -> torch.Tensor:
         """``[batch, layers, heads, n, n]`` from the transformers model.
 
@@ -167,35 +172,70 @@ class LoadedModel:
         (``capture.captured_attentions``), so no second copy is ever held; models whose attention modules
         cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
         ``progress(done, total, message)`` is called as each layer finishes (hooked path only).
+        ``layer_inputs``, when given a list, receives each layer's input hidden states (from the same pass).
         """
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
+        if layer_inputs is not None:
+            inputs["output_hidden_states"] = True
+        outputs: list | None = [] if layer_inputs is not None else None  # the output is kept only when needed
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         if "use_cache" in self._forward_params:
             inputs["use_cache"] = False
         if self._recorders:
-            captured = captured_attentions(self.hf_model, self._recorders, inputs, self._forward_lock, progress)
+            captured = captured_attentions(
+                self.hf_model, self._recorders, inputs, self._forward_lock, progress, outputs
+            )
             if captured is not None:
+                if outputs:
+                    self._hidden_states(outputs[0], captured.shape[1], layer_inputs)
                 return captured
         with torch.inference_mode():
-            layers = list(self.hf_model(**inputs, output_attentions=True).attentions or ())
+            output = self.hf_model(**inputs, output_attentions=True)
+            layers = list(output.attentions or ())
             if not layers or any(layer is None for layer in layers):
                 raise ModelLoadError(
                     f"{self.name!r} returned no attention weights (attention implementation "
                     f"{getattr(self.hf_model.config, '_attn_implementation', '?')!r}). Headscope loads models with "
                     "attn_implementation='eager'; sdpa and flash attention do not return weights."
                 )
+            self._hidden_states(output, len(layers), layer_inputs)
             return torch.stack(layers, dim=1)
 
+    def _hidden_states(self, output, num_layers: int, layer_inputs: list | None) -> None:
+        """Each layer's input: ``hidden_states[l]`` for l < L (the last entry is the final output)."""
+        if layer_inputs is None:
+            return
+        hidden = list(getattr(output, "hidden_states", None) or ())
+        if len(hidden) != num_layers + 1:
+            raise EngineNotSupported(
+                f"{self.name!r} returned {len(hidden)} hidden states for {num_layers} layers; "
+                "norm-based attention and the neuron view need each layer's input."
+            )
+        layer_inputs.extend(hidden[:num_layers])
+
     def _attentions(
-        self, engine: str, input_ids, attention_mask=None, token_type_ids=None, progress: Progress | None = None
+        self,
+        engine: str,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        progress: Progress | None = None,
+        layer_inputs: list | None = None,
     ):
-        """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine."""
+        """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine.
+        ``layer_inputs`` (a list) receives the engine's own input hidden states of each layer."""
         if engine not in ENGINES:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
         # The core engine runs both (it reports its difference from transformers): two passes of progress.
         passes = 1 if engine == "transformers" else 2
-        reference = self._transformers_attentions(input_ids, attention_mask, token_type_ids, _part(progress, 0, passes))
+        reference = self._transformers_attentions(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            _part(progress, 0, passes),
+            layer_inputs if engine == "transformers" else None,
+        )
         if engine == "transformers":
             return reference, None
         try:
@@ -209,6 +249,7 @@ class LoadedModel:
                 attention_mask=attention_mask,
                 token_type_ids=token_type_ids,
                 progress=_part(progress, 1, passes),
+                layer_inputs=layer_inputs,
             )
         if tuple(core.shape) != tuple(reference.shape):
             raise EngineNotSupported(
@@ -254,23 +295,40 @@ class LoadedModel:
         engine: str = "transformers",
         progress: Progress | None = None,
         bos: bool | None = None,
+        norms: bool = False,
     ) -> AttentionRun:
         """Attention of every layer and head for one text (or a list of pre-split words).
 
         ``progress(done, total, message)`` is called as layers finish; it may raise to stop the run.
         ``bos``: begin with the BOS token (None: the model's default, ``default_bos``).
+        ``norms``: also norm-based attention (Kobayashi et al. 2020), ``run.norms`` ``[L, H, n, n]``
+        with ``run.value_norms`` and ``run.output_norms`` (``mha_core.deeper.norm_based_attention``).
         """
         encoded = self.encode(text_or_words, text_pair, bos)
-        return self._run_encoded(encoded, engine, progress)
+        return self._run_encoded(encoded, engine, progress, norms=norms)
+
+    def layer_inputs(self, token_ids: Sequence[int], engine: str = "transformers") -> tuple[torch.Tensor, list]:
+        """``(attentions [1, L, H, n, n], each layer's input hidden states [1, n, d])`` of one engine's pass."""
+        encoded = self.encoder.encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
+        inputs: list = []
+        attentions, _ = self._attentions(engine, torch.tensor([encoded.input_ids]), layer_inputs=inputs)
+        return attentions, inputs
 
     def _run_encoded(
-        self, encoded: EncodedText, engine: str, progress: Progress | None = None, **metadata
+        self, encoded: EncodedText, engine: str, progress: Progress | None = None, norms: bool = False, **metadata
     ) -> AttentionRun:
         input_ids = torch.tensor([encoded.input_ids])
         token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
-        attentions, reference = self._attentions(engine, input_ids, None, token_type_ids, progress)
+        layer_inputs: list | None = [] if norms else None
+        attentions, reference = self._attentions(engine, input_ids, None, token_type_ids, progress, layer_inputs)
         max_abs_diff = None if reference is None else float((attentions - reference).abs().max())
-        return self._make_run(encoded, attentions[0], engine, max_abs_diff, **metadata)
+        run = self._make_run(encoded, attentions[0], engine, max_abs_diff, **metadata)
+        if norms:
+            from .deeper import norm_based_attention
+
+            by_norm, value_norms, output_norms = norm_based_attention(self.hf_model, attentions, layer_inputs)
+            run.norms, run.value_norms, run.output_norms = by_norm[0], value_norms[0], output_norms[0]
+        return run
 
     def run_ids(
         self, token_ids: Sequence[int], engine: str = "transformers", progress: Progress | None = None
@@ -307,13 +365,13 @@ class LoadedModel:
         return runs
 
     def forward_encoded(
-        self, encoded: Sequence[EncodedText], engine: str = "transformers"
+        self, encoded: Sequence[EncodedText], engine: str = "transformers", layer_inputs: list | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One padded, masked forward pass over encoded texts: ``(attentions [B, L, H, n, n], reference or None)``.
 
         n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
         are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
-        as its trimmed run in every metric.
+        as its trimmed run in every metric. ``layer_inputs`` (a list) receives each layer's input hidden states.
         """
         width = max(len(item) for item in encoded)
         input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
@@ -325,7 +383,9 @@ class LoadedModel:
             attention_mask[row, :n] = 1
             if token_type_ids is not None:
                 token_type_ids[row, :n] = torch.tensor(item.token_type_ids)
-        attentions, reference = self._attentions(engine, input_ids, attention_mask, token_type_ids)
+        attentions, reference = self._attentions(
+            engine, input_ids, attention_mask, token_type_ids, layer_inputs=layer_inputs
+        )
         with torch.inference_mode():
             for row, item in enumerate(encoded):  # only the padded parts are written
                 attentions[row, :, :, len(item) :] = 0.0  # padding query rows

@@ -23,6 +23,7 @@ FORMAT_VERSION = 1
 
 # Array fields are stored as arrays in the .npz; everything else goes into one JSON header.
 _ARRAY_FIELDS = ("attentions", "special_mask", "word_ids", "segment_ids")
+_OPTIONAL_ARRAYS = ("norms", "value_norms", "output_norms")  # present when the run was made with norms=True
 
 
 def is_punctuation(text: str) -> bool:
@@ -103,6 +104,10 @@ class AttentionRun:
     truncated     True when the text was longer than the model allows; ``num_input_tokens`` is the full length
     max_abs_diff  for the core engine: largest |core - transformers| over every layer, head and entry
     level         "token", or "word" after ``to_words()``
+    norms         optional float32 ``[layers, heads, n, n]``: ||alpha_ij f(x_j)|| (Kobayashi et al. 2020), from
+                  ``model.run(text, norms=True)``; with ``value_norms`` ``[layers, heads, n]`` (||f(x_j)|| per key
+                  token) and ``output_norms`` ``[layers, heads, n]`` (||sum_j alpha_ij f(x_j)|| per query token).
+                  Token-level only: ``to_words()`` and ``without_special()`` drop them.
     """
 
     model_name: str
@@ -123,6 +128,9 @@ class AttentionRun:
     max_abs_diff: float | None = None
     level: str = "token"
     metadata: dict = field(default_factory=dict)
+    norms: np.ndarray | None = None
+    value_norms: np.ndarray | None = None
+    output_norms: np.ndarray | None = None
 
     def __post_init__(self):
         self.attentions = np.ascontiguousarray(self.attentions, dtype=np.float32)
@@ -145,6 +153,17 @@ class AttentionRun:
                 raise ValueError(f"{name} has {len(value)} entries but attentions cover {n} tokens")
         if not self.num_input_tokens:
             self.num_input_tokens = n
+        for name, shape in (
+            ("norms", self.attentions.shape),
+            ("value_norms", self.attentions.shape[:3]),
+            ("output_norms", self.attentions.shape[:3]),
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                value = np.ascontiguousarray(value, dtype=np.float32)
+                if value.shape != shape:
+                    raise ValueError(f"{name} must have shape {shape}, got {value.shape}")
+                setattr(self, name, value)
 
     # ---- shape -------------------------------------------------------------------------
     @property
@@ -261,13 +280,15 @@ class AttentionRun:
         """The run as a portable ``.npz`` (arrays + a JSON header; no pickle)."""
         import io
 
-        header = {k: v for k, v in asdict(self).items() if k not in _ARRAY_FIELDS}
+        header = {k: v for k, v in asdict(self).items() if k not in _ARRAY_FIELDS + _OPTIONAL_ARRAYS}
         header["format_version"] = FORMAT_VERSION
+        optional = {name: getattr(self, name) for name in _OPTIONAL_ARRAYS if getattr(self, name) is not None}
         buf = io.BytesIO()
         np.savez_compressed(
             buf,
             header=np.array(json.dumps(header, ensure_ascii=False)),
             **{name: getattr(self, name) for name in _ARRAY_FIELDS},
+            **optional,
         )
         return buf.getvalue()
 
@@ -286,4 +307,5 @@ class AttentionRun:
             known = {f.name for f in fields(cls)}
             kwargs = {k: v for k, v in header.items() if k in known}
             kwargs.update({name: data[name] for name in _ARRAY_FIELDS})
+            kwargs.update({name: data[name] for name in _OPTIONAL_ARRAYS if name in data.files})
         return cls(**kwargs)

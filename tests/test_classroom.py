@@ -259,6 +259,7 @@ def test_classroom_mode_offers_the_embedded_models_and_the_class_link(minilm, se
     assert app.selectbox(key="model_choice").options == [
         "all-MiniLM-L6-v2 (embedded encoder, 6 x 12 heads)",
         "SmolLM2-135M (embedded decoder, 30 x 9 heads)",
+        "all-mpnet-base-v2 (embedded encoder, 12 x 12 heads)",
     ]
     expander = next(e for e in app.sidebar.expander if e.label == "Join this class")
     assert any("http://10.0.0.5:8501/" in c.value for c in expander.code)

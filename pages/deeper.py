@@ -1,0 +1,150 @@
+"""Deeper: what attention weights leave out. Rollout and flow, norm-based attention, the neuron view."""
+
+import numpy as np
+import streamlit as st
+
+import mha_core as mc
+from mha_core import search
+from mha_core.errors import HeadscopeError
+from ui import state, widgets
+from ui.figures import deeper as figures
+
+st.title("Deeper")
+st.markdown(
+    "Attention weights alone mislead. This page shows the views researchers use instead: **rollout and "
+    "flow** (what a token's final representation draws on, through every layer), **norm-based attention** "
+    "(how much each attended token actually moves the representation), the **neuron view** (which "
+    "dimensions of the query and key make a head attend where it does) and a **corpus search** for tokens "
+    "the model treats alike. all-mpnet-base-v2 (12 x 12 heads, "
+    "choose *mpnet* in the sidebar) is the size of the models in Clark et al. 2019."
+)
+
+run = widgets.current_run()
+if run is None:
+    st.stop()
+model = state.get_model(state.selection().model)
+tokens = run.tokens
+
+# ---- 1. rollout and flow ------------------------------------------------------------------------------
+st.subheader("1. Attention rollout: what each token's representation draws on")
+rollout = state.computed_from(run, "rollout", lambda: mc.attention_rollout(run))
+layer = widgets.select_layer(run.num_layers, label="After layer", key="deeper_layer", default=run.num_layers - 1)
+widgets.show_chart(
+    figures.token_matrix(rollout[layer], tokens, f"Rollout after layer {layer}"),
+    key="deeper_rollout",
+    filename="headscope-rollout",
+)
+st.caption(
+    "Abnar & Zuidema (2020): each layer's head-mean attention is mixed half and half with the identity (the "
+    "residual connection), rows renormalised, and the layers multiplied: R_l = A_l R_(l-1). Row i: the input "
+    "tokens token i draws on after this layer."
+)
+if run.num_tokens <= mc.deeper.MAX_FLOW_TOKENS and st.toggle(
+    "Also compute attention flow (max-flow)", key="deeper_flow"
+):
+    flow = state.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))
+    widgets.show_chart(
+        figures.token_matrix(flow, tokens, f"Attention flow after layer {layer}", colorbar="flow"),
+        key="deeper_flow_chart",
+        filename="headscope-flow",
+    )
+    st.caption("The maximum flow from each token after this layer to each input token, with the same capacities.")
+
+# ---- 2. norm-based attention ----------------------------------------------------------------------------
+st.subheader("2. Weight against norm: ||α f(x)||")
+head = widgets.select_head(run.num_heads, key="deeper_head")
+
+
+try:
+    normed = state.run_with_norms(run)
+except HeadscopeError as error:
+    st.error(widgets.public_message(error))
+    st.stop()
+widgets.show_chart(
+    figures.weights_and_norms(
+        normed.attentions[layer, head], normed.norms[layer, head], tokens, f"Layer {layer}, head {head}"
+    ),
+    key="deeper_norms",
+    filename="headscope-norms",
+)
+metrics = mc.head_metrics(normed)
+row = metrics[(metrics["layer"] == layer) & (metrics["head"] == head)].iloc[0]
+left, right = st.columns(2)
+left.metric("Weight on special tokens", f"{row['special_weight']:.2f}")
+right.metric("Their share of the norms", f"{row['special_norm_share']:.2f}")
+st.caption(
+    "Kobayashi et al. (2020): a head adds α_ij f(x_j) for each token j, with f(x) = (x W_V + b_V) W_O (its value "
+    "projection, then its slice of the output projection). Heads often park weight on [CLS]/[SEP] or BOS, "
+    "whose f(x) is short: large in weight, small in norm. Each row is scaled to sum to 1 on both sides."
+)
+with st.expander("Per-head value and output norms"):
+    st.dataframe(
+        metrics[["layer", "head", "value_norm", "output_norm", "special_weight", "special_norm_share"]],
+        hide_index=True,
+    )
+
+# ---- 3. the neuron view -----------------------------------------------------------------------------------
+st.subheader("3. Neuron view: why this head attends where it does")
+query = st.selectbox(
+    "Query token",
+    list(range(run.num_tokens)),
+    format_func=lambda i: f"{i}: {tokens[i]}",
+    key="deeper_query",
+    index=min(1, run.num_tokens - 1),
+)
+token_ids = run.metadata["token_ids"]
+view = state.computed_from(
+    run, f"neuron-{layer}-{head}-{query}", lambda: mc.neuron_view(model, token_ids, layer, head, query, run.engine)
+)
+if view.rotated:
+    st.info(
+        "This model uses rotary positions: the query and key vectors shown are after the rotation, as the score "
+        "sees them (each pair of dimensions turned by an angle that grows with the position)."
+    )
+if np.any(view.bias):
+    st.caption("MPNet adds a learned bias by relative position to each score: score = q·k / √d + bias.")
+widgets.show_chart(
+    figures.neuron_products(view.tokens, view.products, view.visible, f"q × k, query {query}: {tokens[query]}"),
+    key="deeper_neuron_products",
+    filename="headscope-neuron",
+)
+widgets.show_chart(
+    figures.neuron_scores(view.tokens, view.scores, view.weights, view.visible, "Scores and softmax"),
+    key="deeper_neuron_scores",
+    filename="headscope-neuron-scores",
+)
+st.caption(
+    f"Summing a row of q × k gives the dot product; divided by √{view.query.shape[0]} it is the score; the softmax "
+    f"of the scores is the head's attention. Largest difference from the model's own attention row: "
+    f"{float(np.abs(view.weights - view.attention).max()):.1e}."
+)
+
+# ---- 4. corpus search -----------------------------------------------------------------------------------------
+st.subheader("4. Search a corpus for tokens like this one")
+st.markdown(
+    f"The UD English EWT dev sentences, searched for the tokens nearest to **{widgets.md_escape(tokens[query])}** "
+    f"(token {query}): by the **representation** layer {layer} reads, or by the **attention pattern** of head "
+    f"{layer}-{head} (its weight by offset from the token and on special tokens)."
+)
+left, right = st.columns(2)
+kind = left.radio(
+    "Compare tokens by",
+    list(search.KINDS),
+    format_func={"representation": "representation (cosine)", "attention": "attention pattern"}.get,
+    horizontal=True,
+    key="deeper_search_kind",
+)
+size = right.select_slider("Sentences searched", options=[50, 100, 200, 500], value=100, key="deeper_search_size")
+if st.toggle("Search the corpus", key="deeper_search", help="Indexing takes a few seconds the first time."):
+    index = state.corpus_index(run.model_name, layer, head, kind, size)
+    vector = state.computed_from(
+        run,
+        f"search-{kind}-{layer}-{head}-{query}",
+        lambda: search.query_vector(model, token_ids, query, layer, head, kind),
+    )
+    found = index.search(vector, k=10)
+    st.dataframe(found[["rank", "distance", "left", "token", "right"]], hide_index=True)
+    st.caption(
+        f"{len(index):,} tokens of {size} sentences, nearest first (scikit-learn NearestNeighbors, exact). "
+        "Tokens of the same word in similar roles come first when the layer or head encodes that role."
+    )
