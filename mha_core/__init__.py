@@ -16,7 +16,7 @@ from .attention import (
 )
 
 # Many sentences at once: corpus profiling, coreference.
-from .corpus import ProfileResult, coreference_scores, load_coreference, profile, read_corpus
+from .corpus import ProfileResult, coreference_scores, load_coreference, open_corpus, profile, read_corpus
 
 # The from-scratch engine: every layer of a checkpoint recomputed with the code above.
 from .engine import core_attentions, core_family
@@ -92,6 +92,7 @@ __all__ = [
     "dependency_scores",
     "load_conllu",
     "load_coreference",
+    "open_corpus",
     "parse_text",
     "profile",
     "read_corpus",

@@ -877,12 +877,16 @@ def _forward_batches(model, inputs: list, batch_size: int):
                 attentions[row, :, :, : run.num_tokens, : run.num_tokens] = run.attentions
             yield chunk, attentions, [_TokenInfo.of_run(run) for run in runs], runs[0].is_causal
         return
-    # Tokenized once; one padded forward pass per batch; no per-sentence run objects.
+    # Tokenized once; one padded forward pass per batch; no per-sentence run objects. Each batch's
+    # attentions are measured and dropped before the next pass, so every pass reuses the same memory.
+    from .capture import AttentionBuffer
+
+    buffer = AttentionBuffer()
     encoded = [model.encode(model_input) for model_input in inputs]
     order = sorted(range(len(inputs)), key=lambda i: len(encoded[i]))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        attentions, _ = model.forward_encoded([encoded[i] for i in chunk])
+        attentions, _ = model.forward_encoded([encoded[i] for i in chunk], out=buffer)
         infos = [
             _TokenInfo(
                 e.special_mask,

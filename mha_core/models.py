@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from . import families, sources
-from .capture import attention_recorders, captured_attentions
+from .capture import AttentionBuffer, attention_recorders, captured_attentions
 from .errors import EngineNotSupported, ModelLoadError, quoted
 from .progress import Progress, report
 from .run import AttentionRun
@@ -159,14 +159,20 @@ class LoadedModel:
 
     # ---- forward passes ----
     def _transformers_attentions(
-        self, input_ids, attention_mask=None, token_type_ids=None, progress: Progress | None = None
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        progress: Progress | None = None,
+        out: AttentionBuffer | None = None,
     ) -> torch.Tensor:
         """``[batch, layers, heads, n, n]`` from the transformers model.
 
         Each layer's weights are copied into one preallocated tensor as the layer computes them
         (``capture.captured_attentions``), so no second copy is ever held; models whose attention modules
         cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
-        ``progress(done, total, message)`` is called as each layer finishes (hooked path only).
+        ``progress(done, total, message)`` is called as each layer finishes (hooked path only). ``out``:
+        memory to reuse for the result (hooked path only; see ``AttentionBuffer``).
         """
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
         if token_type_ids is not None:
@@ -174,7 +180,7 @@ class LoadedModel:
         if "use_cache" in self._forward_params:
             inputs["use_cache"] = False
         if self._recorders:
-            captured = captured_attentions(self.hf_model, self._recorders, inputs, self._forward_lock, progress)
+            captured = captured_attentions(self.hf_model, self._recorders, inputs, self._forward_lock, progress, out)
             if captured is not None:
                 return captured
         with torch.inference_mode():
@@ -188,14 +194,23 @@ class LoadedModel:
             return torch.stack(layers, dim=1)
 
     def _attentions(
-        self, engine: str, input_ids, attention_mask=None, token_type_ids=None, progress: Progress | None = None
+        self,
+        engine: str,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        progress: Progress | None = None,
+        out: AttentionBuffer | None = None,
     ):
-        """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine."""
+        """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine (``out``: memory
+        the transformers attentions may reuse)."""
         if engine not in ENGINES:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
         # The core engine runs both (it reports its difference from transformers): two passes of progress.
         passes = 1 if engine == "transformers" else 2
-        reference = self._transformers_attentions(input_ids, attention_mask, token_type_ids, _part(progress, 0, passes))
+        reference = self._transformers_attentions(
+            input_ids, attention_mask, token_type_ids, _part(progress, 0, passes), out if passes == 1 else None
+        )
         if engine == "transformers":
             return reference, None
         try:
@@ -254,21 +269,30 @@ class LoadedModel:
         engine: str = "transformers",
         progress: Progress | None = None,
         bos: bool | None = None,
+        out: AttentionBuffer | None = None,
     ) -> AttentionRun:
         """Attention of every layer and head for one text (or a list of pre-split words).
 
         ``progress(done, total, message)`` is called as layers finish; it may raise to stop the run.
         ``bos``: begin with the BOS token (None: the model's default, ``default_bos``).
+        ``out``: an ``AttentionBuffer`` the run's attentions may live in, for a caller that is done with
+        one run before the next (the next run with the same buffer overwrites them); saves faulting in
+        fresh memory for every long run.
         """
         encoded = self.encode(text_or_words, text_pair, bos)
-        return self._run_encoded(encoded, engine, progress)
+        return self._run_encoded(encoded, engine, progress, out=out)
 
     def _run_encoded(
-        self, encoded: EncodedText, engine: str, progress: Progress | None = None, **metadata
+        self,
+        encoded: EncodedText,
+        engine: str,
+        progress: Progress | None = None,
+        out: AttentionBuffer | None = None,
+        **metadata,
     ) -> AttentionRun:
         input_ids = torch.tensor([encoded.input_ids])
         token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
-        attentions, reference = self._attentions(engine, input_ids, None, token_type_ids, progress)
+        attentions, reference = self._attentions(engine, input_ids, None, token_type_ids, progress, out)
         max_abs_diff = None if reference is None else float((attentions - reference).abs().max())
         return self._make_run(encoded, attentions[0], engine, max_abs_diff, **metadata)
 
@@ -307,13 +331,14 @@ class LoadedModel:
         return runs
 
     def forward_encoded(
-        self, encoded: Sequence[EncodedText], engine: str = "transformers"
+        self, encoded: Sequence[EncodedText], engine: str = "transformers", out: AttentionBuffer | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One padded, masked forward pass over encoded texts: ``(attentions [B, L, H, n, n], reference or None)``.
 
         n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
         are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
-        as its trimmed run in every metric.
+        as its trimmed run in every metric. ``out``: an ``AttentionBuffer`` to reuse (the next pass with it
+        overwrites these attentions).
         """
         width = max(len(item) for item in encoded)
         input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
@@ -325,7 +350,7 @@ class LoadedModel:
             attention_mask[row, :n] = 1
             if token_type_ids is not None:
                 token_type_ids[row, :n] = torch.tensor(item.token_type_ids)
-        attentions, reference = self._attentions(engine, input_ids, attention_mask, token_type_ids)
+        attentions, reference = self._attentions(engine, input_ids, attention_mask, token_type_ids, out=out)
         with torch.inference_mode():
             for row, item in enumerate(encoded):  # only the padded parts are written
                 attentions[row, :, :, len(item) :] = 0.0  # padding query rows

