@@ -1060,7 +1060,7 @@ def profile(
             else:
                 yield shard
 
-    if executor == "local":
+    if executor == "local" or len(in_cache) == num_shards:  # nothing to compute: no cluster to start
         computed = _local_parts(model, to_compute(), batch_size, progress, lambda: done, total, num_shards)
     else:
         from .distributed import model_reference, ray_parts

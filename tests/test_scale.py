@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 from test_corpus import FakeModel
 from test_syntax import SAMPLE, sample_runs
 
-from mha_core import corpus
+from mha_core import corpus, distributed
 from mha_core.corpus import (
     CorpusFile,
     LabelTally,
@@ -208,6 +209,12 @@ def test_profile_of_a_parquet_corpus_equals_the_profile_of_its_sentences(tmp_pat
     assert streamed.dependency is None and streamed.num_sentences == 30
     corpus.clear_memory_cache()
     assert corpus.shards_in_cache(model, open_corpus(path), batch_size=4, shard_size=8) == (4, 4)
+    # Every shard in the cache: a Ray profile starts no cluster at all.
+    shutil.rmtree(tmp_path / "cache" / "profiles" / "results")
+    monkeypatch.setattr(distributed, "ray_parts", lambda *args, **kwargs: pytest.fail("a cluster was started"))
+    from_shards = profile(model, open_corpus(path), batch_size=4, shard_size=8, executor="ray", workers=2)
+    assert from_shards.from_cache
+    pd.testing.assert_frame_equal(from_shards.metrics, streamed.metrics, check_exact=True)
 
 
 @pytest.mark.slow  # loads MiniLM
