@@ -20,7 +20,7 @@ st.set_page_config(
 from mha_core.errors import quoted  # noqa: E402
 from ui import state, widgets  # noqa: E402  (set_page_config must come first)
 
-state.configure_torch()
+state.configure_process()
 
 # (file, title, icon, url path); the first existing one is the default page.
 PAGES = [
@@ -29,13 +29,15 @@ PAGES = [
     ("pages/roles.py", "Head roles", ":material/badge:", "roles"),
     ("pages/positions.py", "Positions", ":material/waves:", "positions"),
     ("pages/classroom.py", "Classroom", ":material/school:", "classroom"),
+    ("pages/lab.py", "Lab", ":material/science:", "lab"),
 ]
 PAGE_GUIDE = (
     "- **Explore**: every head of a layer, one head enlarged, the whole model at once.\n"
     "- **Compare**: two layers, two sentences, or two models / engines side by side.\n"
     "- **Head roles**: what each head does, measured against published tests.\n"
     "- **Positions**: sinusoidal positional encoding as waves and similarities.\n"
-    "- **Classroom**: the worked example, step by step.\n\n"
+    "- **Classroom**: the worked example, step by step.\n"
+    "- **Lab**: train a tiny transformer and watch its heads specialise.\n\n"
     "Everything you choose is in the page address: copy it to share this exact view."
 )
 

@@ -21,6 +21,9 @@ from .corpus import ProfileResult, coreference_scores, load_coreference, open_co
 # The from-scratch engine: every layer of a checkpoint recomputed with the code above.
 from .engine import core_attentions, core_family
 
+# The lab: tiny transformers trained on tasks that grow known heads.
+from .lab import Lab, LabConfig, train_lab
+
 # Head metrics and roles.
 from .metrics import HeadDistances, classical_mds, head_distances, head_metrics, semantic_scores
 
@@ -63,6 +66,10 @@ __all__ = [
     "head_roles",
     "primary_roles",
     "semantic_scores",
+    # the lab
+    "Lab",
+    "LabConfig",
+    "train_lab",
     # positions and the worked example
     "WorkedExample",
     "position_similarity",

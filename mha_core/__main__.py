@@ -184,7 +184,84 @@ def run_profile(args) -> int:
     return 0
 
 
-COMMANDS = [add_extract, add_profile]
+# ---- lab ----------------------------------------------------------------------------------------
+def add_lab(subparsers) -> None:
+    from .lab import POSITIONS, TASKS, LabConfig
+
+    defaults = LabConfig()
+    parser = subparsers.add_parser(
+        "lab",
+        help="train a tiny transformer on a task and watch its heads specialise",
+        description="Train a small causal transformer built from mha_core.MultiHeadAttention and score "
+        "its heads as they grow (induction: previous-token and induction heads; positional: a head "
+        "at offset -k; largest: a head that finds the largest token). Prints the final scores.",
+    )
+    parser.add_argument("--task", choices=TASKS, default=defaults.task, help="default: %(default)s")
+    parser.add_argument("--steps", type=int, default=1500, help="training steps (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="default: %(default)s")
+    parser.add_argument("--layers", type=int, default=defaults.num_layers, help="default: %(default)s")
+    parser.add_argument("--heads", type=int, default=defaults.num_heads, help="default: %(default)s")
+    parser.add_argument("--d-model", type=int, default=defaults.d_model, help="default: %(default)s")
+    parser.add_argument("--mlp", action="store_true", help="add an MLP to every block (default: attention only)")
+    parser.add_argument("--positions", choices=POSITIONS, default=defaults.positions, help="default: %(default)s")
+    parser.add_argument("--offset", type=int, default=defaults.offset, help="positional task: k (default: %(default)s)")
+    parser.add_argument(
+        "--score-every", type=int, default=25, help="score the heads every N steps (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (a run is reproducible per seed and thread count)"
+    )
+    parser.add_argument(
+        "--csv",
+        default=None,
+        help="write the history in long form: step, seconds, loss, repeated_loss, layer, head, role, score",
+    )
+    parser.add_argument("--save", default=None, help="save a checkpoint (.pt, loadable with weights_only=True)")
+    parser.set_defaults(handler=run_lab)
+
+
+def run_lab(args) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from .lab import Lab, LabConfig, lab_summary
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = LabConfig(
+        task=args.task,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        d_model=args.d_model,
+        mlp=args.mlp,
+        positions=args.positions,
+        offset=args.offset,
+        seed=args.seed,
+    )
+    lab = Lab(config)
+    with tqdm(total=args.steps, unit="step", file=sys.stderr) as bar:
+
+        def advance(done: float, total: float, message: str = "") -> None:
+            bar.set_postfix_str(message, refresh=False)
+            bar.update(done - bar.n)
+
+        try:
+            lab.train(args.steps, score_every=args.score_every, progress=advance)
+        except KeyboardInterrupt:
+            print(f"interrupted at step {lab.step}: writing what was trained", file=sys.stderr)
+    print(lab_summary(lab))
+    written = []
+    if args.csv:
+        lab.history().to_csv(args.csv, index=False)
+        written.append(args.csv)
+    if args.save:
+        written.append(str(lab.save(args.save)))
+    if written:
+        print("wrote " + ", ".join(written))
+    return 0
+
+
+COMMANDS = [add_extract, add_profile, add_lab]
 
 
 def build_parser() -> argparse.ArgumentParser:

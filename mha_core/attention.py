@@ -247,12 +247,15 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         causal: bool = False,
         key_padding_mask: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns ``(output [batch, n_q, d_model], weights [batch, heads, n_q, n_k])``.
 
         ``key``/``value`` default to ``query`` (self-attention); ``value`` defaults to ``key``.
         ``mask`` broadcasts to ``[batch, heads, n_q, n_k]`` (bool keep-mask or additive float);
         ``key_padding_mask`` is ``[batch, n_k]`` bool, True for real tokens.
+        ``head_mask`` (``[heads]`` or ``[batch, heads]``) multiplies each head's output before the
+        Concat and W^O: 0 zero-ablates a head (its weights are still returned), 1 keeps it.
         Unbatched ``[n, d_model]`` input gives ``[n, d_model]`` and ``[heads, n_q, n_k]``.
         """
         if key is None:
@@ -281,6 +284,13 @@ class MultiHeadAttention(nn.Module):
                 mask = mask.masked_fill(~pad, float("-inf"))
         q, k, v = self.project(query, key, value)
         heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, score=self.score)
+        if head_mask is not None:
+            if head_mask.shape[-1] != self.num_heads or head_mask.dim() > 2:
+                raise ValueError(
+                    f"head_mask must be [heads] or [batch, heads] with heads={self.num_heads}, "
+                    f"got shape {tuple(head_mask.shape)}"
+                )
+            heads = heads * head_mask.to(heads.dtype).reshape(-1, self.num_heads, 1, 1)
         out = linear(self.merge_heads(heads), self.out_proj.weight, self.out_proj.bias)
         if unbatched:
             return out[0], weights[0]

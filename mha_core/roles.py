@@ -65,9 +65,14 @@ ROLE_FAMILIES = (*FAMILY_PRIORITY, NO_ROLE)  # every family a head's primary rol
 
 
 # ---- detection patterns (TransformerLens head_detector) and scores ------------------------
+def offset_pattern(num_tokens: int, offset: int) -> np.ndarray:
+    """``[n, n]`` ones at (i, i + offset): a positional head at a fixed offset (-1 = the previous token)."""
+    return np.eye(num_tokens, k=offset)
+
+
 def previous_token_pattern(num_tokens: int) -> np.ndarray:
     """``[n, n]`` ones at (i, i - 1)."""
-    return np.eye(num_tokens, k=-1)
+    return offset_pattern(num_tokens, -1)
 
 
 def duplicate_token_pattern(token_ids) -> np.ndarray:
@@ -106,15 +111,27 @@ def detection_score(
         return np.where(total > 0, matched / np.where(total > 0, total, 1.0), np.nan)
 
 
-def prefix_matching_score(attentions: np.ndarray, token_ids) -> np.ndarray:
-    """Olsson et al. 2022: for each query whose token occurred before, the attention it pays to the
-    tokens that followed the earlier occurrences; averaged over those queries. ``[..., n, n] -> [...]``."""
-    target = induction_pattern(token_ids)
+def copy_target_pattern(token_ids, target_ids) -> np.ndarray:
+    """``[n, n]`` ones at (i, j) for j <= i where token j is the token query i must output
+    (``target_ids[i]``; a negative target means none): the keys a copying head should read."""
+    ids, targets = np.asarray(token_ids), np.asarray(target_ids)
+    return np.tril((ids[None, :] == targets[:, None]) & (targets[:, None] >= 0)).astype(np.float64)
+
+
+def query_mass_score(attentions: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """For each query with at least one target key in ``target [n, n]``, the attention mass on its
+    targets; averaged over those queries (NaN when no query has a target). ``[..., n, n] -> [...]``."""
     has_target = target.sum(axis=-1) > 0
     if not has_target.any():
         return np.full(np.asarray(attentions).shape[:-2], np.nan)
     per_query = (np.asarray(attentions, dtype=np.float64) * target).sum(axis=-1)  # [..., n]
     return per_query[..., has_target].mean(axis=-1)
+
+
+def prefix_matching_score(attentions: np.ndarray, token_ids) -> np.ndarray:
+    """Olsson et al. 2022: for each query whose token occurred before, the attention it pays to the
+    tokens that followed the earlier occurrences; averaged over those queries. ``[..., n, n] -> [...]``."""
+    return query_mass_score(attentions, induction_pattern(token_ids))
 
 
 def decoder_scores_from_attention(attentions: np.ndarray, token_ids) -> dict[str, np.ndarray]:

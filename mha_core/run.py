@@ -98,7 +98,8 @@ class AttentionRun:
     words         the words the tokens belong to
     segment_ids   int ``[n]``, 0 for the first text, 1 for the pair text
     is_causal     a decoder: token i sees only tokens j <= i
-    engine        "transformers", "core" (the from-scratch engine) or "toy" (a bare MultiHeadAttention)
+    engine        "transformers", "core" (the from-scratch engine), "toy" (a bare MultiHeadAttention) or
+                  "lab" (a model trained by ``mha_core.lab``)
     truncated     True when the text was longer than the model allows; ``num_input_tokens`` is the full length
     max_abs_diff  for the core engine: largest |core - transformers| over every layer, head and entry
     level         "token", or "word" after ``to_words()``

@@ -10,7 +10,16 @@ st.markdown(widgets.INTRO)
 with st.expander("What am I looking at?", icon=":material/help:"):
     st.markdown(widgets.FIRST_TEN_MINUTES)
 
-run = widgets.current_run()
+run = state.lab_run()  # a model trained on the Lab page, when the visitor opened it here
+if run is not None:
+    st.info(
+        "Showing the model you trained on the Lab page, on its fixed example (tokens are numbers). "
+        "The sidebar's model and sentence come back with the button below.",
+        icon=":material/science:",
+    )
+    st.button("Back to the sidebar's model", on_click=state.close_lab_run, key="explore_close_lab")
+else:
+    run = widgets.current_run()
 if run is None:
     st.stop()
 
@@ -43,64 +52,75 @@ if mode == "model":
     )
     st.stop()
 
-controls = st.columns([3, 3, 2])
-layer = widgets.select_layer(view.num_layers, container=controls[0])
-head = widgets.select_head(view.num_heads, container=controls[1], label="Head to enlarge")
-widgets.head_view(view, layer, key="head_view", on_click=lambda: widgets.select_clicked_head("head_view"))
-st.caption(
-    "Click a head to enlarge it below. Rows are queries (the token looking), columns are keys (the tokens "
-    "looked at); each row sums to 1."
-)
 
-st.subheader(f"Layer {layer}, head {head}")
-left, right = st.columns([3, 2])
-with left:
-    widgets.show_chart(
-        figures.head_heatmap(view.attentions[layer, head], view.tokens, view.tokens, **widgets.figure_options(view)),
-        key="one_head",
-        filename=f"headscope-layer{layer}-head{head}",
-    )
-with right:
-    ALL = -1  # "all tokens" (a selectbox shows None as no choice at all)
-    tokens = [ALL, *range(view.num_tokens)]
-
-    def token_position(raw: str) -> int:
-        if int(raw) not in range(view.num_tokens):
-            raise ValueError(raw)
-        return int(raw)
-
-    widgets.url_setting("focus_token", "focus", ALL, token_position)
-    if st.session_state["focus_token"] not in tokens:
-        st.session_state["focus_token"] = ALL  # the sentence changed under a focus on a later token
-    focus = st.selectbox(
-        "Focus on query token",
-        tokens,
-        key="focus_token",
-        format_func=lambda i: "all tokens" if i == ALL else f"{i}: {view.tokens[i]}",
-    )
-    widgets.keep_in_url("focus_token", "focus", ALL)
-    focus = None if focus == ALL else focus
-    widgets.show_chart(
-        figures.attention_lines(
-            view.attentions[layer, head],
-            view.tokens,
-            focus=focus,
-            segment_ids=widgets.figure_options(view)["segment_ids"],
-        ),
-        key="lines_view",
-        filename=f"headscope-layer{layer}-head{head}-lines",
-    )
+@st.fragment
+def head_view_section(view, run) -> None:
+    """The layer's heads, the enlarged head and its lines. A fragment: moving the layer or head slider,
+    clicking a head or focusing a token reruns only this part (not the sidebar and the page above), so
+    the browser redraws these charts and nothing else."""
+    controls = st.columns([3, 3, 2])
+    layer = widgets.select_layer(view.num_layers, container=controls[0])
+    head = widgets.select_head(view.num_heads, container=controls[1], label="Head to enlarge")
+    widgets.head_view(view, layer, key="head_view", on_click=lambda: widgets.select_clicked_head("head_view"))
     st.caption(
-        "Lines from each query (left) to the keys it attends to (right); darker = more weight. "
-        + (
-            "Every weight of 0.02 or more is drawn."
-            if focus is not None
-            else "For all tokens at once, each query's two strongest keys; pick a token to see all of its lines."
-        )
+        "Click a head to enlarge it below. Rows are queries (the token looking), columns are keys (the tokens "
+        "looked at); each row sums to 1."
     )
 
-widgets.downloads(view, layer, head)
-source = widgets.layer_source_code(run.family) if run.engine == "core" else None
-if source:
-    with st.expander("The from-scratch layer code that computed these weights"):
-        st.code(source, language="python")
+    st.subheader(f"Layer {layer}, head {head}")
+    left, right = st.columns([3, 2])
+    with left:
+        widgets.show_chart(
+            figures.head_heatmap(
+                view.attentions[layer, head], view.tokens, view.tokens, **widgets.figure_options(view)
+            ),
+            key="one_head",
+            filename=f"headscope-layer{layer}-head{head}",
+        )
+    with right:
+        ALL = -1  # "all tokens" (a selectbox shows None as no choice at all)
+        tokens = [ALL, *range(view.num_tokens)]
+
+        def token_position(raw: str) -> int:
+            if int(raw) not in range(view.num_tokens):
+                raise ValueError(raw)
+            return int(raw)
+
+        widgets.url_setting("focus_token", "focus", ALL, token_position)
+        if st.session_state["focus_token"] not in tokens:
+            st.session_state["focus_token"] = ALL  # the sentence changed under a focus on a later token
+        focus = st.selectbox(
+            "Focus on query token",
+            tokens,
+            key="focus_token",
+            format_func=lambda i: "all tokens" if i == ALL else f"{i}: {view.tokens[i]}",
+        )
+        widgets.keep_in_url("focus_token", "focus", ALL)
+        focus = None if focus == ALL else focus
+        widgets.show_chart(
+            figures.attention_lines(
+                view.attentions[layer, head],
+                view.tokens,
+                focus=focus,
+                segment_ids=widgets.figure_options(view)["segment_ids"],
+            ),
+            key="lines_view",
+            filename=f"headscope-layer{layer}-head{head}-lines",
+        )
+        st.caption(
+            "Lines from each query (left) to the keys it attends to (right); darker = more weight. "
+            + (
+                "Every weight of 0.02 or more is drawn."
+                if focus is not None
+                else "For all tokens at once, each query's two strongest keys; pick a token to see all of its lines."
+            )
+        )
+
+    widgets.downloads(view, layer, head)
+    source = widgets.layer_source_code(run.family) if run.engine == "core" else None
+    if source:
+        with st.expander("The from-scratch layer code that computed these weights"):
+            st.code(source, language="python")
+
+
+head_view_section(view, run)

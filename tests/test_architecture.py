@@ -41,7 +41,7 @@ def test_the_library_imports_nothing_of_the_app(path):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "ui" / "figures").glob("*.py")), ids=lambda p: p.name)
 def test_figures_are_plain_plotly(path):
-    allowed = {"__future__", "collections", "dataclasses", "itertools", "numpy", "plotly", "ui"}
+    allowed = {"__future__", "collections", "dataclasses", "html", "itertools", "math", "numpy", "plotly", "ui"}
     modules = imported_modules(path)
     assert top(modules) <= allowed, top(modules) - allowed
     assert not {m for m in modules if m.startswith("ui.")} - {m for m in modules if m.startswith("ui.figures")}

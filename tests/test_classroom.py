@@ -7,6 +7,7 @@ import importlib.util
 import json
 import pickle
 import re
+import sys
 import threading
 import time
 
@@ -36,6 +37,36 @@ def test_cache_is_bounded_in_bytes_least_recently_used_first():
     assert cache.stats()["bytes"] <= cache.budget_bytes
     huge = cache.get_or_compute("huge", lambda: np.zeros(5000, dtype=np.float32))  # larger than the budget
     assert huge.nbytes == 20_000 and "huge" not in [k for k in cache._entries] and cache.total_bytes <= 10_000
+
+
+def test_evicted_runs_give_their_memory_back_to_the_system():
+    """Ten budgets' worth of run-sized arrays pushed through the cache, from several threads as the
+    server's sessions do: the process grows by about the budget, not by what passed through."""
+    import psutil
+
+    from ui.budget import release_memory, tune_allocator
+
+    require(sys.platform == "linux", "glibc (Linux) to tune the allocator")
+    assert tune_allocator() is True  # glibc accepted both settings
+    process = psutil.Process()
+    release_memory(force=True)
+    start = process.memory_info().rss
+    budget = 64 << 20
+    cache = ByteBudgetCache(budget_bytes=budget)
+
+    def fill(offset: int) -> None:
+        for i in range(20):  # 20 x 6 MB per thread, 4 threads: 480 MB through a 64 MB cache
+            cache.get_or_compute((offset, i), lambda: np.ones(6 << 18, dtype=np.float32))
+
+    threads = [threading.Thread(target=fill, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    release_memory(force=True)
+    grown = process.memory_info().rss - start
+    assert cache.total_bytes <= budget and cache.evictions >= 60
+    assert grown < budget + (48 << 20), f"grew {grown >> 20} MB for a {budget >> 20} MB budget"
 
 
 def test_one_computation_per_key_and_waiters_take_over_when_it_stops():

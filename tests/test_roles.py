@@ -9,15 +9,18 @@ import pytest
 from mha_core.errors import HeadscopeError
 from mha_core.metrics import head_metrics
 from mha_core.roles import (
+    copy_target_pattern,
     decoder_head_scores,
     decoder_scores_from_attention,
     detection_score,
     duplicate_token_pattern,
     head_roles,
     induction_pattern,
+    offset_pattern,
     prefix_matching_score,
     previous_token_pattern,
     primary_roles,
+    query_mass_score,
     repeated_random_tokens,
 )
 from tests.test_metrics import cls_head, make_run, previous_token_head, uniform_head
@@ -69,6 +72,20 @@ def test_detection_score_exclusions_follow_transformer_lens():
     assert detection_score(attention, pattern) == pytest.approx((0.5 + 0.4) / 3)
     assert detection_score(attention, pattern, exclude_bos=True) == pytest.approx((0.0 + 0.4) / 1.3)
     assert detection_score(attention, pattern, exclude_current_token=True) == pytest.approx(0.9 / 1.1)
+
+
+def test_offset_and_copy_target_patterns():
+    np.testing.assert_array_equal(offset_pattern(4, -2), [[0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]])
+    np.testing.assert_array_equal(offset_pattern(3, -1), previous_token_pattern(3))
+    # Query i must output targets[i]; it may read that token only at keys j <= i; -1 = no target.
+    copy = copy_target_pattern([5, 9, 5, 2], [5, 9, 9, -1])
+    np.testing.assert_array_equal(copy, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]])
+    attention = np.array([[1.0, 0, 0, 0], [0.3, 0.7, 0, 0], [0.2, 0.5, 0.3, 0], [0.25, 0.25, 0.25, 0.25]])
+    # Three queries have a target: masses 1.0, 0.7, 0.5.
+    assert query_mass_score(attention, copy) == pytest.approx((1.0 + 0.7 + 0.5) / 3)
+    assert query_mass_score(attention, induction_pattern([1, 2, 1, 2])) == prefix_matching_score(
+        attention, [1, 2, 1, 2]
+    )
 
 
 def test_prefix_matching_without_repeats_is_nan():

@@ -107,11 +107,14 @@ def start_streamlit(
     address: str = "127.0.0.1",
     extra_args: Sequence[str] = (),
     startup_timeout: float = 120.0,
+    root: Path = ROOT,
 ) -> Iterator[StreamlitServer]:
     """``streamlit run app.py`` on a free port, bound to ``address``; yields it once healthy; stops it after.
 
     ``env`` is laid over this process's environment (a value of None removes the variable);
-    ``extra_args`` go after the server options (e.g. ``--server.fileWatcherType none``).
+    ``extra_args`` go after the server options (e.g. ``--server.fileWatcherType none``); ``root`` is
+    the checkout whose ``app.py`` runs (another checkout of Headscope, e.g. an earlier commit, for a
+    before/after benchmark; give it ``PYTHONPATH`` in ``env`` so its own packages are imported).
     """
     port = free_port()
     log_path = ROOT / "test-artifacts" / f"streamlit-{port}.log"
@@ -141,7 +144,7 @@ def start_streamlit(
                 "false",
                 *extra_args,
             ],
-            cwd=ROOT,
+            cwd=root,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=environment,

@@ -10,11 +10,16 @@ server process.
 * ``ComputeGate``: at most ``slots`` forward passes at once, first come first served, so thirty
   sessions pressing Enter together share the cores instead of thrashing them, and a waiting session
   can still be stopped.
+* ``tune_allocator`` / ``release_memory``: the C allocator gives evicted bytes back to the system, so
+  the server's memory follows the budget instead of its high-water mark.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
+import functools
 import threading
 import time
 from collections import OrderedDict, deque
@@ -25,6 +30,51 @@ from typing import Any
 import numpy as np
 
 POLL_S = 0.25  # how often a waiting session checks whether it has been stopped
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+MMAP_THRESHOLD_BYTES = 4 << 20  # blocks this large come from mmap and go back to the system when freed
+ARENA_MAX = 2
+_TRIM_EVERY_S = 5.0
+_last_trim = [0.0]
+
+
+@functools.cache
+def _libc():
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt, libc.malloc_trim  # noqa: B018 - glibc only
+    except (OSError, AttributeError, TypeError):
+        return None
+    return libc
+
+
+@functools.cache
+def tune_allocator() -> bool:
+    """Make freed run arrays return to the system (glibc; elsewhere nothing happens, False).
+
+    By default glibc raises its mmap threshold to the size of the largest block freed (up to 32 MB) and
+    keeps one heap arena per thread (Streamlit runs each session in a thread): arrays of evicted runs then
+    stay in the process as free heap. Measured (a server process, 1 GB budget, 60 long MiniLM and SmolLM2
+    texts, 3 at a time): growth over the loaded models 1.34 GB by default, 1.06 GB with a fixed 4 MB
+    threshold and 2 arenas, for a cache holding 0.9-1.0 GB."""
+    libc = _libc()
+    if libc is None:
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(_M_ARENA_MAX, ARENA_MAX))
+
+
+def release_memory(force: bool = False) -> None:
+    """Give free heap pages back to the system (``malloc_trim``), at most every few seconds."""
+    libc = _libc()
+    now = time.monotonic()
+    if libc is None or (not force and now - _last_trim[0] < _TRIM_EVERY_S):
+        return
+    _last_trim[0] = now
+    libc.malloc_trim(0)
 
 
 def estimate_bytes(value: Any, _depth: int = 0) -> int:
@@ -87,6 +137,7 @@ class ByteBudgetCache:
                 self._computing.pop(key).set()  # waiters wake up and compute it themselves
             raise
         size = int(self._size_of(value))
+        evicted_any = False
         with self._lock:
             if size <= self.budget_bytes:
                 self._entries[key] = (value, size)
@@ -95,7 +146,10 @@ class ByteBudgetCache:
                     _, (_, evicted) = self._entries.popitem(last=False)
                     self.total_bytes -= evicted
                     self.evictions += 1
+                    evicted_any = True
             self._computing.pop(key).set()
+        if evicted_any:
+            release_memory()
         return value
 
     def __len__(self) -> int:

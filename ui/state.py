@@ -28,7 +28,7 @@ from mha_core import sources
 from mha_core.errors import HeadscopeError, ModelLoadError, quoted
 from mha_core.models import DEFAULT_MODEL, ENGINES
 from mha_core.tokens import visible_text
-from ui.budget import ByteBudgetCache, ComputeGate, StopPoint
+from ui.budget import ByteBudgetCache, ComputeGate, StopPoint, tune_allocator
 
 LOG = logging.getLogger("headscope.app")
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,19 +125,48 @@ def shared() -> _Shared:
     )
 
 
+@functools.cache
+def lab_slots():
+    """How many Lab trainings may run at once on this server: HEADSCOPE_MAX_LAB_TRAININGS (default 2)."""
+    from ui.lab_runner import TrainingSlots
+
+    return TrainingSlots(_env_int("HEADSCOPE_MAX_LAB_TRAININGS", 2))
+
+
+# ---- the Lab's trained model in Explore ----------------------------------------------------------
+_LAB_RUN = "_lab_run"
+
+
+def open_lab_in_explore(lab) -> None:
+    """Explore shows this session's lab model (``mha_core.Lab``) on its fixed example, until ``close_lab_run``."""
+    st.session_state[_LAB_RUN] = lab.run(0)
+
+
+def lab_run():
+    """The lab model's ``AttentionRun`` Explore shows instead of the sidebar's model, or None."""
+    return st.session_state.get(_LAB_RUN)
+
+
+def close_lab_run() -> None:
+    st.session_state.pop(_LAB_RUN, None)
+
+
 def reset_server_state() -> None:
     """Forget the settings and the shared caches (tests change the environment between apps)."""
     settings.cache_clear()
     shared.cache_clear()
+    lab_slots.cache_clear()
     _load_model_cached.clear()
 
 
-def configure_torch() -> None:
-    """One torch thread per forward pass by default: a sentence takes ~40 ms either way, but on a busy
+def configure_process() -> None:
+    """The C allocator returns evicted runs to the system (``ui.budget.tune_allocator``), and one torch
+    thread per forward pass by default: a sentence takes ~40 ms either way, but on a busy
     2-core machine two spinning OpenMP threads per run made it 10-30x slower (0.04 s vs 0.8-1.5 s), and
     the server runs each session in its own thread anyway."""
     import torch
 
+    tune_allocator()
     if torch.get_num_threads() != settings().torch_threads:
         torch.set_num_threads(settings().torch_threads)
 

@@ -6,7 +6,9 @@ so the layer x head grid at 128 tokens costs 4 bytes a cell, with the exact weig
 
 from __future__ import annotations
 
+import html
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,9 +20,16 @@ from ui.figures.common import (
     MASKED_COLOR,
     SEGMENT_COLOR,
     TOKEN_TICK_LIMIT,
-    base_layout,
+    base_layout_dict,
     plotly_text,
 )
+
+
+def _figure(data: list[dict], layout: dict) -> go.Figure:
+    """The whole figure in one constructor, unvalidated: Plotly's per-property validation cost 20-30 ms a
+    figure (more than the rest of a rerun), and these builders only use properties the tests check are
+    valid (``tests/test_figures_fast.py`` rebuilds each figure with validation)."""
+    return go.Figure(data=data, layout=layout, _validate=False)
 
 
 def tile_gap(n: int) -> int:
@@ -116,26 +125,39 @@ def strongest_link(tile: np.ndarray, y_tokens: list[str], x_tokens: list[str]) -
     return f"{plotly_text(y_tokens[i])} → {plotly_text(x_tokens[j])} {tile[i, j]:.2f}"
 
 
-def _add_tile_targets(
-    fig: go.Figure, grid: TileGrid, x_cats, y_cats, targets: np.ndarray, hover: str, notes: list[str]
-) -> None:
+def _tile_targets(grid: TileGrid, x_cats, y_cats, targets: np.ndarray, hover: str, notes: list[str]) -> dict:
     """One invisible, selectable marker at the centre of every tile whose ids are not -1; ``notes``
     (one per tile, row by row) go into its hover as ``%{text}``."""
     places = [(r, c) for r in range(grid.rows) for c in range(grid.cols) if targets[r, c, 0] >= 0]
-    fig.data[0].hoverinfo = "skip"
-    fig.add_trace(
-        go.Scatter(
-            x=[x_cats[c * grid.step_x + grid.m // 2] for _, c in places],
-            y=[y_cats[r * grid.step_y + grid.n // 2] for r, _ in places],
-            customdata=[targets[r, c].tolist() for r, c in places],
-            text=[notes[r * grid.cols + c] for r, c in places],
-            mode="markers",
-            showlegend=False,
-            marker=dict(size=8, symbol="square", color="rgba(0, 0, 0, 0)"),
-            hovertemplate=hover + "<extra></extra>",
-        )
+    return dict(
+        type="scatter",
+        x=[x_cats[c * grid.step_x + grid.m // 2] for _, c in places],
+        y=[y_cats[r * grid.step_y + grid.n // 2] for r, _ in places],
+        customdata=[targets[r, c].tolist() for r, c in places],
+        text=[notes[r * grid.cols + c] for r, c in places],
+        mode="markers",
+        showlegend=False,
+        marker=dict(size=8, symbol="square", color="rgba(0, 0, 0, 0)"),
+        hovertemplate=hover + "<extra></extra>",
     )
-    fig.update_layout(hoverdistance=-1, clickmode="event+select")
+
+
+def _tick_label_margins(xaxis: dict, yaxis: dict, titled: bool) -> dict:
+    """Left and bottom margins that hold the token tick labels (x labels turned 60 degrees) and the axis
+    titles, from the labels' lengths. Plotly's ``automargin`` measures them instead, at the price of a
+    second layout pass: the one-head heatmap took 40-100 ms to draw with it and about 22 ms without."""
+
+    def widest(axis: dict) -> float:
+        size = axis["tickfont"]["size"]
+        longest = max((len(html.unescape(t)) for t in axis["ticktext"]), default=0)
+        return longest * size * 0.62 + 8  # an average glyph is ~0.6 em; 8 px of tick padding
+
+    title_room = 24 if titled else 0
+    x_width = widest(xaxis)
+    bottom = x_width * math.sin(math.radians(60)) + title_room + 10
+    # A turned label also reaches left of its tick: the first one must fit inside the left margin.
+    left = max(widest(yaxis) + title_room + 4, x_width * math.cos(math.radians(60)))
+    return {"l": math.ceil(left), "b": math.ceil(bottom)}
 
 
 def _token_axes(grid: TileGrid, x_cats, y_cats, x_tokens, y_tokens, show: bool) -> tuple[dict, dict]:
@@ -211,6 +233,8 @@ def tiled_heatmap(
     difference: bool = False,
     gaps: tuple[int, int] | None = None,
     width_hint: int = 1000,
+    annotations: list[dict] | None = None,
+    axis_titles: tuple[str, str] | None = None,
 ) -> go.Figure:
     """Tiles ``[R, C, n, m]`` laid out in an R x C grid as ONE heatmap trace.
 
@@ -223,6 +247,7 @@ def tiled_heatmap(
     ``causal`` blanks the cells above the diagonal (query i never sees key j > i) on a grey ground.
     ``segment_ids`` (``[n]``, 0/1) draws the sentence-pair boundary inside every tile.
     Cells are square; ``width_hint`` (the chart's expected width in pixels) sets the height to match.
+    ``annotations`` replace the row and column labels; ``axis_titles`` are (x, y) axis titles.
     """
     tiles = np.asarray(tiles, dtype=np.float32)
     if tiles.ndim != 4:
@@ -237,67 +262,76 @@ def tiled_heatmap(
     x_cats = grid.categories(x_tokens, col_labels, "x")
     y_cats = grid.categories(y_tokens, row_labels, "y")
 
-    fig = go.Figure(
-        go.Heatmap(
-            z=full,
-            x=x_cats,
-            y=y_cats,
-            # A difference of two weights runs from -1 to 1: red where the left side attends more.
-            colorscale=DIFFERENCE_COLORSCALE if difference else ATTENTION_COLORSCALE,
-            zmin=-zmax if difference else 0.0,
-            zmax=zmax,
-            hoverongaps=False,
-            hovertemplate="%{y}<br>%{x}<br>" + ("difference" if difference else "weight") + " %{z:.4f}<extra></extra>",
-            xgap=0,
-            ygap=0,
-            # More cells than pixels (the model view at 128 tokens): let the browser scale one image
-            # (measured 15% faster); fewer, larger cells stay crisp (no interpolation).
-            zsmooth="fast" if full.shape[1] > width_hint - 150 else False,
-            colorbar=dict(title=dict(text="left − right" if difference else "weight"), thickness=12, len=0.6),
-        )
+    heatmap = dict(
+        type="heatmap",
+        z=full,
+        x=x_cats,
+        y=y_cats,
+        # A difference of two weights runs from -1 to 1: red where the left side attends more.
+        colorscale=DIFFERENCE_COLORSCALE if difference else ATTENTION_COLORSCALE,
+        zmin=-zmax if difference else 0.0,
+        zmax=zmax,
+        hoverongaps=False,
+        hovertemplate="%{y}<br>%{x}<br>" + ("difference" if difference else "weight") + " %{z:.4f}<extra></extra>",
+        xgap=0,
+        ygap=0,
+        # More cells than pixels (the model view at 128 tokens): let the browser scale one image
+        # (measured 15% faster); fewer, larger cells stay crisp (no interpolation).
+        zsmooth="fast" if full.shape[1] > width_hint - 150 else False,
+        colorbar=dict(title=dict(text="left − right" if difference else "weight"), thickness=12, len=0.6),
     )
+    data, layout = [heatmap], {}
     if targets is not None:
         notes = [strongest_link(values[r, c], y_tokens, x_tokens) for r in range(num_rows) for c in range(num_cols)]
-        _add_tile_targets(fig, grid, x_cats, y_cats, np.asarray(targets), target_hover, notes)
+        heatmap["hoverinfo"] = "skip"
+        data.append(_tile_targets(grid, x_cats, y_cats, np.asarray(targets), target_hover, notes))
+        layout.update(hoverdistance=-1, clickmode="event+select")
 
     if show_token_ticks is None:
         show_token_ticks = max(n, m) <= TOKEN_TICK_LIMIT and num_cols * m <= 4 * TOKEN_TICK_LIMIT
     xaxis, yaxis = _token_axes(grid, x_cats, y_cats, x_tokens, y_tokens, show_token_ticks)
-    # Square cells; the spare width or height goes to the right or the bottom, so the token labels
-    # stay next to the tiles.
-    fig.update_xaxes(
-        type="category",
-        showgrid=False,
-        zeroline=False,
-        side="bottom",
-        automargin=True,
-        constrain="domain",
-        constraintoward="left",
-        **xaxis,
-    )
-    fig.update_yaxes(
-        type="category",
-        showgrid=False,
-        zeroline=False,
-        autorange="reversed",
-        automargin=True,
-        scaleanchor="x",
-        scaleratio=1,
-        constrain="domain",
-        constraintoward="top",
-        **yaxis,
-    )
     if height is None:
         # Plot area = chart width less the token labels and the colour bar (about 150 px).
         height = int(min(1600, max(260, 100 + (width_hint - 150) * full.shape[0] / full.shape[1])))
-    base_layout(fig, height, title)
+    layout.update(base_layout_dict(height, title))
     row_labels_shown = any(row_labels) and not show_token_ticks
-    fig.update_layout(
-        shapes=_mask_and_pair_shapes(grid, tiles, causal, segment_ids),
-        annotations=_tile_label_annotations(grid, row_labels, col_labels, row_labels_shown),
-        margin=dict(l=70 if row_labels_shown else 10, t=60 if title else 30),
+    layout["margin"].update(l=70 if row_labels_shown else 10, t=60 if title else 30)
+    if show_token_ticks:
+        layout["margin"].update(_tick_label_margins(xaxis, yaxis, axis_titles is not None))
+    # Square cells; the spare width or height goes to the right or the bottom, so the token labels
+    # stay next to the tiles.
+    layout.update(
+        xaxis=dict(
+            type="category",
+            showgrid=False,
+            zeroline=False,
+            side="bottom",
+            # Margins sized to the tick labels cost Plotly a second layout pass: only where there are labels.
+            automargin=False,
+            constrain="domain",
+            constraintoward="left",
+            **xaxis,
+            **({"title": {"text": axis_titles[0]}} if axis_titles else {}),
+        ),
+        yaxis=dict(
+            type="category",
+            showgrid=False,
+            zeroline=False,
+            autorange="reversed",
+            automargin=False,
+            scaleanchor="x",
+            scaleratio=1,
+            constrain="domain",
+            constraintoward="top",
+            **yaxis,
+            **({"title": {"text": axis_titles[1]}} if axis_titles else {}),
+        ),
     )
-    return fig
+    shapes = _mask_and_pair_shapes(grid, tiles, causal, segment_ids)
+    if annotations is None:
+        annotations = _tile_label_annotations(grid, row_labels, col_labels, row_labels_shown)
+    layout.update({key: value for key, value in (("shapes", shapes), ("annotations", annotations)) if value})
+    return _figure(data, layout)
 
 
 def head_heatmap(
@@ -313,7 +347,7 @@ def head_heatmap(
     """One head's ``[n, m]`` attention as a large heatmap (rows = queries, columns = keys)."""
     matrix = np.asarray(matrix, dtype=np.float32)
     n = matrix.shape[0]
-    fig = tiled_heatmap(
+    return tiled_heatmap(
         matrix[None, None],
         [""],
         [""],
@@ -324,10 +358,8 @@ def head_heatmap(
         show_token_ticks=n <= 2 * TOKEN_TICK_LIMIT,
         title=title,
         height=height or int(min(900, max(380, 140 + n * 16))),
+        axis_titles=("key (attended to)", "query (attending)"),
     )
-    fig.update_xaxes(title_text="key (attended to)")
-    fig.update_yaxes(title_text="query (attending)")
-    return fig
 
 
 def head_grid(
@@ -350,7 +382,23 @@ def head_grid(
     # Grid positions past the last head stay NaN, so they draw as blank background.
     labels = [[f"head {r * columns + c}" for c in range(columns)] for r in range(num_rows)]
     gaps = (max(2, -(-n * 3 // 20)), tile_gap(n))  # taller gaps between grid rows hold the head labels
-    fig = tiled_heatmap(
+    step_y, step_x = n + gaps[0], n + gaps[1]
+    head_labels = [
+        dict(
+            x=c * step_x + (n - 1) / 2,
+            y=r * step_y - 0.6,
+            xref="x",
+            yref="y",
+            yanchor="bottom",
+            text=labels[r][c],
+            showarrow=False,
+            font=dict(size=11),
+        )
+        for r in range(num_rows)
+        for c in range(columns)
+        if r * columns + c < num_heads
+    ]
+    return tiled_heatmap(
         tiles,
         [""] * num_rows,
         [""] * columns,
@@ -361,27 +409,9 @@ def head_grid(
         show_token_ticks=(width_hint - 150) / (columns * (n + gaps[1])) >= 11,
         gaps=gaps,
         width_hint=width_hint,
+        annotations=head_labels,
         **kwargs,
     )
-    step_y, step_x = n + gaps[0], n + gaps[1]
-    fig.update_layout(
-        annotations=[
-            dict(
-                x=c * step_x + (n - 1) / 2,
-                y=r * step_y - 0.6,
-                xref="x",
-                yref="y",
-                yanchor="bottom",
-                text=labels[r][c],
-                showarrow=False,
-                font=dict(size=11),
-            )
-            for r in range(num_rows)
-            for c in range(columns)
-            if r * columns + c < num_heads
-        ]
-    )
-    return fig
 
 
 def model_grid(attentions: np.ndarray, tokens: list[str], layers_across: bool | None = None, **kwargs) -> go.Figure:
@@ -439,7 +469,7 @@ def attention_lines(
         cutoff = -np.sort(-matrix, axis=-1)[:, strongest - 1 : strongest]  # each row's k-th largest weight
         matrix = np.where(matrix >= cutoff, matrix, 0.0)
     edges = np.array([min_weight, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0001])
-    fig = go.Figure()
+    traces = []
     for lo, hi in itertools.pairwise(edges):
         xs, ys = [], []
         for i in rows:
@@ -448,8 +478,9 @@ def attention_lines(
                 xs += [0.0, 1.0, None]
                 ys += [-i, -int(j), None]
         if xs:
-            fig.add_trace(
-                go.Scatter(
+            traces.append(
+                dict(
+                    type="scatter",
                     x=xs,
                     y=ys,
                     mode="lines",
@@ -472,33 +503,24 @@ def attention_lines(
         + (f"<br>weight from query {focus}: {focus_weights[j]:.4f}" if focus_weights is not None else "")
         for j in range(n)
     ]
-    fig.add_trace(
-        go.Scatter(
-            x=[0.0] * n,
-            y=[-i for i in range(n)],
-            mode="text",
-            text=names,
-            textposition="middle left",
-            textfont=dict(color=left_colors, size=12),
-            hovertext=hover_left,
-            hoverinfo="text",
-            showlegend=False,
+    for x, position, font_colors, hover in (
+        (0.0, "middle left", left_colors, hover_left),  # queries
+        (1.0, "middle right", colors, hover_right),  # keys
+    ):
+        traces.append(
+            dict(
+                type="scatter",
+                x=[x] * n,
+                y=[-i for i in range(n)],
+                mode="text",
+                text=names,
+                textposition=position,
+                textfont=dict(color=font_colors, size=12),
+                hovertext=hover,
+                hoverinfo="text",
+                showlegend=False,
+            )
         )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[1.0] * n,
-            y=[-j for j in range(n)],
-            mode="text",
-            text=names,
-            textposition="middle right",
-            textfont=dict(color=colors, size=12),
-            hovertext=hover_right,
-            hoverinfo="text",
-            showlegend=False,
-        )
-    )
-    fig.update_xaxes(visible=False, range=[-0.6, 1.6])
-    fig.update_yaxes(visible=False, range=[-n + 0.3, 0.7])
-    base_layout(fig, int(min(2600, max(300, 60 + 20 * n))), title)
-    return fig
+    layout = base_layout_dict(int(min(2600, max(300, 60 + 20 * n))), title)
+    layout.update(xaxis=dict(visible=False, range=[-0.6, 1.6]), yaxis=dict(visible=False, range=[-n + 0.3, 0.7]))
+    return _figure(traces, layout)

@@ -37,15 +37,22 @@ def plotly_text(text: str) -> str:
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def base_layout(fig: go.Figure, height: int, title: str | None) -> go.Figure:
-    fig.update_layout(
+def base_layout_dict(height: int, title: str | None) -> dict:
+    """The layout every figure starts from, as a plain dict (for builders that make their figure in one go)."""
+    layout = dict(
         template=_MINIMAL_TEMPLATE,
         height=height,
         margin=dict(l=10, r=10, t=40 if title else 20, b=10),
-        title=dict(text=plotly_text(title), x=0.0, font=dict(size=14)) if title else None,
         plot_bgcolor="#ffffff",
         paper_bgcolor="#ffffff",
     )
+    if title:
+        layout["title"] = dict(text=plotly_text(title), x=0.0, font=dict(size=14))
+    return layout
+
+
+def base_layout(fig: go.Figure, height: int, title: str | None) -> go.Figure:
+    fig.update_layout(**base_layout_dict(height, title))
     return fig
 
 

@@ -1,0 +1,71 @@
+"""The attention figures are built in one unvalidated constructor (fast): every one of them must still be
+a figure Plotly accepts with full validation, and carry the numbers it was given."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from ui import figures
+
+
+def _attention(heads: int, n: int, seed: int = 0) -> np.ndarray:
+    weights = np.random.default_rng(seed).random((heads, n, n)).astype(np.float32)
+    return weights / weights.sum(-1, keepdims=True)
+
+
+TOKENS = [f"t<{i}>&" for i in range(20)]  # markup characters: labels are escaped, never markup
+PAIR = np.array([0] * 8 + [1] * 12)
+BUILDERS = {
+    "grid": lambda: figures.head_grid(_attention(12, 20), TOKENS, title="Layer 0: all 12 heads"),
+    "grid causal pair": lambda: figures.head_grid(_attention(9, 20), TOKENS, causal=True, segment_ids=PAIR),
+    "difference": lambda: figures.head_grid(
+        _attention(12, 20) - _attention(12, 20, 1), TOKENS, title="d", difference=True, zmax=0.3
+    ),
+    "one head": lambda: figures.head_heatmap(_attention(1, 20)[0], TOKENS, TOKENS, causal=True, segment_ids=PAIR),
+    "model": lambda: figures.model_grid(_attention(72, 20).reshape(6, 12, 20, 20), TOKENS, title="All"),
+    "model across": lambda: figures.model_grid(_attention(90, 20).reshape(30, 3, 20, 20), TOKENS, causal=True),
+    "lines": lambda: figures.attention_lines(_attention(1, 20)[0], TOKENS),
+    "lines focus": lambda: figures.attention_lines(_attention(1, 20)[0], TOKENS, focus=3, segment_ids=PAIR),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_every_attention_figure_passes_plotly_validation_unchanged(name):
+    fig = BUILDERS[name]()
+    validated = go.Figure(fig.to_dict())  # raises on any property Plotly does not know or accept
+    assert json.loads(pio.to_json(validated, engine="json")) == json.loads(pio.to_json(fig, validate=False))
+
+
+def test_grid_and_one_head_hold_the_weights_and_escaped_labels():
+    attention = _attention(12, 20)
+    grid = figures.head_grid(attention, TOKENS, columns=4)
+    step_y, step_x = 20 + 3, 20 + figures.tile_gap(20)  # head_grid's taller row gaps hold the head labels
+    z = np.asarray(grid.data[0].z)
+    assert z.shape == (3 * step_y - 3, 4 * step_x - figures.tile_gap(20))
+    for head in range(12):
+        row, col = divmod(head, 4)
+        tile = z[row * step_y : row * step_y + 20, col * step_x : col * step_x + 20]
+        np.testing.assert_array_equal(tile, attention[head])
+    assert [a.text for a in grid.layout.annotations] == [f"head {h}" for h in range(12)]
+    one = figures.head_heatmap(attention[4], TOKENS, TOKENS)
+    np.testing.assert_array_equal(np.asarray(one.data[0].z), attention[4])
+    assert one.layout.xaxis.title.text == "key (attended to)"
+    assert one.layout.yaxis.title.text == "query (attending)"
+    assert list(one.layout.xaxis.ticktext) == [f"t&lt;{i}&gt;&amp;" for i in range(20)]
+
+
+def test_lines_draw_each_querys_two_strongest_keys():
+    attention = _attention(1, 20)[0]
+    fig = figures.attention_lines(attention, TOKENS)
+    pairs = set()
+    for trace in fig.data:
+        if trace.mode == "lines":
+            xs, ys = list(trace.x), list(trace.y)
+            pairs |= {(-ys[k], -ys[k + 1]) for k in range(0, len(xs), 3)}
+    expected = {(i, int(j)) for i in range(20) for j in np.argsort(-attention[i])[:2] if attention[i, j] >= 0.02}
+    assert pairs == expected

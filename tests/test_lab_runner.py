@@ -1,0 +1,55 @@
+"""Background training for the Lab page: the server-wide cap, pause and resume, and stopping when the page is gone."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from mha_core.lab import Lab, LabConfig
+from ui.lab_runner import LabRunner, TrainingSlots
+
+TINY = LabConfig(seq_len=10, vocab_size=12, batch_size=4, d_model=16, num_heads=2, seed=4)
+
+
+def test_slots_cap_concurrent_trainings_and_come_back():
+    slots = TrainingSlots(1)
+    first, second = LabRunner(TINY, 100_000, slots), LabRunner(TINY, 20, slots)
+    assert first.start() and first.running
+    assert not second.start() and "1 trainings are already running" in second.message
+    assert second.status == "new" and slots.in_use == 1
+    first.stop()
+    assert first.status == "paused" and slots.in_use == 0
+    assert second.start()
+    second.join(timeout=60)
+    assert second.status == "done" and second.lab.step == 20 and slots.in_use == 0
+    assert not second.start()  # nothing left to train: no slot taken
+    assert slots.in_use == 0
+
+
+def test_pause_and_resume_reach_the_same_model_as_one_run():
+    torch.set_num_threads(1)
+    runner = LabRunner(TINY, 60, TrainingSlots(2), score_every=10)
+    assert runner.start()
+    time.sleep(0.05)
+    runner.stop()
+    paused_at = runner.lab.step
+    assert runner.status == "paused" and paused_at < 60
+    assert runner.start()
+    runner.join(timeout=60)
+    assert runner.status == "done" and runner.lab.step == 60
+    straight = Lab(TINY)
+    straight.train(60, score_every=10)
+    for a, b in zip(straight.model.state_dict().values(), runner.lab.model.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    snapshot = runner.snapshot()
+    assert snapshot.step == 60 and snapshot.attention.shape == (2, 2, 10, 10)
+    assert set(range(0, 61, 10)) <= set(snapshot.history["step"])
+
+
+def test_a_training_nobody_looks_at_stops_and_frees_its_slot():
+    slots = TrainingSlots(1)
+    runner = LabRunner(TINY, 1_000_000, slots, orphan_after_s=0.3)
+    assert runner.start()
+    runner.join(timeout=30)
+    assert runner.status == "stopped" and slots.in_use == 0 and 0 < runner.lab.step < 1_000_000

@@ -1,0 +1,170 @@
+"""Training a lab model in the background of one session, within a server-wide cap (plain Python, no Streamlit).
+
+* ``TrainingSlots``: at most ``slots`` trainings at once on this server; a session that finds none free
+  is told so instead of slowing everyone down.
+* ``LabRunner``: one session's lab and the thread that trains it. Start / Pause / Reset; the page reads a
+  consistent ``snapshot()`` while the thread trains. The thread stops by itself when it reaches its step
+  budget, when it is paused, or when the page has not looked at it for ``orphan_after_s`` seconds (the
+  visitor closed the tab: a session that is gone does not keep a core busy).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from mha_core.errors import redact_paths
+from mha_core.lab import Lab, LabConfig, history_frame, phase_change_step, role_appearance
+
+SCORE_EVERY = 25  # steps between two scorings: ~40 points on a 1000-step curve
+ORPHAN_AFTER_S = 30.0  # no page has polled this long: the session is gone
+
+
+class TrainingSlots:
+    """A counting gate: ``acquire()`` takes a slot if one is free (never waits), ``release()`` gives it back."""
+
+    def __init__(self, slots: int):
+        self.slots = max(1, int(slots))
+        self._used = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> bool:
+        with self._lock:
+            if self._used >= self.slots:
+                return False
+            self._used += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._used = max(0, self._used - 1)
+
+    @property
+    def in_use(self) -> int:
+        return self._used
+
+
+class StopTraining(Exception):
+    """Raised from the progress callable to end ``Lab.train`` between two steps."""
+
+
+@dataclass
+class Snapshot:
+    """What the page draws, taken under the runner's lock."""
+
+    status: str  # "new", "running", "paused", "done", "stopped" (session gone), "failed"
+    step: int
+    total_steps: int
+    history: pd.DataFrame
+    attention: np.ndarray | None  # [L, H, n, n]
+    tokens: list[str]
+    phase_step: int | None
+    appearance: pd.DataFrame
+    message: str = ""
+
+
+class LabRunner:
+    def __init__(
+        self,
+        config: LabConfig,
+        total_steps: int,
+        slots: TrainingSlots,
+        score_every: int = SCORE_EVERY,
+        orphan_after_s: float = ORPHAN_AFTER_S,
+    ):
+        self.config, self.total_steps, self.slots = config, int(total_steps), slots
+        self.score_every, self.orphan_after_s = int(score_every), float(orphan_after_s)
+        self.lab = Lab(config)
+        self.status = "new"
+        self.message = ""
+        self._lock = threading.Lock()
+        self._pause = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_seen = time.monotonic()
+
+    # ---- control ---------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Start or resume training in a thread; False (with ``message``) when the server has no free slot."""
+        with self._lock:
+            if self.status == "running" or self.lab.step >= self.total_steps:
+                return self.status == "running"
+            if not self.slots.acquire():
+                self.message = (
+                    f"{self.slots.slots} trainings are already running on this server; try again in a minute."
+                )
+                return False
+            self.status, self.message = "running", ""
+            self._pause.clear()
+            self._last_seen = time.monotonic()
+            self._thread = threading.Thread(target=self._train, name="headscope-lab", daemon=True)
+            self._thread.start()
+            return True
+
+    def pause(self) -> None:
+        self._pause.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def stop(self) -> None:
+        """Pause and wait for the thread (Reset does this before dropping the runner)."""
+        self.pause()
+        self.join()
+
+    def touch(self) -> None:
+        """The page is still looking (called on every poll)."""
+        self._last_seen = time.monotonic()
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    # ---- the thread ------------------------------------------------------------------------
+    def _check(self, done: float, total: float, message: str = "") -> None:
+        if self._pause.is_set():
+            raise StopTraining("paused")
+        if time.monotonic() - self._last_seen > self.orphan_after_s:
+            raise StopTraining("stopped")
+
+    def _train(self) -> None:
+        outcome = "done"
+        try:
+            self.lab.train(
+                self.total_steps - self.lab.step,
+                score_every=self.score_every,
+                progress=self._check,
+            )
+        except StopTraining as stop:
+            outcome = str(stop)
+        except Exception as error:  # shown to the visitor: the thread must not die silently
+            outcome, self.message = "failed", f"training failed: {redact_paths(str(error))}"
+        finally:
+            self.slots.release()
+            with self._lock:
+                self.status = outcome
+
+    # ---- reading ---------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        self.touch()
+        with self._lock:  # the thread appends whole records; a copy of the list is a consistent history
+            records = list(self.lab.records)
+            attention = self.lab.example_attention
+            status, step, message = self.status, self.lab.step, self.message
+        history = history_frame(records)
+        return Snapshot(
+            status=status,
+            step=step,
+            total_steps=self.total_steps,
+            history=history,
+            attention=None if attention is None else attention.copy(),
+            tokens=self.lab.example_tokens(0),
+            phase_step=phase_change_step(history) if len(history) else None,
+            appearance=role_appearance(history),
+            message=message,
+        )
