@@ -16,7 +16,7 @@ from .attention import (
 )
 
 # Many sentences at once: corpus profiling, coreference.
-from .corpus import ProfileResult, coreference_scores, load_coreference, profile, read_corpus
+from .corpus import ProfileResult, coreference_scores, load_coreference, open_corpus, profile, read_corpus
 
 # Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
 from .deeper import NeuronView, attention_flow, attention_rollout, neuron_view
@@ -107,6 +107,7 @@ __all__ = [
     "dependency_scores",
     "load_conllu",
     "load_coreference",
+    "open_corpus",
     "parse_text",
     "profile",
     "read_corpus",

@@ -78,8 +78,12 @@ def add_profile(subparsers) -> None:
     parser.add_argument(
         "--corpus",
         default="ud-ewt-dev",
-        help="ud-ewt-dev (shipped UD English EWT dev split), a .conllu file, or a text file "
-        "with one sentence per line (default: %(default)s)",
+        help="ud-ewt-dev (shipped UD English EWT dev split), a .conllu file, a .csv or .parquet table "
+        "(one column of sentences, see --column), or a text file with one sentence per line; files are "
+        "read lazily, never all in memory (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--column", default=None, help="the sentences' column of a .csv or .parquet corpus (default: 'text')"
     )
     parser.add_argument("--max-sentences", type=int, default=None, help="profile only the first N sentences")
     parser.add_argument("--batch-size", type=int, default=16, help="sentences per forward pass (default: %(default)s)")
@@ -94,6 +98,24 @@ def add_profile(subparsers) -> None:
         action="store_true",
         help="recompute even when a cached profile exists, and cache nothing (no resume)",
     )
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: in this process; ray: on Ray actors, each loading the model once (default: %(default)s)",
+    )
+    parser.add_argument("--workers", type=int, default=None, help="Ray actors (--executor ray; default: 2)")
+    parser.add_argument(
+        "--worker-threads",
+        type=int,
+        default=1,
+        help="CPUs each Ray actor reserves, and torch threads it runs (--executor ray; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="an existing Ray cluster ('auto', 'ray://head:10001'); default: a local cluster of --workers CPUs",
+    )
     parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
     parser.set_defaults(handler=run_profile)
 
@@ -104,9 +126,9 @@ def run_profile(args) -> int:
     from .corpus import (
         check_profile_settings,
         head_table,
+        open_corpus,
         profile,
         profile_summary,
-        read_corpus,
         shards_in_cache,
         table_format,
         write_table,
@@ -115,17 +137,33 @@ def run_profile(args) -> int:
 
     table_format(args.out)  # fail before the slow part
     check_profile_settings(args.batch_size, args.shard_size)
-    sentences = read_corpus(args.corpus, args.max_sentences)
+    if args.executor == "local" and (args.workers is not None or args.address is not None or args.worker_threads != 1):
+        raise HeadscopeError("--workers, --worker-threads and --address need --executor ray")
+    for option, value in (("--workers", args.workers), ("--worker-threads", args.worker_threads)):
+        if value is not None and value < 1:
+            raise HeadscopeError(f"{option} must be at least 1, got {value}")
+    sentences = open_corpus(args.corpus, args.column, args.max_sentences)  # lazy: read as shards are cut
     model = load_model(args.model, progress=print_progress)
     settings = dict(batch_size=args.batch_size, shard_size=args.shard_size)
+    executor = {"executor": args.executor}
+    if args.executor == "ray":
+        threads = args.worker_threads
+        executor.update(
+            workers=args.workers,
+            address=args.address,
+            executor_options={"threads": threads, "cpus_per_worker": threads},
+        )
     try:
-        with tqdm(total=len(sentences), unit="sentence", file=sys.stderr) as bar:
+        # Sentences, advanced shard by shard (the total is known once the corpus has been planned).
+        with tqdm(total=None, unit="sentence", file=sys.stderr) as bar:
 
             def advance(done: float, total: float, message: str = "") -> None:
+                if bar.total != total:
+                    bar.total = total
                 bar.set_postfix_str(message, refresh=False)
                 bar.update(done - bar.n)
 
-            result = profile(model, sentences, progress=advance, cache=not args.no_cache, **settings)
+            result = profile(model, sentences, progress=advance, cache=not args.no_cache, **settings, **executor)
     except KeyboardInterrupt:
         if args.no_cache:
             print("interrupted: nothing was kept (--no-cache)", file=sys.stderr)

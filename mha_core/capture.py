@@ -16,6 +16,29 @@ import torch
 from .progress import Progress, report
 
 
+class AttentionBuffer:
+    """Memory for the attentions of one forward pass after another, reused from pass to pass.
+
+    A new ``[batch, layers, heads, n, n]`` tensor is new memory, which the kernel faults in and zeroes
+    page by page on first write: at n = 512 that costs more than copying the weights into memory already
+    touched. A caller that is done with one pass's attentions before the next (a profile measures each
+    batch and drops it) passes the same buffer to each: every tensor it hands out is overwritten by the
+    next. Not shared between threads: each caller makes its own.
+    """
+
+    def __init__(self):
+        self._storage = torch.empty(0, dtype=torch.float32)
+
+    def tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A float32 tensor of ``shape`` in the buffer's memory (grown, never shrunk, when it is too small)."""
+        size = 1
+        for dimension in shape:
+            size *= int(dimension)
+        if self._storage.numel() < size:
+            self._storage = torch.empty(size, dtype=torch.float32)
+        return self._storage[:size].view(shape)
+
+
 def attention_recorders(hf_model) -> list[tuple[torch.nn.Module, int]]:
     """``(module, output index)`` of each layer's attention weights, in layer order.
 
@@ -50,11 +73,13 @@ def captured_attentions(
     lock: threading.Lock,
     progress: Progress | None = None,
     outputs: list | None = None,
+    out: AttentionBuffer | None = None,
 ) -> torch.Tensor | None:
     """Attentions copied by forward hooks on the ``recorders``, or None if a layer gave none.
 
     Hooks live on shared modules, so ``lock`` (one per model) lets one forward pass at a time use them.
     ``outputs``, when given a list, receives the model's output (e.g. its ``hidden_states``).
+    ``out``: the memory to copy into (see ``AttentionBuffer``); None: a new tensor.
     """
     layer_count = len(recorders)
     captured: dict = {"layers": set()}
@@ -65,7 +90,8 @@ def captured_attentions(
             if weights is None:
                 return
             if "all" not in captured:
-                captured["all"] = torch.empty((weights.shape[0], layer_count, *weights.shape[1:]), dtype=torch.float32)
+                shape = (weights.shape[0], layer_count, *weights.shape[1:])
+                captured["all"] = out.tensor(shape) if out is not None else torch.empty(shape, dtype=torch.float32)
             captured["all"][:, layer].copy_(weights)
             captured["layers"].add(layer)
             report(progress, layer + 1, layer_count, f"layer {layer + 1} of {layer_count}")

@@ -42,7 +42,7 @@ import tempfile
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,7 +60,6 @@ from .syntax import (
     DependencyAccumulator,
     Sentence,
     batch_word_argmax,
-    load_conllu,
     ud_ewt_dev,
     word_argmax,
     word_units,
@@ -119,22 +118,120 @@ class ProfileResult:
 
 
 # ---- corpora --------------------------------------------------------------------------------
-def read_corpus(spec: str, max_sentences: int | None = None) -> list[Sentence] | list[str]:
-    """``"ud-ewt-dev"`` (the shipped UD dev split), a ``.conllu`` file, or a text file with one sentence per line."""
+# Files read lazily, by extension: a table's sentences come from one column, a treebank's from its trees.
+TABLE_SUFFIXES = (".csv", ".parquet")
+# Rows read from a table at a time: a few MB, whatever the file's size.
+TABLE_BATCH_ROWS = 8192
+
+
+class CorpusFile:
+    """A corpus file read lazily: each iteration opens the file again and yields one sentence at a time.
+
+    ``.conllu``: ``Sentence`` trees (parsed incrementally); ``.csv`` / ``.parquet``: the strings of one
+    column (``column``; by default the column named ``text``, or the only column), read in batches of
+    rows with pyarrow; any other file: one sentence per non-blank line. Blank sentences are skipped.
+    ``max_sentences`` stops after that many. Memory stays that of one batch, whatever the file's size,
+    so ``profile`` can stream millions of sentences (it iterates twice: once to plan, once to compute).
+    """
+
+    def __init__(self, path: str | Path, column: str | None = None, max_sentences: int | None = None):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise HeadscopeError(f"corpus {str(path)!r} is neither 'ud-ewt-dev' nor an existing file")
+        if max_sentences is not None and max_sentences < 1:
+            raise HeadscopeError(f"max_sentences must be at least 1, got {max_sentences}")
+        self.suffix = self.path.suffix.lower()
+        if column is not None and self.suffix not in TABLE_SUFFIXES:
+            raise HeadscopeError(f"a column is chosen only in a .csv or .parquet corpus, not in {self.path.name!r}")
+        self.max_sentences = max_sentences
+        self.column = self._table_column(column) if self.suffix in TABLE_SUFFIXES else None
+
+    def __repr__(self) -> str:
+        return f"CorpusFile({self.path.name!r}, column={self.column!r}, max_sentences={self.max_sentences})"
+
+    def __iter__(self) -> Iterator[Sentence | str]:
+        return itertools.islice(self._sentences(), self.max_sentences)
+
+    def _sentences(self) -> Iterator[Sentence | str]:
+        if self.suffix == ".conllu":
+            from .syntax import iter_conllu
+
+            yield from iter_conllu(self.path)
+            return
+        if self.suffix in TABLE_SUFFIXES:
+            for batch in self._batches([self.column]):
+                for value in batch.column(0).to_pylist():
+                    if value is not None and str(value).strip():
+                        yield str(value).strip()
+            return
+        with open(self.path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    yield line.strip()
+
+    def _batches(self, columns: list[str] | None):
+        """pyarrow record batches of a table's ``columns`` (None: all), a few thousand rows at a time."""
+        try:
+            if self.suffix == ".parquet":
+                import pyarrow.parquet as pq
+
+                yield from pq.ParquetFile(self.path).iter_batches(batch_size=TABLE_BATCH_ROWS, columns=columns)
+                return
+            import pyarrow.csv as pacsv
+
+            reader = pacsv.open_csv(
+                self.path,
+                read_options=pacsv.ReadOptions(block_size=1 << 22),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=columns, column_types=dict.fromkeys(columns or [], "string")
+                ),
+            )
+            yield from reader
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+            raise HeadscopeError(f"cannot read {self.path.name!r} as a {self.suffix[1:]} table: {exc}") from exc
+
+    def _table_column(self, column: str | None) -> str:
+        if self.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                names = list(pq.read_schema(self.path).names)
+            except (OSError, ValueError) as exc:
+                raise HeadscopeError(f"cannot read {self.path.name!r} as a parquet table: {exc}") from exc
+        else:
+            names = next(iter(self._batches(None)), None)
+            names = [] if names is None else list(names.schema.names)
+        if column is None:
+            column = "text" if "text" in names else names[0] if len(names) == 1 else None
+            if column is None:
+                raise HeadscopeError(
+                    f"{self.path.name!r} has columns {', '.join(map(repr, names))}: choose the sentences' column"
+                )
+        if column not in names:
+            raise HeadscopeError(f"{self.path.name!r} has no column {column!r} (it has {', '.join(map(repr, names))})")
+        return column
+
+
+def open_corpus(
+    spec: str | Path, column: str | None = None, max_sentences: int | None = None
+) -> list[Sentence] | CorpusFile:
+    """A corpus to profile, read lazily: ``"ud-ewt-dev"`` (the shipped UD dev split, a list), or a
+    ``CorpusFile`` (``.conllu``, ``.csv`` / ``.parquet`` with ``column``, or text with one sentence per line)."""
     if max_sentences is not None and max_sentences < 1:
         raise HeadscopeError(f"max_sentences must be at least 1, got {max_sentences}")
-    if spec == "ud-ewt-dev":
+    if str(spec) == "ud-ewt-dev":
+        if column is not None:
+            raise HeadscopeError("ud-ewt-dev is a treebank: it has no column to choose")
         return ud_ewt_dev(max_sentences)
-    path = Path(spec)
-    if not path.is_file():
-        raise HeadscopeError(f"corpus {spec!r} is neither 'ud-ewt-dev' nor an existing file")
-    if path.suffix.lower() == ".conllu":
-        sentences: list = load_conllu(path)
-    else:
-        sentences = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return CorpusFile(spec, column, max_sentences)
+
+
+def read_corpus(spec: str, max_sentences: int | None = None, column: str | None = None) -> list[Sentence] | list[str]:
+    """The whole corpus in memory (``open_corpus``, read to the end); HeadscopeError when it holds no sentences."""
+    sentences = list(open_corpus(spec, column, max_sentences))
     if not sentences:
         raise HeadscopeError(f"corpus {spec!r} holds no sentences")
-    return sentences[:max_sentences]
+    return sentences
 
 
 def _model_input(sentence: Sentence | str) -> str | list[str]:
@@ -180,17 +277,23 @@ class Shard:
         return _sentences_digest(self.sentences)
 
 
-def plan_shards(sentences: Sequence[Sentence | str], shard_size: int = DEFAULT_SHARD_SIZE) -> list[Shard]:
+def iter_shards(sentences: Iterable[Sentence | str], shard_size: int = DEFAULT_SHARD_SIZE) -> Iterator[Shard]:
+    """``plan_shards`` one shard at a time, reading ``sentences`` only as far as the shard being yielded."""
+    check_profile_settings(shard_size=shard_size)
+    iterator = iter(sentences)
+    for index in itertools.count():
+        chunk = tuple(itertools.islice(iterator, shard_size))
+        if not chunk:
+            return
+        yield Shard(index, index * shard_size, chunk)
+
+
+def plan_shards(sentences: Iterable[Sentence | str], shard_size: int = DEFAULT_SHARD_SIZE) -> list[Shard]:
     """The corpus cut into consecutive shards of ``shard_size`` sentences (the last may be shorter).
 
     The cut depends on the sentences and ``shard_size`` only, never on who computes the shards.
     """
-    check_profile_settings(shard_size=shard_size)
-    sentences = list(sentences)
-    return [
-        Shard(index, start, tuple(sentences[start : start + shard_size]))
-        for index, start in enumerate(range(0, len(sentences), shard_size))
-    ]
+    return list(iter_shards(sentences, shard_size))
 
 
 # ---- mergeable partial results --------------------------------------------------------------
@@ -431,34 +534,70 @@ class ProfilePart:
         return part
 
 
+class PartMerger:
+    """Parts added up in corpus order as they arrive, in any order: a part that arrives before the parts
+    it follows waits; the others are folded in at once, so memory holds only the early arrivals.
+
+    Folding one part at a time in corpus order adds the same floats in the same order as any other
+    corpus-order merge, so the result is the same, bit for bit, however the shards were scheduled.
+    ``start``: corpus index of the first sentence (the first part must begin there).
+    """
+
+    def __init__(self, start: int = 0):
+        self.next_start = start
+        self.merged: ProfilePart | None = None
+        self.waiting: dict[int, ProfilePart] = {}
+
+    def add(self, part: ProfilePart) -> None:
+        if part.start < self.next_start or part.start in self.waiting:
+            raise HeadscopeError(f"profile parts leave a gap or an overlap at sentence {part.start}")
+        self.waiting[part.start] = part
+        while self.next_start in self.waiting:
+            following = self.waiting.pop(self.next_start)
+            self.merged = following if self.merged is None else _merged_pair(self.merged, following)
+            self.next_start += following.num_sentences
+
+    def result(self) -> ProfilePart:
+        """Everything merged; HeadscopeError when nothing arrived or parts are missing."""
+        if self.waiting:
+            raise HeadscopeError(f"profile parts leave a gap or an overlap at sentence {self.next_start}")
+        if self.merged is None:
+            raise HeadscopeError("no profile parts to merge")
+        return self.merged
+
+
+def _merged_pair(before: ProfilePart, after: ProfilePart) -> ProfilePart:
+    """``before`` and the part that follows it as one part (``before`` itself is left as it was)."""
+    if (after.num_layers, after.num_heads) != (before.num_layers, before.num_heads):
+        raise HeadscopeError("profile parts come from models of different sizes")
+    dependency = None
+    if before.dependency is not None and after.dependency is not None:
+        dependency = DependencyAccumulator(full_relations=before.dependency.full_relations)
+        dependency.merge(before.dependency)
+        dependency.merge(after.dependency)
+    return ProfilePart(
+        before.start,
+        before.num_layers,
+        before.num_heads,
+        MetricTotals.merged([before.metrics, after.metrics]),
+        dependency,
+    )
+
+
 def merge_parts(parts: Iterable[ProfilePart]) -> ProfilePart:
     """Parts of consecutive sentences as one part, added up in corpus order whatever order they come in.
 
     So the result is the same, bit for bit, however the shards were scheduled. The parts must cover
-    consecutive sentences without a gap or an overlap. Merge all parts in one call: float sums merged
-    in another grouping ((a + b) + (c + d)) differ in the last bits.
+    consecutive sentences without a gap or an overlap. Parts are folded one at a time in corpus order
+    (``PartMerger``), so merging all parts at once or as they arrive gives the same bits.
     """
     parts = sorted(parts, key=lambda part: part.start)
     if not parts:
         raise HeadscopeError("no profile parts to merge")
-    for before, after in itertools.pairwise(parts):
-        if after.start != before.start + before.num_sentences:
-            raise HeadscopeError(f"profile parts leave a gap or an overlap at sentence {after.start}")
-        if (after.num_layers, after.num_heads) != (before.num_layers, before.num_heads):
-            raise HeadscopeError("profile parts come from models of different sizes")
-    dependency = None
-    if all(part.dependency is not None for part in parts):
-        dependency = DependencyAccumulator(full_relations=parts[0].dependency.full_relations)
-        for part in parts:
-            dependency.merge(part.dependency)
-    first = parts[0]
-    return ProfilePart(
-        first.start,
-        first.num_layers,
-        first.num_heads,
-        MetricTotals.merged([part.metrics for part in parts]),
-        dependency,
-    )
+    merger = PartMerger(parts[0].start)
+    for part in parts:
+        merger.add(part)
+    return merger.result()
 
 
 # The role statistics of a corpus profile rest on sentences: these columns hold the spread over sentences
@@ -586,33 +725,39 @@ class ShardCache:
     def path(self, shard: Shard) -> Path:
         return self.folder / f"{shard.digest}.npz"
 
-    def result_key(self, shards: Sequence[Shard]) -> str:
-        """The key of the whole profile's merged result: these settings and every shard's sentences."""
-        key = "|".join([self.settings_key, *(shard.digest for shard in shards)])
+    def result_key(self, shards: Sequence[Shard | str]) -> str:
+        """The key of the whole profile's merged result: these settings and every shard's sentences
+        (shards, or their digests)."""
+        digests = [shard if isinstance(shard, str) else shard.digest for shard in shards]
+        key = "|".join([self.settings_key, *digests])
         return hashlib.sha256(key.encode()).hexdigest()[:32]
 
-    def _header(self, shard: Shard) -> dict:
+    def _header(self, digest: str, num_sentences: int) -> dict:
         return {
             "format": _PROFILE_CACHE_FORMAT,
             "settings": self.settings_key,
-            "shard": shard.digest,
-            "num_sentences": len(shard),
+            "shard": digest,
+            "num_sentences": num_sentences,
         }
 
     def load(self, shard: Shard) -> ProfilePart | None:
         """The shard's part, or None when its file is missing, damaged or another's (then it is computed again)."""
+        return self.load_digest(shard.digest, len(shard), shard.start)
+
+    def load_digest(self, digest: str, num_sentences: int, start: int = 0) -> ProfilePart | None:
+        """``load`` of the shard with this digest and size, placed at ``start``."""
         try:
-            with np.load(self.path(shard), allow_pickle=False) as stored:
+            with np.load(self.folder / f"{digest}.npz", allow_pickle=False) as stored:
                 arrays = {name: stored[name] for name in stored.files}  # reading checks each array's CRC
-            if json.loads(arrays.pop("header").tobytes().decode("utf-8")) != self._header(shard):
+            if json.loads(arrays.pop("header").tobytes().decode("utf-8")) != self._header(digest, num_sentences):
                 return None
-            part = ProfilePart.from_arrays(arrays, start=shard.start)
+            part = ProfilePart.from_arrays(arrays, start=start)
         except Exception:  # a damaged zip raises BadZipFile, EOFError, NotImplementedError, RuntimeError...
             return None  # ...and any of them only means: compute the shard again
-        return part if part.num_sentences == len(shard) else None
+        return part if part.num_sentences == num_sentences else None
 
     def store(self, shard: Shard, part: ProfilePart) -> None:
-        header = np.frombuffer(json.dumps(self._header(shard)).encode("utf-8"), dtype=np.uint8)
+        header = np.frombuffer(json.dumps(self._header(shard.digest, len(shard))).encode("utf-8"), dtype=np.uint8)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             with _atomic_file(self.path(shard)) as temporary:
@@ -622,12 +767,12 @@ class ShardCache:
 
 
 def shards_in_cache(
-    model: LoadedModel, sentences: Sequence[Sentence | str], batch_size: int = 16, shard_size: int = DEFAULT_SHARD_SIZE
+    model: LoadedModel, sentences: Iterable[Sentence | str], batch_size: int = 16, shard_size: int = DEFAULT_SHARD_SIZE
 ) -> tuple[int, int]:
     """``(finished shards in the cache, shards in all)`` of this profile: a new call computes only the others."""
-    shards = plan_shards(sentences, shard_size)
     store = ShardCache(model, batch_size, shard_size)
-    return sum(store.load(shard) is not None for shard in shards), len(shards)
+    found = [store.load(shard) is not None for shard in iter_shards(sentences, shard_size)]
+    return sum(found), len(found)
 
 
 # ---- finished results: memory (a few, least recently used dropped) and disk -------------------
@@ -732,12 +877,16 @@ def _forward_batches(model, inputs: list, batch_size: int):
                 attentions[row, :, :, : run.num_tokens, : run.num_tokens] = run.attentions
             yield chunk, attentions, [_TokenInfo.of_run(run) for run in runs], runs[0].is_causal
         return
-    # Tokenized once; one padded forward pass per batch; no per-sentence run objects.
+    # Tokenized once; one padded forward pass per batch; no per-sentence run objects. Each batch's
+    # attentions are measured and dropped before the next pass, so every pass reuses the same memory.
+    from .capture import AttentionBuffer
+
+    buffer = AttentionBuffer()
     encoded = [model.encode(model_input) for model_input in inputs]
     order = sorted(range(len(inputs)), key=lambda i: len(encoded[i]))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        attentions, _ = model.forward_encoded([encoded[i] for i in chunk])
+        attentions, _ = model.forward_encoded([encoded[i] for i in chunk], out=buffer)
         infos = [
             _TokenInfo(
                 e.special_mask,
@@ -828,64 +977,125 @@ def _within_shard(progress: Progress | None, shard: Shard, done_before: int, tot
     return report_batch
 
 
+EXECUTORS = ("local", "ray")
+
+
 def profile(
     model: LoadedModel,
-    sentences: Sequence[Sentence | str],
+    sentences: Iterable[Sentence | str],
     batch_size: int = 16,
     shard_size: int = DEFAULT_SHARD_SIZE,
     progress: Progress | None = None,
     cache: bool = True,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    executor_options: dict | None = None,
 ) -> ProfileResult:
     """Profile every head of ``model`` over ``sentences`` (``Sentence`` trees or plain strings).
 
-    The sentences are cut into shards of ``shard_size`` (``plan_shards``); each shard is computed
+    The sentences are cut into shards of ``shard_size`` (``iter_shards``); each shard is computed
     (``compute_shard``) or, with ``cache``, loaded from the cache, where each finished shard is stored
-    at once: a profile stopped half-way (a progress callback that raises, Ctrl-C, a killed process)
-    resumes from its finished shards. ``progress(done, total, message)`` counts sentences, those of
-    cached shards included. The parts are merged in corpus order (``merge_parts``), so the result
-    does not depend on which shards came from the cache. The result equals the mean of
-    ``head_metrics`` and ``dependency_scores`` of the single runs (to float rounding: padding and
-    shard size change the order of float sums).
+    as soon as it arrives: a profile stopped half-way (a progress callback that raises, Ctrl-C, a
+    killed process) resumes from its finished shards. The parts are merged in corpus order as they
+    arrive (``PartMerger``), so the result does not depend on which shards came from the cache, nor on
+    who computed them in which order. The result equals the mean of ``head_metrics`` and
+    ``dependency_scores`` of the single runs (to float rounding: padding and shard size change the
+    order of float sums).
+
+    ``sentences``: a list, or a re-iterable corpus read lazily (``open_corpus``): it is read twice, once
+    to plan and check the shards (nothing but their digests is kept), once to compute them, so a corpus
+    of millions of sentences never sits in memory. A one-pass iterator is read into a list first.
+    ``progress(done, total, message)`` counts sentences, those of cached shards included.
+
+    ``executor``: ``"local"`` computes the shards in this process; ``"ray"`` on ``workers`` Ray actors
+    (``mha_core.distributed``: each loads the model by its name once; a local Ray cluster unless
+    ``address`` names one). Each shard is computed the same way by either, so both give the same
+    numbers. ``executor_options``: further keyword arguments of ``distributed.ray_parts``.
     """
-    sentences = list(sentences)
-    if not sentences:
-        raise HeadscopeError("the corpus is empty")
+    if executor not in EXECUTORS:
+        raise HeadscopeError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "local" and (workers is not None or address is not None or executor_options):
+        raise HeadscopeError("workers, address and executor_options are options of the ray executor")
     check_profile_settings(batch_size, shard_size)
-    for sentence in sentences:
-        _model_input(sentence)  # a bad sentence fails before any slow work
-    shards = plan_shards(sentences, shard_size)
-    total = len(sentences)
+    if iter(sentences) is sentences:
+        sentences = list(sentences)  # a one-pass iterator: the two passes need it twice
+    # Pass 1: check every sentence before any slow work, and name each shard; no sentence is kept.
+    digests, sizes = [], []
+    for shard in iter_shards(sentences, shard_size):
+        for sentence in shard.sentences:
+            _model_input(sentence)
+        digests.append(shard.digest)
+        sizes.append(len(shard))
+    if not digests:
+        raise HeadscopeError("the corpus is empty")
+    total, num_shards = sum(sizes), len(digests)
     # A model without weights to fingerprint (a stand-in in a test) is never cached.
     store = ShardCache(model, batch_size, shard_size) if cache and hasattr(model, "hf_model") else None
-    result_key = store.result_key(shards) if store is not None else None
+    result_key = store.result_key(digests) if store is not None else None
     if result_key is not None:
         cached = _load_result(result_key)
         if cached is not None:
             report(progress, total, total, "profile from the cache")
             return cached
-    parts: dict[int, ProfilePart] = {}
+    in_cache = set()
     if store is not None:
-        for shard in shards:
-            part = store.load(shard)
+        in_cache = {
+            index for index, digest in enumerate(digests) if store.load_digest(digest, sizes[index]) is not None
+        }
+    done = sum(sizes[index] for index in in_cache)
+    if in_cache:
+        report(progress, done, total, f"{len(in_cache)} of {num_shards} shards from the cache")
+    merger = PartMerger()
+    finished = 0
+
+    def to_compute() -> Iterator[Shard]:
+        # Pass 2: cached shards are merged as they are read; the others go to the executor, in corpus order.
+        nonlocal finished
+        for shard in iter_shards(sentences, shard_size):
+            part = store.load(shard) if shard.index in in_cache else None
             if part is not None:
-                parts[shard.index] = part
-    from_cache = len(parts) == len(shards)
-    done = sum(part.num_sentences for part in parts.values())
-    if parts:
-        report(progress, done, total, f"{len(parts)} of {len(shards)} shards from the cache")
-    for shard in shards:
-        if shard.index in parts:
-            continue
-        part = compute_shard(model, shard, batch_size, _within_shard(progress, shard, done, total, len(shards)))
-        if store is not None:
-            store.store(shard, part)
-        parts[shard.index] = part
-        done += len(shard)
-        report(progress, done, total, f"{len(parts)} of {len(shards)} shards done")
-    result = finish_profile(merge_parts(parts.values()), model.name, from_cache=from_cache)
+                merger.add(part)
+                finished += 1
+            else:
+                yield shard
+
+    if executor == "local" or len(in_cache) == num_shards:  # nothing to compute: no cluster to start
+        computed = _local_parts(model, to_compute(), batch_size, progress, lambda: done, total, num_shards)
+    else:
+        from .distributed import model_reference, ray_parts
+
+        computed = ray_parts(
+            model_reference(model),
+            to_compute(),
+            batch_size=batch_size,
+            workers=workers,
+            address=address,
+            **(executor_options or {}),
+        )
+    with contextlib.closing(computed):
+        for shard, part in computed:
+            if part.num_sentences != len(shard) or part.start != shard.start:
+                raise HeadscopeError(f"shard {shard.index} came back with the wrong sentences")
+            if store is not None:
+                store.store(shard, part)
+            merger.add(part)
+            finished += 1
+            done += len(shard)
+            report(progress, done, total, f"{finished} of {num_shards} shards done")
+    result = finish_profile(merger.result(), model.name, from_cache=len(in_cache) == num_shards)
     if result_key is not None:
         _store_result(result_key, result)
     return result
+
+
+def _local_parts(model, shards: Iterable[Shard], batch_size: int, progress, done_before, total: int, num_shards: int):
+    """``(shard, part)`` of each shard, computed here, in order (``done_before()``: sentences finished so far)."""
+    for shard in shards:
+        yield (
+            shard,
+            compute_shard(model, shard, batch_size, _within_shard(progress, shard, done_before(), total, num_shards)),
+        )
 
 
 # ---- coreference ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from . import families, sources
-from .capture import attention_recorders, captured_attentions
+from .capture import AttentionBuffer, attention_recorders, captured_attentions
 from .errors import EngineNotSupported, ModelLoadError, quoted
 from .progress import Progress, report
 from .run import AttentionRun
@@ -165,6 +165,7 @@ class LoadedModel:
         token_type_ids=None,
         progress: Progress | None = None,
         layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
     ) -> torch.Tensor:
         """``[batch, layers, heads, n, n]`` from the transformers model.
 
@@ -173,6 +174,7 @@ class LoadedModel:
         cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
         ``progress(done, total, message)`` is called as each layer finishes (hooked path only).
         ``layer_inputs``, when given a list, receives each layer's input hidden states (from the same pass).
+        ``out``: memory to reuse for the result (hooked path only; see ``AttentionBuffer``).
         """
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
         if layer_inputs is not None:
@@ -184,7 +186,7 @@ class LoadedModel:
             inputs["use_cache"] = False
         if self._recorders:
             captured = captured_attentions(
-                self.hf_model, self._recorders, inputs, self._forward_lock, progress, outputs
+                self.hf_model, self._recorders, inputs, self._forward_lock, progress, outputs, out
             )
             if captured is not None:
                 if outputs:
@@ -222,9 +224,11 @@ class LoadedModel:
         token_type_ids=None,
         progress: Progress | None = None,
         layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
     ):
         """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine.
-        ``layer_inputs`` (a list) receives the engine's own input hidden states of each layer."""
+        ``layer_inputs`` (a list) receives the engine's own input hidden states of each layer; ``out``:
+        memory the transformers attentions may reuse."""
         if engine not in ENGINES:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
         # The core engine runs both (it reports its difference from transformers): two passes of progress.
@@ -235,6 +239,7 @@ class LoadedModel:
             token_type_ids,
             _part(progress, 0, passes),
             layer_inputs if engine == "transformers" else None,
+            out if passes == 1 else None,
         )
         if engine == "transformers":
             return reference, None
@@ -296,6 +301,7 @@ class LoadedModel:
         progress: Progress | None = None,
         bos: bool | None = None,
         norms: bool = False,
+        out: AttentionBuffer | None = None,
     ) -> AttentionRun:
         """Attention of every layer and head for one text (or a list of pre-split words).
 
@@ -303,9 +309,12 @@ class LoadedModel:
         ``bos``: begin with the BOS token (None: the model's default, ``default_bos``).
         ``norms``: also norm-based attention (Kobayashi et al. 2020), ``run.norms`` ``[L, H, n, n]``
         with ``run.value_norms`` and ``run.output_norms`` (``mha_core.deeper.norm_based_attention``).
+        ``out``: an ``AttentionBuffer`` the run's attentions may live in, for a caller that is done with
+        one run before the next (the next run with the same buffer overwrites them); saves faulting in
+        fresh memory for every long run.
         """
         encoded = self.encode(text_or_words, text_pair, bos)
-        return self._run_encoded(encoded, engine, progress, norms=norms)
+        return self._run_encoded(encoded, engine, progress, norms=norms, out=out)
 
     def layer_inputs(self, token_ids: Sequence[int], engine: str = "transformers") -> tuple[torch.Tensor, list]:
         """``(attentions [1, L, H, n, n], each layer's input hidden states [1, n, d])`` of one engine's pass."""
@@ -315,12 +324,20 @@ class LoadedModel:
         return attentions, inputs
 
     def _run_encoded(
-        self, encoded: EncodedText, engine: str, progress: Progress | None = None, norms: bool = False, **metadata
+        self,
+        encoded: EncodedText,
+        engine: str,
+        progress: Progress | None = None,
+        norms: bool = False,
+        out: AttentionBuffer | None = None,
+        **metadata,
     ) -> AttentionRun:
         input_ids = torch.tensor([encoded.input_ids])
         token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
         layer_inputs: list | None = [] if norms else None
-        attentions, reference = self._attentions(engine, input_ids, None, token_type_ids, progress, layer_inputs)
+        attentions, reference = self._attentions(
+            engine, input_ids, None, token_type_ids, progress, layer_inputs=layer_inputs, out=out
+        )
         max_abs_diff = None if reference is None else float((attentions - reference).abs().max())
         run = self._make_run(encoded, attentions[0], engine, max_abs_diff, **metadata)
         if norms:
@@ -365,13 +382,18 @@ class LoadedModel:
         return runs
 
     def forward_encoded(
-        self, encoded: Sequence[EncodedText], engine: str = "transformers", layer_inputs: list | None = None
+        self,
+        encoded: Sequence[EncodedText],
+        engine: str = "transformers",
+        layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One padded, masked forward pass over encoded texts: ``(attentions [B, L, H, n, n], reference or None)``.
 
         n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
         are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
         as its trimmed run in every metric. ``layer_inputs`` (a list) receives each layer's input hidden states.
+        ``out``: an ``AttentionBuffer`` to reuse (the next pass with it overwrites these attentions).
         """
         width = max(len(item) for item in encoded)
         input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
@@ -384,7 +406,7 @@ class LoadedModel:
             if token_type_ids is not None:
                 token_type_ids[row, :n] = torch.tensor(item.token_type_ids)
         attentions, reference = self._attentions(
-            engine, input_ids, attention_mask, token_type_ids, layer_inputs=layer_inputs
+            engine, input_ids, attention_mask, token_type_ids, layer_inputs=layer_inputs, out=out
         )
         with torch.inference_mode():
             for row, item in enumerate(encoded):  # only the padded parts are written

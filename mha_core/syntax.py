@@ -24,7 +24,7 @@ not scored.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,26 +107,47 @@ def load_conllu(path_or_text: str | Path) -> list[Sentence]:
         token_lists = conllu.parse(_read_text(path_or_text))
     except Exception as exc:  # conllu raises its own ParseException and ValueErrors
         raise HeadscopeError(f"not valid CoNLL-U: {exc}") from exc
-    sentences = []
-    for number, token_list in enumerate(token_lists, start=1):
-        # Ranges ("1-2") and empty nodes ("8.1") have tuple ids; only integer ids are syntactic words.
-        words = [tok for tok in token_list if isinstance(tok["id"], int)]
-        if not words:
-            continue
-        if [tok["id"] for tok in words] != list(range(1, len(words) + 1)):
-            raise HeadscopeError(f"CoNLL-U sentence {number}: word ids are not 1..n")
-        full = [str(tok["deprel"]) for tok in words]
-        sentences.append(
-            Sentence(
-                words=[str(tok["form"]) for tok in words],
-                heads=[int(tok["head"]) for tok in words],
-                relations=[rel.split(":")[0] for rel in full],
-                full_relations=full,
-                sent_id=str(token_list.metadata.get("sent_id", number)),
-                text=str(token_list.metadata.get("text", "")),
-            )
-        )
-    return sentences
+    sentences = (_sentence_of_tokens(token_list, number) for number, token_list in enumerate(token_lists, start=1))
+    return [sentence for sentence in sentences if sentence is not None]
+
+
+def iter_conllu(path: str | Path) -> Iterator[Sentence]:
+    """The sentences of a CoNLL-U file one at a time, parsed as the file is read (never all in memory)."""
+    import conllu
+
+    with open(path, encoding="utf-8") as handle:
+        token_lists = conllu.parse_incr(handle)
+        number = 0
+        while True:
+            number += 1
+            try:
+                token_list = next(token_lists)
+            except StopIteration:
+                return
+            except Exception as exc:  # conllu raises its own ParseException and ValueErrors
+                raise HeadscopeError(f"not valid CoNLL-U (sentence {number}): {exc}") from exc
+            sentence = _sentence_of_tokens(token_list, number)
+            if sentence is not None:
+                yield sentence
+
+
+def _sentence_of_tokens(token_list, number: int) -> Sentence | None:
+    """One parsed CoNLL-U sentence as a ``Sentence`` (None when it has no syntactic words)."""
+    # Ranges ("1-2") and empty nodes ("8.1") have tuple ids; only integer ids are syntactic words.
+    words = [tok for tok in token_list if isinstance(tok["id"], int)]
+    if not words:
+        return None
+    if [tok["id"] for tok in words] != list(range(1, len(words) + 1)):
+        raise HeadscopeError(f"CoNLL-U sentence {number}: word ids are not 1..n")
+    full = [str(tok["deprel"]) for tok in words]
+    return Sentence(
+        words=[str(tok["form"]) for tok in words],
+        heads=[int(tok["head"]) for tok in words],
+        relations=[rel.split(":")[0] for rel in full],
+        full_relations=full,
+        sent_id=str(token_list.metadata.get("sent_id", number)),
+        text=str(token_list.metadata.get("text", "")),
+    )
 
 
 @functools.lru_cache(maxsize=1)

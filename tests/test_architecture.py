@@ -78,3 +78,12 @@ def test_state_draws_no_figures_and_pages_reach_no_model_internals():
     for path in sorted((ROOT / "pages").glob("*.py")):
         text = path.read_text(encoding="utf-8")
         assert "hf_model" not in text and ".tokenizer" not in text, path
+
+
+def test_only_the_distributed_executor_imports_ray():
+    # The app and the rest of the library never start Ray: corpus.profile imports distributed on demand.
+    for path in [*APP_FILES, *sorted((ROOT / "mha_core").glob("*.py"))]:
+        if path.name != "distributed.py":
+            assert "ray" not in top(imported_modules(path)), path
+    corpus_source = (ROOT / "mha_core" / "corpus.py").read_text(encoding="utf-8")
+    assert "\nfrom .distributed import" not in corpus_source and "\nimport ray" not in corpus_source
