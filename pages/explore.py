@@ -10,7 +10,15 @@ st.markdown(widgets.INTRO)
 with st.expander("What am I looking at?", icon=":material/help:"):
     st.markdown(widgets.FIRST_TEN_MINUTES)
 
-run = state.lab_run()  # a model trained on the Lab page, when the visitor opened it here
+
+def explore_run(notices: bool = True):
+    """The run this page shows: a model trained on the Lab page (when the visitor opened it here), else
+    the sidebar's selection (from the shared cache)."""
+    lab = state.lab_run()
+    return lab if lab is not None else widgets.current_run(notices=notices)
+
+
+run = state.lab_run()
 if run is not None:
     st.info(
         "Showing the model you trained on the Lab page, on its fixed example (tokens are numbers). "
@@ -54,10 +62,16 @@ if mode == "model":
 
 
 @st.fragment
-def head_view_section(view, run) -> None:
+def head_view_section(words: bool, hide_special: bool) -> None:
     """The layer's heads, the enlarged head and its lines. A fragment: moving the layer or head slider,
     clicking a head or focusing a token reruns only this part (not the sidebar and the page above), so
-    the browser redraws these charts and nothing else."""
+    the browser redraws these charts and nothing else. Its arguments are small on purpose: a session
+    keeps its fragment's arguments, so the run is looked up again (a cache hit) instead of held there,
+    and the server's memory stays within the cache budget."""
+    run = explore_run(notices=False)
+    if run is None:
+        return
+    view = widgets.shaped_run(run, words, hide_special)
     controls = st.columns([3, 3, 2])
     layer = widgets.select_layer(view.num_layers, container=controls[0])
     head = widgets.select_head(view.num_heads, container=controls[1], label="Head to enlarge")
@@ -123,4 +137,4 @@ def head_view_section(view, run) -> None:
             st.code(source, language="python")
 
 
-head_view_section(view, run)
+head_view_section(words, hide_special)

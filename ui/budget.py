@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import functools
+import gc
 import threading
 import time
 from collections import OrderedDict, deque
@@ -68,13 +69,18 @@ def tune_allocator() -> bool:
 
 
 def release_memory(force: bool = False) -> None:
-    """Give free heap pages back to the system (``malloc_trim``), at most every few seconds."""
-    libc = _libc()
+    """Free what evicted runs still hold, at most every few seconds: a full garbage collection (the
+    server turns Streamlit's collection after every rerun off, so a run caught in a reference cycle,
+    e.g. through a stopped script's traceback, would otherwise wait for Python's rare full collections),
+    then free heap pages back to the system (``malloc_trim``, glibc)."""
     now = time.monotonic()
-    if libc is None or (not force and now - _last_trim[0] < _TRIM_EVERY_S):
+    if not force and now - _last_trim[0] < _TRIM_EVERY_S:
         return
     _last_trim[0] = now
-    libc.malloc_trim(0)
+    gc.collect()
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def estimate_bytes(value: Any, _depth: int = 0) -> int:

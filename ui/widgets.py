@@ -450,12 +450,14 @@ def view_toggles(run, container=None, key_prefix: str = "") -> tuple[bool, bool]
 
 
 def shaped_run(run, words: bool, hide_special: bool):
-    """The run as the toggles ask (word level first, then without special tokens)."""
-    if words:
-        run = run.to_words()
-    if hide_special and np.any(run.special_mask):
-        run = run.without_special()
-    return run
+    """The run as the toggles ask (word level first, then without special tokens), cached with the run
+    (and so counted in the server's memory budget)."""
+
+    def shape():
+        shaped = run.to_words() if words else run
+        return shaped.without_special() if hide_special and np.any(shaped.special_mask) else shaped
+
+    return state.computed_from(run, f"shaped:{int(words)}{int(hide_special)}", shape) if words or hide_special else run
 
 
 def figure_options(run) -> dict:
