@@ -49,8 +49,11 @@ def captured_attentions(
     inputs: dict,
     lock: threading.Lock,
     progress: Progress | None = None,
+    outputs: dict | None = None,
 ) -> torch.Tensor | None:
     """Attentions copied by forward hooks on the ``recorders``, or None if a layer gave none.
+
+    ``outputs``: a dict that receives the model's own output as ``"model"`` (its final hidden states).
 
     Hooks live on shared modules, so ``lock`` (one per model) lets one forward pass at a time use them.
     """
@@ -76,7 +79,9 @@ def captured_attentions(
         ]
         try:
             with torch.inference_mode():
-                hf_model(**inputs)
+                output = hf_model(**inputs)
+            if outputs is not None:
+                outputs["model"] = output
         finally:
             for handle in handles:
                 handle.remove()
