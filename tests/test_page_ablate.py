@@ -79,3 +79,19 @@ def test_decoder_page_shows_losses_before_and_after():
         f"{before.token_losses.mean():.3f}",
         f"{after.token_losses.mean():.3f}",
     ]
+
+
+def test_roles_page_causal_column(minilm):
+    app = open_app("roles", {"text": TEXT})
+    next(t for t in app.toggle if t.key == "roles_causal").set_value(True)
+    rerun(app)
+    assert not app.error
+    run = minilm.run(TEXT)
+    metrics = mha_core.head_metrics(run)
+    semantic = mha_core.semantic_scores(run, minilm.input_embeddings(run.metadata["token_ids"]))
+    roles = mha_core.head_roles(run, metrics=metrics, semantic=semantic)
+    primary = mha_core.primary_roles(roles, run.num_layers, run.num_heads)
+    expected = causal.family_ablation(minilm, TEXT, primary)
+    shown = next(d for d in app.dataframe if "change" in d.value.columns).value
+    assert shown["family"].tolist() == expected["family"].tolist()
+    np.testing.assert_allclose(shown["change"].to_numpy(), expected["change"].to_numpy(), **METRIC_TOL)
