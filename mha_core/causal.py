@@ -304,9 +304,15 @@ class LossProbe:
 
 # ---- head importance (Michel et al. 2019) ---------------------------------------------------------
 def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: Progress | None) -> np.ndarray:
-    """sum over texts of |dL/dxi_h| at xi = 1, for gates xi_h multiplied on each head's output slice."""
-    if model.lm_head_kind != "causal" and model.lm_head_kind != "masked":
+    """sum over batches of |dL/dxi_h| at xi = 1, for gates xi_h multiplied on each head's output slice.
+
+    L of a batch is the sum of its texts' mean token losses; the absolute value is taken per batch, as
+    in Michel et al.'s code (``batch_size=1``: per text).
+    """
+    if model.lm_head_kind not in ("causal", "masked"):
         raise AblationError("gradient importance needs a language-model head")
+    if batch_size < 1:
+        raise AblationError(f"batch_size must be at least 1, got {batch_size}")
     projections = model.output_projections()
     num_layers, num_heads = model.num_layers, model.num_heads
     total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
@@ -321,38 +327,49 @@ def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: P
         return hook
 
     encoded = [model.encode(text) for text in texts]
-    lm_model = model.lm_model
+    if model.lm_head_kind == "causal":
+        encoded = [item for item in encoded if len(item) >= 2]  # one token predicts nothing
+        encoded.sort(key=len)  # similar lengths together: less padding
+        batches = [encoded[i : i + batch_size] for i in range(0, len(encoded), batch_size)]
+    else:
+        batches = [[item] for item in encoded]  # each text is already a batch of its masked copies
     with model._forward_lock:
         handles = [p.register_forward_pre_hook(gate(i)) for i, p in enumerate(projections)]
         try:
             with torch.enable_grad():
-                for index, item in enumerate(encoded):
-                    # One text at a time: |dL/dxi| is summed over texts, each text's loss its own mean.
-                    ids = torch.tensor([item.input_ids])
-                    types = None if item.token_type_ids is None else torch.tensor([item.token_type_ids])
-                    if model.lm_head_kind == "causal":
-                        if ids.shape[1] < 2:
-                            continue
-                        hidden = model.hf_model(**model._inputs(ids, None, types)).last_hidden_state
-                        loss = next_token_losses(model.logits(hidden), ids).mean()
-                    else:
-                        positions = [i for i, s in enumerate(item.special_mask) if not s]
-                        if not positions or model.tokenizer.mask_token_id is None:
-                            continue
-                        copies = ids.repeat(len(positions), 1)
-                        rows, where = torch.arange(len(positions)), torch.tensor(positions)
-                        copies[rows, where] = model.tokenizer.mask_token_id
-                        copy_types = None if types is None else types.repeat(len(positions), 1)
-                        hidden = model.hf_model(**model._inputs(copies, None, copy_types)).last_hidden_state
-                        loss = F.cross_entropy(model.logits(hidden[rows, where]), ids[0, where])
+                done = 0
+                for batch in batches:
+                    loss = _batch_loss(model, batch)
+                    done += len(batch)
+                    if loss is None:
+                        continue
                     (gradient,) = torch.autograd.grad(loss, gates)
                     total += gradient.abs().double()
-                    report(progress, index + 1, len(encoded), f"importance: text {index + 1} of {len(encoded)}")
+                    report(progress, done, len(encoded), f"importance: text {done} of {len(encoded)}")
         finally:
             for handle in handles:
                 handle.remove()
-    del lm_model
     return total.numpy()
+
+
+def _batch_loss(model: LoadedModel, batch) -> torch.Tensor | None:
+    """The sum of each text's mean token loss (causal head), or one text's mean masked-token loss (MLM head)."""
+    if model.lm_head_kind == "causal":
+        ids, mask, types = padded(model, batch)
+        hidden = model.hf_model(**model._inputs(ids, mask, types)).last_hidden_state
+        losses = next_token_losses(model.logits(hidden), ids) * mask[:, 1:]
+        return (losses.sum(1) / mask[:, 1:].sum(1)).sum()
+    (item,) = batch
+    positions = [i for i, special in enumerate(item.special_mask) if not special]
+    if not positions or model.tokenizer.mask_token_id is None:
+        return None
+    ids = torch.tensor([item.input_ids])
+    copies = ids.repeat(len(positions), 1)
+    rows, where = torch.arange(len(positions)), torch.tensor(positions)
+    copies[rows, where] = model.tokenizer.mask_token_id
+    types = None if item.token_type_ids is None else torch.tensor([item.token_type_ids]).repeat(len(positions), 1)
+    hidden = model.hf_model(**model._inputs(copies, None, types)).last_hidden_state
+    return F.cross_entropy(model.logits(hidden[rows, where]), ids[0, where])
 
 
 def _ablation_importance(model: LoadedModel, texts, engine: str, progress: Progress | None) -> np.ndarray:
@@ -376,12 +393,13 @@ def head_importance(
     normalize: bool = True,
     engine: str = "transformers",
     progress: Progress | None = None,
+    batch_size: int = 8,
 ) -> pd.DataFrame:
     """Importance of every head: a DataFrame ``layer, head, importance`` (+ ``raw``, unnormalised).
 
     ``method="gradient"``: Michel et al. 2019, I_h = sum over texts of |dL/dxi_h| for a gate xi_h (= 1)
-    on each head's output; with ``normalize`` each layer's scores are divided by their L2 norm over the
-    layer's heads, as in the paper. Needs a language-model head: for encoders without one the loss is
+    on each head's output (|.| per batch of ``batch_size`` texts, as in the paper's code; 1 = per text); with
+    ``normalize`` each layer's scores are divided by their L2 norm over the layer's heads, as in the paper. Needs a language-model head: for encoders without one the loss is
     the output change, whose gradient at xi = 1 is 0 (it is at its minimum), so they use the ablation
     method and ``attrs["method"]`` says so.
     ``method="ablation"``: the loss change when each head alone is zeroed (L x H passes over the texts).
@@ -393,7 +411,7 @@ def head_importance(
         raise HeadscopeError("Give at least one text to measure head importance on.")
     used = method if (method == "ablation" or model.has_lm_head) else "ablation"
     if used == "gradient":
-        raw = _gradient_importance(model, texts, 1, progress)
+        raw = _gradient_importance(model, texts, batch_size, progress)
     else:
         raw = _ablation_importance(model, texts, engine, progress)
     scores = raw.copy()
@@ -401,7 +419,9 @@ def head_importance(
         norms = np.linalg.norm(raw, axis=1, keepdims=True)
         scores = np.divide(raw, norms, out=np.zeros_like(raw), where=norms > 0)
     frame = per_head_frame(model.num_layers, model.num_heads, importance=scores, raw=raw)
-    frame.attrs.update(method=used, requested_method=method, normalized=normalize, texts=len(texts))
+    frame.attrs.update(
+        method=used, requested_method=method, normalized=normalize, texts=len(texts), batch_size=batch_size
+    )
     frame.attrs["loss"] = {"causal": "next-token loss", "masked": "masked-token loss"}.get(
         model.lm_head_kind, "output change"
     )

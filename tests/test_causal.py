@@ -228,13 +228,14 @@ def test_bad_ablations_are_clear_errors(lm):
 def test_gradient_importance_equals_finite_differences(tmp_path):
     model = mc.load_model(str(build_lm(tmp_path / "gpt2", "gpt2")))
     texts = [TEXT, "Where did you put the book?"]
-    frame = mc.head_importance(model, texts, normalize=False)
+    frame = mc.head_importance(model, texts, normalize=False, batch_size=1)  # |.| per text
+    batched = mc.head_importance(model, texts, normalize=False, batch_size=2)  # |.| of the sum over both
     assert frame.attrs["method"] == "gradient" and list(frame.columns[:2]) == ["layer", "head"]
     projections = model.output_projections()
     step = 1e-4  # float64 differences: truncation error ~ step^2, rounding ~ 1e-16 / step
     for layer, head in [(0, 0), (1, 2)]:
         # dL/dxi by central differences in float64, summed over texts as |.| per text.
-        total = 0.0
+        total, signed = 0.0, 0.0
         for text in texts:
             ids = torch.tensor([model.encode(text).input_ids])
             values = []
@@ -257,8 +258,11 @@ def test_gradient_importance_equals_finite_differences(tmp_path):
                     handle.remove()
                     model.lm_model.float()
             total += abs(values[0] - values[1]) / (2 * step)
+            signed += (values[0] - values[1]) / (2 * step)
         row = frame[(frame["layer"] == layer) & (frame["head"] == head)].iloc[0]
         np.testing.assert_allclose(row["raw"], total, rtol=1e-3)
+        row = batched[(batched["layer"] == layer) & (batched["head"] == head)].iloc[0]
+        np.testing.assert_allclose(row["raw"], abs(signed), rtol=1e-3, atol=1e-6)
     # Normalised per layer: each layer's scores have unit L2 norm over its heads.
     normed = mc.head_importance(model, texts)
     norms = normed.groupby("layer")["importance"].apply(lambda v: float(np.sqrt((v**2).sum())))
