@@ -164,7 +164,20 @@ def add_ablate(subparsers) -> None:
     parser.add_argument("--heads", default="", help="heads to ablate: layer.head list, e.g. '3.2,20.5' or 'L3H2 L20H5'")
     parser.add_argument("--ablation", choices=ABLATIONS, default="zero", help="zero, or mean over a reference set")
     parser.add_argument("--engine", choices=ENGINES, default="transformers")
-    parser.add_argument("--experiment", choices=["induction"], default=None, help="run a one-click experiment")
+    parser.add_argument(
+        "--experiment",
+        choices=["induction", "roles"],
+        default=None,
+        help="induction: repeated random tokens, top-k heads of a role vs k random heads; roles: the heads of "
+        "each role in --roles-table ablated together on a corpus, against random heads of the same number",
+    )
+    parser.add_argument("--roles-table", default=None, help="roles: a per-head table (.csv) with layer, head columns")
+    parser.add_argument("--role-column", default=None, help="roles: the table's role column (e.g. primary_role)")
+    parser.add_argument(
+        "--score-columns", default="", help="roles: comma-separated score columns whose top-k heads form groups"
+    )
+    parser.add_argument("--corpus", default="ud-ewt-dev", help="roles: the texts the loss is measured on")
+    parser.add_argument("--max-sentences", type=int, default=50, help="roles: sentences used (default: %(default)s)")
     parser.add_argument("--top-k", type=int, default=5, help="experiment: heads of the role ablated (default 5)")
     parser.add_argument("--draws", type=int, default=4, help="experiment: random-head draws (default 4)")
     parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
@@ -182,9 +195,26 @@ def run_ablate(args) -> int:
     table_format(args.out)
     heads = parse_heads(args.heads)
     if args.experiment is None and (not args.text or not heads):
-        raise HeadscopeError("give --text and --heads (or --experiment induction)")
+        raise HeadscopeError("give --text and --heads (or --experiment induction / roles)")
+    if args.experiment == "roles" and not args.roles_table:
+        raise HeadscopeError("--experiment roles needs --roles-table (a per-head table with layer and head columns)")
     model = load_model(args.model, progress=print_progress)
-    if args.experiment == "induction":
+    if args.experiment == "roles":
+        import pandas as pd
+
+        from .causal import corpus_texts, group_ablation, head_groups
+        from .corpus import read_corpus
+
+        groups = head_groups(
+            pd.read_csv(args.roles_table),
+            args.role_column,
+            [c.strip() for c in args.score_columns.split(",") if c.strip()],
+            args.top_k,
+        )
+        texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
+        table = group_ablation(model, texts, groups, draws=args.draws, ablation=args.ablation, progress=print_progress)
+        print(table.drop(columns="head_list").to_string(index=False))
+    elif args.experiment == "induction":
         table = induction_experiment(
             model, top_k=args.top_k, random_draws=args.draws, ablation=args.ablation, progress=print_progress
         )

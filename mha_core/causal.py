@@ -643,3 +643,73 @@ def family_ablation(model: LoadedModel, text: str, primary: pd.DataFrame, ablati
     frame = pd.DataFrame(rows, columns=["family", "heads", "measure", "before", "after"])
     frame["change"] = frame["after"] - frame["before"]
     return frame.sort_values("change", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# ---- which roles are causal: named groups of heads against random groups of the same size -------------
+def head_groups(
+    table: pd.DataFrame, role_column: str | None = None, score_columns: Sequence[str] = (), top_k: int = 5
+) -> dict[str, list[tuple[int, int]]]:
+    """Named groups of heads from a per-head table (``layer, head, ...``): every value of ``role_column``
+    (e.g. a profile's ``primary_role``; "none" and empty skipped), and the ``top_k`` heads of each score column."""
+    groups: dict[str, list[tuple[int, int]]] = {}
+    if role_column is not None:
+        if role_column not in table.columns:
+            raise HeadscopeError(f"the table has no column {role_column!r}")
+        for role, part in table.groupby(role_column, sort=True):
+            if str(role) in ("none", "nan", ""):
+                continue
+            groups[str(role)] = list(zip(part["layer"].astype(int), part["head"].astype(int)))
+    for column in score_columns:
+        if column not in table.columns:
+            raise HeadscopeError(f"the table has no column {column!r}")
+        ranked = table.sort_values(column, ascending=False, kind="stable").head(top_k)
+        groups[f"top {top_k} {column}"] = list(zip(ranked["layer"].astype(int), ranked["head"].astype(int)))
+    return groups
+
+
+def group_ablation(
+    model: LoadedModel,
+    texts: Sequence[str],
+    groups: dict[str, Sequence[tuple[int, int]]],
+    draws: int = 4,
+    seed: int = 0,
+    ablation: str = "zero",
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Each named group of heads ablated at once, against ``draws`` random groups of the same size (the
+    control): ``group, heads, measure, before, after, random_mean, random_sd, excess`` where excess =
+    (after - before) / (random_mean - before), the group's effect in units of a random group's effect."""
+    import pandas as pd
+
+    probe = LossProbe(model, texts)
+    before = probe()
+    rng = np.random.default_rng(seed)
+    total = model.num_layers * model.num_heads
+    rows = []
+    for index, (name, heads) in enumerate(groups.items()):
+        heads = check_heads(model, heads)
+        after = probe(head_edits(model, heads, ablation))
+        randoms = []
+        for _ in range(draws):
+            picks = rng.choice(total, size=len(heads), replace=False)
+            randoms.append(
+                probe(
+                    head_edits(model, [(int(p) // model.num_heads, int(p) % model.num_heads) for p in picks], ablation)
+                )
+            )
+        random_mean = float(np.mean(randoms)) if randoms else float("nan")
+        rows.append(
+            dict(
+                group=name,
+                heads=len(heads),
+                measure=probe.measure,
+                before=before,
+                after=after,
+                random_mean=random_mean,
+                random_sd=float(np.std(randoms, ddof=1)) if len(randoms) > 1 else float("nan"),
+                excess=(after - before) / (random_mean - before) if random_mean != before else float("nan"),
+                head_list=" ".join(f"L{layer}H{head}" for layer, head in heads),
+            )
+        )
+        report(progress, index + 1, len(groups), f"group {index + 1} of {len(groups)}: {name}")
+    return pd.DataFrame(rows)

@@ -347,3 +347,50 @@ def test_minilm_loads_without_head():
     assert not model.has_lm_head
     run = model.run(TEXT, ablate=[(0, 0)])
     assert run.token_losses is None and 0 < run.output_change < 1
+
+
+def test_group_ablation_against_random_groups(tmp_path):
+    import pandas as pd
+
+    model = mc.load_model(str(build_lm(tmp_path / "gpt2", "gpt2")))
+    table = pd.DataFrame(
+        {
+            "layer": [0, 0, 1, 1, 0],
+            "head": [0, 1, 2, 3, 2],
+            "primary_role": ["a", "a", "b", "none", "b"],
+            "s": [5, 4, 3, 2, 1],
+        }
+    )
+    groups = causal.head_groups(table, "primary_role", ["s"], top_k=2)
+    assert groups == {"a": [(0, 0), (0, 1)], "b": [(1, 2), (0, 2)], "top 2 s": [(0, 0), (0, 1)]}
+    texts = [TEXT, "Where did you put the book?"]
+    frame = causal.group_ablation(model, texts, groups, draws=3)
+    probe = causal.LossProbe(model, texts)
+    np.testing.assert_allclose(frame["before"], probe(), **METRIC_TOL)
+    np.testing.assert_allclose(frame["after"][0], probe(causal.head_edits(model, groups["a"])), **METRIC_TOL)
+    assert frame["random_sd"].notna().all()
+    expected = (frame["after"] - frame["before"]) / (frame["random_mean"] - frame["before"])
+    np.testing.assert_allclose(frame["excess"], expected)
+
+
+def test_cli_ablate_and_importance_write_the_library_tables(tmp_path):
+    import pandas as pd
+
+    from mha_core.__main__ import main
+
+    path = str(build_lm(tmp_path / "gpt2", "gpt2"))
+    model = mc.load_model(path)
+    out = tmp_path / "ablate.csv"
+    assert main(["ablate", "--model", path, "--text", TEXT, "--heads", "0.1, L1H2", "--out", str(out)]) == 0
+    written = pd.read_csv(out)
+    expected = causal.loss_table(model.run(TEXT), model.run(TEXT, ablate=[(0, 1), (1, 2)]))
+    np.testing.assert_allclose(written["loss_after"], expected["loss_after"], rtol=1e-5)
+    assert written["token"].tolist() == expected["token"].tolist()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(f"{TEXT}\nWhere did you put the book?\n")
+    out = tmp_path / "importance.csv"
+    assert main(["importance", "--model", path, "--corpus", str(corpus), "--out", str(out)]) == 0
+    reference = mc.head_importance(model, [TEXT, "Where did you put the book?"])
+    np.testing.assert_allclose(pd.read_csv(out)["importance"], reference["importance"], rtol=1e-5)
+    assert main(["ablate", "--model", path, "--text", TEXT, "--heads", "9.9", "--out", str(out)]) == 2
+    assert main(["ablate", "--model", path, "--heads", "0.1", "--out", str(out)]) == 2
