@@ -179,6 +179,20 @@ def next_token_losses(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Te
     ).reshape(input_ids[..., 1:].shape)
 
 
+def chunked_next_token_losses(
+    model: LoadedModel, hidden: torch.Tensor, ids: torch.Tensor, chunk: int = 64
+) -> np.ndarray:
+    """``next_token_losses`` of one text ``hidden [n, d]``, ``ids [n]``, with logits for ``chunk`` positions at a
+    time (a whole text's logits, n x vocabulary, would be 100 MB for SmolLM2 at 512 tokens)."""
+    losses = []
+    with torch.inference_mode():
+        for start in range(0, max(len(ids) - 1, 0), chunk):
+            stop = min(start + chunk, len(ids) - 1)
+            logits = model.logits(hidden[start:stop])
+            losses.append(F.cross_entropy(logits, ids[start + 1 : stop + 1], reduction="none"))
+    return torch.cat(losses).numpy().copy() if losses else np.zeros(0, dtype=np.float32)
+
+
 def masked_token_losses(
     model: LoadedModel, engine: str, input_ids, token_type_ids, special_mask, edits=None
 ) -> np.ndarray:
@@ -232,10 +246,10 @@ def run_outputs(
     ablated runs of encoders without one, ``output_change`` and ``token_output_change``."""
     rows: list[dict] = [{} for _ in encoded]
     if model.lm_head_kind == "causal":
-        with torch.inference_mode():
-            losses = next_token_losses(model.logits(hidden), input_ids)
         for row, item in enumerate(encoded):
-            rows[row]["token_losses"] = losses[row, : len(item) - 1].numpy().copy()
+            rows[row]["token_losses"] = chunked_next_token_losses(
+                model, hidden[row, : len(item)], input_ids[row, : len(item)]
+            )
     elif model.lm_head_kind == "masked":
         for row, item in enumerate(encoded):
             types = None if token_type_ids is None else token_type_ids[row, : len(item)]

@@ -84,7 +84,7 @@ FAMILIES: dict[str, Family] = {
             lm_head="masked",
             head_weight_prefixes=("cls.predictions.", "lm_head."),
             types_without_head=("distilbert", "electra"),
-            head_of=lambda lm_model: getattr(lm_model, "cls", None) or getattr(lm_model, "lm_head", None),
+            head_of=lambda lm_model: getattr(lm_model, "cls", getattr(lm_model, "lm_head", None)),
         ),
         Family(
             name="gpt2",

@@ -197,9 +197,13 @@ class LoadedModel:
 
     @contextmanager
     def _edits_applied(self, edits: dict | None):
-        """Forward pre-hooks that pass each layer's Concat(heads) through ``edits[layer]`` (transformers engine)."""
+        """Forward pre-hooks that pass each layer's Concat(heads) through ``edits[layer]`` (transformers engine).
+
+        Holds the model's forward lock either way: hooks live on shared modules, so no other thread's pass
+        may run while they are on, nor an unedited pass see another thread's edits."""
         if not edits:
-            yield
+            with self._forward_lock:
+                yield
             return
         projections = self.output_projections()
 
