@@ -162,19 +162,41 @@ def test_ablation_equals_an_independent_hook_and_engines_agree(lm):
 
 
 def test_mean_ablation_uses_the_reference_mean(lm):
-    means = causal.head_means(lm)
-    assert means.shape == (lm.num_layers, causal._concat_width(lm.output_projections()[0]))
-    assert causal.head_means(lm) is means  # cached
-    # Mean ablation with the reference made of the text itself, at one token: the mean IS the value, so nothing changes.
-    ids = lm.encode("cat").input_ids
-    single = lm.tokenizer.decode(ids)
-    own = causal.head_means(lm, [single])
-    edits = causal.head_edits(lm, [(0, 0), (1, 3)], "mean", reference=[single])
-    hidden = lm.final_hidden("transformers", torch.tensor([ids]), None, None, edits)
-    plain = lm.final_hidden("transformers", torch.tensor([ids]))
-    if len(ids) == 1:
-        np.testing.assert_allclose(hidden.numpy(), plain.numpy(), atol=ENGINE_ATOL)
-    assert own.shape == means.shape
+    reference = ["Where did you put the book?", "A dog chased the cat across the garden."]
+    means = causal.head_means(lm, reference)
+    assert causal.head_means(lm, reference) is means  # cached per reference set
+    # The mean computed here: every token's Concat(heads) of both texts, one at a time, averaged.
+    layer, head = 0, 1
+    projection = lm.output_projections()[layer]
+    seen = []
+    handle = projection.register_forward_pre_hook(lambda module, args: seen.append(args[0][0].clone()))
+    try:
+        with torch.inference_mode():
+            for text in reference:
+                lm.hf_model(input_ids=torch.tensor([lm.encode(text).input_ids]))
+    finally:
+        handle.remove()
+    expected = torch.cat(seen).mean(0)
+    np.testing.assert_allclose(means[layer].numpy(), expected.numpy(), atol=ENGINE_ATOL)
+    # Mean ablation = the slice replaced by that mean, by the test's own hook.
+    d = expected.shape[0] // lm.num_heads
+
+    def replace(module, args):
+        x = args[0].clone()
+        x[..., head * d : (head + 1) * d] = expected[head * d : (head + 1) * d]
+        return (x,)
+
+    ids = torch.tensor([lm.encode(TEXT).input_ids])
+    edits = causal.head_edits(lm, [(layer, head)], "mean", reference=reference)
+    ablated = lm.final_hidden("transformers", ids, None, None, edits)
+    handle = projection.register_forward_pre_hook(replace)
+    try:
+        with torch.inference_mode():
+            own = lm.hf_model(input_ids=ids).last_hidden_state
+    finally:
+        handle.remove()
+    np.testing.assert_allclose(ablated.numpy(), own.numpy(), atol=ENGINE_ATOL)
+    assert np.abs(ablated.numpy() - lm.final_hidden("transformers", ids).numpy()).max() > 1e-3
 
 
 def test_run_batch_ablated_equals_single_runs(lm):
