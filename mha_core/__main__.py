@@ -251,6 +251,8 @@ def add_importance(subparsers) -> None:
     parser.add_argument("--max-sentences", type=int, default=100, help="sentences used (default: %(default)s)")
     parser.add_argument("--method", choices=IMPORTANCE_METHODS, default="gradient")
     parser.add_argument("--pruning-out", default=None, help="also write the pruning curve (importance vs random order)")
+    parser.add_argument("--steps", type=int, default=10, help="pruning: points after none (default: %(default)s)")
+    parser.add_argument("--seeds", type=int, default=3, help="pruning: random orders (default: %(default)s)")
     parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
     parser.set_defaults(handler=run_importance)
 
@@ -277,7 +279,15 @@ def run_importance(args) -> int:
     if args.pruning_out:
         curves = pd.concat(
             [
-                pruning_curve(model, texts, order, importance=importance, progress=print_progress)
+                pruning_curve(
+                    model,
+                    texts,
+                    order,
+                    importance=importance,
+                    steps=args.steps,
+                    seeds=tuple(range(args.seeds)),
+                    progress=print_progress,
+                )
                 for order in ("importance", "random")
             ],
             ignore_index=True,
