@@ -109,8 +109,10 @@ def test_selecting_a_head_shows_its_attention_and_roles(page, minilm):
     shown = next(t for t in tables if "evidence" in t)
     assert list(shown["role"]) == list(own["role"]) and list(shown["evidence"]) == list(own["evidence"])
     # Every role shows what it rests on: n, chance level, 95% interval, source.
-    for column in ("n", "baseline", "ci_low", "ci_high", "source"):
+    for column in ("n", "source"):
         np.testing.assert_array_equal(shown[column].to_numpy(), own[column].to_numpy())
+    for column in ("baseline", "ci_low", "ci_high"):  # floats from runs at the app's and the test's thread counts
+        np.testing.assert_allclose(shown[column].to_numpy(float), own[column].to_numpy(float), **METRIC_TOL)
     scores = next(t for t in tables if "measurement" in t)
     entropy = scores.loc[scores["column"] == "normalized_entropy", "value"].iloc[0]
     # Measurements named in words.
