@@ -27,6 +27,7 @@ PAGES = [
     ("pages/explore.py", "Explore", ":material/grid_view:", "explore"),
     ("pages/compare.py", "Compare", ":material/compare:", "compare"),
     ("pages/roles.py", "Head roles", ":material/badge:", "roles"),
+    ("pages/ablate.py", "Ablate", ":material/content_cut:", "ablate"),
     ("pages/positions.py", "Positions", ":material/waves:", "positions"),
     ("pages/classroom.py", "Classroom", ":material/school:", "classroom"),
     ("pages/lab.py", "Lab", ":material/science:", "lab"),
@@ -36,6 +37,7 @@ PAGE_GUIDE = (
     "- **Explore**: every head of a layer, one head enlarged, the whole model at once.\n"
     "- **Compare**: two layers, two sentences, or two models / engines side by side.\n"
     "- **Head roles**: what each head does, measured against published tests.\n"
+    "- **Ablate**: switch heads off and measure what the model loses; rank heads by importance.\n"
     "- **Positions**: sinusoidal positional encoding as waves and similarities.\n"
     "- **Classroom**: the worked example, step by step.\n"
     "- **Lab**: train a tiny transformer and watch its heads specialise.\n\n"

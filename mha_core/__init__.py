@@ -15,6 +15,9 @@ from .attention import (
     scaled_dot_product_attention,
 )
 
+# Causal evidence: head ablation, importance (Michel et al. 2019), pruning curves.
+from .causal import head_importance, induction_experiment, pruning_curve
+
 # Many sentences at once: corpus profiling, coreference.
 from .corpus import ProfileResult, coreference_scores, load_coreference, open_corpus, profile, read_corpus
 
@@ -89,6 +92,10 @@ __all__ = [
     "sinusoidal_encoding",
     "softmax_saturation",
     "worked_example",
+    # causal evidence
+    "head_importance",
+    "induction_experiment",
+    "pruning_curve",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",

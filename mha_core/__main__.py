@@ -261,7 +261,158 @@ def run_lab(args) -> int:
     return 0
 
 
-COMMANDS = [add_extract, add_profile, add_lab]
+# ---- ablate -------------------------------------------------------------------------------------
+def add_ablate(subparsers) -> None:
+    from .causal import ABLATIONS
+    from .models import DEFAULT_MODEL, ENGINES
+
+    parser = subparsers.add_parser(
+        "ablate",
+        help="ablate heads and write what changes: per-token losses (or output change), or the induction experiment",
+        description="Zero (or mean) ablate heads, i.e. set their slice of the attention output projection's input, "
+        "and write per token the loss before and after (models with a language-model head) or the output change "
+        "(sentence encoders). With --experiment induction: repeated random tokens, the top-k heads of a role "
+        "ablated against k random heads.",
+    )
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="minilm, smollm2, a hub id or a checkpoint directory")
+    parser.add_argument("--text", default=None, help="the text to run (not needed for --experiment)")
+    parser.add_argument("--heads", default="", help="heads to ablate: layer.head list, e.g. '3.2,20.5' or 'L3H2 L20H5'")
+    parser.add_argument("--ablation", choices=ABLATIONS, default="zero", help="zero, or mean over a reference set")
+    parser.add_argument("--engine", choices=ENGINES, default="transformers")
+    parser.add_argument(
+        "--experiment",
+        choices=["induction", "roles"],
+        default=None,
+        help="induction: repeated random tokens, top-k heads of a role vs k random heads; roles: the heads of "
+        "each role in --roles-table ablated together on a corpus, against random heads of the same number",
+    )
+    parser.add_argument("--roles-table", default=None, help="roles: a per-head table (.csv) with layer, head columns")
+    parser.add_argument("--role-column", default=None, help="roles: the table's role column (e.g. primary_role)")
+    parser.add_argument(
+        "--score-columns", default="", help="roles: comma-separated score columns whose top-k heads form groups"
+    )
+    parser.add_argument("--corpus", default="ud-ewt-dev", help="roles: the texts the loss is measured on")
+    parser.add_argument("--max-sentences", type=int, default=50, help="roles: sentences used (default: %(default)s)")
+    parser.add_argument("--top-k", type=int, default=5, help="experiment: heads of the role ablated (default 5)")
+    parser.add_argument("--draws", type=int, default=4, help="experiment: random-head draws (default 4)")
+    parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
+    parser.set_defaults(handler=run_ablate)
+
+
+def run_ablate(args) -> int:
+    import numpy as np
+
+    from .causal import induction_experiment, loss_table, parse_heads, summarize_experiment
+    from .corpus import table_format, write_table
+    from .errors import HeadscopeError
+    from .models import load_model
+
+    table_format(args.out)
+    heads = parse_heads(args.heads)
+    if args.experiment is None and (not args.text or not heads):
+        raise HeadscopeError("give --text and --heads (or --experiment induction / roles)")
+    if args.experiment == "roles" and not args.roles_table:
+        raise HeadscopeError("--experiment roles needs --roles-table (a per-head table with layer and head columns)")
+    model = load_model(args.model, progress=print_progress)
+    if args.experiment == "roles":
+        import pandas as pd
+
+        from .causal import corpus_texts, group_ablation, head_groups
+        from .corpus import read_corpus
+
+        groups = head_groups(
+            pd.read_csv(args.roles_table),
+            args.role_column,
+            [c.strip() for c in args.score_columns.split(",") if c.strip()],
+            args.top_k,
+        )
+        texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
+        table = group_ablation(model, texts, groups, draws=args.draws, ablation=args.ablation, progress=print_progress)
+        print(table.drop(columns="head_list").to_string(index=False))
+    elif args.experiment == "induction":
+        table = induction_experiment(
+            model, top_k=args.top_k, random_draws=args.draws, ablation=args.ablation, progress=print_progress
+        )
+        print(summarize_experiment(table).to_string(index=False))
+    else:
+        before = model.run(args.text, engine=args.engine)
+        after = model.run(args.text, engine=args.engine, ablate=heads, ablation=args.ablation)
+        table = loss_table(before, after)
+        if after.token_losses is not None:
+            finite = np.isfinite(after.token_losses)
+            print(
+                f"mean loss {np.mean(before.token_losses[finite]):.4f} -> {np.mean(after.token_losses[finite]):.4f} "
+                f"nats with {len(heads)} heads {args.ablation}-ablated"
+            )
+        else:
+            print(f"output change (cosine distance of the mean-pooled output): {after.output_change:.4g}")
+    print(f"wrote {write_table(table, args.out)}")
+    return 0
+
+
+# ---- importance ---------------------------------------------------------------------------------
+def add_importance(subparsers) -> None:
+    from .causal import IMPORTANCE_METHODS
+    from .models import DEFAULT_MODEL
+
+    parser = subparsers.add_parser(
+        "importance",
+        help="rank heads by importance (Michel et al. 2019), optionally with the pruning curve",
+        description="Head importance |dL/dxi_h| of a gate on each head, summed over the corpus and normalised per "
+        "layer (Michel et al. 2019), or the loss change when each head alone is zeroed (--method ablation).",
+    )
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="minilm, smollm2, a hub id or a checkpoint directory")
+    parser.add_argument("--corpus", default="ud-ewt-dev", help="ud-ewt-dev, a .conllu file or a text file")
+    parser.add_argument("--max-sentences", type=int, default=100, help="sentences used (default: %(default)s)")
+    parser.add_argument("--method", choices=IMPORTANCE_METHODS, default="gradient")
+    parser.add_argument("--pruning-out", default=None, help="also write the pruning curve (importance vs random order)")
+    parser.add_argument("--steps", type=int, default=10, help="pruning: points after none (default: %(default)s)")
+    parser.add_argument("--seeds", type=int, default=3, help="pruning: random orders (default: %(default)s)")
+    parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
+    parser.set_defaults(handler=run_importance)
+
+
+def run_importance(args) -> int:
+    import pandas as pd
+
+    from .causal import corpus_texts, head_importance, pruning_curve
+    from .corpus import read_corpus, table_format, write_table
+    from .models import load_model
+
+    table_format(args.out)
+    if args.pruning_out:
+        table_format(args.pruning_out)
+    texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
+    model = load_model(args.model, progress=print_progress)
+    importance = head_importance(model, texts, method=args.method, progress=print_progress)
+    written = [str(write_table(importance, args.out))]
+    top = importance.sort_values("importance", ascending=False).head(5)
+    print(
+        f"{importance.attrs['method']} importance over {len(texts)} texts ({importance.attrs['loss']}); top heads: "
+        + ", ".join(f"L{r.layer}H{r.head} {r.importance:.3f}" for r in top.itertuples())
+    )
+    if args.pruning_out:
+        curves = pd.concat(
+            [
+                pruning_curve(
+                    model,
+                    texts,
+                    order,
+                    importance=importance,
+                    steps=args.steps,
+                    seeds=tuple(range(args.seeds)),
+                    progress=print_progress,
+                )
+                for order in ("importance", "random")
+            ],
+            ignore_index=True,
+        )
+        written.append(str(write_table(curves, args.pruning_out)))
+    print("wrote " + ", ".join(written))
+    return 0
+
+
+COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -248,8 +248,12 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         key_padding_mask: torch.Tensor | None = None,
         head_mask: torch.Tensor | None = None,
+        edit_heads=None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns ``(output [batch, n_q, d_model], weights [batch, heads, n_q, n_k])``.
+
+        ``edit_heads``: a function applied to Concat(heads) ``[batch, n_q, heads * d_k]``, the input of the
+        output projection, before it is projected (head ablation, importance gates: ``mha_core.causal``).
 
         ``key``/``value`` default to ``query`` (self-attention); ``value`` defaults to ``key``.
         ``mask`` broadcasts to ``[batch, heads, n_q, n_k]`` (bool keep-mask or additive float);
@@ -291,7 +295,10 @@ class MultiHeadAttention(nn.Module):
                     f"got shape {tuple(head_mask.shape)}"
                 )
             heads = heads * head_mask.to(heads.dtype).reshape(-1, self.num_heads, 1, 1)
-        out = linear(self.merge_heads(heads), self.out_proj.weight, self.out_proj.bias)
+        merged = self.merge_heads(heads)
+        if edit_heads is not None:
+            merged = edit_heads(merged)
+        out = linear(merged, self.out_proj.weight, self.out_proj.bias)
         if unbatched:
             return out[0], weights[0]
         return out, weights

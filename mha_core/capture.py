@@ -72,13 +72,14 @@ def captured_attentions(
     inputs: dict,
     lock: threading.Lock,
     progress: Progress | None = None,
-    outputs: list | None = None,
+    outputs: dict | None = None,
     out: AttentionBuffer | None = None,
 ) -> torch.Tensor | None:
     """Attentions copied by forward hooks on the ``recorders``, or None if a layer gave none.
 
     Hooks live on shared modules, so ``lock`` (one per model) lets one forward pass at a time use them.
-    ``outputs``, when given a list, receives the model's output (e.g. its ``hidden_states``).
+    ``outputs``: a dict that receives the model's own output as ``"model"`` (final and, when asked for,
+    per-layer hidden states).
     ``out``: the memory to copy into (see ``AttentionBuffer``); None: a new tensor.
     """
     layer_count = len(recorders)
@@ -104,10 +105,9 @@ def captured_attentions(
         ]
         try:
             with torch.inference_mode():
-                if outputs is None:
-                    hf_model(**inputs)
-                else:
-                    outputs.append(hf_model(**inputs))
+                output = hf_model(**inputs)
+            if outputs is not None:
+                outputs["model"] = output
         finally:
             for handle in handles:
                 handle.remove()

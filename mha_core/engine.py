@@ -169,14 +169,14 @@ class CoreModel:
 # ---------------------------------------------------------------------------------------------
 
 
-def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None):
+def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, edit=None):
     """One post-LayerNorm encoder layer (BERT, MiniLM, RoBERTa, DistilBERT, ELECTRA).
 
     x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens.
     Returns the layer's output and its attention weights [batch, heads, n, n].
     """
     # Multi-head self-attention: every token looks at every real token, in both directions.
-    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask)
+    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask, edit_heads=edit)
 
     # Residual connection, then LayerNorm ("post-LN": the norm comes after the sum).
     x = layer_norm(x + attended, layer.attention_norm)
@@ -187,14 +187,16 @@ def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch
     return x, weights
 
 
-def mpnet_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, position_bias):
+def mpnet_layer(
+    x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, position_bias, edit=None
+):
     """One MPNet encoder layer: a BERT layer whose scores also get a learned bias by relative position.
 
     x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens;
     position_bias: [1, heads, n, n], added to q.k / sqrt(d_k) before the softmax (an additive mask).
     Returns the layer's output and its attention weights [batch, heads, n, n].
     """
-    attended, weights = layer.attention(x, mask=position_bias, key_padding_mask=key_padding_mask)
+    attended, weights = layer.attention(x, mask=position_bias, key_padding_mask=key_padding_mask, edit_heads=edit)
     x = layer_norm(x + attended, layer.attention_norm)  # residual, then post-LN, as in BERT
     hidden = layer.activation(layer.ffn_up(x))
     x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)
@@ -214,7 +216,7 @@ def relative_position_buckets(n: int, num_buckets: int, max_distance: int) -> to
     return bucket + torch.where(distance < exact, distance, log_bucket.clamp(max=half - 1))
 
 
-def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch.Tensor | None):
+def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch.Tensor | None, edit=None):
     """One pre-LayerNorm decoder layer (GPT-2, DistilGPT2).
 
     x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens.
@@ -222,7 +224,7 @@ def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch
     """
     # Masked (causal) self-attention on the normalised input: token i sees tokens 0..i only.
     attended, weights = layer.attention(
-        layer_norm(x, layer.attention_norm), causal=True, key_padding_mask=key_padding_mask
+        layer_norm(x, layer.attention_norm), causal=True, key_padding_mask=key_padding_mask, edit_heads=edit
     )
     x = x + attended  # residual connection ("pre-LN": the norm is inside the branch)
 
@@ -238,6 +240,7 @@ def llama_layer(
     key_padding_mask: torch.Tensor | None,
     cos: torch.Tensor,
     sin: torch.Tensor,
+    edit=None,
 ):
     """One Llama decoder layer (Llama, SmolLM2): RMSNorm, rotary positions, grouped KV heads, SwiGLU.
 
@@ -263,7 +266,10 @@ def llama_layer(
 
     mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
     heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=True)
-    x = x + layer.output(heads.transpose(1, 2).reshape(batch, n, -1))  # Concat(heads) W^O, residual
+    concat = heads.transpose(1, 2).reshape(batch, n, -1)
+    if edit is not None:  # head ablation: the heads' slices of Concat(heads), the input of W^O
+        concat = edit(concat)
+    x = x + layer.output(concat)  # Concat(heads) W^O, residual
 
     # SwiGLU feed-forward: a SiLU-gated product of two projections, projected back.
     h = rms_norm(x, layer.ffn_norm)
@@ -292,34 +298,44 @@ def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_ty
 
 
 def _layer_weights(
-    layers, layer_fn, x, *args, progress: Progress | None = None, record: list | None = None
+    layers,
+    layer_fn,
+    x,
+    *args,
+    progress: Progress | None = None,
+    record: list | None = None,
+    edits: dict | None = None,
+    outputs: dict | None = None,
 ) -> torch.Tensor:
     """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``.
 
     ``progress(done, total, message)`` after each layer (it may raise to stop the pass there);
-    ``record``, when given, receives each layer's input (what ``head_vectors`` projects).
+    ``record``, when given, receives each layer's input (what ``head_vectors`` projects);
+    ``edits``: ``{layer: function}`` applied to that layer's Concat(heads) (``mha_core.causal``);
+    ``outputs``: a dict that receives ``"hidden"``, the residual stream after the last layer.
     """
     weights = []
+    edits = edits or {}
     for index, layer in enumerate(layers):
         if record is not None:
             record.append(x)
-        x, layer_weights = layer_fn(x, layer, *args)
+        x, layer_weights = layer_fn(x, layer, *args, edit=edits.get(index))
         weights.append(layer_weights)
         report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
+    if outputs is not None:
+        outputs["hidden"] = x
     return torch.stack(weights, dim=1)
 
 
-def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
+def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     x = bert_embeddings(core.embeddings, input_ids, token_type_ids)
-    return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress, record=record)
+    return _layer_weights(core.layers, bert_layer, x, key_padding_mask, progress=progress, **passes)
 
 
-def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
+def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     x = bert_embeddings(core.embeddings, input_ids, None)  # MPNet has no segment embeddings
     position_bias = mpnet_position_bias(core, input_ids.shape[1])  # [1, heads, n, n]
-    return _layer_weights(
-        core.layers, mpnet_layer, x, key_padding_mask, position_bias, progress=progress, record=record
-    )
+    return _layer_weights(core.layers, mpnet_layer, x, key_padding_mask, position_bias, progress=progress, **passes)
 
 
 def gpt2_embeddings(
@@ -338,16 +354,16 @@ def rotary_angles(n: int, inverse_frequency: torch.Tensor, amplitude: float):
     return angles.cos() * amplitude, angles.sin() * amplitude
 
 
-def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
+def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
     # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
-    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask, progress=progress, record=record)
+    return _layer_weights(core.layers, gpt2_layer, x, key_padding_mask, progress=progress, **passes)
 
 
-def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, record=None):
+def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     cos, sin = rotary_angles(input_ids.shape[1], *core.rope)
     x = core.embeddings[input_ids]  # Llama adds no position vector: position is in the rotation
-    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress, record=record)
+    return _layer_weights(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress, **passes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -616,6 +632,8 @@ def core_attentions(
     token_type_ids: torch.Tensor | None = None,
     progress: Progress | None = None,
     layer_inputs: list | None = None,
+    edits: dict | None = None,
+    outputs: dict | None = None,
 ) -> torch.Tensor:
     """Attention weights of every layer and head, recomputed from scratch: float32 ``[batch, layers, heads, n, n]``.
 
@@ -624,7 +642,9 @@ def core_attentions(
     ``token_type_ids`` ``[batch, n]`` segment ids, for encoders with sentence pairs.
     Weights in the rows of padding tokens are not meaningful; columns of padding tokens are 0.
     ``progress(done, total, message)`` is called after every layer; ``layer_inputs``, when given a list,
-    receives each layer's input hidden states ``[batch, n, d]`` (for ``head_vectors``).
+    receives each layer's input hidden states ``[batch, n, d]`` (for ``head_vectors``);
+    ``edits``: ``{layer: function of Concat(heads)}``, e.g. head ablation (``mha_core.causal``);
+    ``outputs``: a dict that receives ``"hidden"``, the residual stream after the last layer (before any final norm).
     """
     core = core_model(hf_model)
     device = hf_model.get_input_embeddings().weight.device
@@ -651,7 +671,16 @@ def core_attentions(
 
     with torch.inference_mode():
         forward = FAMILIES[core.family].forward
-        return forward(core, input_ids, key_padding_mask, token_type_ids, progress, layer_inputs).float()
+        return forward(
+            core,
+            input_ids,
+            key_padding_mask,
+            token_type_ids,
+            progress,
+            record=layer_inputs,
+            edits=edits,
+            outputs=outputs,
+        ).float()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ class Family:
     causal: bool  # a decoder: token i sees tokens 0..i only
     positions: str  # how position enters, in words
     read: Callable[..., engine.CoreModel]  # (base transformers module, config) -> weights for the engine
-    forward: Callable[..., object]  # (CoreModel, ids, padding mask, segments, progress, record) -> attentions
+    forward: Callable[..., object]  # (CoreModel, ids, padding mask, segments, progress, *, record, edits, outputs)
     layer: Callable[..., object]  # the layer function: what the app shows as "the code that ran"
     helpers: tuple[Callable[..., object], ...]  # the functions that layer relies on, shown beside it
     activation_of: Callable[[object], str]  # config -> its activation's name
@@ -34,6 +34,19 @@ class Family:
     check: Callable[[object], str | None] = lambda config: None  # config -> why the engine cannot replay it
     # Position tables that reserve the rows up to padding_idx (RoBERTa): usable positions are fewer.
     positions_after_padding: tuple[str, ...] = ()
+    # Causal evidence (mha_core.causal). The output projection of each layer's attention, whose input is
+    # Concat(head_1, ..., head_H): ablating a head edits its slice of that input. (base module -> modules)
+    output_projections: Callable[[object], list] = lambda base: []
+    # The language-model head the family's checkpoints may ship: "causal" (next token), "masked" (MLM) or None.
+    lm_head: str | None = None
+    # The weight names a checkpoint has when it ships that head (tied heads need none: see has_lm_head).
+    head_weight_prefixes: tuple[str, ...] = ()
+    # Model types of the family whose head transformers builds differently (no single head module).
+    types_without_head: tuple[str, ...] = ()
+    # (model with a head) -> the module mapping final hidden states to logits.
+    head_of: Callable[[object], object] = lambda lm_model: None
+    # (base module) -> the norm applied after the last layer (pre-norm decoders), or None.
+    final_norm_of: Callable[[object], object] = lambda base: None
 
 
 def _bert_check(config) -> str | None:
@@ -66,6 +79,14 @@ FAMILIES: dict[str, Family] = {
             activation_of=lambda config: config.activation if config.model_type == "distilbert" else config.hidden_act,
             check=_bert_check,
             positions_after_padding=("roberta", "xlm-roberta", "camembert"),
+            output_projections=lambda base: [
+                block.attention.out_lin if hasattr(base, "transformer") else block.attention.output.dense
+                for block in (base.transformer.layer if hasattr(base, "transformer") else base.encoder.layer)
+            ],
+            lm_head="masked",
+            head_weight_prefixes=("cls.predictions.", "lm_head."),
+            types_without_head=("distilbert", "electra"),
+            head_of=lambda lm_model: getattr(lm_model, "cls", getattr(lm_model, "lm_head", None)),
         ),
         Family(
             name="mpnet",
@@ -93,6 +114,11 @@ FAMILIES: dict[str, Family] = {
             heads=engine.gpt2_head_vectors,
             helpers=(engine.gpt2_embeddings, engine.layer_norm),
             activation_of=lambda config: config.activation_function,
+            output_projections=lambda base: [block.attn.c_proj for block in base.h],
+            lm_head="causal",
+            head_weight_prefixes=("lm_head.",),
+            head_of=lambda lm_model: lm_model.lm_head,
+            final_norm_of=lambda base: base.ln_f,
         ),
         Family(
             name="llama",
@@ -107,6 +133,11 @@ FAMILIES: dict[str, Family] = {
             helpers=(engine.rotary_angles, engine.rotate, engine.rms_norm),
             activation_of=lambda config: config.hidden_act,
             check=_llama_check,
+            output_projections=lambda base: [block.self_attn.o_proj for block in base.layers],
+            lm_head="causal",
+            head_weight_prefixes=("lm_head.",),
+            head_of=lambda lm_model: lm_model.lm_head,
+            final_norm_of=lambda base: base.norm,
         ),
     )
 }
@@ -125,3 +156,11 @@ def family_name(model_type: str) -> str:
 def supported_types() -> str:
     """``"bert: bert, roberta, ...; gpt2: gpt2; ..."`` for messages."""
     return "; ".join(f"{family.name}: {', '.join(family.model_types)}" for family in FAMILIES.values())
+
+
+def head_class_name(model_type: str) -> str | None:
+    """The transformers auto class that loads a model type with its LM head, or None (no head known)."""
+    family = FAMILY_OF_MODEL_TYPE.get(model_type)
+    if family is None or family.lm_head is None or model_type in family.types_without_head:
+        return None
+    return {"causal": "AutoModelForCausalLM", "masked": "AutoModelForMaskedLM"}[family.lm_head]

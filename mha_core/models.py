@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -93,11 +94,21 @@ class LoadedModel:
     def __init__(self, name: str, hf_model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase):
         self.name = name
         self.warnings: list[str] = []  # what the user should know about this checkpoint (see sources)
-        self.hf_model = hf_model
+        # ``hf_model`` is always the base model (its layers are what every other step reads); a checkpoint
+        # loaded with its language-model head keeps the whole model as ``lm_model`` beside it.
+        base = getattr(hf_model, "base_model", hf_model)
+        self._family_entry = families.FAMILY_OF_MODEL_TYPE.get(hf_model.config.model_type)
+        head = self._family_entry.head_of(hf_model) if base is not hf_model and self._family_entry else None
+        self.lm_model = hf_model if head is not None else None
+        self._lm_head = head
+        # "causal" (next-token head), "masked" (MLM head) or None (a sentence encoder without a head).
+        self.lm_head_kind = self._family_entry.lm_head if head is not None else None
+        self.hf_model = base
         self.tokenizer = tokenizer
-        config = hf_model.config
+        config = base.config
         self.model_type = config.model_type
         self.family = families.family_name(self.model_type)
+        self._head_means: dict = {}  # mean-ablation values, per reference set (mha_core.causal.head_means)
         self._forward_params = set(inspect.signature(hf_model.forward).parameters)
         self._uses_token_types = (
             "token_type_ids" in getattr(tokenizer, "model_input_names", ()) and "token_type_ids" in self._forward_params
@@ -114,7 +125,9 @@ class LoadedModel:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # Measured, not looked up: layers, heads and causality come from the attentions of a short probe.
         self.is_causal = False
-        self._forward_lock = threading.Lock()
+        # One forward pass at a time uses the hooks on shared modules (capture, ablation); re-entrant because
+        # an ablated pass holds it around the capture, which takes it too.
+        self._forward_lock = threading.RLock()
         self._recorders: list = []
         probe_ids = torch.tensor([self._probe_ids(4)], dtype=torch.long)
         probe = self._transformers_attentions(probe_ids)[0]
@@ -146,8 +159,76 @@ class LoadedModel:
     def __repr__(self) -> str:
         return (
             f"LoadedModel({self.name!r}, family={self.family!r}, {self.num_layers} layers x {self.num_heads} heads, "
-            f"causal={self.is_causal}, max_tokens={self.max_tokens})"
+            f"causal={self.is_causal}, max_tokens={self.max_tokens}, lm_head={self.lm_head_kind})"
         )
+
+    @property
+    def has_lm_head(self) -> bool:
+        """True when the checkpoint's language-model head is loaded: ``token_losses`` can be computed."""
+        return self._lm_head is not None
+
+    @property
+    def head_description(self) -> str:
+        """The head in words, for people."""
+        return {
+            "causal": "a causal language-model head: each token's loss is -log p(next token)",
+            "masked": "a masked language-model head: each token's loss is measured with that token masked",
+        }.get(self.lm_head_kind, "no language-model head (a sentence encoder): ablation is measured as output change")
+
+    def output_projections(self) -> list[torch.nn.Module]:
+        """Each layer's attention output projection (``o_proj`` / ``attention.output.dense`` / ``c_proj``)."""
+        projections = self._family_entry.output_projections(self.hf_model) if self._family_entry else []
+        if len(projections) != getattr(self, "num_layers", len(projections)) or not projections:
+            from .errors import HeadscopeError
+
+            raise HeadscopeError(
+                f"Head ablation needs each layer's attention output projection, which Headscope does not know for "
+                f"{self.model_type!r} models. Supported: {families.supported_types()}."
+            )
+        return projections
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head applied to final hidden states ``[..., d]`` -> float32 logits ``[..., vocab]``."""
+        if self._lm_head is None:
+            from .errors import HeadscopeError
+
+            raise HeadscopeError(f"{self.name!r} has no language-model head: {self.head_description}.")
+        return self._lm_head(hidden).float()
+
+    @contextmanager
+    def _edits_applied(self, edits: dict | None):
+        """Forward pre-hooks that pass each layer's Concat(heads) through ``edits[layer]`` (transformers engine).
+
+        Holds the model's forward lock either way: hooks live on shared modules, so no other thread's pass
+        may run while they are on, nor an unedited pass see another thread's edits."""
+        if not edits:
+            with self._forward_lock:
+                yield
+            return
+        projections = self.output_projections()
+
+        def pre_hook(edit):
+            return lambda module, args: (edit(args[0]), *args[1:])
+
+        with self._forward_lock:
+            handles = [projections[layer].register_forward_pre_hook(pre_hook(edit)) for layer, edit in edits.items()]
+            try:
+                yield
+            finally:
+                for handle in handles:
+                    handle.remove()
+
+    def final_hidden(
+        self, engine: str, input_ids, attention_mask=None, token_type_ids=None, edits: dict | None = None
+    ) -> torch.Tensor:
+        """The hidden states the LM head reads, ``[B, n, d]`` (after any final norm), from one forward pass."""
+        if engine == "core":
+            outputs: dict = {}
+            self._core_attentions(input_ids, attention_mask, token_type_ids, None, edits, outputs)
+            return outputs["hidden"]
+        inputs = self._inputs(input_ids, attention_mask, token_type_ids)
+        with self._edits_applied(edits), torch.inference_mode():
+            return self.hf_model(**inputs).last_hidden_state.float()
 
     def _probe_ids(self, count: int) -> list[int]:
         ordinary = [
@@ -164,6 +245,8 @@ class LoadedModel:
         attention_mask=None,
         token_type_ids=None,
         progress: Progress | None = None,
+        edits: dict | None = None,
+        outputs: dict | None = None,
         layer_inputs: list | None = None,
         out: AttentionBuffer | None = None,
     ) -> torch.Tensor:
@@ -173,39 +256,60 @@ class LoadedModel:
         (``capture.captured_attentions``), so no second copy is ever held; models whose attention modules
         cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
         ``progress(done, total, message)`` is called as each layer finishes (hooked path only).
+        ``edits``: ``{layer: function}`` applied to that layer's Concat(heads) (head ablation);
+        ``outputs``: a dict that receives ``"hidden"``, the final hidden states of the same pass.
         ``layer_inputs``, when given a list, receives each layer's input hidden states (from the same pass).
         ``out``: memory to reuse for the result (hooked path only; see ``AttentionBuffer``).
         """
+        inputs = self._inputs(input_ids, attention_mask, token_type_ids, hidden_states=layer_inputs is not None)
+        with self._edits_applied(edits):
+            return self._transformers_pass(inputs, progress, outputs, layer_inputs, out)
+
+    def _inputs(self, input_ids, attention_mask=None, token_type_ids=None, hidden_states: bool = False) -> dict:
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
-        if layer_inputs is not None:
+        if hidden_states:
             inputs["output_hidden_states"] = True
-        outputs: list | None = [] if layer_inputs is not None else None  # the output is kept only when needed
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         if "use_cache" in self._forward_params:
             inputs["use_cache"] = False
+        return inputs
+
+    def _transformers_pass(
+        self,
+        inputs: dict,
+        progress: Progress | None,
+        outputs: dict | None,
+        layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
+    ) -> torch.Tensor:
+        keep_output = outputs is not None or layer_inputs is not None  # the output is kept only when needed
         if self._recorders:
+            model_output: dict | None = {} if keep_output else None
             captured = captured_attentions(
-                self.hf_model, self._recorders, inputs, self._forward_lock, progress, outputs, out
+                self.hf_model, self._recorders, inputs, self._forward_lock, progress, model_output, out
             )
             if captured is not None:
-                if outputs:
-                    self._hidden_states(outputs[0], captured.shape[1], layer_inputs)
+                if keep_output:
+                    self._keep_outputs(model_output["model"], captured.shape[1], outputs, layer_inputs)
                 return captured
         with torch.inference_mode():
-            output = self.hf_model(**inputs, output_attentions=True)
-            layers = list(output.attentions or ())
+            result = self.hf_model(**inputs, output_attentions=True)
+            layers = list(result.attentions or ())
             if not layers or any(layer is None for layer in layers):
                 raise ModelLoadError(
                     f"{self.name!r} returned no attention weights (attention implementation "
                     f"{getattr(self.hf_model.config, '_attn_implementation', '?')!r}). Headscope loads models with "
                     "attn_implementation='eager'; sdpa and flash attention do not return weights."
                 )
-            self._hidden_states(output, len(layers), layer_inputs)
+            self._keep_outputs(result, len(layers), outputs, layer_inputs)
             return torch.stack(layers, dim=1)
 
-    def _hidden_states(self, output, num_layers: int, layer_inputs: list | None) -> None:
-        """Each layer's input: ``hidden_states[l]`` for l < L (the last entry is the final output)."""
+    def _keep_outputs(self, output, num_layers: int, outputs: dict | None, layer_inputs: list | None) -> None:
+        """``outputs["hidden"]``: the final hidden states; ``layer_inputs``: each layer's input
+        (``hidden_states[l]`` for l < L; the last entry is the final output)."""
+        if outputs is not None:
+            outputs["hidden"] = output.last_hidden_state.float()
         if layer_inputs is None:
             return
         hidden = list(getattr(output, "hidden_states", None) or ())
@@ -223,12 +327,17 @@ class LoadedModel:
         attention_mask=None,
         token_type_ids=None,
         progress: Progress | None = None,
+        edits: dict | None = None,
+        outputs: dict | None = None,
         layer_inputs: list | None = None,
         out: AttentionBuffer | None = None,
     ):
         """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine.
-        ``layer_inputs`` (a list) receives the engine's own input hidden states of each layer; ``out``:
-        memory the transformers attentions may reuse."""
+
+        ``edits`` (head ablation) apply to both engines; ``outputs`` receives the engine's final hidden states;
+        ``layer_inputs`` (a list) the engine's own input hidden states of each layer; ``out``: memory the
+        transformers attentions may reuse.
+        """
         if engine not in ENGINES:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
         # The core engine runs both (it reports its difference from transformers): two passes of progress.
@@ -238,11 +347,26 @@ class LoadedModel:
             attention_mask,
             token_type_ids,
             _part(progress, 0, passes),
+            edits,
+            outputs if engine == "transformers" else None,
             layer_inputs if engine == "transformers" else None,
             out if passes == 1 else None,
         )
         if engine == "transformers":
             return reference, None
+        core = self._core_attentions(
+            input_ids, attention_mask, token_type_ids, _part(progress, 1, passes), edits, outputs, layer_inputs
+        )
+        if tuple(core.shape) != tuple(reference.shape):
+            raise EngineNotSupported(
+                f"The from-scratch engine gave attentions of shape {tuple(core.shape)}, "
+                f"transformers {tuple(reference.shape)}."
+            )
+        return core.to(torch.float32), reference
+
+    def _core_attentions(self, input_ids, attention_mask, token_type_ids, progress, edits, outputs, layer_inputs=None):
+        """The from-scratch engine's attentions; ``outputs["hidden"]`` gets its final hidden states, after the
+        checkpoint's final norm (GPT-2 ``ln_f``, Llama ``norm``), which the LM head reads."""
         try:
             from .engine import core_attentions
         except ImportError as exc:
@@ -253,20 +377,33 @@ class LoadedModel:
                 input_ids,
                 attention_mask=attention_mask,
                 token_type_ids=token_type_ids,
-                progress=_part(progress, 1, passes),
+                progress=progress,
+                edits=edits,
+                outputs=outputs,
                 layer_inputs=layer_inputs,
             )
-        if tuple(core.shape) != tuple(reference.shape):
-            raise EngineNotSupported(
-                f"The from-scratch engine gave attentions of shape {tuple(core.shape)}, "
-                f"transformers {tuple(reference.shape)}."
-            )
-        return core.to(torch.float32), reference
+            if outputs is not None and self._family_entry is not None:
+                final_norm = self._family_entry.final_norm_of(self.hf_model)
+                if final_norm is not None:
+                    outputs["hidden"] = final_norm(outputs["hidden"]).float()
+        return core
 
     def _make_run(
-        self, encoded: EncodedText, attentions: torch.Tensor, engine: str, max_abs_diff: float | None, **metadata
+        self,
+        encoded: EncodedText,
+        attentions: torch.Tensor,
+        engine: str,
+        max_abs_diff: float | None,
+        token_losses: np.ndarray | None = None,
+        output_change: float | None = None,
+        token_output_change: np.ndarray | None = None,
+        metadata_extra: dict | None = None,
+        **metadata,
     ) -> AttentionRun:
         return AttentionRun(
+            token_losses=token_losses,
+            output_change=output_change,
+            token_output_change=token_output_change,
             model_name=self.name,
             family=self.family,
             is_causal=self.is_causal,
@@ -288,6 +425,7 @@ class LoadedModel:
                 "model_type": self.model_type,
                 "max_tokens": self.max_tokens,
                 "bos": encoded.added_bos,
+                **(metadata_extra or {}),
                 **metadata,
             },
         )
@@ -300,6 +438,8 @@ class LoadedModel:
         engine: str = "transformers",
         progress: Progress | None = None,
         bos: bool | None = None,
+        ablate: Sequence[tuple[int, int]] | None = None,
+        ablation: str = "zero",
         norms: bool = False,
         out: AttentionBuffer | None = None,
     ) -> AttentionRun:
@@ -307,6 +447,9 @@ class LoadedModel:
 
         ``progress(done, total, message)`` is called as layers finish; it may raise to stop the run.
         ``bos``: begin with the BOS token (None: the model's default, ``default_bos``).
+        ``ablate``: heads ``[(layer, head), ...]`` whose output is zeroed (``ablation="zero"``) or replaced by
+        its mean over a reference set (``"mean"``) before the output projection (``mha_core.causal``).
+        The run carries ``token_losses`` where the model has a head, ``output_change`` where it has none.
         ``norms``: also norm-based attention (Kobayashi et al. 2020), ``run.norms`` ``[L, H, n, n]``
         with ``run.value_norms`` and ``run.output_norms`` (``mha_core.deeper.norm_based_attention``).
         ``out``: an ``AttentionBuffer`` the run's attentions may live in, for a caller that is done with
@@ -314,7 +457,7 @@ class LoadedModel:
         fresh memory for every long run.
         """
         encoded = self.encode(text_or_words, text_pair, bos)
-        return self._run_encoded(encoded, engine, progress, norms=norms, out=out)
+        return self._run_encoded(encoded, engine, progress, ablate=ablate, ablation=ablation, norms=norms, out=out)
 
     def layer_inputs(self, token_ids: Sequence[int], engine: str = "transformers") -> tuple[torch.Tensor, list]:
         """``(attentions [1, L, H, n, n], each layer's input hidden states [1, n, d])`` of one engine's pass."""
@@ -328,18 +471,33 @@ class LoadedModel:
         encoded: EncodedText,
         engine: str,
         progress: Progress | None = None,
+        ablate=None,
+        ablation: str = "zero",
         norms: bool = False,
         out: AttentionBuffer | None = None,
         **metadata,
     ) -> AttentionRun:
+        from . import causal
+
+        edits = causal.head_edits(self, ablate, ablation)
         input_ids = torch.tensor([encoded.input_ids])
         token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
+        outputs: dict = {}
         layer_inputs: list | None = [] if norms else None
         attentions, reference = self._attentions(
-            engine, input_ids, None, token_type_ids, progress, layer_inputs=layer_inputs, out=out
+            engine, input_ids, None, token_type_ids, progress, edits, outputs, layer_inputs, out
         )
         max_abs_diff = None if reference is None else float((attentions - reference).abs().max())
-        run = self._make_run(encoded, attentions[0], engine, max_abs_diff, **metadata)
+        extra = causal.run_outputs(self, engine, input_ids, None, token_type_ids, outputs["hidden"], [encoded], edits)
+        run = self._make_run(
+            encoded,
+            attentions[0],
+            engine,
+            max_abs_diff,
+            **extra[0],
+            **self._ablation_metadata(ablate, ablation),
+            **metadata,
+        )
         if norms:
             from .deeper import norm_based_attention
 
@@ -347,12 +505,28 @@ class LoadedModel:
             run.norms, run.value_norms, run.output_norms = by_norm[0], value_norms[0], output_norms[0]
         return run
 
+    def _ablation_metadata(self, ablate, ablation: str) -> dict:
+        from . import causal
+
+        heads = causal.check_heads(self, ablate)
+        if not heads:
+            return {}
+        described = {"ablated": [list(h) for h in heads], "ablation": ablation}
+        if ablation == "mean":
+            described["ablation_reference"] = f"mean over {causal.MEAN_REFERENCE_SENTENCES} UD EWT dev sentences"
+        return {"metadata_extra": described}
+
     def run_ids(
-        self, token_ids: Sequence[int], engine: str = "transformers", progress: Progress | None = None
+        self,
+        token_ids: Sequence[int],
+        engine: str = "transformers",
+        progress: Progress | None = None,
+        ablate: Sequence[tuple[int, int]] | None = None,
+        ablation: str = "zero",
     ) -> AttentionRun:
         """Attention for already-tokenized input, taken as is (no special tokens added)."""
         encoded = self.encoder.encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
-        return self._run_encoded(encoded, engine, progress, from_ids=True)
+        return self._run_encoded(encoded, engine, progress, ablate=ablate, ablation=ablation, from_ids=True)
 
     def run_batch(
         self,
@@ -360,31 +534,43 @@ class LoadedModel:
         engine: str = "transformers",
         batch_size: int = 16,
         bos: bool | None = None,
+        ablate: Sequence[tuple[int, int]] | None = None,
+        ablation: str = "zero",
     ) -> list[AttentionRun]:
         """One run per text, computed in padded, masked batches of similar lengths.
 
         Each run is trimmed to its own tokens and equals ``run(text)`` to float rounding (1e-5).
         """
+        from . import causal
+
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        edits = causal.head_edits(self, ablate, ablation)
+        described = self._ablation_metadata(ablate, ablation)
         encoded = [self.encode(text, bos=bos) for text in texts]
         runs: list[AttentionRun | None] = [None] * len(encoded)
         # Sorting by length keeps the padding, and so the wasted work, small.
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            attentions, reference = self.forward_encoded([encoded[i] for i in chunk], engine)
+            items = [encoded[i] for i in chunk]
+            outputs: dict = {}
+            attentions, reference = self.forward_encoded(items, engine, edits, outputs)
+            ids, mask, types = causal.padded(self, items)
+            extra = causal.run_outputs(self, engine, ids, mask, types, outputs["hidden"], items, edits)
             for row, i in enumerate(chunk):
                 n = len(encoded[i])
                 own = attentions[row, :, :, :n, :n].contiguous()
                 diff = None if reference is None else float((own - reference[row, :, :, :n, :n]).abs().max())
-                runs[i] = self._make_run(encoded[i], own, engine, diff)
+                runs[i] = self._make_run(encoded[i], own, engine, diff, **extra[row], **described)
         return runs
 
     def forward_encoded(
         self,
         encoded: Sequence[EncodedText],
         engine: str = "transformers",
+        edits: dict | None = None,
+        outputs: dict | None = None,
         layer_inputs: list | None = None,
         out: AttentionBuffer | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -392,7 +578,8 @@ class LoadedModel:
 
         n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
         are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
-        as its trimmed run in every metric. ``layer_inputs`` (a list) receives each layer's input hidden states.
+        as its trimmed run in every metric. ``edits``/``outputs``: head ablation and the final hidden states
+        (see ``_attentions``); ``layer_inputs`` (a list) receives each layer's input hidden states;
         ``out``: an ``AttentionBuffer`` to reuse (the next pass with it overwrites these attentions).
         """
         width = max(len(item) for item in encoded)
@@ -406,7 +593,7 @@ class LoadedModel:
             if token_type_ids is not None:
                 token_type_ids[row, :n] = torch.tensor(item.token_type_ids)
         attentions, reference = self._attentions(
-            engine, input_ids, attention_mask, token_type_ids, layer_inputs=layer_inputs, out=out
+            engine, input_ids, attention_mask, token_type_ids, None, edits, outputs, layer_inputs, out
         )
         with torch.inference_mode():
             for row, item in enumerate(encoded):  # only the padded parts are written

@@ -131,8 +131,19 @@ class AttentionRun:
     norms: np.ndarray | None = None
     value_norms: np.ndarray | None = None
     output_norms: np.ndarray | None = None
+    # Causal evidence (mha_core.causal): float32 [n - 1] next-token losses (causal LM head; token_losses[i] =
+    # -log p(token[i+1] | tokens[:i+1])) or [n] masked-token losses (MLM head; NaN at special tokens); None
+    # without a head. Encoders without a head report, for ablated runs, the cosine distance of the mean-pooled
+    # output (output_change) and of each token's output (token_output_change [n]) from the unablated run.
+    token_losses: np.ndarray | None = None
+    output_change: float | None = None
+    token_output_change: np.ndarray | None = None
 
     def __post_init__(self):
+        for name in ("token_losses", "token_output_change"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, np.asarray(value, dtype=np.float32))
         self.attentions = np.ascontiguousarray(self.attentions, dtype=np.float32)
         if self.attentions.ndim != 4 or self.attentions.shape[-1] != self.attentions.shape[-2]:
             raise ValueError(f"attentions must be [layers, heads, n, n], got shape {self.attentions.shape}")
@@ -281,6 +292,9 @@ class AttentionRun:
         import io
 
         header = {k: v for k, v in asdict(self).items() if k not in _ARRAY_FIELDS + _OPTIONAL_ARRAYS}
+        for name in ("token_losses", "token_output_change"):  # small optional arrays: JSON lists (NaN kept)
+            if header.get(name) is not None:
+                header[name] = [float(x) for x in header[name]]
         header["format_version"] = FORMAT_VERSION
         optional = {name: getattr(self, name) for name in _OPTIONAL_ARRAYS if getattr(self, name) is not None}
         buf = io.BytesIO()

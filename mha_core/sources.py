@@ -546,8 +546,10 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
             f"{quoted(name)}: its tokenizer has no fast (Rust) version, which Headscope needs for "
             "token-to-word offsets."
         )
+    if model_class is None:
+        model_class = _head_class(source, config) or AutoModel
     hf_model, info = _from_pretrained(
-        (model_class or AutoModel).from_pretrained,
+        model_class.from_pretrained,
         source,
         f"{quoted(name)}: transformers cannot load its weights with eager attention",
         config=config,
@@ -557,7 +559,55 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
         output_loading_info=True,
     )
     warnings += _weight_coverage(name, info)
+    base = getattr(hf_model, "base_model", hf_model)
+    if base is not hf_model and any(
+        not key.startswith(f"{hf_model.base_model_prefix}.") for key in info.get("missing_keys") or ()
+    ):
+        # The head's weights were not all in the checkpoint: transformers filled them in at random.
+        warnings.append(f"{quoted(name)}: its language-model head is incomplete, so it is loaded without one.")
+        hf_model = base
     return hf_model.eval(), tokenizer, warnings
+
+
+def checkpoint_weight_names(source: str) -> set[str] | None:
+    """The tensor names of a checkpoint folder's safetensors weights (read from the file headers), or None."""
+    folder = Path(source)
+    if not _is_dir(folder):
+        return None
+    index = folder / "model.safetensors.index.json"
+    if _is_file(index):
+        return set(json.loads(index.read_text()).get("weight_map", {}))
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            names.update(handle.keys())
+    return names
+
+
+def _head_class(source: str, config):
+    """The transformers class that loads this checkpoint WITH its language-model head, or None.
+
+    A head is loaded only where its weights are there: in the checkpoint's files, or tied to the input
+    embeddings (decoders with ``tie_word_embeddings``, e.g. SmolLM2 and GPT-2). Sentence encoders ship
+    no head and load as base models.
+    """
+    import transformers
+
+    from .families import FAMILY_OF_MODEL_TYPE, head_class_name
+
+    class_name = head_class_name(getattr(config, "model_type", ""))
+    if class_name is None:
+        return None
+    family = FAMILY_OF_MODEL_TYPE[config.model_type]
+    tied = family.lm_head == "causal" and bool(getattr(config, "tie_word_embeddings", False))
+    names = checkpoint_weight_names(source)
+    shipped = names is not None and any(name.startswith(family.head_weight_prefixes) for name in names)
+    return getattr(transformers, class_name) if (tied or shipped) else None
 
 
 def _weight_coverage(name: str, info: dict) -> list[str]:

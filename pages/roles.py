@@ -194,6 +194,15 @@ with widgets.error_display():
         selection_mode="points",
     )
 
+    if st.toggle("Causal column: ablate each role's heads on this sentence", key="roles_causal"):
+        effect = state.role_ablation(selection.model, run, primary)
+        st.caption(
+            "All heads of a role zero-ablated at once (Ablate page, mha_core.causal): how much the "
+            f"{effect['measure'].iloc[0] if len(effect) else 'loss'} of this sentence rises. A role whose heads "
+            "change nothing is a pattern the model does not need here."
+        )
+        st.dataframe(effect, hide_index=True, width="stretch")
+
     if dependency is not None:
         st.subheader("Best head per dependency relation")
         st.caption(

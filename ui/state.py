@@ -525,3 +525,114 @@ def saturation_table(n_keys: int = 16):
     import mha_core
 
     return mha_core.softmax_saturation(n_keys=n_keys)
+
+
+# ---- causal evidence (the Ablate page, the Roles page's causal column) -----------------------------------
+def _in_slot(compute):
+    """``compute()`` inside one of the server's compute slots, stopping if this session goes away."""
+    check = stop_point()
+    waiting = st.empty()
+
+    def show_waiting(ahead: int) -> None:
+        waiting.caption(f"The server is busy: {ahead + 1} other request(s) before yours.")
+
+    with shared().gate.slot(check=check, waiting=show_waiting):
+        waiting.empty()
+        return compute()
+
+
+def get_ablated_run(
+    model_name: str,
+    engine: str,
+    text: str,
+    text_pair: str | None,
+    bos: bool | None,
+    heads: tuple[tuple[int, int], ...],
+    ablation: str,
+):
+    """The run with ``heads`` ablated (``mha_core.causal``), cached like ``get_run``."""
+    model = get_model(model_name)
+    bos = model.default_bos if bos is None else bool(bos)
+    key = ("ablated-run", _cache_key(model_name), engine, text, text_pair or None, bos, tuple(heads), ablation)
+
+    def compute():
+        return _in_slot(
+            lambda: model.run(
+                text, text_pair=text_pair or None, engine=engine, bos=bos, ablate=list(heads), ablation=ablation
+            )
+        )
+
+    return cached(key, compute, stop_point())
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def induction_table(model_name: str, top_k: int, draws: int, role: str, ablation: str):
+    """``mha_core.induction_experiment``: top-k heads of a role vs k random heads on repeated random tokens."""
+    from mha_core import causal
+
+    scores = decoder_scores(model_name)
+    bar = st.progress(0.0, text="Running the experiment...")
+    try:
+        return _in_slot(
+            lambda: causal.induction_experiment(
+                get_model(model_name),
+                top_k=top_k,
+                random_draws=draws,
+                role=role,
+                scores=scores,
+                ablation=ablation,
+                progress=report_progress(bar),
+            )
+        )
+    finally:
+        bar.empty()
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: int, steps: int):
+    """(importance, pruning curves: importance order and ``seeds`` random orders) over UD EWT dev sentences."""
+    import pandas as pd
+
+    from mha_core import causal
+    from mha_core.syntax import ud_ewt_dev
+
+    model = get_model(model_name)
+    texts = causal.corpus_texts(ud_ewt_dev(sentences))
+    bar = st.progress(0.0, text=f"Head importance over {len(texts)} sentences...")
+    try:
+
+        def compute():
+            importance = causal.head_importance(model, texts, method=method, progress=report_progress(bar))
+            curves = pd.concat(
+                [
+                    causal.pruning_curve(
+                        model,
+                        texts,
+                        order,
+                        importance=importance,
+                        steps=steps,
+                        seeds=tuple(range(seeds)),
+                        progress=report_progress(bar),
+                    )
+                    for order in ("importance", "random")
+                ],
+                ignore_index=True,
+            )
+            return importance, curves
+
+        return _in_slot(compute)
+    finally:
+        bar.empty()
+
+
+def role_ablation(model_name: str, run, primary):
+    """For each role family of ``primary`` (``mha_core.primary_roles``): what ablating all its heads does to
+    this sentence (``mha_core.causal.family_ablation``), cached with the run."""
+    from mha_core import causal
+
+    model = get_model(model_name)
+    return computed_from(
+        run,
+        f"role-ablation-{hash(tuple(map(tuple, primary[['layer', 'head', 'family']].astype(str).to_numpy())))}",
+        lambda: _in_slot(lambda: causal.family_ablation(model, run.text, primary)),
+    )

@@ -5,6 +5,7 @@ ui.figures.attention  one head, a layer's heads, the whole model (one tiled trac
 ui.figures.curves     per-layer curves of a measurement
 ui.figures.roles      the role map and the MDS map of heads
 ui.figures.teaching   positional waves and similarities, small matrices with their numbers
+ui.figures.causal     the Ablate page: clickable score map, per-token loss bars, experiments, pruning curves
 """
 
 from ui.figures.attention import attention_lines, head_grid, head_heatmap, model_grid, tile_gap, tiled_heatmap

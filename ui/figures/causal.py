@@ -1,0 +1,145 @@
+"""The Ablate page's figures: a clickable heads map of one score, losses per token before and after an
+ablation, an experiment's conditions with their spread, and pruning curves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ui.figures.common import base_layout, plotly_text, with_axis_room
+
+BEFORE_COLOR, AFTER_COLOR = "#adb5bd", "#e03131"
+ORDER_COLORS = {"importance": "#2b3a9c", "reverse": "#e8590c", "random": "#868e96", "given": "#2f9e44"}
+
+
+def head_score_map(
+    values: np.ndarray, selected: Sequence[tuple[int, int]] = (), label: str = "score", title: str | None = None
+) -> go.Figure:
+    """Layers x heads coloured by one per-head score ``[L, H]`` (ONE heatmap trace); above it one marker per
+    head carries the hover and the click (``customdata[:2]`` = layer, head); selected heads are marked x."""
+    values = np.asarray(values, dtype=np.float64)
+    num_layers, num_heads = values.shape
+    fig = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=list(range(num_heads)),
+            y=list(range(num_layers)),
+            hoverinfo="skip",
+            colorscale="Viridis",
+            xgap=2,
+            ygap=2,
+            colorbar=dict(title=dict(text=plotly_text(label)), thickness=14),
+        )
+    )
+    layers, heads = np.repeat(np.arange(num_layers), num_heads), np.tile(np.arange(num_heads), num_layers)
+    chosen = {(int(layer), int(head)) for layer, head in selected}
+    fig.add_trace(
+        go.Scatter(
+            x=heads.tolist(),
+            y=layers.tolist(),
+            mode="markers+text",
+            text=["x" if (int(l), int(h)) in chosen else "" for l, h in zip(layers, heads)],
+            textfont=dict(size=13, color="#ffffff"),
+            customdata=[[int(l), int(h), float(v)] for l, h, v in zip(layers, heads, values.reshape(-1))],
+            marker=dict(size=10, symbol="square", color="rgba(0, 0, 0, 0)"),
+            showlegend=False,
+            hovertemplate="layer %{customdata[0]} head %{customdata[1]}<br>"
+            + plotly_text(label)
+            + " %{customdata[2]:.4g}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="head", dtick=1, showgrid=False, zeroline=False)
+    fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", showgrid=False, zeroline=False)
+    fig.update_layout(hoverdistance=-1, clickmode="event+select")
+    base_layout(fig, int(min(900, max(260, 100 + 22 * num_layers))), title)
+    return with_axis_room(fig)
+
+
+def token_change_bars(
+    tokens: Sequence[str], after: np.ndarray, before: np.ndarray | None = None, label: str = "loss", title=None
+) -> go.Figure:
+    """Bars under the tokens: ``before`` (grey) and ``after`` (red) per token, or one series when ``before`` is
+    None (e.g. the output change). NaN (a token without a loss) leaves a gap."""
+    categories = [f"{i}:{plotly_text(t)}" for i, t in enumerate(tokens)]
+    fig = go.Figure()
+    if before is not None:
+        fig.add_trace(
+            go.Bar(x=categories, y=np.asarray(before, dtype=np.float64), name="before", marker_color=BEFORE_COLOR)
+        )
+    fig.add_trace(
+        go.Bar(
+            x=categories,
+            y=np.asarray(after, dtype=np.float64),
+            name="after ablation" if before is not None else label,
+            marker_color=AFTER_COLOR,
+        )
+    )
+    fig.update_layout(barmode="group", legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    fig.update_xaxes(title_text="token", tickangle=-45, type="category")
+    fig.update_yaxes(title_text=plotly_text(label))
+    base_layout(fig, 340, title)
+    return with_axis_room(fig)
+
+
+def condition_bars(summary, value: str = "loss_repeated_half", label: str = "loss", title=None) -> go.Figure:
+    """One bar per condition (``summary``: condition, ``value``, sd, draws): the mean, with +-1 sd over draws."""
+    fig = go.Figure(
+        go.Bar(
+            x=[plotly_text(c) for c in summary["condition"]],
+            y=summary[value].to_numpy(dtype=np.float64),
+            error_y=dict(type="data", array=summary["sd"].to_numpy(dtype=np.float64), visible=True),
+            customdata=summary["draws"].to_numpy(),
+            marker_color=[
+                "#adb5bd" if c == "none" else "#e03131" if "random" not in c else "#868e96"
+                for c in summary["condition"]
+            ],
+            hovertemplate="%{x}<br>mean %{y:.3f}<br>draws %{customdata}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(title_text=plotly_text(label))
+    base_layout(fig, 320, title)
+    return with_axis_room(fig)
+
+
+def pruning_figure(curves, label: str = "loss", title=None) -> go.Figure:
+    """Loss against the fraction of heads removed: one line per order; random orders as their mean over seeds
+    with a +-1 sd band."""
+    fig = go.Figure()
+    for order, part in curves.groupby("order", sort=False):
+        color = ORDER_COLORS.get(order, "#495057")
+        stats = part.groupby("fraction_removed")["loss"].agg(["mean", "std", "count"]).reset_index()
+        x = stats["fraction_removed"].to_numpy(dtype=np.float64)
+        mean = stats["mean"].to_numpy(dtype=np.float64)
+        if (stats["count"] > 1).any():
+            sd = stats["std"].fillna(0.0).to_numpy(dtype=np.float64)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([x, x[::-1]]),
+                    y=np.concatenate([mean + sd, (mean - sd)[::-1]]),
+                    fill="toself",
+                    fillcolor="rgba(134, 142, 150, 0.25)",
+                    line=dict(width=0),
+                    hoverinfo="skip",
+                    showlegend=False,
+                )
+            )
+        name = f"{order} order" + (
+            f" (mean of {int(stats['count'].max())} seeds)" if (stats["count"] > 1).any() else ""
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=mean,
+                mode="lines+markers",
+                name=plotly_text(name),
+                line=dict(color=color, width=2),
+                hovertemplate="%{x:.0%} of heads removed<br>%{y:.3f}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="fraction of heads removed", tickformat=".0%")
+    fig.update_yaxes(title_text=plotly_text(label))
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    base_layout(fig, 340, title)
+    return with_axis_room(fig)
