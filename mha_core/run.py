@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -237,10 +237,7 @@ class AttentionRun:
         num_units = len(texts)
         word_attn = word_level_attentions(self.attentions[None], unit_of_token[None], num_units)[0]
         word_ids = np.where(special, -1, np.arange(num_units))
-        return AttentionRun(
-            model_name=self.model_name,
-            family=self.family,
-            is_causal=self.is_causal,
+        return self._reshaped(
             tokens=texts,
             raw_tokens=texts,
             attentions=word_attn,
@@ -248,12 +245,6 @@ class AttentionRun:
             word_ids=word_ids,
             words=texts,
             segment_ids=segment,
-            engine=self.engine,
-            text=self.text,
-            text_pair=self.text_pair,
-            truncated=self.truncated,
-            num_input_tokens=self.num_input_tokens,
-            max_abs_diff=self.max_abs_diff,
             level="word",
             metadata={**self.metadata, "token_to_word": unit_of_token.tolist()},
         )
@@ -265,26 +256,21 @@ class AttentionRun:
         totals = attn.sum(axis=-1, keepdims=True)
         attn = np.divide(attn, totals, out=np.zeros_like(attn), where=totals > 0)
         kept = np.flatnonzero(keep)
-        return AttentionRun(
-            model_name=self.model_name,
-            family=self.family,
-            is_causal=self.is_causal,
+        return self._reshaped(
             tokens=[self.tokens[i] for i in kept],
             raw_tokens=[self.raw_tokens[i] for i in kept],
             attentions=attn,
             special_mask=np.zeros(len(kept), dtype=bool),
             word_ids=self.word_ids[keep],
-            words=self.words,
             segment_ids=self.segment_ids[keep],
-            engine=self.engine,
-            text=self.text,
-            text_pair=self.text_pair,
-            truncated=self.truncated,
-            num_input_tokens=self.num_input_tokens,
-            max_abs_diff=self.max_abs_diff,
-            level=self.level,
             metadata={**self.metadata, "special_tokens_removed": True},
         )
+
+    def _reshaped(self, **changes) -> AttentionRun:
+        """This run over other units (words, or tokens without the special ones): the given fields replaced,
+        the per-token extras that no longer line up (norms, per-token losses) dropped."""
+        dropped = dict(norms=None, value_norms=None, output_norms=None, token_losses=None, token_output_change=None)
+        return replace(self, **{**dropped, **changes})
 
     # ---- persistence -------------------------------------------------------------------
     def to_npz_bytes(self) -> bytes:

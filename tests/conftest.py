@@ -78,3 +78,14 @@ def _torch_threads(request):
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh profile cache (``HEADSCOPE_CACHE_DIR``) and an empty in-memory one; the profiles folder."""
+    from mha_core import corpus
+
+    monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path))
+    corpus.clear_memory_cache()
+    yield tmp_path / "profiles"
+    corpus.clear_memory_cache()

@@ -15,24 +15,9 @@ import mha_core as mc
 from mha_core import causal
 from mha_core.errors import HeadscopeError
 from tests.conftest import ENGINE_ATOL, METRIC_TOL
-from tests.model_fixtures import save_gpt2_tokenizer, save_wordpiece_tokenizer
+from tests.model_fixtures import randomise, save_gpt2_tokenizer, save_wordpiece_tokenizer
 
 TEXT = "The cat sat on the mat."
-
-
-def _randomised(model):
-    """Weights large enough for heads that matter (the default 0.02 init barely changes a residual stream)."""
-    generator = torch.Generator().manual_seed(1234)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            if param.dim() >= 2:
-                param.copy_(noise * (1.0 if "emb" in name or "wte" in name or "wpe" in name else 0.3))
-            elif "norm" in name.lower() or "ln_" in name:
-                param.copy_(1.0 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
-            else:
-                param.copy_(0.1 * noise)
-    return model.eval()
 
 
 def build_lm(path: Path, kind: str) -> Path:
@@ -71,7 +56,7 @@ def build_lm(path: Path, kind: str) -> Path:
             )
             model = tf.LlamaForCausalLM(config)
     torch.manual_seed(0)
-    _randomised(model).save_pretrained(path)
+    randomise(model).save_pretrained(path)
     return path
 
 

@@ -43,14 +43,6 @@ def minilm():
     return load_model("minilm")
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path))
-    corpus.clear_memory_cache()
-    yield tmp_path / "profiles"
-    corpus.clear_memory_cache()
-
-
 class CachedOnly:
     """The same model (name, weights) but any forward pass fails: only a cache hit can answer."""
 

@@ -63,14 +63,6 @@ def in_process(minilm, sentences):
     return profile(minilm, sentences, batch_size=BATCH_SIZE, shard_size=SHARD_SIZE, cache=False)
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path))
-    corpus.clear_memory_cache()
-    yield tmp_path / "profiles"
-    corpus.clear_memory_cache()
-
-
 def ray_options(**options) -> dict:
     # Torch in each actor at this process's thread count: the same kernels, the same bits.
     return {"threads": torch.get_num_threads(), **options}

@@ -22,6 +22,7 @@ from mha_core.engine import core_model
 from mha_core.errors import EngineNotSupported
 from mha_core.families import FAMILIES, FAMILY_OF_MODEL_TYPE
 from tests.conftest import require
+from tests.model_fixtures import randomise
 
 TOLERANCE = 1e-4
 VOCAB = 100
@@ -136,21 +137,6 @@ TINY_MODELS = {
         for rope in ({"rope_type": "linear"}, {"rope_type": "yarn", "original_max_position_embeddings": 16})
     },
 }
-
-
-def randomise(model: torch.nn.Module) -> torch.nn.Module:
-    """Weights large enough for sharp, varied attention (the default 0.02 init gives near-uniform rows)."""
-    generator = torch.Generator().manual_seed(1234)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            if param.dim() >= 2:
-                param.copy_(noise * (1.0 if "emb" in name or "wte" in name or "wpe" in name else 0.3))
-            elif "norm" in name.lower() or "ln_" in name:
-                param.copy_(1.0 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
-            else:
-                param.copy_(0.1 * noise)
-    return model.eval()
 
 
 def tiny_model(name: str) -> torch.nn.Module:
