@@ -190,7 +190,11 @@ def test_lab_trains_live_in_the_browser(artifacts_dir):
         page.screenshot(path=str(artifacts_dir / "lab-training.png"))
         page.get_by_role("button", name="Pause").click()
         page.get_by_role("button", name="Resume").wait_for(timeout=60_000)
+        # The training thread finishes the step it is in (which may score one more point); the live view
+        # shows that point, says "Paused." and stops polling. From then on the curve must stay still.
+        page.wait_for_function("() => document.body.innerText.includes('Paused. Step')", timeout=60_000)
         wait_for_app(page)
+        page.wait_for_timeout(1500)
         paused = page.evaluate(LAB_POINTS_JS)
         page.wait_for_timeout(2500)
         assert page.evaluate(LAB_POINTS_JS) == paused  # paused: the curve stays still
