@@ -28,6 +28,7 @@ SENTENCE = "The elephant ate the leaves because it was hungry."
 PAGES = [
     ("Compare", "compare"),
     ("Head roles", "roles"),
+    ("Ablate", "ablate"),
     ("Positions", "positions"),
     ("Classroom", "classroom"),
     ("Lab", "lab"),
