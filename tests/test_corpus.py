@@ -96,7 +96,7 @@ def test_batched_profile_equals_per_sentence_path_on_the_same_batches(minilm):
     expected = grouped.mean(numeric_only=True).reset_index()
     for column in expected.columns:
         if column != "argmax_offset" and column not in CORPUS_SPREADS:
-            np.testing.assert_allclose(result.metrics[column], expected[column], rtol=1e-5, atol=1e-6, err_msg=column)
+            np.testing.assert_allclose(result.metrics[column], expected[column], err_msg=column, **METRIC_TOL)
     # The role statistics of a corpus rest on sentences: the spreads are over the 20 sentences' values.
     for column, source in CORPUS_SPREADS.items():
         np.testing.assert_allclose(
