@@ -45,6 +45,9 @@ PAGE_GUIDE = (
     "Everything you choose is in the page address: copy it to share this exact view."
 )
 
+# Pages whose own fragment draws the sidebar's sentence boxes, so that Enter reruns that fragment only.
+SENTENCE_IN_PAGE = {"explore"}
+
 available = [p for p in PAGES if (ROOT / p[0]).exists()]
 # ?page= names the page shown at the root URL, so a shared link opens the page it was copied from.
 wanted_page = state.query_value("page")
@@ -64,7 +67,7 @@ with st.sidebar:
     st.divider()
 
 with widgets.error_display():
-    widgets.sidebar()
+    widgets.sidebar(sentence_in_page=(navigation.url_path or default_path) in SENTENCE_IN_PAGE)
 if not state.has_selection():  # the sidebar failed (its message is shown): nothing to show a page for
     st.stop()
 if state.settings().classroom:

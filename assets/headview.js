@@ -1,8 +1,10 @@
-// Headscope's head view (ui/headview.py): a layer's heads as small canvases and one head enlarged.
-// The data holds every layer of the sentence (one byte a weight), so the layer slider and a click on a
-// head redraw here at once; the choice goes back to the server as component state (for the link).
+// Headscope's attention views (ui/headview.py), drawn on canvases. The head view: a layer's heads as small
+// canvases and one head enlarged; the model view: every layer x head at once. The data holds every layer of
+// the sentence (one byte a weight), so the layer slider, a click on a head and the switch between the two
+// views redraw here at once; the choice goes back to the server as component state ("pick", for the link).
 // Tokens are user text: they only ever go into textContent, attributes or canvas pixels, never HTML.
-// After painting, the root gets data-drawn="<sig>:<layer>:<head>" (tests and benchmarks wait for it).
+// After painting, the root gets data-drawn="<sig>:<layer>:<head>" (head view) or "<sig>:model" (model
+// view); tests and benchmarks wait for it.
 
 function lookupTable(colorscale) {
   const stops = colorscale.map(([at, hex]) => [at, [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16))]);
@@ -82,44 +84,87 @@ function hoverText(s, layer, head, i, j) {
   return `${where}: ${weight(s, layer, head, i, j).toFixed(3)}`;
 }
 
-// The enlarged head as a PNG (drawn here, nothing fetched): the heatmap, its token labels and a title.
+// A PNG drawn here (nothing fetched): a title, then the enlarged head with its token labels, or the model
+// view's tiles with their layer and head labels.
 function savePng(s) {
-  const n = s.n;
-  const cell = Math.max(6, Math.min(32, Math.floor(900 / n)));
-  const font = Math.max(8, Math.min(14, cell - 2));
-  const probe = document.createElement("canvas").getContext("2d");
-  probe.font = `${font}px sans-serif`;
-  const margin = Math.ceil(Math.max(...s.tokens.map((t) => probe.measureText(t).width))) + 8;
   const out = document.createElement("canvas");
-  out.width = margin + n * cell + 10;
-  out.height = 30 + n * cell + margin;
   const ctx = out.getContext("2d");
-  ctx.fillStyle = "#ffffff";
-  ctx.fillRect(0, 0, out.width, out.height);
-  ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(s.bigCanvas, margin, 30, n * cell, n * cell);
-  ctx.fillStyle = "#212529";
-  ctx.font = "bold 14px sans-serif";
-  ctx.fillText(`Layer ${s.layer}, head ${s.head}`, 4, 18);
-  ctx.font = `${font}px sans-serif`;
-  ctx.textAlign = "right";
-  ctx.textBaseline = "middle";
-  s.tokens.forEach((token, i) => {
-    ctx.fillText(token, margin - 4, 30 + (i + 0.5) * cell);
-    ctx.save();
-    ctx.translate(margin + (i + 0.5) * cell, 30 + n * cell + 4);
-    ctx.rotate(-Math.PI / 2);
-    ctx.fillText(token, 0, 0);
-    ctx.restore();
-  });
+  let name;
+  if (s.view === "model") {
+    const g = s.modelGrid;
+    const tile = Math.max(24, Math.min(120, Math.floor(1600 / g.cols))), gap = 6, left = 70, top = 50;
+    out.width = left + g.cols * (tile + gap);
+    out.height = top + g.rows * (tile + gap);
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, 0, out.width, out.height);
+    ctx.imageSmoothingEnabled = false;
+    ctx.fillStyle = "#212529";
+    ctx.font = "bold 14px sans-serif";
+    ctx.fillText(g.title, 4, 18);
+    ctx.font = "12px sans-serif";
+    g.colNames.forEach((text, c) => ctx.fillText(text, left + c * (tile + gap), top - 8));
+    g.rowNames.forEach((text, r) => ctx.fillText(text, 4, top + r * (tile + gap) + tile / 2));
+    g.tiles.forEach(({ canvas, row, col }) => ctx.drawImage(canvas, left + col * (tile + gap), top + row * (tile + gap), tile, tile));
+    name = "headscope-model-view.png";
+  } else {
+    const n = s.n;
+    const cell = Math.max(6, Math.min(32, Math.floor(900 / n)));
+    const font = Math.max(8, Math.min(14, cell - 2));
+    ctx.font = `${font}px sans-serif`;
+    const margin = Math.ceil(Math.max(...s.tokens.map((t) => ctx.measureText(t).width))) + 8;
+    out.width = margin + n * cell + 10;
+    out.height = 30 + n * cell + margin;
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, 0, out.width, out.height);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(s.bigCanvas, margin, 30, n * cell, n * cell);
+    ctx.fillStyle = "#212529";
+    ctx.font = "bold 14px sans-serif";
+    ctx.fillText(`Layer ${s.layer}, head ${s.head}`, 4, 18);
+    ctx.font = `${font}px sans-serif`;
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    s.tokens.forEach((token, i) => {
+      ctx.fillText(token, margin - 4, 30 + (i + 0.5) * cell);
+      ctx.save();
+      ctx.translate(margin + (i + 0.5) * cell, 30 + n * cell + 4);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText(token, 0, 0);
+      ctx.restore();
+    });
+    name = `headscope-layer${s.layer}-head${s.head}.png`;
+  }
   const link = document.createElement("a");
-  link.download = `headscope-layer${s.layer}-head${s.head}.png`;
+  link.download = name;
   link.href = out.toDataURL("image/png");
   link.click();
 }
 
+// The visitor's choice (layer, head, view) goes back to the server in one state value: one rerun.
+function sendPick(s) {
+  s.pending = { layer: s.layer, head: s.head, view: s.view, shape: s.shape };
+  s.setStateValue("pick", s.pending);
+}
+
 function build(root, s) {
   root.replaceChildren();
+  s.tabs = el("div", "hs-tabs");
+  s.tabs.setAttribute("role", "tablist");
+  s.tabButtons = {};
+  [["head", "Head view"], ["model", "Model view"]].forEach(([view, label]) => {
+    const tab = el("button", "hs-tab", label);
+    tab.type = "button";
+    tab.dataset.view = view;
+    tab.setAttribute("role", "tab");
+    tab.addEventListener("click", () => {
+      if (s.view === view) return;
+      s.view = view;
+      render(s);
+      sendPick(s);
+    });
+    s.tabButtons[view] = tab;
+    s.tabs.append(tab);
+  });
   s.slider = el("input", "hs-slider");
   s.slider.type = "range";
   s.slider.min = "0";
@@ -132,20 +177,50 @@ function build(root, s) {
   s.grid = el("div", "hs-grid");
   s.status = el("div", "hs-status");
   s.bigTitle = el("div", "hs-big-title");
+  s.shapeTabs = {};
+  const shapes = el("div", "hs-tabs hs-shapes");
+  shapes.setAttribute("aria-label", "Show the selected head as");
+  [["heatmap", "Heatmap"], ["lines", "Lines"]].forEach(([shape, label]) => {
+    const tab = el("button", "hs-tab", label);
+    tab.type = "button";
+    tab.dataset.shape = shape;
+    tab.addEventListener("click", () => {
+      if (s.shape === shape) return;
+      s.shape = shape;
+      render(s);
+      sendPick(s);
+    });
+    s.shapeTabs[shape] = tab;
+    shapes.append(tab);
+  });
+  s.linesNote = el("span", "hs-note", "Its lines are drawn below.");
+  const bigHead = el("div", "hs-big-head");
+  bigHead.append(s.bigTitle, shapes, s.linesNote);
   s.pngButton = el("button", "hs-png", "PNG of this head");
   s.pngButton.type = "button";
   s.pngButton.addEventListener("click", () => savePng(s));
   s.big = el("div", "hs-big");
+  s.headPane = el("div", "hs-head-pane");
+  s.headPane.append(controls, s.gridTitle, s.grid, bigHead, s.big, s.pngButton);
+  s.modelTitle = el("div", "hs-title");
+  s.modelNote = el("div", "hs-note", "Every head of every layer at once. Click a head to open it in the head view.");
+  s.model = el("div", "hs-model");
+  s.modelBar = el("div", "hs-model-bar");
+  const modelBody = el("div", "hs-model-body");
+  modelBody.append(s.model, s.modelBar);
+  s.modelPng = el("button", "hs-png", "PNG of the model view");
+  s.modelPng.type = "button";
+  s.modelPng.addEventListener("click", () => savePng(s));
+  s.modelPane = el("div", "hs-model-pane");
+  s.modelPane.append(s.modelTitle, s.modelNote, modelBody, s.modelPng);
   s.tip = el("div", "hs-tip");
-  root.append(controls, s.gridTitle, s.status, s.grid, s.bigTitle, s.big, s.pngButton, s.tip);
+  root.append(s.tabs, s.status, s.headPane, s.modelPane, s.tip);
 
   s.slider.addEventListener("input", () => {
     s.layer = Number(s.slider.value);
-    s.pendingLayer = s.layer;
-    draw(root, s);
-    s.shown = shownKey(s);
+    render(s);
   });
-  s.slider.addEventListener("change", () => s.setStateValue("layer", Number(s.slider.value)));
+  s.slider.addEventListener("change", () => sendPick(s));
 }
 
 function layoutGrid(s) {
@@ -159,10 +234,8 @@ function layoutGrid(s) {
     tile.append(label, canvas);
     tile.addEventListener("click", () => {
       s.head = h;
-      s.pendingHead = h;
-      draw(s.root, s);
-      s.shown = shownKey(s);
-      s.setStateValue("head", h);
+      render(s);
+      sendPick(s);
     });
     canvas.addEventListener("mousemove", (event) => {
       const cell = cellAt(canvas, s.n, event);
@@ -183,6 +256,25 @@ function showTip(s, event, text) {
   s.tip.style.display = "block";
   s.tip.style.left = `${event.clientX + 14}px`;
   s.tip.style.top = `${event.clientY + 14}px`;
+}
+
+// The colour scale, 0 to 1, as the figures draw it (its height follows --hs-side).
+function colorBar(s) {
+  const bar = el("div", "hs-colorbar");
+  const ramp = el("canvas", "hs-ramp");
+  ramp.width = 1;
+  ramp.height = 256;
+  const ctx = ramp.getContext("2d");
+  const image = ctx.createImageData(1, 256);
+  for (let b = 0; b < 256; b++) {
+    const p = (255 - b) * 4;
+    image.data.set([s.lut[b * 3], s.lut[b * 3 + 1], s.lut[b * 3 + 2], 255], p);
+  }
+  ctx.putImageData(image, 0, 0);
+  const ticks = el("div", "hs-ticks");
+  ["1", "0.75", "0.5", "0.25", "0"].forEach((t) => ticks.append(el("span", "hs-tick", t)));
+  bar.append(el("div", "hs-bar-title", "weight"), ramp, ticks);
+  return bar;
 }
 
 // The enlarged head: the heatmap with token labels on both axes (rows: queries, columns: keys) and a
@@ -227,20 +319,7 @@ function layoutBig(s) {
       s.colLabels.push(c);
     });
   }
-  const bar = el("div", "hs-colorbar");
-  const ramp = el("canvas", "hs-ramp");
-  ramp.width = 1;
-  ramp.height = 256;
-  const ctx = ramp.getContext("2d");
-  const image = ctx.createImageData(1, 256);
-  for (let b = 0; b < 256; b++) {
-    const p = (255 - b) * 4;
-    image.data.set([s.lut[b * 3], s.lut[b * 3 + 1], s.lut[b * 3 + 2], 255], p);
-  }
-  ctx.putImageData(image, 0, 0);
-  const ticks = el("div", "hs-ticks");
-  ["1", "0.75", "0.5", "0.25", "0"].forEach((t) => ticks.append(el("span", "hs-tick", t)));
-  bar.append(el("div", "hs-bar-title", "weight"), ramp, ticks);
+  const bar = colorBar(s);
 
   const body = el("div", "hs-big-body");
   body.append(yTitle, rows, plot, bar, el("div"), el("div"), cols, el("div"), el("div"), el("div"), xTitle);
@@ -257,44 +336,126 @@ function layoutBig(s) {
   });
 }
 
-// What a draw shows: the sentence's data, the layers sent, the layer, the head, the enlarged head or not.
-function shownKey(s) {
-  return `${s.sig}:${s.sent}:${s.layer}:${s.head}:${s.enlarged}`;
+// The model view: one small canvas a head, layers as rows (as columns when a model has more layers than
+// heads, e.g. SmolLM2's 30 x 9, so the grid is wider than tall). Built once per sentence.
+function layoutModel(s) {
+  s.model.replaceChildren();
+  const across = s.layers > s.heads;
+  const rows = across ? s.heads : s.layers;
+  const cols = across ? s.layers : s.heads;
+  const tile = Math.max(22, Math.min(96, Math.floor(900 / cols) - 6));
+  s.model.style.gridTemplateColumns = `auto repeat(${cols}, ${tile}px)`;
+  const rowNames = Array.from({ length: rows }, (_, r) => (across ? `head ${r}` : `layer ${r}`));
+  const colNames = Array.from({ length: cols }, (_, c) => (across ? `L${c}` : `head ${c}`));
+  const tiles = [];
+  s.model.append(el("div"));
+  colNames.forEach((text) => s.model.append(el("div", "hs-model-col", text)));
+  for (let r = 0; r < rows; r++) {
+    s.model.append(el("div", "hs-model-row", rowNames[r]));
+    for (let c = 0; c < cols; c++) {
+      const layer = across ? c : r;
+      const head = across ? r : c;
+      const canvas = el("canvas", "hs-model-canvas");
+      canvas.dataset.layer = String(layer);
+      canvas.dataset.head = String(head);
+      canvas.title = "";
+      canvas.addEventListener("mousemove", (event) => {
+        const cell = cellAt(canvas, s.n, event);
+        showTip(s, event, cell && `layer ${layer} head ${head}: ${hoverText(s, layer, head, cell[0], cell[1])}\nclick to open it in the head view`);
+      });
+      canvas.addEventListener("mouseleave", () => showTip(s, null, null));
+      canvas.addEventListener("click", () => {
+        s.layer = layer;
+        s.head = head;
+        s.view = "head";
+        render(s);
+        sendPick(s);
+      });
+      s.model.append(canvas);
+      tiles.push({ canvas, row: r, col: c, layer, head });
+    }
+  }
+  s.modelGrid = { rows, cols, rowNames, colNames, tiles, title: `All ${s.layers} layers x ${s.heads} heads` };
+  const bar = colorBar(s);
+  bar.style.setProperty("--hs-side", `${Math.min(420, rows * (tile + 6))}px`);
+  s.modelBar.replaceChildren(bar);
 }
 
-function draw(root, s) {
-  showTip(s, null, null);
+// What a draw shows: the sentence's data, the layers sent, the view, the layer, the head, the enlarged head or not.
+function shownKey(s) {
+  return `${s.sig}:${s.sent}:${s.view}:${s.layer}:${s.head}:${s.shape}`;
+}
+
+function drawHead(root, s) {
   s.slider.value = String(s.layer);
   s.sliderValue.textContent = `${s.layer}`;
   s.gridTitle.textContent = `Layer ${s.layer}: all ${s.heads} heads`;
   s.bigTitle.textContent = `Layer ${s.layer}, head ${s.head}`;
-  s.bigTitle.style.display = s.enlarged ? "" : "none";
-  s.big.style.display = s.enlarged ? "" : "none";
-  s.pngButton.style.display = s.enlarged ? "" : "none";
-  if (!s.layerIndex.has(s.layer)) {
-    // Only one layer was sent (a long input): the server sends the next one on the rerun.
+  const enlarged = s.shape === "heatmap";
+  Object.entries(s.shapeTabs).forEach(([shape, tab]) => tab.classList.toggle("hs-active", shape === s.shape));
+  s.linesNote.style.display = enlarged ? "none" : "";
+  s.big.style.display = enlarged ? "" : "none";
+  s.pngButton.style.display = enlarged ? "" : "none";
+  if (!s.layerIndex.has(s.layer) || !s.headReady) {
+    // Only one layer was sent (a long input), or the model view's first tokens: the server sends the rest.
     s.status.textContent = `Loading layer ${s.layer}...`;
-    root.dataset.drawn = "";
+    s.grid.style.visibility = s.big.style.visibility = "hidden";
     return;
   }
-  s.status.textContent = "";
+  s.grid.style.visibility = s.big.style.visibility = "";
   s.tiles.forEach(({ tile, label, canvas }, h) => {
     label.textContent = `L${s.layer} H${h}`;
     tile.classList.toggle("hs-selected", h === s.head);
     paint(canvas, s, s.layer, h);
   });
-  if (s.enlarged) paint(s.bigCanvas, s, s.layer, s.head);
+  if (enlarged) paint(s.bigCanvas, s, s.layer, s.head);
   root.dataset.layer = String(s.layer);
   root.dataset.head = String(s.head);
-  root.dataset.painted = String(s.tiles.length + (s.enlarged ? 1 : 0));
+  root.dataset.painted = String(s.tiles.length + (enlarged ? 1 : 0));
   root.dataset.drawn = `${s.sig}:${s.layer}:${s.head}`;
+}
+
+function drawModel(root, s) {
+  s.modelTitle.textContent = s.modelGrid.title;
+  if (!s.modelReady) {
+    // The head view of a long input holds one layer: the server sends every layer for the model view.
+    s.status.textContent = "Loading every layer...";
+    s.model.style.visibility = "hidden";
+    return;
+  }
+  s.model.style.visibility = "";
+  s.modelGrid.tiles.forEach(({ canvas, layer, head }) => paint(canvas, s, layer, head));
+  root.dataset.painted = String(s.modelGrid.tiles.length);
+  root.dataset.drawn = `${s.sig}:model`;
+}
+
+function draw(root, s) {
+  showTip(s, null, null);
+  root.dataset.view = s.view;
+  root.dataset.drawn = "";
+  s.status.textContent = "";
+  Object.entries(s.tabButtons).forEach(([view, tab]) => {
+    tab.classList.toggle("hs-active", view === s.view);
+    tab.setAttribute("aria-selected", String(view === s.view));
+  });
+  s.headPane.style.display = s.view === "head" ? "" : "none";
+  s.modelPane.style.display = s.view === "model" ? "" : "none";
+  if (s.view === "model") drawModel(root, s);
+  else drawHead(root, s);
+}
+
+// Redraw after a switch made here, unless nothing shown changed.
+function render(s) {
+  const shown = shownKey(s);
+  if (shown !== s.shown) draw(s.root, s);
+  s.shown = shown;
 }
 
 export default function (component) {
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".hs-headview");
   if (!root || !data) return;
-  const s = root.__headscope || { root, sig: null, pendingLayer: null, pendingHead: null };
+  const s = root.__headscope || { root, sig: null, pending: null };
   root.__headscope = s;
   s.setStateValue = setStateValue;
   if (!s.slider) build(root, s);
@@ -310,6 +471,7 @@ export default function (component) {
     s.sig = data.sig;
     s.tokens = data.tokens;
     s.n = data.tokens.length;
+    s.layers = data.num_layers;
     s.heads = data.num_heads;
     s.levels = data.levels;
     s.causal = data.causal;
@@ -318,26 +480,30 @@ export default function (component) {
     s.textScale = data.text_scale;
     s.lut = lookupTable(data.colorscale);
     s.masked = hexRgb(data.masked_color);
-    s.pendingLayer = s.pendingHead = null;
+    s.pending = null;
     s.slider.max = String(data.num_layers - 1);
     s.slider.disabled = data.num_layers < 2;
     root.dataset.tokens = JSON.stringify(data.tokens);
     root.dataset.sig = data.sig;
     layoutGrid(s);
     layoutBig(s);
+    layoutModel(s);
   }
-  s.enlarged = data.enlarged;
+  // What this data can show without the server: the view it was sent for, and the other one when
+  // ``switchable`` (every layer sent, the same tokens for both views).
+  const allLayers = data.layers_sent.length === data.num_layers;
+  s.headReady = data.view === "head" || data.switchable;
+  s.modelReady = allLayers && (data.view === "model" || data.switchable);
   // The server's choice wins, unless the visitor switched here and the server has not caught up yet.
-  if (s.pendingLayer === null || s.pendingLayer === data.layer) {
-    s.pendingLayer = null;
+  const p = s.pending;
+  if (!p || (p.layer === data.layer && p.head === data.head && p.view === data.view && p.shape === data.shape)) {
+    s.pending = null;
     s.layer = data.layer;
-  }
-  if (s.pendingHead === null || s.pendingHead === data.head) {
-    s.pendingHead = null;
     s.head = data.head;
+    s.view = data.view;
+    s.shape = data.shape;
   }
   // A rerun that changes nothing shown (e.g. the one that puts a switch made here into the link) repaints nothing.
-  const shown = shownKey(s);
-  if (newSentence || shown !== s.shown) draw(root, s);
-  s.shown = shown;
+  if (newSentence) s.shown = null;
+  render(s);
 }

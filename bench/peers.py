@@ -72,7 +72,14 @@ from urllib.parse import urlencode
 import psutil
 from browser import sentence  # bench/browser.py, beside this script: a sentence of exactly n tokens
 
-from ui.browser import APP_IDLE_JS, SENTENCE_LABEL, chromium_launch_options, head_view_js, start_streamlit
+from ui.browser import (
+    APP_IDLE_JS,
+    SENTENCE_LABEL,
+    chromium_launch_options,
+    head_view_js,
+    model_view_js,
+    start_streamlit,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -228,7 +235,21 @@ def headscope_canvas_js(num_heads: int, layer: int, marker: str) -> str:
 
 
 def headscope_model_js(num_layers: int, num_heads: int, marker: str) -> str:
-    """Explore's model view complete: every layer and head labelled, painted, showing ``marker``."""
+    """Explore's model view drawn in the browser (ui/headview.py): ``ui.browser.model_view_js`` (every tile
+    painted with the sentence holding ``marker``, every layer and head labelled), painted since
+    ``__bench.oldDrawn`` was noted."""
+    return f"""
+() => {{
+  const root = document.querySelector('.hs-headview');
+  if (!root || root.dataset.drawn === window.__bench.oldDrawn) return false;
+  return ({model_view_js(num_layers, num_heads, marker)})();
+}}
+"""
+
+
+def headscope_plotly_model_js(num_layers: int, num_heads: int, marker: str) -> str:
+    """Explore's Plotly model view (checkouts before the model view was drawn in the browser,
+    ``--baseline-plotly-model``) complete: every layer and head labelled, painted, showing ``marker``."""
     return f"""
 () => Array.from(document.querySelectorAll('.js-plotly-plot')).some(gd => {{
   const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '';
@@ -308,6 +329,7 @@ class Headscope:
     num_heads: int
     charts: int = 2  # Plotly charts in the head view (3 before the enlarged head showed its heatmap OR its lines)
     canvas: bool = True  # the head view drawn in the browser (ui/headview.py); False: Plotly (``charts``)
+    plotly_model: bool = False  # the model view is a Plotly chart (checkouts before ui/headview.py drew it)
     markers: list[str] = field(default_factory=lambda: list(MARKERS))
 
     def marker(self) -> str:
@@ -322,6 +344,8 @@ class Headscope:
 
     def predicate(self, view: str, marker: str, layer: int = 0) -> str:
         if view == "model":
+            if self.plotly_model:
+                return headscope_plotly_model_js(self.num_layers, self.num_heads, marker)
             return headscope_model_js(self.num_layers, self.num_heads, marker)
         if self.canvas:
             return headscope_canvas_js(self.num_heads, layer, marker)
@@ -576,6 +600,7 @@ def split_run(args, model) -> None:
             model.num_heads,
             charts,
             canvas=not args.baseline or args.baseline_canvas,
+            plotly_model=bool(args.baseline) and args.baseline_plotly_model,
         )
         marker = headscope.marker()
         headscope.open("head", sentence(model, marker, 20)[0], marker)
@@ -596,9 +621,9 @@ def split_run(args, model) -> None:
             row = {
                 "end to end": result.end_to_end_s * 1e3,
                 "server CPU": result.server_cpu_s * 1e3,
-                "first message": min(t for t, _ in frames),
-                "figure message": max(frames, key=lambda f: f[1])[0],
-                "last message": max(t for t, _ in frames),
+                "first message": min((t for t, _ in frames), default=float("nan")),
+                "figure message": max(frames, key=lambda f: f[1])[0] if frames else float("nan"),
+                "last message": max((t for t, _ in frames), default=float("nan")),
                 "messages": len(frames),
                 **split,
                 **{f"JS: {k}": v for k, v in js_split(profile, lo, hi).items()},
@@ -652,6 +677,11 @@ def main() -> None:
         "--baseline-canvas",
         action="store_true",
         help="the baseline's head view is the canvas one too (default: Plotly, checkouts before ui/headview.py)",
+    )
+    parser.add_argument(
+        "--baseline-plotly-model",
+        action="store_true",
+        help="the baseline's model view is a Plotly chart (checkouts before ui/headview.py drew it)",
     )
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument(
@@ -712,6 +742,7 @@ def main() -> None:
                 model.num_heads,
                 charts=args.baseline_charts if name == "baseline" else 2,
                 canvas=name != "baseline" or args.baseline_canvas,
+                plotly_model=name == "baseline" and args.baseline_plotly_model,
             )
         if not args.no_bertviz:
             contestants["bertviz"] = BertViz(browser.new_context(viewport=VIEWPORT).new_page(), model)

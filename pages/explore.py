@@ -1,11 +1,15 @@
-"""Explore: every head of a layer, one head enlarged (as a heatmap or as lines), and the whole model at once.
+"""Explore: every head of a layer with one head enlarged (as a heatmap or as lines), or the whole model at once.
 
-The head view is drawn in the browser (ui/headview.py, assets/headview.js); the model view is Plotly."""
+Both views are one component drawn in the browser (ui/headview.py, assets/headview.js). The page's body is a
+fragment that also draws the sidebar's sentence boxes, so Enter reruns the body only; inside it, the view's own
+fragment reruns alone when the visitor switches a layer, a head or the view. In both, the view is drawn first
+and the controls and notes above it after (into containers placed above it), so the browser paints the view
+without first rendering every other element of the rerun."""
 
 import numpy as np
 import streamlit as st
 
-from ui import figures, state, widgets
+from ui import figures, headview, state, widgets
 
 st.title("Explore")
 st.markdown(widgets.INTRO)
@@ -20,69 +24,84 @@ def explore_run(notices: bool = True):
     return lab if lab is not None else widgets.current_run(notices=notices)
 
 
-run = state.lab_run()
-if run is not None:
+if state.lab_run() is not None:
     st.info(
         "Showing the model you trained on the Lab page, on its fixed example (tokens are numbers). "
         "The sidebar's model and sentence come back with the button below.",
         icon=":material/science:",
     )
     st.button("Back to the sidebar's model", on_click=state.close_lab_run, key="explore_close_lab")
-else:
-    run = widgets.current_run()
-if run is None:
-    st.stop()
-
-st.caption(widgets.md_escape(run.summary()))
-widgets.engine_note(run)
-words, hide_special = widgets.view_toggles(run)
-view = widgets.shaped_run(run, words, hide_special)
-if view.is_causal:
-    st.caption("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
-if widgets.figure_options(view)["segment_ids"] is not None:
-    st.caption("Sentence pair: the dotted orange line separates the first sentence from the second.")
-sinks = state.metrics_for(run)["sink_mass"].to_numpy()
-if np.mean(sinks >= 0.5) >= 0.5:
-    st.info(
-        f"{np.mean(sinks >= 0.5):.0%} of the heads put most of their attention on a token of no content "
-        "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when it "
-        "has nothing to do. Look for the heads that do not.",
-        icon=":material/info:",
-    )
-
-mode = widgets.url_choice("View", {"head": "Head view", "model": "Model view"}, key="explore_mode", url_key="view")
-if mode == "model":
-    st.caption("Every head of every layer at once. Click a head to open it in the head view.")
-
-    def open_in_head_view() -> None:
-        st.session_state["explore_mode"] = "head"
-
-    widgets.model_view(
-        view, key="model_view", on_click=lambda: widgets.select_clicked_head("model_view", then=open_in_head_view)
-    )
-    st.stop()
 
 
 @st.fragment
-def head_view_section(words: bool, hide_special: bool) -> None:
-    """The layer's heads and the enlarged head (its heatmap or its lines). The heads, the enlarged heatmap
-    and the layer slider are one component drawn in the browser from every layer's weights (sent once a
-    sentence), so moving the layer or clicking a head redraws there at once; the choice comes back as the
-    selection (and the link) on a rerun of this fragment only, not of the sidebar and the page above.
+def explore_body(sentence_slot) -> None:
+    """Everything the sentence decides, with the sentence boxes drawn into their place in the sidebar
+    (``sentence_slot``; None when the sidebar draws them): Enter reruns this fragment only."""
+    if sentence_slot is None:
+        with widgets.error_display():
+            explore_view()
+        return
+    with widgets.sentences_in_page(sentence_slot, place="explore"), widgets.error_display():
+        explore_view()
+
+
+def explore_view() -> None:
+    run = explore_run()
+    if run is None:
+        return
+    header = st.container()  # filled after the view is drawn, shown above it
+    words, hide_special = widgets.view_settings(run)
+    view_section(words, hide_special)
+    with header:
+        st.caption(widgets.md_escape(run.summary()))
+        widgets.engine_note(run)
+        widgets.view_toggles(run)  # the same values as view_settings above
+        view = widgets.shaped_run(run, words, hide_special)
+        notes = []
+        if view.is_causal:
+            notes.append("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
+        if widgets.figure_options(view)["segment_ids"] is not None:
+            notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
+        if notes:
+            st.caption(" ".join(notes))
+        sinks = state.metrics_for(run)["sink_mass"].to_numpy()
+        if np.mean(sinks >= 0.5) >= 0.5:
+            st.info(
+                f"{np.mean(sinks >= 0.5):.0%} of the heads put most of their attention on a token of no content "
+                "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when "
+                "it has nothing to do. Look for the heads that do not.",
+                icon=":material/info:",
+            )
+
+
+def take_pick(pick: dict) -> None:
+    """The view and the selected head's shape switched in the browser (the component's pick)."""
+    st.session_state["explore_view"] = pick["view"]
+    st.session_state["head_shape"] = pick["shape"]
+
+
+@st.fragment
+def view_section(words: bool, hide_special: bool) -> None:
+    """The head view (the layer's heads and the enlarged head, as a heatmap or as lines) or the model view.
+    The heads, the enlarged heatmap, the layer slider and the switch between the views are one component
+    drawn in the browser from every layer's weights (sent once a sentence), so a switch redraws there at
+    once; the choice comes back as the selection (and the link) on a rerun of this fragment only.
     Its arguments are small on purpose: a session keeps its fragment's arguments, so the run is looked up
     again (a cache hit) instead of held there, and the server's memory stays within the cache budget."""
     run = explore_run(notices=False)
     if run is None:
         return
     view = widgets.shaped_run(run, words, hide_special)
-    # The layer slider and the heads are drawn in the browser (ui/headview.py): a layer switch or a
-    # click on a head redraws there at once, and comes back here as the selection (and the link).
+    widgets.url_setting("explore_view", "view", "head", widgets.one_of(headview.VIEWS))
+    widgets.url_setting("head_shape", "shape", "heatmap", widgets.one_of(headview.SHAPES))
+    mode, shape = st.session_state["explore_view"], st.session_state["head_shape"]
     layer = widgets.select_layer(view.num_layers, draw=False)
     head = widgets.select_head(view.num_heads, draw=False)
-    shape = widgets.url_choice(
-        "Show the enlarged head as", {"heatmap": "Heatmap", "lines": "Lines"}, key="head_shape", url_key="shape"
-    )
-    widgets.canvas_head_view(view, layer, head, key="head_view", enlarged=shape == "heatmap")
+    widgets.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=take_pick)
+    widgets.keep_in_url("explore_view", "view", "head")
+    widgets.keep_in_url("head_shape", "shape", "heatmap")
+    if mode == "model":
+        return
     st.caption(
         "Move the layer slider or click a head to enlarge it. Rows are queries (the token looking), columns "
         "are keys (the tokens looked at); each row sums to 1. Colours: the scale beside the enlarged head "
@@ -90,49 +109,7 @@ def head_view_section(words: bool, hide_special: bool) -> None:
         + (" Switch to **Lines** for the BertViz-style view of the head." if shape == "heatmap" else "")
     )
     if shape == "lines":
-        st.subheader(f"Layer {layer}, head {head}")
-        chart, side = st.columns([3, 2])
-        ALL = -1  # "all tokens" (a selectbox shows None as no choice at all)
-        tokens = [ALL, *range(view.num_tokens)]
-        # The widgets below keep their functions for the session's life: they see the tokens, not the run.
-        names, num_tokens = list(view.tokens), view.num_tokens
-
-        def token_position(raw: str) -> int:
-            if int(raw) not in range(num_tokens):
-                raise ValueError(raw)
-            return int(raw)
-
-        widgets.url_setting("focus_token", "focus", ALL, token_position)
-        if st.session_state["focus_token"] not in tokens:
-            st.session_state["focus_token"] = ALL  # the sentence changed under a focus on a later token
-        focus = side.selectbox(
-            "Focus on query token",
-            tokens,
-            key="focus_token",
-            format_func=lambda i: "all tokens" if i == ALL else f"{i}: {names[i]}",
-        )
-        widgets.keep_in_url("focus_token", "focus", ALL)
-        focus = None if focus == ALL else focus
-        with chart:
-            widgets.show_chart(
-                figures.attention_lines(
-                    view.attentions[layer, head],
-                    view.tokens,
-                    focus=focus,
-                    segment_ids=widgets.figure_options(view)["segment_ids"],
-                ),
-                key="lines_view",
-                filename=f"headscope-layer{layer}-head{head}-lines",
-            )
-        side.caption(
-            "Lines from each query (left) to the keys it attends to (right); darker = more weight. "
-            + (
-                "Every weight of 0.02 or more is drawn."
-                if focus is not None
-                else "For all tokens at once, each query's two strongest keys; pick a token to see all of its lines."
-            )
-        )
-
+        lines_view(view, layer, head)
     widgets.downloads(view, layer, head)
     source = widgets.layer_source_code(run.family) if run.engine == "core" else None
     if source:
@@ -140,7 +117,49 @@ def head_view_section(words: bool, hide_special: bool) -> None:
             st.code(source, language="python")
 
 
-head_view_section(words, hide_special)
-# Streamlit keeps a session's fragment (and so this page's globals, its ``__globals__``) until the session's
-# next full run: drop the run here, or every session would hold its last run outside the memory budget.
-del run, view
+def lines_view(view, layer: int, head: int) -> None:
+    """The enlarged head as lines (BertViz-style), for all tokens or one query token in focus."""
+    chart, side = st.columns([3, 2])
+    ALL = -1  # "all tokens" (a selectbox shows None as no choice at all)
+    tokens = [ALL, *range(view.num_tokens)]
+    # The widgets below keep their functions for the session's life: they see the tokens, not the run.
+    names, num_tokens = list(view.tokens), view.num_tokens
+
+    def token_position(raw: str) -> int:
+        if int(raw) not in range(num_tokens):
+            raise ValueError(raw)
+        return int(raw)
+
+    widgets.url_setting("focus_token", "focus", ALL, token_position)
+    if st.session_state["focus_token"] not in tokens:
+        st.session_state["focus_token"] = ALL  # the sentence changed under a focus on a later token
+    focus = side.selectbox(
+        "Focus on query token",
+        tokens,
+        key="focus_token",
+        format_func=lambda i: "all tokens" if i == ALL else f"{i}: {names[i]}",
+    )
+    widgets.keep_in_url("focus_token", "focus", ALL)
+    focus = None if focus == ALL else focus
+    with chart:
+        widgets.show_chart(
+            figures.attention_lines(
+                view.attentions[layer, head],
+                view.tokens,
+                focus=focus,
+                segment_ids=widgets.figure_options(view)["segment_ids"],
+            ),
+            key="lines_view",
+            filename=f"headscope-layer{layer}-head{head}-lines",
+        )
+    side.caption(
+        "Lines from each query (left) to the keys it attends to (right); darker = more weight. "
+        + (
+            "Every weight of 0.02 or more is drawn."
+            if focus is not None
+            else "For all tokens at once, each query's two strongest keys; pick a token to see all of its lines."
+        )
+    )
+
+
+explore_body(state.sentence_slot())

@@ -95,31 +95,56 @@ def test_head_view_holds_every_layer_and_head_of_the_sentence(minilm):
     for layer, weights in data["weights_by_layer"].items():
         np.testing.assert_allclose(weights, reference.attentions[layer], rtol=0, atol=HEAD_VIEW_ATOL)
     np.testing.assert_allclose(data["enlarged_head"], reference.attentions[3, 5], rtol=0, atol=HEAD_VIEW_ATOL)
-    assert data["enlarged"] is True and data["causal"] is False and data["boundary"] is None
+    assert data["shape"] == "heatmap" and data["view"] == "head" and data["causal"] is False
+    assert data["boundary"] is None
     # The Plotly figures' colour scale (one scale for every attention view), and no Plotly chart here.
     assert data["colorscale"] == figures.ATTENTION_COLORSCALE
     assert not app.get("plotly_chart")
     # The same data on every rerun of the same sentence (the browser decodes a sentence once).
-    app.segmented_control(key="head_shape").set_value("heatmap")
+    app.session_state["head_shape"] = "heatmap"  # what a pick in the component sets (pages/explore.take_pick)
     rerun(app)
     assert head_view_data(app)["sig"] == data["sig"]
 
 
-def test_model_view_is_one_trace_of_layers_by_heads(minilm):
-    app = start(text=TEXT)
-    app.segmented_control(key="explore_mode").set_value("model")
-    rerun(app)
-    assert app.query_params["view"] == "model"  # the link reproduces the view
+def test_model_view_holds_every_layer_and_head(minilm):
+    app = start(text=TEXT, view="model")
     reference = minilm.run(TEXT)
-    spec = chart_titled(app, "All 6 layers x 12 heads")
-    assert [t["type"] for t in spec["data"]] == ["heatmap", "scatter"]  # one trace of tiles, one of click targets
-    assert [list(c) for c in spec["data"][1]["customdata"]] == [[l, h] for l in range(6) for h in range(12)]
-    trace = spec["data"][0]
-    n = reference.num_tokens
-    tiles = tiles_of(trace, 6, 12, n, grid_gaps(trace, n))
-    np.testing.assert_allclose(tiles, reference.attentions, rtol=0, atol=ATTENTION_ATOL)
-    assert trace["x"][0].startswith("head 0 · ") and trace["y"][(n + 1) * 2].startswith("layer 2 · ")
-    assert np.asarray(trace["z"]).dtype == np.float32  # 4 bytes a cell on the wire
+    data = head_view_data(app)
+    assert data["view"] == "model" and data["layers_sent"] == list(range(6))
+    for layer, weights in data["weights_by_layer"].items():
+        np.testing.assert_allclose(weights, reference.attentions[layer], rtol=0, atol=HEAD_VIEW_ATOL)
+    # A short sentence: the head view would show these same tokens, so the browser switches without the server.
+    assert data["switchable"] is True and data["tokens"] == reference.tokens
+    assert app.query_params["view"] == "model"  # the link reproduces the view
+    assert not app.get("plotly_chart") and not app.get("download_button")  # the head view's extras are not drawn
+    # A click on a tile comes back as the component's pick: that head opens in the head view.
+    app.session_state["explore_view"] = "head"  # what the pick sets (pages/explore.take_pick)
+    app.session_state["layer"], app.session_state["head"] = 2, 7
+    rerun(app)
+    data = head_view_data(app)
+    assert (data["view"], data["layer"], data["head"]) == ("head", 2, 7) and "view" not in app.query_params
+    np.testing.assert_allclose(data["enlarged_head"], reference.attentions[2, 7], rtol=0, atol=HEAD_VIEW_ATOL)
+
+
+def test_a_rerun_sends_no_placeholders_before_the_view(minilm):
+    # Every element of a rerun is re-rendered by the browser before the ones after it: a model or a run
+    # found in the caches draws nothing (no progress bar replayed, no stop or waiting placeholder).
+    app = start(text=TEXT)
+    rerun(app)
+    kinds = [getattr(element, "type", "") for element in app.main]
+    assert "empty" not in kinds and "progress" not in kinds, kinds
+    assert kinds.count("bidi_component") == 1
+
+
+def test_a_long_text_caps_the_model_view_not_the_head_view(minilm):
+    text = " ".join(["word"] * 200)
+    head = head_view_data(start(text=text))
+    model = head_view_data(start(text=text, view="model"))
+    # Every layer at one byte a weight within the same budget: 6 x 12 x n^2 <= 1.3 M, so n = 134 tokens.
+    assert len(model["tokens"]) == 134 and model["layers_sent"] == list(range(6))
+    assert len(head["tokens"]) == 202 and head["layers_sent"] == [0]  # one layer sent, all tokens
+    # Different tokens in the two views: the browser asks the server before it switches.
+    assert head["switchable"] is False and model["switchable"] is False
 
 
 def test_one_head_heatmap_lines_and_word_level(minilm):
@@ -130,11 +155,11 @@ def test_one_head_heatmap_lines_and_word_level(minilm):
     )
     charts = plotly_elements(app)
     assert "lines_view" not in charts  # one chart of the head at a time: the heatmap first
-    app.segmented_control(key="head_shape").set_value("lines")
+    app.session_state["head_shape"] = "lines"  # the pick of the component's Lines tab
     rerun(app)
     assert app.query_params["shape"] == "lines"
     charts = plotly_elements(app)
-    assert head_view_data(app)["enlarged"] is False  # the grid stays, the enlarged heatmap gives way to the lines
+    assert head_view_data(app)["shape"] == "lines"  # the grid stays, the enlarged heatmap gives way to the lines
     # Lines view for all tokens: each query's two strongest keys (weights >= 0.02), the token columns last.
     lines = [t for t in charts["lines_view"]["data"] if t.get("mode") == "lines"]
     segments = sum(sum(1 for v in t["x"] if v is None) for t in lines)
@@ -148,7 +173,7 @@ def test_one_head_heatmap_lines_and_word_level(minilm):
     assert sum(sum(1 for v in t["x"] if v is None) for t in lines) == int((head[3] >= 0.02).sum())
     assert app.query_params["focus"] == "3"
     # Back to the heatmap: the focus stays in the link for when the lines come back.
-    app.segmented_control(key="head_shape").set_value("heatmap")
+    app.session_state["head_shape"] = "heatmap"
     rerun(app)
     assert "shape" not in app.query_params and app.query_params["focus"] == "3"
     app.toggle(key="words").set_value(True)
@@ -157,7 +182,7 @@ def test_one_head_heatmap_lines_and_word_level(minilm):
     words = reference.to_words()
     data = head_view_data(app)
     np.testing.assert_allclose(data["enlarged_head"], words.attentions[2, 7], rtol=0, atol=HEAD_VIEW_ATOL)
-    assert data["enlarged"] is True and data["tokens"] == words.tokens
+    assert data["shape"] == "heatmap" and data["tokens"] == words.tokens
     app.toggle(key="hide_special").set_value(True)
     rerun(app)
     assert app.query_params["hide"] == "1"

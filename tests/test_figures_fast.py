@@ -128,3 +128,17 @@ def test_head_view_data_sends_one_layer_beyond_its_budget_and_marks_a_pair():
     odd = attentions.copy()
     odd[0, 0, 0, :3] = [np.nan, 1.0000001, -1e-9]
     assert headview.unpack(headview.pack(odd, TOKENS, 0, 0))[0][0, 0, :3].tolist() == [0.0, 1.0, 0.0]
+
+
+def test_a_pick_from_the_browser_is_checked():
+    from ui import headview
+
+    good = {"layer": 2, "head": 7, "view": "model", "shape": "lines"}
+    assert headview.parse_pick(good) == good
+    assert headview.parse_pick({**good, "layer": "3"})["layer"] == 3  # JSON numbers may come back as text
+    for bad in (None, {}, "x", {**good, "view": "table"}, {**good, "shape": "<b>"}, {**good, "head": -1}):
+        assert headview.parse_pick(bad) is None, bad
+    data = headview.pack(np.stack([_attention(12, 20, 0)] * 2), TOKENS, layer=1, head=3, view="model")
+    assert data["view"] == "model" and data["layers_sent"] == [0, 1] and data["shape"] == "heatmap"
+    with pytest.raises(ValueError):
+        headview.pack(np.stack([_attention(12, 20, 0)] * 2), TOKENS, layer=1, head=3, view="table")

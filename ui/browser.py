@@ -31,20 +31,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
-# JavaScript run in the page: the Plotly charts currently drawn, as plain facts.
-CHARTS_JS = """
-() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => {
-  const trace = (gd._fullData || [])[0] || {};
-  const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '';
-  const annotations = Array.from(gd.querySelectorAll('g.annotation-text-g text, g.annotation text'))
-                           .map(t => t.textContent);
-  return {title: title, type: trace.type || '', x: (trace.x || []).slice ? Array.from(trace.x || []) : [],
-          rows: trace.z ? trace.z.length : 0, cols: trace.z && trace.z[0] ? trace.z[0].length : 0,
-          heatmapImages: gd.querySelectorAll('g.hm image').length, annotations: annotations};
-})
-"""
-
-
 # True once the app is up and idle: the sidebar is drawn and no script is running ('Running...' widget).
 APP_IDLE_JS = """
 () => !!document.querySelector('[data-testid="stSidebar"]')
@@ -195,10 +181,6 @@ def chromium_page(width: int = 1500, height: int = 1100):
             browser.close()
 
 
-def charts(page) -> list[dict]:
-    return page.evaluate(CHARTS_JS)
-
-
 def wait_for_app(page, timeout_ms: int = 180_000) -> None:
     """Until the script has finished running (no 'Running...' status widget) and the sidebar is up."""
     page.wait_for_function(APP_IDLE_JS, timeout=timeout_ms)
@@ -236,18 +218,22 @@ def head_view_js(num_heads: int, token: str, layer: int | None = None) -> str:
 
 
 def model_view_js(num_layers: int, num_heads: int, token: str) -> str:
-    """A JS predicate: the model view is drawn with every layer and head labelled and shows ``token``."""
+    """A JS predicate: Explore's model view (ui/headview.py) is drawn with ``token``: the sentence holding
+    ``token`` is the one painted (``data-drawn`` is "<sig>:model" once every tile is painted), each of the
+    ``num_layers`` x ``num_heads`` tiles is an n x n canvas, and every layer and head is labelled."""
     return f"""
-() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(gd => {{
-  const title = (gd._fullLayout && gd._fullLayout.title && gd._fullLayout.title.text) || '';
-  if (!/All {num_layers} layers x {num_heads} heads/.test(title)) return false;
-  const trace = (gd._fullData || [])[0];
-  if (!trace || !trace.x || !Array.from(trace.x).some(c => c.endsWith(' ' + {token!r}))) return false;
-  const labels = Array.from(gd.querySelectorAll('g.annotation text')).map(t => t.textContent);
+() => {{
+  const root = document.querySelector('.hs-headview');
+  if (!root || !root.dataset.sig || root.dataset.drawn !== root.dataset.sig + ':model') return false;
+  const tokens = JSON.parse(root.dataset.tokens);
+  if (!tokens.includes({json.dumps(token)})) return false;
+  const tiles = Array.from(root.querySelectorAll('.hs-model-canvas'));
+  if (tiles.length !== {num_layers * num_heads} || Number(root.dataset.painted) !== tiles.length) return false;
+  if (!tiles.every(c => c.width === tokens.length && c.height === tokens.length)) return false;
+  const labels = Array.from(root.querySelectorAll('.hs-model-row, .hs-model-col')).map(l => l.textContent);
   return labels.filter(t => /^head \\d+$/.test(t)).length === {num_heads}
-      && labels.filter(t => /^layer \\d+$/.test(t)).length === {num_layers}
-      && gd.querySelectorAll('g.hm image').length === 1;
-}})
+      && labels.filter(t => /^(layer |L)\\d+$/.test(t)).length === {num_layers};
+}}
 """
 
 

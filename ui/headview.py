@@ -1,10 +1,11 @@
-"""Explore's head view drawn in the browser: every layer's heads as canvases, one Streamlit component.
+"""Explore's head view and model view drawn in the browser: attention heads as canvases, one Streamlit component.
 
 The server sends a sentence's attention once (every layer, quantised to one byte a weight, base64)
-with its tokens and the selected layer and head; the component's JavaScript (``assets/headview.js``,
-read from disk: no CDN) draws the layer's heads as small canvases and the selected head enlarged,
-and switches layers and heads in the browser at once. A switch is also sent back as the component's
-state, so the server's selection and the link (``?layer=&head=``) follow on a cheap rerun, but the
+with its tokens, the view and the selected layer and head; the component's JavaScript
+(``assets/headview.js``, read from disk: no CDN) draws the head view (the layer's heads as small
+canvases and the selected head enlarged) or the model view (every layer x head), and switches layers,
+heads and views in the browser at once. A switch is also sent back as the component's state (``pick``),
+so the server's selection and the link (``?layer=&head=&view=``) follow on a cheap rerun, but the
 redraw never waits for it. Tokens are user text: the JavaScript only ever sets them as ``textContent``
 or draws them on a canvas, never as HTML.
 
@@ -28,6 +29,8 @@ LEVELS = 255  # a weight w in [0, 1] is sent as round(w * 255): off by at most 0
 # layer (the in-browser layer slider then asks the server for the next one). MiniLM at 128 tokens is
 # 1.18 M cells (1.6 MB of base64), about what the Plotly head view of one layer sent.
 ALL_LAYERS_MAX_CELLS = 1_300_000
+VIEWS = ("head", "model")
+SHAPES = ("heatmap", "lines")
 
 
 def quantise(attentions: np.ndarray) -> bytes:
@@ -44,18 +47,27 @@ def pack(
     *,
     causal: bool = False,
     segment_ids: np.ndarray | None = None,
-    enlarged: bool = True,
+    shape: str = "heatmap",
     text_scale: float = 1.0,
     max_cells: int = ALL_LAYERS_MAX_CELLS,
+    view: str = "head",
+    switchable: bool = False,
 ) -> dict:
     """The component's data: ``attentions`` ``[layers, heads, n, n]`` of one sentence, quantised.
 
-    ``layers_sent`` lists the layers in ``weights`` (all of them, or only ``layer`` when they would not
-    fit in ``max_cells``); ``sig`` names the sentence's data, so the browser decodes a sentence once.
+    ``layers_sent`` lists the layers in ``weights`` (all of them, or for the head view only ``layer`` when
+    they would not fit in ``max_cells``; the model view always has them all); ``sig`` names the sentence's
+    data, so the browser decodes a sentence once. ``view`` is "head" or "model"; ``switchable`` says the
+    other view would show these same tokens, so the browser may switch to it without the server. ``shape`` is
+    how the head view shows its selected head: "heatmap" (enlarged, in the component) or "lines" (a chart the
+    page draws below it).
     """
+    if view not in VIEWS or shape not in SHAPES:
+        raise ValueError(f"view must be one of {VIEWS} and shape one of {SHAPES}, not {view!r} and {shape!r}")
     attentions = np.asarray(attentions)
     num_layers, num_heads = attentions.shape[:2]
-    sent = list(range(num_layers)) if attentions.size <= max_cells else [int(layer)]
+    every = view == "model" or attentions.size <= max_cells
+    sent = list(range(num_layers)) if every else [int(layer)]
     raw = quantise(attentions[sent])
     tokens = [str(t) for t in tokens]
     boundary = None
@@ -70,11 +82,13 @@ def pack(
         "layers_sent": sent,
         "weights": base64.b64encode(raw).decode("ascii"),
         "levels": LEVELS,
+        "view": view,
+        "switchable": bool(switchable and every),
         "layer": int(layer),
         "head": int(head),
         "causal": bool(causal),
         "boundary": boundary,
-        "enlarged": bool(enlarged),
+        "shape": shape,
         "text_scale": float(text_scale),
         "colorscale": ATTENTION_COLORSCALE,
         "masked_color": MASKED_COLOR,
@@ -109,23 +123,27 @@ def _component():
     return _COMPONENT
 
 
-def show(data: dict, key: str, on_layer=None, on_head=None):
-    """Mount the head view; ``on_layer(layer)`` / ``on_head(head)`` run when the visitor switches in it."""
+def parse_pick(raw) -> dict | None:
+    """The visitor's pick as the browser sent it (the component's state), checked: ``{"layer": int, "head":
+    int, "view": one of VIEWS, "shape": one of SHAPES}``, or None for anything else."""
+    try:
+        pick = {"layer": int(raw["layer"]), "head": int(raw["head"]), "view": raw["view"], "shape": raw["shape"]}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if pick["layer"] < 0 or pick["head"] < 0 or pick["view"] not in VIEWS or pick["shape"] not in SHAPES:
+        return None
+    return pick
 
-    def changed(name: str, callback):
-        def run() -> None:
-            import streamlit as st
 
-            value = (st.session_state.get(key) or {}).get(name)
-            if callback is not None and value is not None:
-                callback(int(value))
+def show(data: dict, key: str, on_pick=None):
+    """Mount the view; ``on_pick(pick)`` runs when the visitor switches in it (``parse_pick``'s dict)."""
 
-        return run
+    def picked() -> None:
+        import streamlit as st
 
-    return _component()(
-        key=key,
-        data=data,
-        default={"layer": data["layer"], "head": data["head"]},
-        on_layer_change=changed("layer", on_layer),
-        on_head_change=changed("head", on_head),
-    )
+        pick = parse_pick((st.session_state.get(key) or {}).get("pick"))
+        if on_pick is not None and pick is not None:
+            on_pick(pick)
+
+    default = {"layer": data["layer"], "head": data["head"], "view": data["view"], "shape": data["shape"]}
+    return _component()(key=key, data=data, default={"pick": default}, on_pick_change=picked)

@@ -5,7 +5,7 @@ The only UI code that loads a model or runs one. Everything a view depends on li
 link is checked when a session starts, and what was wrong with it is kept for the page to say
 (``link_notice``). Drawing is left to ``ui.widgets``.
 
-One server holds a class: models load once per server (``st.cache_resource``); runs and what is
+One server holds a class: models load once per server (``_load_model_cached``); runs and what is
 computed from them live in one cache bounded in bytes (``ui.budget.ByteBudgetCache``); at most a
 few forward passes run at once (``ui.budget.ComputeGate``); a run whose session has gone away or
 asked for something else stops at its next layer (``ui.budget.StopPoint``). The settings come from
@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def reset_server_state() -> None:
     settings.cache_clear()
     shared.cache_clear()
     lab_slots.cache_clear()
-    _load_model_cached.clear()
+    _clear_models()
 
 
 def configure_process() -> None:
@@ -212,6 +213,19 @@ def selection() -> Selection:
         return st.session_state[_SELECTION]
     except KeyError:
         raise RuntimeError("No sidebar selection: pages run inside app.py (streamlit run app.py).") from None
+
+
+_SENTENCE_SLOT = "_sentence_slot"
+
+
+def set_sentence_slot(slot) -> None:
+    """Where this run's sentence boxes go in the sidebar when the page draws them (None: the sidebar does)."""
+    st.session_state[_SENTENCE_SLOT] = slot
+
+
+def sentence_slot():
+    """The sidebar's place for the sentence boxes if this page is to draw them (``widgets.sentences_in_page``)."""
+    return st.session_state.get(_SENTENCE_SLOT)
 
 
 # ---- URL query parameters ------------------------------------------------------------------
@@ -352,17 +366,47 @@ def _cache_key(name: str) -> str:
     return key
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _load_model_cached(key: str, allow_downloads: bool):
-    from mha_core.models import load_model
+MAX_MODELS = 4  # models kept loaded in a server; the least recently used beyond that is dropped
+_MODELS: OrderedDict[tuple[str, bool], object] = OrderedDict()
+_MODELS_LOCK = threading.Lock()
+_MODEL_LOADS: dict[tuple[str, bool], threading.Lock] = {}  # one load per model at a time
 
-    # The bar is created inside the cached function so a cache hit replays it (and its removal) cleanly.
-    bar = st.progress(0.0, text=f"Loading {key[:80]}...")
-    try:
-        model = load_model(key, progress=report_progress(bar), download=allow_downloads)
-    finally:
-        bar.empty()
+
+def _load_model_cached(key: str, allow_downloads: bool):
+    """The model for ``key``, loaded once per server with a progress bar.
+
+    The server's own cache, not ``st.cache_resource``: that replays on every hit the elements its function
+    drew on the miss (the bar and its removal), so every rerun sent the browser two elements more for each
+    model lookup (five lookups in an Explore rerun), each re-rendered before the view."""
+    wanted = (key, allow_downloads)
+    with _MODELS_LOCK:
+        if wanted in _MODELS:
+            _MODELS.move_to_end(wanted)
+            return _MODELS[wanted]
+        loading = _MODEL_LOADS.setdefault(wanted, threading.Lock())
+    with loading:
+        with _MODELS_LOCK:
+            if wanted in _MODELS:
+                return _MODELS[wanted]
+        from mha_core.models import load_model
+
+        bar = st.progress(0.0, text=f"Loading {key[:80]}...")
+        try:
+            model = load_model(key, progress=report_progress(bar), download=allow_downloads)
+        finally:
+            bar.empty()
+        with _MODELS_LOCK:
+            _MODELS[wanted] = model
+            while len(_MODELS) > MAX_MODELS:
+                _MODELS.popitem(last=False)
+            _MODEL_LOADS.pop(wanted, None)
     return model
+
+
+def _clear_models() -> None:
+    with _MODELS_LOCK:
+        _MODELS.clear()
+        _MODEL_LOADS.clear()
 
 
 def get_model(name: str):
@@ -403,11 +447,44 @@ def use_model(wanted: str) -> tuple[str, HeadscopeError | None]:
 
 
 # ---- runs and what is computed from them ---------------------------------------------------------
+class LatePlaceholder:
+    """An ``st.empty()`` made at its first use (``placeholder()``), where the script is then: work that finds
+    its value cached, or gets a compute slot at once, sends the browser no element (each element the browser
+    re-renders delays the view it waits for)."""
+
+    def __init__(self):
+        self._slot = None
+
+    def __call__(self):
+        if self._slot is None:
+            self._slot = st.empty()
+        return self._slot
+
+    def clear(self) -> None:
+        if self._slot is not None:
+            self._slot.empty()
+
+
 def stop_point() -> StopPoint:
     """A check that ends this script run at its next call once the session has gone away or asked for
-    another run: Streamlit raises its stop signal at any element update, here of an empty placeholder."""
-    placeholder = st.empty()
-    return StopPoint(placeholder.empty)
+    another run: Streamlit raises its stop signal at any element update, here of an empty placeholder
+    (made at the first check, ``POLL_S`` into a computation)."""
+    placeholder = LatePlaceholder()
+    return StopPoint(lambda: placeholder().empty())
+
+
+def in_slot(compute, check: StopPoint | None = None):
+    """``compute()`` inside one of the server's compute slots, stopping if this session goes away; while it
+    waits for a slot, a notice says how many requests are before it."""
+    check = check or stop_point()
+    notice = LatePlaceholder()
+
+    def show_waiting(ahead: int) -> None:
+        notice().caption(f"The server is busy: {ahead + 1} other request(s) before yours.")
+
+    with shared().gate.slot(check=check, waiting=show_waiting):
+        notice.clear()
+        return compute()
 
 
 def cached(key: tuple, compute, check: StopPoint | None = None, reserve_bytes: int = 0):
@@ -433,15 +510,11 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
     bos = model.default_bos if bos is None else bool(bos)
     key = ("run", _cache_key(model_name), engine, text, text_pair or None, bos)
     check = stop_point()
-    waiting = st.empty()
-
-    def show_waiting(ahead: int) -> None:
-        waiting.caption(f"The server is busy: {ahead + 1} other request(s) before yours.")
 
     def compute():
-        with shared().gate.slot(check=check, waiting=show_waiting):
-            waiting.empty()
-            run = model.run(text, text_pair=text_pair or None, engine=engine, progress=check, bos=bos)
+        run = in_slot(
+            lambda: model.run(text, text_pair=text_pair or None, engine=engine, progress=check, bos=bos), check
+        )
         run.metadata["cache_key"] = key  # what is computed from this run is cached under it too
         return run
 
@@ -589,19 +662,6 @@ def saturation_table(n_keys: int = 16):
 
 
 # ---- causal evidence (the Ablate page, the Roles page's causal column) -----------------------------------
-def _in_slot(compute):
-    """``compute()`` inside one of the server's compute slots, stopping if this session goes away."""
-    check = stop_point()
-    waiting = st.empty()
-
-    def show_waiting(ahead: int) -> None:
-        waiting.caption(f"The server is busy: {ahead + 1} other request(s) before yours.")
-
-    with shared().gate.slot(check=check, waiting=show_waiting):
-        waiting.empty()
-        return compute()
-
-
 def get_ablated_run(
     model_name: str,
     engine: str,
@@ -618,7 +678,7 @@ def get_ablated_run(
     key = ("ablated-run", _cache_key(model_name), engine, text, text_pair or None, bos, tuple(heads), ablation)
 
     def compute():
-        return _in_slot(
+        return in_slot(
             lambda: model.run(
                 text,
                 text_pair=text_pair or None,
@@ -641,7 +701,7 @@ def induction_table(model_name: str, top_k: int, draws: int, role: str, ablation
     scores = decoder_scores(model_name)
     bar = st.progress(0.0, text="Running the experiment...")
     try:
-        return _in_slot(
+        return in_slot(
             lambda: causal.induction_experiment(
                 get_model(model_name),
                 top_k=top_k,
@@ -688,7 +748,7 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
             )
             return importance, curves
 
-        return _in_slot(compute)
+        return in_slot(compute)
     finally:
         bar.empty()
 
@@ -702,5 +762,5 @@ def role_ablation(model_name: str, run, primary):
     return computed_from(
         run,
         f"role-ablation-{hash(tuple(map(tuple, primary[['layer', 'head', 'family']].astype(str).to_numpy())))}",
-        lambda: _in_slot(lambda: causal.family_ablation(model, run.text, primary)),
+        lambda: in_slot(lambda: causal.family_ablation(model, run.text, primary)),
     )

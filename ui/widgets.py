@@ -95,8 +95,60 @@ def explain(text: str) -> None:
 
 
 # ---- the sidebar ------------------------------------------------------------------------------------
-def sidebar() -> state.Selection:
-    """Draw the shared sidebar (app.py, once per run, before the page) and record the selection."""
+SENTENCE_LABEL = "Sentence"  # also ui.browser.SENTENCE_LABEL, which the browser tests type into
+
+
+def sentence_boxes(place: str = "sidebar") -> None:
+    """The sentence box and the optional second sentence (session keys ``text`` and ``pair``), drawn by the
+    sidebar or by a page's fragment (``place``: the page's path)."""
+    # A widget's identity includes the script that draws it (app.py, or the page): when that changes, the
+    # boxes are new widgets, and only what is written to their keys before they are drawn carries over.
+    # A run that switched pages before drawing them may also have dropped their keys: the session's copy
+    # (``_sentences``) gives them back.
+    if st.session_state.get("_sentence_place") != place or "text" not in st.session_state:
+        st.session_state["_sentence_place"] = place
+        _sentences()
+        st.session_state["text"], st.session_state["pair"] = st.session_state["_sentences"]
+    st.text_input(
+        SENTENCE_LABEL,
+        key="text",
+        max_chars=state.MAX_TEXT_CHARS,
+        help="Press Enter to run. Long texts are truncated to the model's limit.",
+    )
+    st.text_input("Second sentence (encoders only, optional)", key="pair", max_chars=state.MAX_TEXT_CHARS)
+
+
+def _sentences() -> tuple[str, str | None]:
+    """The sentence and the second sentence (None when blank) as the boxes hold them, or held them last if
+    their keys were dropped (Streamlit drops a widget's key when a run does not draw it)."""
+    if "text" in st.session_state:
+        st.session_state["_sentences"] = (st.session_state["text"], st.session_state.get("pair") or "")
+    text, text_pair = st.session_state.setdefault("_sentences", (state.DEFAULT_TEXT, ""))
+    return text, text_pair.strip() or None
+
+
+@contextlib.contextmanager
+def sentences_in_page(slot, place: str):
+    """For a page's fragment that shows what the sentence decides: takes what the sentence boxes hold into
+    the selection and the link, runs the body, then draws the boxes into ``slot`` (their place in the
+    sidebar, ``state.sentence_slot()``). Enter in them then reruns that fragment only, not the sidebar and
+    the whole page (Explore: about 57 elements re-rendered by the browser on every Enter), and the body's
+    elements reach the browser before the boxes'. ``place`` names the page (``sentence_boxes``)."""
+    text, text_pair = _sentences()
+    state.set_selection(dataclasses.replace(state.selection(), text=text, text_pair=text_pair))
+    state.write_query(text=text, pair=text_pair)
+    try:
+        yield
+    finally:
+        with slot:
+            sentence_boxes(place)
+
+
+def sidebar(sentence_in_page: bool = False) -> state.Selection:
+    """Draw the shared sidebar (app.py, once per run, before the page) and record the selection.
+
+    ``sentence_in_page``: the page draws the sentence boxes into their place in the sidebar from its own
+    fragment (``sentences_in_page``), so that Enter reruns only that fragment."""
     state.init_from_query()
     examples = state.load_examples()
     config = state.settings()
@@ -139,13 +191,12 @@ def sidebar() -> state.Selection:
             chosen = st.session_state.get("example")
             if chosen is not None and 0 <= chosen < len(examples):
                 st.caption(f":material/lightbulb: {md_escape(examples[chosen]['shows'])}")
-        st.text_input(
-            "Sentence",
-            key="text",
-            max_chars=state.MAX_TEXT_CHARS,
-            help="Press Enter to run. Long texts are truncated to the model's limit.",
-        )
-        st.text_input("Second sentence (encoders only, optional)", key="pair", max_chars=state.MAX_TEXT_CHARS)
+        if sentence_in_page:
+            # The page draws the sentence boxes here from its own fragment (``sentences_in_page``).
+            state.set_sentence_slot(st.container())
+        else:
+            state.set_sentence_slot(None)
+            sentence_boxes()
         bos_slot = st.empty()  # filled once the model is known: only decoders with a BOS token have the choice
         url_toggle(
             "Presentation mode",
@@ -181,13 +232,8 @@ def sidebar() -> state.Selection:
                 help="Decoders put much of their attention on whatever comes first (an attention "
                 "sink). A BOS token gives that attention a place that is not a word of your text.",
             )
-    selection = state.Selection(
-        model=model,
-        engine=st.session_state["engine"],
-        text=st.session_state["text"],
-        text_pair=(st.session_state.get("pair") or "").strip() or None,
-        bos=bos,
-    )
+    text, text_pair = _sentences()
+    selection = state.Selection(model=model, engine=st.session_state["engine"], text=text, text_pair=text_pair, bos=bos)
     state.write_query(
         model=wanted if len(wanted) <= state.MAX_MODEL_CHARS else None,
         engine=selection.engine if selection.engine != "transformers" else None,
@@ -402,6 +448,17 @@ def keep_in_url(key: str, url_key: str, default, format=str) -> None:
     state.write_query(**{url_key: None if value == default else format(value)})
 
 
+def one_of(choices):
+    """A parser of a link's value for ``url_setting``: the value itself if it is one of ``choices``."""
+
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError(raw)
+        return raw
+
+    return parse
+
+
 def parse_flag(raw: str) -> bool:
     if raw not in ("0", "1"):
         raise ValueError(raw)
@@ -416,15 +473,32 @@ def url_toggle(label: str, key: str, url_key: str, default: bool = False, contai
     return value
 
 
+def url_choice_value(options: dict[str, str], key: str, url_key: str) -> str:
+    """What ``url_choice`` holds before it is drawn (this session's choice, else the link's, else the first)."""
+    default = next(iter(options))
+    url_setting(key, url_key, default, lambda raw: raw if raw in options else options[raw])
+    value = st.session_state[key]
+    return value if value in options else st.session_state.get(f"_{key}", default)
+
+
 def url_choice(label: str, options: dict[str, str], key: str, url_key: str, container=None, **kwargs) -> str:
     """A segmented control over ``options`` (URL value -> label) kept in the URL; returns the URL value."""
     default = next(iter(options))
-    url_setting(key, url_key, default, lambda raw: raw if raw in options else options[raw])
+    url_choice_value(options, key, url_key)
     value = (container or st).segmented_control(label, list(options), format_func=options.get, key=key, **kwargs)
     if value is None:  # a click on the selected option deselects it: keep the choice
         value = st.session_state[key] = st.session_state.get(f"_{key}", default)
     keep_in_url(key, url_key, default)
     return value
+
+
+def view_settings(run, key_prefix: str = "") -> tuple[bool, bool]:
+    """What the word-level and hide-special toggles hold (this session's choice, else the link's), before
+    they are drawn: a view can be drawn first and its toggles after (``view_toggles`` returns the same)."""
+    url_setting(f"{key_prefix}words", f"{key_prefix}words", False, parse_flag)
+    url_setting(f"{key_prefix}hide_special", f"{key_prefix}hide", False, parse_flag)
+    words = bool(st.session_state[f"{key_prefix}words"])
+    return words, bool(st.session_state[f"{key_prefix}hide_special"]) and bool(np.any(run.special_mask))
 
 
 def view_toggles(run, container=None, key_prefix: str = "") -> tuple[bool, bool]:
@@ -474,9 +548,14 @@ def figure_options(run) -> dict:
 
 # Cells a figure may send to the browser (4 bytes each): the layer x head grid of MiniLM at 128 tokens
 # is 1.18 M cells. Larger runs show their first tokens only, with a notice, so a view stays fast.
-MODEL_VIEW_MAX_CELLS = 1_300_000
+MODEL_VIEW_MAX_CELLS = headview.ALL_LAYERS_MAX_CELLS  # so the model view always has every layer
 
 HEAD_VIEW_MAX_CELLS = 800_000
+
+
+def token_limit(max_cells: int, num_tiles: int) -> int:
+    """How many tokens ``num_tiles`` tiles of n x n may have within ``max_cells`` (at least 8)."""
+    return max(8, int((max_cells / max(num_tiles, 1)) ** 0.5))
 
 
 def first_tokens(
@@ -484,7 +563,7 @@ def first_tokens(
 ):
     """The run cut to its first k tokens so that ``num_tiles`` tiles of k x k fit in ``max_cells``; the
     notice says where the rest is (``rest``)."""
-    limit = max(8, int((max_cells / max(num_tiles, 1)) ** 0.5))
+    limit = token_limit(max_cells, num_tiles)
     if run.num_tokens <= limit:
         return run
     st.caption(f"The {what} shows the first {limit} of {run.num_tokens} tokens, to stay fast in the browser; {rest}.")
@@ -544,24 +623,40 @@ def head_view(run, layer: int, key: str, columns: int = 4, width_hint: int = 100
     return show_chart(fig, key=key, filename=f"headscope-layer{layer}-heads", **selectable)
 
 
-def canvas_head_view(run, layer: int, head: int, key: str, enlarged: bool = True):
-    """Explore's head view drawn in the browser (``ui.headview``): the layer slider and a click on a head
-    switch there at once, and the selection follows here (and in the link) on the next rerun."""
-    run = first_tokens(
-        run, HEAD_VIEW_MAX_CELLS, run.num_heads, "head view", rest="the Lines view and the downloads have them all"
-    )
-    options = figure_options(run)
+def attention_view(run, view: str, layer: int, head: int, key: str, shape: str = "heatmap", on_pick=None):
+    """Explore's head view or model view (``view``), drawn in the browser (``ui.headview``): the layer slider,
+    a click on a head and the switches between the views and the head's shapes redraw there at once; the
+    layer and head selection follows here (and in the link) on the next rerun, and ``on_pick(pick)`` gets
+    the rest of the visitor's pick (``view`` and ``shape``)."""
+    per_layer = token_limit(HEAD_VIEW_MAX_CELLS, run.num_heads)
+    whole = token_limit(MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads)
+    if view == "model":
+        shown = first_tokens(run, MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads, "model view")
+    else:
+        shown = first_tokens(
+            run, HEAD_VIEW_MAX_CELLS, run.num_heads, "head view", rest="the Lines view and the downloads have them all"
+        )
+    options = figure_options(shown)
     data = headview.pack(
-        run.attentions,
-        run.tokens,
+        shown.attentions,
+        shown.tokens,
         layer,
         head,
         causal=options["causal"],
         segment_ids=options["segment_ids"],
-        enlarged=enlarged,
+        shape=shape,
         text_scale=PRESENTATION_SCALE if presenting() else 1.0,
+        view=view,
+        switchable=min(run.num_tokens, per_layer) == min(run.num_tokens, whole),
     )
-    return headview.show(data, key=key, on_layer=set_layer, on_head=set_head)
+
+    def picked(pick: dict) -> None:
+        set_layer(pick["layer"])
+        set_head(pick["head"])
+        if on_pick is not None:
+            on_pick(pick)
+
+    return headview.show(data, key=key, on_pick=picked)
 
 
 def difference_view(difference, run, key: str, title: str):
@@ -574,16 +669,6 @@ def difference_view(difference, run, key: str, title: str):
         difference[:, :n, :n], run.tokens, columns=4, title=title, difference=True, zmax=scale, **figure_options(run)
     )
     return show_chart(fig, key=key, filename="headscope-difference")
-
-
-def model_view(run, key: str, on_click=None):
-    """Every layer and head as one figure; a click on a head calls ``on_click`` (a selection callback)."""
-    run = first_tokens(run, MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads, "model view")
-    fig = figures.model_grid(
-        run.attentions, run.tokens, title=f"All {run.num_layers} layers x {run.num_heads} heads", **figure_options(run)
-    )
-    selectable = {"on_select": on_click, "selection_mode": "points"} if on_click else {}
-    return show_chart(fig, key=key, filename="headscope-model-view", **selectable)
 
 
 def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
