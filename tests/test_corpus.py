@@ -85,9 +85,13 @@ def test_profile_equals_mean_of_per_sentence_results(minilm):
 
 
 @pytest.mark.slow  # loads MiniLM
-def test_batched_profile_equals_per_sentence_path_on_the_same_batches(minilm):
+@pytest.mark.parametrize("split", [False, True], ids=["batches-whole", "batches-measured-in-parts"])
+def test_batched_profile_equals_per_sentence_path_on_the_same_batches(minilm, monkeypatch, split):
     # profile measures each padded batch at once; the per-sentence path trims every run out of the same
-    # padded forward passes (run_batch groups the same lengths) and measures it alone.
+    # padded forward passes (run_batch groups the same lengths) and measures it alone. With ``split`` every
+    # batch of unequal lengths is measured in parts trimmed to their own longest sentence.
+    if split:
+        monkeypatch.setattr(corpus, "MEASURE_SPLIT_MIN_SAVING", 1)
     sentences = ud_ewt_dev(20)
     result = profile(minilm, sentences, batch_size=8, cache=False)
     runs = minilm.run_batch([sentence.words for sentence in sentences], batch_size=8)
@@ -194,6 +198,18 @@ def assert_same_profile(result, expected):
     pd.testing.assert_frame_equal(result.metrics, expected.metrics, check_exact=True)
     pd.testing.assert_frame_equal(result.dependency, expected.dependency, check_exact=True)
     assert result.num_sentences == expected.num_sentences
+
+
+def test_a_batch_is_measured_in_parts_only_when_that_spares_much_padding():
+    # The last batch of the benchmark: seven sentences of 47 to 63 tokens padded to one of 90.
+    parts = corpus._measured_parts([47, 48, 52, 52, 56, 61, 63, 90], 72)
+    assert [part.tolist() for part in parts] == [[0, 1, 2, 3, 4, 5, 6], [7]]
+    # Similar lengths: one part, rows in batch order.
+    even = [39, 39, 40, 40, 41, 42, 43, 45]
+    assert [part.tolist() for part in corpus._measured_parts(even, 72)] == [list(range(8))]
+    # Unsorted rows: each part lists its rows by length; together they cover the batch once.
+    parts = corpus._measured_parts([90, 5, 6, 90, 7], 72)
+    assert [part.tolist() for part in parts] == [[1, 2, 4], [0, 3]]
 
 
 def test_plan_shards_is_a_fixed_cut_of_consecutive_sentences():
