@@ -246,6 +246,15 @@ def test_clicking_a_head_opens_it(artifacts_dir):
         page.keyboard.press("ArrowRight")
         page.wait_for_function(head_view_js(12, "word", layer=2), timeout=120_000)
         assert page.evaluate("() => document.querySelector('.hs-headview').dataset.drawn.endsWith(':2:5')")
+        # Its model view holds fewer tokens (every layer within the same budget): the switch asks the server,
+        # and so does a click back into the head view, which holds more of them.
+        page.get_by_text("Model view", exact=True).click()
+        page.wait_for_function(model_view_js(6, 12, "word"), timeout=120_000)
+        assert page.evaluate("() => document.querySelector('.hs-model-canvas').width") == 134
+        page.locator('.hs-model-canvas[data-layer="3"][data-head="2"]').click()
+        page.wait_for_function(head_view_js(12, "word", layer=3), timeout=120_000)
+        assert page.locator(".hs-big-title").text_content() == "Layer 3, head 2"
+        assert page.evaluate("() => document.querySelector('.hs-tile canvas').width") == 258  # its own cap
         page.goto(f"{url}/?text=The+cat+sat+on+the+mat.")
         wait_for_app(page)
         page.wait_for_function(head_view_js(12, "cat"), timeout=120_000)
