@@ -146,25 +146,33 @@ function sendPick(s) {
   s.setStateValue("pick", s.pending);
 }
 
-function build(root, s) {
-  root.replaceChildren();
-  s.tabs = el("div", "hs-tabs");
-  s.tabs.setAttribute("role", "tablist");
-  s.tabButtons = {};
-  [["head", "Head view"], ["model", "Model view"]].forEach(([view, label]) => {
-    const tab = el("button", "hs-tab", label);
+// A row of buttons, one per [value, label], that sets s[name] to its value, redraws here and tells the server.
+function tabGroup(s, name, choices, label) {
+  const group = el("div", "hs-tabs");
+  group.setAttribute("role", "tablist");
+  group.setAttribute("aria-label", label);
+  group.buttons = {};
+  choices.forEach(([value, text]) => {
+    const tab = el("button", "hs-tab", text);
     tab.type = "button";
-    tab.dataset.view = view;
+    tab.dataset[name] = value;
     tab.setAttribute("role", "tab");
     tab.addEventListener("click", () => {
-      if (s.view === view) return;
-      s.view = view;
+      if (s[name] === value) return;
+      s[name] = value;
       render(s);
       sendPick(s);
     });
-    s.tabButtons[view] = tab;
-    s.tabs.append(tab);
+    group.buttons[value] = tab;
+    group.append(tab);
   });
+  return group;
+}
+
+function build(root, s) {
+  root.replaceChildren();
+  s.tabs = tabGroup(s, "view", [["head", "Head view"], ["model", "Model view"]], "Attention view");
+  s.tabButtons = s.tabs.buttons;
   s.slider = el("input", "hs-slider");
   s.slider.type = "range";
   s.slider.min = "0";
@@ -177,22 +185,9 @@ function build(root, s) {
   s.grid = el("div", "hs-grid");
   s.status = el("div", "hs-status");
   s.bigTitle = el("div", "hs-big-title");
-  s.shapeTabs = {};
-  const shapes = el("div", "hs-tabs hs-shapes");
-  shapes.setAttribute("aria-label", "Show the selected head as");
-  [["heatmap", "Heatmap"], ["lines", "Lines"]].forEach(([shape, label]) => {
-    const tab = el("button", "hs-tab", label);
-    tab.type = "button";
-    tab.dataset.shape = shape;
-    tab.addEventListener("click", () => {
-      if (s.shape === shape) return;
-      s.shape = shape;
-      render(s);
-      sendPick(s);
-    });
-    s.shapeTabs[shape] = tab;
-    shapes.append(tab);
-  });
+  const shapes = tabGroup(s, "shape", [["heatmap", "Heatmap"], ["lines", "Lines"]], "Show the selected head as");
+  s.shapeTabs = shapes.buttons;
+  shapes.classList.add("hs-shapes");
   s.linesNote = el("span", "hs-note", "Its lines are drawn below.");
   const bigHead = el("div", "hs-big-head");
   bigHead.append(s.bigTitle, shapes, s.linesNote);
@@ -392,7 +387,7 @@ function drawHead(root, s) {
   s.gridTitle.textContent = `Layer ${s.layer}: all ${s.heads} heads`;
   s.bigTitle.textContent = `Layer ${s.layer}, head ${s.head}`;
   const enlarged = s.shape === "heatmap";
-  Object.entries(s.shapeTabs).forEach(([shape, tab]) => tab.classList.toggle("hs-active", shape === s.shape));
+  markActive(s.shapeTabs, s.shape);
   s.linesNote.style.display = enlarged ? "none" : "";
   s.big.style.display = enlarged ? "" : "none";
   s.pngButton.style.display = enlarged ? "" : "none";
@@ -429,15 +424,19 @@ function drawModel(root, s) {
   root.dataset.drawn = `${s.sig}:model`;
 }
 
+function markActive(buttons, value) {
+  Object.entries(buttons).forEach(([key, tab]) => {
+    tab.classList.toggle("hs-active", key === value);
+    tab.setAttribute("aria-selected", String(key === value));
+  });
+}
+
 function draw(root, s) {
   showTip(s, null, null);
   root.dataset.view = s.view;
   root.dataset.drawn = "";
   s.status.textContent = "";
-  Object.entries(s.tabButtons).forEach(([view, tab]) => {
-    tab.classList.toggle("hs-active", view === s.view);
-    tab.setAttribute("aria-selected", String(view === s.view));
-  });
+  markActive(s.tabButtons, s.view);
   s.headPane.style.display = s.view === "head" ? "" : "none";
   s.modelPane.style.display = s.view === "model" ? "" : "none";
   if (s.view === "model") drawModel(root, s);
@@ -483,6 +482,7 @@ export default function (component) {
     s.pending = null;
     s.slider.max = String(data.num_layers - 1);
     s.slider.disabled = data.num_layers < 2;
+    root.style.setProperty("--hs-scale", String(s.textScale)); // every text larger in presentation mode
     root.dataset.tokens = JSON.stringify(data.tokens);
     root.dataset.sig = data.sig;
     layoutGrid(s);

@@ -220,31 +220,29 @@ def headscope_head_js(num_heads: int, layer: int, marker: str, charts: int = 2) 
 """
 
 
-def headscope_canvas_js(num_heads: int, layer: int, marker: str) -> str:
-    """Explore's head view drawn in the browser (ui/headview.py): ``ui.browser.head_view_js`` (every head's
-    canvas painted with the sentence holding ``marker`` and labelled with ``layer``, the enlarged head
-    painted and its rows and columns labelled with the sentence's tokens), and painted since
-    ``__bench.oldDrawn`` was noted (its ``data-drawn`` names the sentence's data, layer and head)."""
+def painted_since_noted(predicate: str) -> str:
+    """``predicate`` (a JS function) once the component has painted since ``__bench.oldDrawn`` was noted
+    (its ``data-drawn`` names the sentence's data and what is shown)."""
     return f"""
 () => {{
   const root = document.querySelector('.hs-headview');
   if (!root || root.dataset.drawn === window.__bench.oldDrawn) return false;
-  return ({head_view_js(num_heads, marker, layer)})();
+  return ({predicate})();
 }}
 """
+
+
+def headscope_canvas_js(num_heads: int, layer: int, marker: str) -> str:
+    """Explore's head view drawn in the browser (ui/headview.py): ``ui.browser.head_view_js`` (every head's
+    canvas painted with the sentence holding ``marker`` and labelled with ``layer``, the enlarged head
+    painted and its rows and columns labelled with the sentence's tokens), painted since noted."""
+    return painted_since_noted(head_view_js(num_heads, marker, layer))
 
 
 def headscope_model_js(num_layers: int, num_heads: int, marker: str) -> str:
     """Explore's model view drawn in the browser (ui/headview.py): ``ui.browser.model_view_js`` (every tile
-    painted with the sentence holding ``marker``, every layer and head labelled), painted since
-    ``__bench.oldDrawn`` was noted."""
-    return f"""
-() => {{
-  const root = document.querySelector('.hs-headview');
-  if (!root || root.dataset.drawn === window.__bench.oldDrawn) return false;
-  return ({model_view_js(num_layers, num_heads, marker)})();
-}}
-"""
+    painted with the sentence holding ``marker``, every layer and head labelled), painted since noted."""
+    return painted_since_noted(model_view_js(num_layers, num_heads, marker))
 
 
 def headscope_plotly_model_js(num_layers: int, num_heads: int, marker: str) -> str:

@@ -473,18 +473,10 @@ def url_toggle(label: str, key: str, url_key: str, default: bool = False, contai
     return value
 
 
-def url_choice_value(options: dict[str, str], key: str, url_key: str) -> str:
-    """What ``url_choice`` holds before it is drawn (this session's choice, else the link's, else the first)."""
-    default = next(iter(options))
-    url_setting(key, url_key, default, lambda raw: raw if raw in options else options[raw])
-    value = st.session_state[key]
-    return value if value in options else st.session_state.get(f"_{key}", default)
-
-
 def url_choice(label: str, options: dict[str, str], key: str, url_key: str, container=None, **kwargs) -> str:
     """A segmented control over ``options`` (URL value -> label) kept in the URL; returns the URL value."""
     default = next(iter(options))
-    url_choice_value(options, key, url_key)
+    url_setting(key, url_key, default, lambda raw: raw if raw in options else options[raw])
     value = (container or st).segmented_control(label, list(options), format_func=options.get, key=key, **kwargs)
     if value is None:  # a click on the selected option deselects it: keep the choice
         value = st.session_state[key] = st.session_state.get(f"_{key}", default)
