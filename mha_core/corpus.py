@@ -73,7 +73,17 @@ COREFERENCE_ASSET = ASSET_DIR / "coreference.jsonl"
 # Metric columns that name a category rather than measure an amount: aggregated by their most common value.
 LABEL_COLUMNS = ("kovaleva_pattern", "seed_pattern", "argmax_offset")
 # Source files whose code decides a profile's numbers; editing any of them invalidates the cache.
-_CODE_FILES = ("corpus.py", "syntax.py", "metrics.py", "run.py", "models.py", "tokens.py", "capture.py", "families.py")
+_CODE_FILES = (
+    "corpus.py",
+    "syntax.py",
+    "metrics.py",
+    "kernels.py",
+    "run.py",
+    "models.py",
+    "tokens.py",
+    "capture.py",
+    "families.py",
+)
 _PROFILE_CACHE_FORMAT = 2
 # Sentences per shard: the unit that is cached and resumed. Large enough that batching by length within
 # a shard pads little and a shard's file and bookkeeping cost nothing next to its forward passes.
