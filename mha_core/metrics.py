@@ -183,6 +183,14 @@ def norm_metrics(run: AttentionRun) -> dict[str, np.ndarray]:
     }
 
 
+def warm_up() -> None:
+    """Compile the metrics kernel now, or load it from numba's on-disk cache (about 4 s the first time on a
+    machine, 0.5 s after), so that the first measurement does not wait for it (a server calls this in a
+    background thread when it starts)."""
+    attention = np.full((1, 1, 1, 2, 2), 0.5, dtype=np.float32)
+    batch_head_metrics(attention, np.zeros((1, 2), bool), np.zeros((1, 2), bool), np.zeros((1, 2), np.int64), False)
+
+
 def batch_head_metrics(
     attentions: np.ndarray,
     special_mask: np.ndarray,

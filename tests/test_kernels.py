@@ -465,3 +465,14 @@ def test_importing_the_library_does_not_load_numba():
     code = "import sys, mha_core; print('numba' in sys.modules, 'mha_core.kernels' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_warm_up_compiles_the_kernel_a_measurement_uses():
+    from mha_core import kernels, metrics
+
+    metrics.warm_up()
+    assert len(kernels.measure_batch.signatures) == 1
+    # A real measurement afterwards needs no other specialisation (the wrapper fixes every dtype).
+    attention = np.full((2, 1, 3, 4, 4), 0.25, dtype=np.float64)
+    metrics.batch_head_metrics(attention, np.zeros((2, 4), int), np.zeros((2, 4), int), np.zeros((2, 4), int), True)
+    assert len(kernels.measure_batch.signatures) == 1

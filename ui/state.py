@@ -183,6 +183,16 @@ def configure_process() -> None:
     tune_allocator()
     if torch.get_num_threads() != settings().torch_threads:
         torch.set_num_threads(settings().torch_threads)
+    _warm_up_kernels()
+
+
+@functools.cache
+def _warm_up_kernels() -> None:
+    """Once per server: the head metrics' compiled kernel is readied in the background, so the first visitor's
+    page does not wait for it (4 s on a machine's first start, 0.5 s on later ones)."""
+    from mha_core import metrics
+
+    threading.Thread(target=metrics.warm_up, name="headscope-warm-up", daemon=True).start()
 
 
 @dataclass(frozen=True)
