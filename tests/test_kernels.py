@@ -282,12 +282,7 @@ def reference_batch_head_metrics(
     segment_ids: np.ndarray,
     is_causal: bool,
 ) -> dict[str, np.ndarray]:
-    """``head_metrics`` of B sentences at once: every ``METRIC_COLUMNS`` entry but layer and head, as ``[B, L*H]``.
-
-    ``attentions [B, L, H, n, n]`` holds each sentence padded to the batch's n with all-zero rows and
-    columns (the padding then counts as neither query nor key, as in a trimmed run); the masks
-    ``[B, n]`` mark each sentence's special and punctuation tokens and its segments.
-    """
+    """The numpy passes ``metrics.batch_head_metrics`` made before the kernel: the reference it is held to."""
     batch, num_layers, num_heads, n, _ = attentions.shape
     rows = _Rows.of(attentions, is_causal)
     entropy, normalized_entropy, normalized_entropy_sd = _entropies(rows)

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,7 +169,7 @@ def reset_server_state() -> None:
     settings.cache_clear()
     shared.cache_clear()
     lab_slots.cache_clear()
-    _clear_models()
+    _models.cache_clear()
 
 
 def configure_process() -> None:
@@ -377,9 +376,13 @@ def _cache_key(name: str) -> str:
 
 
 MAX_MODELS = 4  # models kept loaded in a server; the least recently used beyond that is dropped
-_MODELS: OrderedDict[tuple[str, bool], object] = OrderedDict()
-_MODELS_LOCK = threading.Lock()
-_MODEL_LOADS: dict[tuple[str, bool], threading.Lock] = {}  # one load per model at a time
+
+
+@functools.cache
+def _models() -> ByteBudgetCache:
+    """The server's loaded models: the shared cache mechanism counting models instead of bytes (one load per
+    model at a time, least recently used dropped beyond ``MAX_MODELS``)."""
+    return ByteBudgetCache(MAX_MODELS, size_of=lambda model: 1)
 
 
 def _load_model_cached(key: str, allow_downloads: bool):
@@ -388,35 +391,17 @@ def _load_model_cached(key: str, allow_downloads: bool):
     The server's own cache, not ``st.cache_resource``: that replays on every hit the elements its function
     drew on the miss (the bar and its removal), so every rerun sent the browser two elements more for each
     model lookup (five lookups in an Explore rerun), each re-rendered before the view."""
-    wanted = (key, allow_downloads)
-    with _MODELS_LOCK:
-        if wanted in _MODELS:
-            _MODELS.move_to_end(wanted)
-            return _MODELS[wanted]
-        loading = _MODEL_LOADS.setdefault(wanted, threading.Lock())
-    with loading:
-        with _MODELS_LOCK:
-            if wanted in _MODELS:
-                return _MODELS[wanted]
+
+    def load():
         from mha_core.models import load_model
 
         bar = st.progress(0.0, text=f"Loading {key[:80]}...")
         try:
-            model = load_model(key, progress=report_progress(bar), download=allow_downloads)
+            return load_model(key, progress=report_progress(bar), download=allow_downloads)
         finally:
             bar.empty()
-        with _MODELS_LOCK:
-            _MODELS[wanted] = model
-            while len(_MODELS) > MAX_MODELS:
-                _MODELS.popitem(last=False)
-            _MODEL_LOADS.pop(wanted, None)
-    return model
 
-
-def _clear_models() -> None:
-    with _MODELS_LOCK:
-        _MODELS.clear()
-        _MODEL_LOADS.clear()
+    return _models().get_or_compute((key, allow_downloads), load)
 
 
 def get_model(name: str):
