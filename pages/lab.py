@@ -2,14 +2,13 @@
 
 from pathlib import Path
 
-import numpy as np
 import streamlit as st
 
 from mha_core.errors import HeadscopeError
 from mha_core.lab import POSITIONS, ROLE_THRESHOLD, TASKS, LabConfig, task_roles
 from ui import figures, state, widgets
 from ui.figures import lab as lab_figures
-from ui.lab_runner import LabRunner
+from ui.lab_runner import LabRunner, appearance_table
 
 POLL_S = 1.0  # how often the live view redraws while training
 RUNNER = "lab_runner"
@@ -171,18 +170,7 @@ def live_view(was_running: bool) -> None:
                 key=f"lab_scores_{role}",
                 filename=f"headscope-lab-{role}",
             )
-    rows = []
-    for row in snapshot.appearance.to_dict("records"):
-        appears = row["appears_at"]
-        rows.append(
-            {
-                "role": row["role"].replace("_", " "),
-                "head": f"layer {row['layer']} head {row['head']}",
-                "score now": round(row["score"], 3),
-                f"first step with score >= {ROLE_THRESHOLD}": "not yet" if np.isnan(appears) else int(appears),
-            }
-        )
-    st.dataframe(rows, hide_index=True, key="lab_appearance")
+    st.dataframe(appearance_table(snapshot.appearance, ROLE_THRESHOLD), hide_index=True, key="lab_appearance")
     if snapshot.attention is not None:
         widgets.show_chart(
             figures.model_grid(

@@ -53,3 +53,32 @@ def test_a_training_nobody_looks_at_stops_and_frees_its_slot():
     assert runner.start()
     runner.join(timeout=30)
     assert runner.status == "stopped" and slots.in_use == 0 and 0 < runner.lab.step < 1_000_000
+
+
+def test_the_appearance_table_converts_to_arrow_with_a_head_not_yet_there():
+    """One role reached at step 50, the other never: the table the page shows converts to one Arrow table
+    (a column of numbers and "not yet" made Streamlit log a traceback on every redraw of the Lab page)."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from mha_core.lab import role_appearance
+    from ui.lab_runner import appearance_table
+
+    history = pd.DataFrame(
+        {
+            "step": [0, 0, 50, 50],
+            "role": ["previous_token", "induction", "previous_token", "induction"],
+            "layer": [0, 1, 0, 1],
+            "head": [2, 3, 2, 3],
+            "score": [0.1, 0.05, 0.9, 0.2],
+        }
+    )
+    table = appearance_table(role_appearance(history, threshold=0.5), threshold=0.5)
+    arrow = pa.Table.from_pandas(table)  # raises ArrowTypeError for a column mixing int and str
+    assert arrow.num_rows == 2
+    assert table.to_dict("records") == [
+        {"role": "previous token", "head": "layer 0 head 2", "score now": 0.9, "first step with score >= 0.5": "50"},
+        {"role": "induction", "head": "layer 1 head 3", "score now": 0.2, "first step with score >= 0.5": "not yet"},
+    ]
+    assert np.isnan(role_appearance(history, threshold=0.5)["appears_at"].iloc[1])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha_core.lab import phase_change_step
+from mha_core.lab import ROLE_THRESHOLD, phase_change_step, role_appearance
 from tests.model_fixtures import build_tiny_bert
 from tests.page_helpers import head_view_data, plotly_elements, rerun, run_page
+from ui.lab_runner import appearance_table
 
 FASTEST = "2 layers x 2 heads, d_model 32 (fastest)"
 
@@ -58,6 +59,10 @@ def test_training_on_the_page_draws_the_labs_own_numbers(tiny_bert):
     assert result["ablated_loss"] > result["loss"]
     assert phase_change_step(history) is None or "lab_loss" in charts  # positional task: no phase line drawn
     assert not charts["lab_loss"]["layout"].get("shapes")
+    # The table of which head took each role is the lab's own, one type per column (Arrow-compatible).
+    expected_table = appearance_table(role_appearance(history), ROLE_THRESHOLD)
+    assert len(app.dataframe) == 1
+    assert app.dataframe[0].value.to_dict("records") == expected_table.to_dict("records")
     # The trained model opens in Explore: its head view is the lab's own attention on the fixed example.
     app.button(key="lab_open_explore").click()
     rerun(app)

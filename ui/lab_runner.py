@@ -168,3 +168,18 @@ class LabRunner:
             appearance=role_appearance(history),
             message=message,
         )
+
+
+def appearance_table(appearance: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """The Lab page's table of which head took each role and when, one type per column: the step a head
+    first reached ``threshold`` is text ("250", or "not yet"), since a column of numbers and text cannot
+    travel to the browser as one Arrow column (Streamlit logs a traceback and converts it on every redraw)."""
+    reached = appearance["appears_at"]
+    return pd.DataFrame(
+        {
+            "role": appearance["role"].str.replace("_", " "),
+            "head": [f"layer {layer} head {head}" for layer, head in zip(appearance["layer"], appearance["head"])],
+            "score now": appearance["score"].astype(float).round(3),
+            f"first step with score >= {threshold}": ["not yet" if np.isnan(s) else str(int(s)) for s in reached],
+        }
+    )
