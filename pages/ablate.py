@@ -256,7 +256,7 @@ with widgets.error_display():
             st.download_button(
                 "Importance (CSV)",
                 importance.to_csv(index=False).encode(),
-                "headscope-importance.csv",
+                f"headscope-{widgets.model_slug(selection.model)}-importance.csv",
                 "text/csv",
                 key="ablate_importance_csv",
             )

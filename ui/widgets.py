@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import inspect
 import io
 import logging
 import re
+import unicodedata
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -663,14 +665,58 @@ def difference_view(difference, run, key: str, title: str):
     return show_chart(fig, key=key, filename="headscope-difference")
 
 
+SLUG_CHARS = 40  # a file name's share of the text: about the first six words
+
+
+def slug(text: str, limit: int = SLUG_CHARS) -> str:
+    """``text`` as a short, safe piece of a file name: ASCII letters and digits joined by single dashes,
+    cut at a word boundary within ``limit`` characters ("The cat sat." -> "the-cat-sat"); empty when the
+    text has no such characters (a sentence in Chinese, say)."""
+    ascii_text = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    words = re.findall(r"[a-z0-9]+", ascii_text.lower())
+    kept = ""
+    for word in words:
+        candidate = f"{kept}-{word}" if kept else word
+        if len(candidate) > limit:
+            break
+        kept = candidate
+    return kept or (words[0][:limit] if words else "")
+
+
+def model_slug(name: str) -> str:
+    """A model's name in a file name: its last path part (a folder is not shown whole), slugged."""
+    return slug(str(name).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]) or "model"
+
+
+def download_name(run, suffix: str, layer: int | None = None, head: int | None = None) -> str:
+    """A download's file name from what it holds, ``headscope-<model>[-core][-words][-no-special]-<text>``
+    ``[-layerL][-headH]`` and ``suffix`` (".npz"); a text with no Latin letters or digits is named by a short
+    digest of it ("text-1a2b3c4d")."""
+    text = " ".join(t for t in (run.text, run.text_pair) if t)
+    parts = ["headscope", model_slug(run.model_name)]
+    if run.engine not in ("transformers", "toy"):
+        parts.append(run.engine)
+    if run.level == "word":
+        parts.append("words")
+    if run.metadata.get("special_tokens_removed"):
+        parts.append("no-special")
+    parts.append(slug(text) or "text-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8])
+    if layer is not None:
+        parts.append(f"layer{layer}")
+    if head is not None:
+        parts.append(f"head{head}")
+    return "-".join(parts) + suffix
+
+
 def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
-    """The whole run as .npz and the selected head as CSV; both built only when clicked, by callables that do
-    not hold the run (``state.deferred``: Streamlit keeps them as long as the session)."""
+    """The whole run as .npz and the selected head as CSV, named by model, text, layer and head; both built
+    only when clicked, by callables that do not hold the run (``state.deferred``: Streamlit keeps them as long
+    as the session)."""
     cols = st.columns(2)
     cols[0].download_button(
         "Attention tensor (.npz)",
         data=state.deferred(run, lambda view: view.to_npz_bytes()),
-        file_name="headscope-run.npz",
+        file_name=download_name(run, ".npz"),
         mime="application/octet-stream",
         key=f"{key_prefix}dl_npz",
         help=f"All {run.num_layers} x {run.num_heads} heads, tokens and masks; load with mha_core.AttentionRun.load.",
@@ -684,7 +730,7 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
     cols[1].download_button(
         f"Layer {layer} head {head} weights (.csv)",
         data=state.deferred(run, head_csv),
-        file_name=f"headscope-layer{layer}-head{head}.csv",
+        file_name=download_name(run, ".csv", layer=layer, head=head),
         mime="text/csv",
         key=f"{key_prefix}dl_csv",
     )
