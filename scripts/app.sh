@@ -18,7 +18,10 @@ if [ "${1:-}" = "--classroom" ]; then
   echo
   echo "  Headscope for a class. Students open:  ${HEADSCOPE_PUBLIC_URL}"
   echo "  (the sidebar's 'Join this class' panel shows the same link as a QR code)"
-  echo "  Models offered: ${HEADSCOPE_ALLOWED_MODELS:-minilm, smollm2}; cache budget ${HEADSCOPE_CACHE_BUDGET_MB:-2048} MB."
+  # The default list is the server's own (mha_core.sources.CLASSROOM_MODELS), read from the code.
+  classroom_models='from mha_core.sources import CLASSROOM_MODELS; print(", ".join(CLASSROOM_MODELS))'
+  offered=${HEADSCOPE_ALLOWED_MODELS:-$(.venv/bin/python -c "$classroom_models")}
+  echo "  Models offered: ${offered}; cache budget ${HEADSCOPE_CACHE_BUDGET_MB:-2048} MB."
   echo
   exec .venv/bin/python -m streamlit run app.py --server.address 0.0.0.0 --server.port "$port" \
     --browser.serverAddress "${host:-localhost}" "$@"

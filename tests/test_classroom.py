@@ -253,14 +253,18 @@ def assert_no_server_path(app: AppTest, *allowed: str) -> None:
 
 
 @pytest.mark.slow
-def test_classroom_mode_offers_the_embedded_models_and_the_class_link(minilm, server):
-    server(HEADSCOPE_CLASSROOM="1", HEADSCOPE_PUBLIC_URL="http://10.0.0.5:8501/")
+def test_classroom_mode_offers_the_classroom_models_and_the_class_link(minilm, server):
+    state = server(HEADSCOPE_CLASSROOM="1", HEADSCOPE_PUBLIC_URL="http://10.0.0.5:8501/")
     app = start(text=TEXT)
     assert app.selectbox(key="model_choice").options == [
         "all-MiniLM-L6-v2 (embedded encoder, 6 x 12 heads)",
         "SmolLM2-135M (embedded decoder, 30 x 9 heads)",
-        "all-mpnet-base-v2 (embedded encoder, 12 x 12 heads)",
     ]
+    # MPNet (342 MB more) is embedded but not offered to a class: a link to it is refused, nothing loads.
+    refused = start(text=TEXT, model="mpnet")
+    assert any("does not offer" in m for m in messages(refused)), messages(refused)
+    with pytest.raises(Exception, match="does not offer"):
+        state.get_model("mpnet")
     expander = next(e for e in app.sidebar.expander if e.label == "Join this class")
     assert any("http://10.0.0.5:8501/" in c.value for c in expander.code)
     assert len(app.get("image")) == 1  # the QR code, drawn on the server as a PNG
@@ -355,3 +359,30 @@ def test_runs_stay_within_the_byte_budget(minilm, server):
     stats = state.shared().cache.stats()
     assert stats["used_bytes"] <= stats["budget_bytes"] == (1 << 20) - (1 << 17)  # 7/8 of it for runs
     assert stats["evictions"] > 0 and stats["entries"] >= 2
+
+
+def test_the_classroom_model_list_is_one_fact_in_the_server_the_banner_and_the_docs(monkeypatch):
+    """The models a class server offers by default: the server's setting, what ``scripts/app.sh --classroom``
+    prints, and docs/classroom.md all come from (or are checked against) ``sources.CLASSROOM_MODELS``."""
+    import subprocess
+
+    from mha_core.sources import CLASSROOM_MODELS, EMBEDDED_MODELS
+    from ui.state import ServerSettings
+
+    assert set(CLASSROOM_MODELS) < set(EMBEDDED_MODELS) and "mpnet" not in CLASSROOM_MODELS
+    monkeypatch.delenv("HEADSCOPE_ALLOWED_MODELS", raising=False)
+    monkeypatch.setenv("HEADSCOPE_CLASSROOM", "1")
+    assert ServerSettings.from_env().allowed_models == CLASSROOM_MODELS
+    monkeypatch.setenv("HEADSCOPE_CLASSROOM", "0")
+    assert ServerSettings.from_env().allowed_models is None  # one user: any model
+    # The banner prints the list the code holds (the script's own Python line, run here).
+    script = (ROOT / "scripts" / "app.sh").read_text(encoding="utf-8")
+    line = re.search(r"^\s*classroom_models='([^']+)'$", script, re.MULTILINE)
+    assert line and 'offered=${HEADSCOPE_ALLOWED_MODELS:-$(.venv/bin/python -c "$classroom_models")}' in script
+    assert 'echo "  Models offered: ${offered};' in script
+    printed = subprocess.run([sys.executable, "-c", line.group(1)], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == ", ".join(CLASSROOM_MODELS)
+    # The docs' table of classroom defaults says the same.
+    docs = (ROOT / "docs" / "classroom.md").read_text(encoding="utf-8")
+    row = next(r for r in docs.splitlines() if r.startswith("| models that may load |"))
+    assert row.rstrip(" |").endswith(f"`{','.join(CLASSROOM_MODELS)}`"), row

@@ -75,7 +75,7 @@ class ServerSettings:
 
     classroom             HEADSCOPE_CLASSROOM=1: the safe defaults below for a shared server
     allowed_models        HEADSCOPE_ALLOWED_MODELS: comma-separated names, hub ids, folders; "*" = any
-                          (default: any; in classroom mode the embedded models)
+                          (default: any; in classroom mode ``sources.CLASSROOM_MODELS``: minilm, smollm2)
     allow_downloads       HEADSCOPE_ALLOW_DOWNLOADS: may a hub id be fetched from the hub (default: yes; not in class)
     cache_budget_bytes    HEADSCOPE_CACHE_BUDGET_MB: the server's memory above its loaded models (default 2048 MB):
                           7/8 for runs and their measurements (cached, being computed, being drawn), 1/8 for
@@ -100,7 +100,7 @@ class ServerSettings:
     def from_env(cls) -> ServerSettings:
         classroom = _env_flag("HEADSCOPE_CLASSROOM", False)
         allowed = sources.parse_allowlist(
-            os.environ.get("HEADSCOPE_ALLOWED_MODELS", ",".join(sources.EMBEDDED_MODELS) if classroom else "*")
+            os.environ.get("HEADSCOPE_ALLOWED_MODELS", ",".join(sources.CLASSROOM_MODELS) if classroom else "*")
         )
         return cls(
             classroom=classroom,
