@@ -5,6 +5,8 @@ example (its printed numbers checked against the arithmetic), or random numbers 
 asks the class to predict something before it reveals the answer, computed from the numbers on screen.
 """
 
+import hashlib
+
 import numpy as np
 import streamlit as st
 
@@ -84,11 +86,17 @@ focus = 2 if source == "words" else example.seq_len - 1
 visible_keys = np.flatnonzero(example.keep_mask[focus])
 
 
-def ask(question: str, answer: str) -> None:
-    """A question to answer before looking, and its answer behind a click."""
+def ask(question: str, answer: str, shows_answer=None) -> None:
+    """A question to answer before looking; its answer, and ``shows_answer()`` (what would give the answer
+    away: the matrix, table or chart that holds it), drawn only once "Reveal the answer" is switched on.
+    Nothing of them reaches the browser before (a collapsed expander would send them, hidden). The switch
+    belongs to this question and these numbers: another step, head or setting asks again, unrevealed."""
     st.markdown(f"**Predict:** {question}")
-    with st.expander("Reveal the answer"):
-        st.markdown(answer)
+    digest = hashlib.sha1(f"{question}\n{answer}".encode()).hexdigest()[:12]
+    if st.toggle("Reveal the answer", key=f"cls_reveal_{digest}"):
+        st.markdown(f"**Answer:** {answer}")
+        if shows_answer is not None:
+            shows_answer()
 
 
 def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols: str = "dims", **kwargs):
@@ -198,19 +206,25 @@ def step_scores() -> None:
     st.latex(teaching.SCORE_FORMULAS[score])
     st.latex(teaching.score_cell_latex(example.q[head, 0], example.k[head, 0], score, example.scores[head, 0, 0]))
     best = visible_keys[np.argmax(example.scores[head, focus, visible_keys])]
+
+    def scores_matrix() -> None:
+        matrix(
+            example.scores[head],
+            f"scores of head {h} (row = query, column = key)",
+            "cls_scores",
+            cols="tokens",
+            masked=masked,
+        )
+        if causal:
+            st.caption(
+                "Cells marked 'masked' are future tokens: the causal mask sets their score to -inf before softmax."
+            )
+
     ask(
         f"In head {h}, which key will **{widgets.md_escape(names[focus])}** score highest?",
         f"**{widgets.md_escape(names[best])}**, with score {example.scores[head, focus, best]:.3g}.",
+        scores_matrix,
     )
-    matrix(
-        example.scores[head],
-        f"scores of head {h} (row = query, column = key)",
-        "cls_scores",
-        cols="tokens",
-        masked=masked,
-    )
-    if causal:
-        st.caption("Cells marked 'masked' are future tokens: the causal mask sets their score to -inf before softmax.")
 
 
 def step_softmax() -> None:
@@ -220,18 +234,22 @@ def step_softmax() -> None:
     )
     st.latex(r"A_{i}[q, k] = \frac{e^{\mathrm{score}[q, k]}}{\sum_{k'} e^{\mathrm{score}[q, k']}}")
     top = float(example.weights[head, focus].max())
+
+    def weights_figure() -> None:
+        widgets.show_chart(teaching.weights_figure(example.weights, example.keep_mask, names=names), key="cls_weights")
+        if example.is_one_hot:
+            st.warning(
+                "Every row is (almost) one-hot: the scores differ by far more than 1, so softmax gives nearly all "
+                "the weight to one key. That is what large scores do; see the last step."
+            )
+
     ask(
         f"Will **{widgets.md_escape(names[focus])}** give its top key in head {h} more or less than half of its "
         "attention?",
         f"**{'More' if top > 0.5 else 'Less'}**: {top:.2f} of it. The rest is spread over the other "
         f"{len(visible_keys) - 1} visible tokens.",
+        weights_figure,
     )
-    widgets.show_chart(teaching.weights_figure(example.weights, example.keep_mask, names=names), key="cls_weights")
-    if example.is_one_hot:
-        st.warning(
-            "Every row is (almost) one-hot: the scores differ by far more than 1, so softmax gives nearly all the "
-            "weight to one key. That is what large scores do; see the last step."
-        )
 
 
 def step_weighted_values() -> None:
@@ -245,14 +263,14 @@ def step_weighted_values() -> None:
         f"Whose value vector contributes most to **{widgets.md_escape(names[focus])}**'s new vector in head {h}?",
         f"**{widgets.md_escape(names[source_token])}**'s: it carries weight "
         f"{example.weights[head, focus, source_token]:.2f}.",
+        lambda: matrix(example.heads[head], f"head_{h}", "cls_head_output"),
     )
-    matrix(example.heads[head], f"head_{h}", "cls_head_output")
 
 
 def step_output() -> None:
     widgets.explain(
         "The heads' outputs are laid side by side, giving each token one long vector again; W^O mixes "
-        "what the heads found and brings it back to d_model numbers, so layers can be stacked."
+        "what the heads found and brings it back to d_model numbers per token."
     )
     st.latex(
         rf"\mathrm{{Concat}}(\mathrm{{head}}_1, \dots, \mathrm{{head}}_{{{example.num_heads}}}) \in "
@@ -279,24 +297,41 @@ def step_shapes_and_counts() -> None:
     )
     trace = example.dimension_trace.assign(shape=example.dimension_trace["shape"].map(str))
     st.dataframe(trace, hide_index=True, key="cls_trace")
-    st.dataframe(example.operation_counts, hide_index=True, key="cls_counts")
+    counts = example.operation_counts
+    st.dataframe(counts[["step", "formula", "kind", "count_formula"]], hide_index=True, key="cls_count_formulas")
     total = example.total_matmul_multiplications
-    st.latex(teaching.matmul_total_latex(example.operation_counts, total))
-    if example.from_seed:
-        st.warning(
-            f"The tutorial counts 768 + 128 + 256 = 1152 multiplications: it leaves out the weights @ V step, which "
-            f"costs as much as the scores. The matrix products need {total}."
-        )
-        st.subheader("Where the tutorial's numbers disagree with the arithmetic")
-        st.dataframe(walkthrough.discrepancy_summary(), hide_index=True, key="cls_discrepancy_summary")
-        discrepancies = example.discrepancies
-        st.dataframe(
-            discrepancies.assign(index=discrepancies["index"].map(lambda i: "" if i is None else str(i))),
-            hide_index=True,
-            key="cls_discrepancies",
-        )
-    if causal:
-        st.caption(example.operation_counts.attrs.get("causal_note", ""))
+    most = counts[counts["multiplications"] == counts["multiplications"].max()]
+
+    def counted() -> None:
+        st.dataframe(counts, hide_index=True, key="cls_counts")
+        st.latex(teaching.matmul_total_latex(counts, total))
+        if example.from_seed:
+            st.warning(
+                f"The tutorial counts 768 + 128 + 256 = 1152 multiplications: it leaves out the weights @ V step, "
+                f"which costs as much as the scores. The matrix products need {total}."
+            )
+        if causal:
+            st.caption(counts.attrs.get("causal_note", ""))
+        if example.from_seed:  # the tutorial's own counts are among its discrepancies: they tell the answer
+            st.subheader("Where the tutorial's numbers disagree with the arithmetic")
+            st.dataframe(walkthrough.discrepancy_summary(), hide_index=True, key="cls_discrepancy_summary")
+            discrepancies = example.discrepancies
+            st.dataframe(
+                discrepancies.assign(index=discrepancies["index"].map(lambda i: "" if i is None else str(i))),
+                hide_index=True,
+                key="cls_discrepancies",
+            )
+
+    ask(
+        f"With n = {example.seq_len} tokens, d_model = {example.d_model} and {example.num_heads} heads (d_k = "
+        f"{example.d_k}), which step needs the most multiplications? Use the count formulas above.",
+        " and ".join(f"**{step.replace('_', ' ')}**" for step in most["step"])
+        + f": {int(most['multiplications'].iloc[0])} multiplications"
+        + (" each" if len(most) > 1 else "")
+        + f", of {total} in all the matrix products. The projections grow with d_model squared, the scores and "
+        "the weighted values with n squared: long texts make the scores the costly part.",
+        counted,
+    )
 
 
 def step_scaling() -> None:
@@ -311,8 +346,8 @@ def step_scaling() -> None:
     ask(
         f"Without dividing by sqrt(d_k), how large is the biggest weight of a row at d_k = {table['d_k'].max()}?",
         f"About **{unscaled:.2f}**: nearly one-hot. With the scaling it stays far below that.",
+        lambda: widgets.show_chart(teaching.saturation_figure(table, 16), key="cls_saturation"),
     )
-    widgets.show_chart(teaching.saturation_figure(table, 16), key="cls_saturation")
 
 
 STEPS = [

@@ -6,14 +6,25 @@ import numpy as np
 
 import mha_core as mc
 from mha_core import walkthrough as seed_example
-from tests.page_helpers import plotly_elements, run_page
+from tests.page_helpers import plotly_elements, rerun, run_page
 
 PAGE = "classroom"
+REVEAL = "Reveal the answer"
+
+
+def reveal_every_answer(app):
+    """Switch on every step's "Reveal the answer" (the figures that give an answer away are drawn only then)."""
+    switches = [t for t in app.toggle if t.label == REVEAL]
+    assert switches
+    for switch in switches:
+        switch.set_value(True)
+    return rerun(app)
 
 
 def run_classroom(query: dict | None = None, **widgets):
-    """The Classroom with every step on one page (``?all=1``), so every figure can be checked at once."""
-    return run_page(PAGE, {"all": "1", **(query or {})}, **widgets)
+    """The Classroom with every step on one page (``?all=1``) and every answer revealed, so every figure can
+    be checked at once."""
+    return reveal_every_answer(run_page(PAGE, {"all": "1", **(query or {})}, **widgets))
 
 
 def heatmap(charts, key) -> np.ndarray:
@@ -46,7 +57,7 @@ def test_the_words_example_is_readable_and_named():
     assert not example.is_one_hot
     # Every prediction has its answer, computed from the numbers on screen.
     assert any("which key will **sat** score highest" in m.value for m in app.markdown)
-    assert any("**cat**, with score 1.5" in m.value for m in app.markdown)
+    assert any("**Answer:** **cat**, with score 1.5" in m.value for m in app.markdown)
     # The page speaks of "a popular tutorial", never of seeds.
     for element in [*app.markdown, *app.caption, *app.info, *app.warning, *app.header]:
         assert "seed" not in str(element.value).lower()
@@ -62,7 +73,7 @@ def test_one_step_per_screen_with_next_and_back():
     app.button(key="cls_next").click().run()
     app.button(key="cls_next").click().run()
     assert steps_shown(app) == ["Step 3. Scores: how well does each query match each key?"]
-    assert app.query_params["step"] == "3" and "cls_scores" in plotly_elements(app)
+    assert app.query_params["step"] == "3" and "cls_scores" not in plotly_elements(app)  # not before the reveal
     app.button(key="cls_back").click().run()
     assert steps_shown(app) == ["Step 2. Project: queries, keys and values"]
     # A link opens the step it names; a step that does not exist says so and opens step 1.
@@ -135,7 +146,7 @@ def test_random_example_controls():
 
 
 def test_impossible_settings_show_a_message_not_a_traceback():
-    app = run_classroom({"numbers": "random"}, cls_d_model=12, cls_heads=8)
+    app = run_page(PAGE, {"all": "1", "numbers": "random"}, cls_d_model=12, cls_heads=8)
     assert any("divisible" in error.value for error in app.error)
     assert not plotly_elements(app)
 
@@ -149,3 +160,88 @@ def test_large_sizes_drop_cell_numbers_but_keep_values():
     np.testing.assert_allclose(w_o["z"], example.w_o, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(charts["cls_weights"]["data"][3]["z"], example.weights[3], rtol=0, atol=1e-12)
     assert charts["cls_w_o"]["layout"]["height"] <= 520
+
+
+def page_content(app) -> str:
+    """Everything the page sent to the browser, as text: every element's message, tables as CSV."""
+    parts = []
+    for node in app.main:
+        if node.type == "arrow_data_frame":
+            parts.append(node.value.to_csv())
+        elif isinstance(getattr(node, "value", None), str):  # text as written (the message escapes quotes)
+            parts.append(node.value)
+        elif getattr(node, "proto", None) is not None:
+            parts.append(str(node.proto))
+    return "\n".join(parts)
+
+
+# Per step: the charts that hold its answer, and a text only its answer has (the words example, head 1).
+def hidden_answers(example) -> dict[int, tuple[list[str], list[str]]]:
+    focus = 2  # "sat"
+    weights = example.weights[0, focus]
+    top = int(np.argmax(weights))
+    counts = example.operation_counts.set_index("step")["multiplications"]
+    unscaled = mc.softmax_saturation(n_keys=16)
+    unscaled = unscaled[(unscaled["score"] == "dot") & (unscaled["d_k"] == unscaled["d_k"].max())]["max_weight"]
+    longest = int(np.argmax(np.linalg.norm(example.q[0], axis=1)))
+    return {
+        1: ([], [f"= **{example.seq_len * example.d_k}**"]),
+        2: ([], [f"**{example.token_labels[longest]}**, length {np.linalg.norm(example.q[0, longest]):.3g}"]),
+        3: (["cls_scores"], ["**cat**, with score 1.5", "1.50"]),
+        4: (["cls_weights"], [f"{weights.max():.2f} of it"]),
+        5: (["cls_head_output"], [f"**{example.token_labels[top]}**'s: it carries weight {weights[top]:.2f}"]),
+        6: ([], ["layers can be stacked"]),
+        7: ([], [f"{counts['projections']} multiplications", f"= {example.total_matmul_multiplications}"]),
+        8: (["cls_saturation"], [f"About **{unscaled.iloc[0]:.2f}**"]),
+    }
+
+
+def test_every_answer_stays_hidden_until_revealed():
+    """Predict, then reveal: on every step nothing that gives the answer away (its chart, its numbers, its
+    words) reaches the browser before "Reveal the answer", and all of it does after."""
+    example = mc.readable_example()
+    for step, (charts, answer_texts) in hidden_answers(example).items():
+        app = run_page(PAGE, {"step": str(step)})
+        before = page_content(app)
+        assert "Predict:" in before, step
+        assert "Answer:" not in before, step
+        assert not set(charts) & set(plotly_elements(app)), step
+        for text in answer_texts:
+            assert text not in before, (step, text)
+        switches = [t for t in app.toggle if t.label == REVEAL]
+        assert len(switches) == 1 and switches[0].value is False, step
+        switches[0].set_value(True)
+        rerun(app)
+        after = page_content(app)
+        assert "Answer:" in after, step
+        assert set(charts) <= set(plotly_elements(app)), step
+        for text in answer_texts:
+            assert text in after, (step, text)
+        if step == 3:  # the revealed matrix is the scores, its dark cell sat -> cat
+            scores = heatmap(plotly_elements(app), "cls_scores")
+            np.testing.assert_allclose(scores, example.scores[0], rtol=0, atol=1e-9)
+            assert int(np.argmax(scores[2])) == 1 and round(scores[2, 1], 2) == 1.5
+        if step == 7:
+            shown = next(d.value for d in app.dataframe if "multiplications" in d.value.columns)
+            assert shown["multiplications"].tolist() == example.operation_counts["multiplications"].tolist()
+
+
+def test_a_revealed_answer_is_hidden_again_for_a_new_question():
+    """Another head asks another question: its answer starts hidden, and so does a step opened again."""
+    app = run_page(PAGE, {"step": "3"})
+    next(t for t in app.toggle if t.label == REVEAL).set_value(True)
+    rerun(app)
+    assert "cls_scores" in plotly_elements(app)
+    app.selectbox(key="cls_head").set_value(1)
+    rerun(app)
+    assert "cls_scores" not in plotly_elements(app)
+    assert [t.value for t in app.toggle if t.label == REVEAL] == [False]
+    next(t for t in app.toggle if t.label == REVEAL).set_value(True)
+    rerun(app)
+    np.testing.assert_allclose(
+        heatmap(plotly_elements(app), "cls_scores"), mc.readable_example().scores[1], rtol=0, atol=1e-9
+    )
+    app.button(key="cls_next").click().run()
+    app.button(key="cls_back").click().run()
+    assert "cls_scores" not in plotly_elements(app)
+    assert [t.value for t in app.toggle if t.label == REVEAL] == [False]
