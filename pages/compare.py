@@ -41,26 +41,11 @@ def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tup
         "Show the difference (left − right)",
         f"{key}_difference",
         "diff",
-        help="One grid of left minus right: red where the left attends more, blue where the "
-        "right does. Needs the same tokens and heads on both sides.",
-    ):
-        same_tokens = left_run.tokens == right_run.tokens and left_run.num_heads == right_run.num_heads
-        if not same_tokens:
-            st.info(
-                "A difference map needs the same tokens and the same number of heads on both sides; these "
-                "two differ, so they are shown side by side."
-            )
-        else:
-            st.markdown(f"**{widgets.md_escape(titles[0])} − {widgets.md_escape(titles[1])}**")
-            difference = left_run.attentions[left_layer] - right_run.attentions[right_layer]
-            widgets.difference_view(
-                difference,
-                left_run,
-                key=f"{key}_difference_grid",
-                title=f"Layer {left_layer} − layer {right_layer}, every head",
-            )
-            st.caption(f"Largest difference: {abs(difference).max():.2e}.")
-            return
+        help="One map of left minus right: red where the left attends more, blue where the right does. "
+        "Position by position where the two have the same tokens or one tokenizer and one length; word by word "
+        "for one text through two tokenizers.",
+    ) and widgets.difference_view(left_run, right_run, left_layer, right_layer, f"{key}_difference_grid", titles):
+        return
     left, right = st.columns(2)
     for column, side_run, layer, title, side in (
         (left, left_run, left_layer, titles[0], "left"),
@@ -89,7 +74,7 @@ if mode == "sentences":
 elif mode == "models":
     st.caption(
         "The same text through a second model or engine. Transformers against the from-scratch core shows "
-        "how exactly Headscope's own layer code reproduces the library: their difference map is blank."
+        "how exactly Headscope's own layer code reproduces the library: their difference is float32 rounding."
     )
     cols = st.columns(2)
     offered = {key: label for key, label in state.model_choices().items() if key != state.OTHER_MODEL}

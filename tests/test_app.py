@@ -300,7 +300,7 @@ def test_compare_layers_sentences_and_engines(minilm):
     trace = plotly_elements(app)["cmp_layers_difference_grid"]["data"][0]
     tiles = tiles_of(trace, 3, 4, n, grid_gaps(trace, n)).reshape(12, n, n)
     np.testing.assert_allclose(tiles, reference.attentions[1] - reference.attentions[5], rtol=0, atol=ATTENTION_ATOL)
-    assert trace["zmin"] == -trace["zmax"] and trace["colorbar"]["title"]["text"] == "left − right"
+    assert trace["zmin"] == -1 and trace["zmax"] == 1 and trace["colorbar"]["title"]["text"] == "left − right"
     app.toggle(key="cmp_layers_difference").set_value(False)
     rerun(app)
 
@@ -337,8 +337,14 @@ def test_compare_layers_sentences_and_engines(minilm):
     app.select_slider(key="compare_other_layer").set_value(0)
     app.toggle(key="cmp_models_difference").set_value(True)
     rerun(app)
-    z = np.asarray(plotly_elements(app)["cmp_models_difference_grid"]["data"][0]["z"], dtype=np.float64)
-    assert np.nanmax(np.abs(z)) <= ENGINE_ATOL
+    # Rounding only: "identical within 1e-6", or (at another thread count) a map on the fixed scale.
+    largest = float(np.abs(core.attentions[0] - reference.attentions[0]).max())
+    identical = [s for s in texts(app, "success") if s.startswith("Identical within 1e-6")]
+    if identical:
+        assert largest <= 1e-6 + ATTENTION_ATOL and "cmp_models_difference_grid" not in plotly_elements(app)
+    else:
+        trace = plotly_elements(app)["cmp_models_difference_grid"]["data"][0]
+        assert trace["zmax"] == 1 and np.nanmax(np.abs(np.asarray(trace["z"], dtype=np.float64))) <= ENGINE_ATOL
 
 
 # ---- bad input --------------------------------------------------------------------------------

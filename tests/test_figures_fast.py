@@ -25,8 +25,9 @@ BUILDERS = {
     "grid": lambda: figures.head_grid(_attention(12, 20), TOKENS, title="Layer 0: all 12 heads"),
     "grid without colour bar": lambda: figures.head_grid(_attention(12, 20), TOKENS, colorbar=False),
     "grid causal pair": lambda: figures.head_grid(_attention(9, 20), TOKENS, causal=True, segment_ids=PAIR),
-    "difference": lambda: figures.head_grid(
-        _attention(12, 20) - _attention(12, 20, 1), TOKENS, title="d", difference=True, zmax=0.3
+    "difference": lambda: figures.difference_map(_attention(12, 20) - _attention(12, 20, 1), TOKENS, title="d"),
+    "difference of head averages": lambda: figures.difference_map(
+        _attention(1, 20) - _attention(1, 20, 1), TOKENS, title="d", head_averaged=True, causal=True
     ),
     "one head": lambda: figures.head_heatmap(_attention(1, 20)[0], TOKENS, TOKENS, causal=True, segment_ids=PAIR),
     "model": lambda: figures.model_grid(_attention(72, 20).reshape(6, 12, 20, 20), TOKENS, title="All"),
@@ -142,3 +143,19 @@ def test_a_pick_from_the_browser_is_checked():
     assert data["view"] == "model" and data["layers_sent"] == [0, 1] and data["shape"] == "heatmap"
     with pytest.raises(ValueError):
         headview.pack(np.stack([_attention(12, 20, 0)] * 2), TOKENS, layer=1, head=3, view="table")
+
+
+def test_difference_maps_use_one_fixed_scale_whatever_their_largest_difference():
+    """A rounding-size difference stays white: the scale is -1..1 (the widest two weights can differ), never
+    fitted to the largest difference (which painted 4e-7 of float32 rounding as loudly as 0.9)."""
+    tiny = (_attention(12, 20) - _attention(12, 20, 1)) * 1e-6
+    grid = figures.difference_map(tiny, TOKENS, title="rounding")
+    heatmap = grid.data[0]
+    assert (heatmap.zmin, heatmap.zmax) == (-1.0, 1.0) and heatmap.colorbar.title.text == "left − right"
+    step_y = 20 + 3  # head_grid's row gap: head 4 opens the second row
+    np.testing.assert_array_equal(np.asarray(heatmap.z)[step_y : step_y + 20, :20], tiny[4])
+    averaged = _attention(1, 20) - _attention(1, 20, 1)
+    one = figures.difference_map(averaged, TOKENS, title="models", head_averaged=True)
+    assert (one.data[0].zmin, one.data[0].zmax) == (-1.0, 1.0) and len(one.data) == 1  # one tile, no head targets
+    np.testing.assert_array_equal(np.asarray(one.data[0].z), averaged[0])
+    assert one.layout.xaxis.title.text == "key (attended to)" and one.layout.yaxis.title.text == "query (attending)"

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import streamlit as st
 
+from mha_core.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
 from mha_core.errors import EngineNotSupported, HeadscopeError, InputTextError, redact_paths
 from mha_core.tokens import visible_text
 from ui import figures, headview, state
@@ -653,16 +654,94 @@ def attention_view(run, view: str, layer: int, head: int, key: str, shape: str =
     return headview.show(data, key=key, on_pick=picked)
 
 
-def difference_view(difference, run, key: str, title: str):
-    """A layer's head-by-head difference of two runs ``[H, n, n]`` as one grid; the colour scale spans the
-    largest difference, so even the engines' rounding-size differences show their pattern."""
-    run = first_tokens(run, HEAD_VIEW_MAX_CELLS, run.num_heads, "difference map")
-    n = run.num_tokens
-    scale = float(max(abs(difference).max(), 1e-12))
-    fig = figures.head_grid(
-        difference[:, :n, :n], run.tokens, columns=4, title=title, difference=True, zmax=scale, **figure_options(run)
+def _listed(items: list[str], limit: int = 6) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def alignment_note(difference) -> str:
+    """What a difference map compares, in words: position by position or word by word, which positions hold
+    different tokens, which words the two tokenizers cut differently, and whether heads were averaged."""
+    alignment = difference.alignment
+    notes = []
+    if alignment.level == "token" and alignment.differing:
+        positions = [f"{i} ({md_escape(alignment.labels[i])})" for i in alignment.differing]
+        notes.append(
+            f"Compared position by position (both have {alignment.num_units} tokens). "
+            f"{'Positions' if len(positions) > 1 else 'Position'} {_listed(positions)} "
+            f"{'hold' if len(positions) > 1 else 'holds'} different tokens on the two sides (left | right): "
+            "there the rows and columns compare different words."
+        )
+    elif alignment.level == "word":
+        notes.append(
+            f"The two models cut the text into different tokens, so both runs are compared word by word, over the "
+            f"{alignment.num_units} words they share: attention to a word sums its tokens', a word's attention "
+            "averages its tokens'. Special tokens are left out and every row is rescaled to sum to 1 over these "
+            "words."
+        )
+        if alignment.merged:
+            merged = [f"*{md_escape(alignment.labels[u])}*" for u in alignment.merged]
+            notes.append(f"{_listed(merged)}: one unit each, because the tokenizers cut them differently.")
+    if difference.head_averaged:
+        left, right = difference.heads
+        notes.append(
+            f"Heads of two different models do not correspond one to one ({left} heads against {right}), so this "
+            "is the difference of each layer's average over its heads."
+        )
+    return " ".join(notes)
+
+
+# Differences below this are the size of float32 rounding between two exact computations of one model
+# (the from-scratch engine against transformers: about 1e-6 after six layers).
+ROUNDING_SIZE = 1e-4
+
+
+def difference_view(left_run, right_run, left_layer: int, right_layer: int, key: str, titles: tuple[str, str]) -> bool:
+    """One layer of each run as one difference map (left minus right) on a fixed colour scale, over the tokens
+    or words both share (``mha_core.alignment``), with a note on what was compared; "identical within 1e-6"
+    instead of a map of rounding. False (and a notice) where no token or word of one stands for one of the
+    other: the caller shows the two side by side."""
+    try:
+        difference = layer_difference(left_run, right_run, left_layer, right_layer)
+    except NoAlignment as error:
+        st.info(f"{public_message(error)} They are shown side by side.")
+        return False
+    st.markdown(f"**{md_escape(titles[0])} − {md_escape(titles[1])}**")
+    note = alignment_note(difference)
+    if note:
+        st.caption(note)
+    if difference.identical:
+        st.success(
+            f"Identical within {IDENTICAL_ATOL:.0e}".replace("e-0", "e-")
+            + f": the largest difference of any weight is {difference.largest:.1e}, float32 rounding, so there is "
+            "no map to draw."
+        )
+        return True
+    alignment = difference.alignment
+    values, labels = difference.values, alignment.labels
+    limit = token_limit(HEAD_VIEW_MAX_CELLS, values.shape[0])
+    if len(labels) > limit:
+        st.caption(f"The difference map shows the first {limit} of {len(labels)} units, to stay fast in the browser.")
+        values, labels = values[:, :limit, :limit], labels[:limit]
+    same_positions = alignment.level == "token"
+    causal = bool(left_run.is_causal and right_run.is_causal)
+    pair = figure_options(left_run)["segment_ids"] if same_positions else None
+    fig = figures.difference_map(
+        values,
+        labels,
+        title=f"Layer {left_layer} − layer {right_layer}, "
+        + ("the average of the heads" if difference.head_averaged else "every head"),
+        head_averaged=difference.head_averaged,
+        causal=causal,
+        segment_ids=None if pair is None else pair[: len(labels)],
     )
-    return show_chart(fig, key=key, filename="headscope-difference")
+    show_chart(fig, key=key, filename="headscope-difference")
+    rounding = " (float32 rounding: white on this scale)" if difference.largest < ROUNDING_SIZE else ""
+    st.caption(
+        f"Largest difference: {difference.largest:.2e}{rounding}. Colours on a fixed scale, −1 to 1 (the most two "
+        "weights can differ): red where the left attends more, blue where the right does."
+    )
+    return True
 
 
 SLUG_CHARS = 40  # a file name's share of the text: about the first six words

@@ -8,13 +8,22 @@ ui.figures.teaching   positional waves and similarities, small matrices with the
 ui.figures.causal     the Ablate page: clickable score map, per-token loss bars, experiments, pruning curves
 """
 
-from ui.figures.attention import attention_lines, head_grid, head_heatmap, model_grid, tile_gap, tiled_heatmap
+from ui.figures.attention import (
+    attention_lines,
+    difference_map,
+    head_grid,
+    head_heatmap,
+    model_grid,
+    tile_gap,
+    tiled_heatmap,
+)
 from ui.figures.common import ATTENTION_COLORSCALE, base_layout, enlarge_text, plotly_text, with_axis_room
 from ui.figures.curves import layer_curves
 
 __all__ = [
     "ATTENTION_COLORSCALE",
     "attention_lines",
+    "difference_map",
     "base_layout",
     "enlarge_text",
     "head_grid",

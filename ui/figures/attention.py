@@ -18,6 +18,7 @@ from ui.figures.common import (
     ATTENTION_COLORSCALE,
     COLORBAR_MARGIN,
     DIFFERENCE_COLORSCALE,
+    DIFFERENCE_SCALE,
     MASKED_COLOR,
     SEGMENT_COLOR,
     TOKEN_TICK_LIMIT,
@@ -350,8 +351,10 @@ def head_heatmap(
     segment_ids: np.ndarray | None = None,
     title: str | None = None,
     height: int | None = None,
+    difference: bool = False,
 ) -> go.Figure:
-    """One head's ``[n, m]`` attention as a large heatmap (rows = queries, columns = keys)."""
+    """One head's ``[n, m]`` attention as a large heatmap (rows = queries, columns = keys); ``difference``:
+    a difference of two such matrices, on the fixed scale ±``DIFFERENCE_SCALE``."""
     matrix = np.asarray(matrix, dtype=np.float32)
     n = matrix.shape[0]
     return tiled_heatmap(
@@ -366,6 +369,8 @@ def head_heatmap(
         title=title,
         height=height or int(min(900, max(380, 140 + n * 16))),
         axis_titles=("key (attended to)", "query (attending)"),
+        difference=difference,
+        zmax=DIFFERENCE_SCALE if difference else 1.0,
     )
 
 
@@ -418,6 +423,38 @@ def head_grid(
         width_hint=width_hint,
         annotations=head_labels,
         **kwargs,
+    )
+
+
+def difference_map(
+    values: np.ndarray,
+    labels: list[str],
+    *,
+    title: str,
+    head_averaged: bool = False,
+    columns: int = 4,
+    width_hint: int = 1000,
+    causal: bool = False,
+    segment_ids: np.ndarray | None = None,
+) -> go.Figure:
+    """Left minus right on the fixed scale ±``DIFFERENCE_SCALE`` (red: the left attends more): ``[H, U, U]``
+    as a grid of heads, or ``[1, U, U]`` (``head_averaged``: each side's layer averaged over its heads) as one
+    large tile. ``labels`` name the units both sides share (tokens, "sat | lay", or words)."""
+    values = np.asarray(values, dtype=np.float32)
+    if head_averaged:
+        return head_heatmap(
+            values[0], labels, labels, causal=causal, segment_ids=segment_ids, title=title, difference=True
+        )
+    return head_grid(
+        values,
+        labels,
+        columns=columns,
+        width_hint=width_hint,
+        title=title,
+        causal=causal,
+        segment_ids=segment_ids,
+        difference=True,
+        zmax=DIFFERENCE_SCALE,
     )
 
 

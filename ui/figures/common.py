@@ -23,6 +23,9 @@ ATTENTION_COLORSCALE = [
 
 # Differences of two attention weights: red where the first (left) is larger, blue where the second is.
 DIFFERENCE_COLORSCALE = [[0.0, "#1c7ed6"], [0.35, "#a5d8ff"], [0.5, "#ffffff"], [0.65, "#ffc9c9"], [1.0, "#e03131"]]
+# A difference map's colours span -1..1, the widest two weights can differ: one colour is one difference on
+# every map (a scale fitted to the largest difference painted float32 rounding, 4e-7, as loudly as 0.9).
+DIFFERENCE_SCALE = 1.0
 MASKED_COLOR = "#e9ecef"  # cells a causal mask hides: grey, clearly unlike a zero weight
 
 SEGMENT_COLOR = "#e8590c"  # the boundary between the first and the second sentence
