@@ -342,6 +342,15 @@ function layoutModel(s) {
   s.model.style.gridTemplateColumns = `auto repeat(${cols}, ${tile}px)`;
   const rowNames = Array.from({ length: rows }, (_, r) => (across ? `head ${r}` : `layer ${r}`));
   const colNames = Array.from({ length: cols }, (_, c) => (across ? `L${c}` : `head ${c}`));
+  // Column labels as large as the text scale asks, but never wider than their tile (SmolLM2's "L29" over a
+  // 24 px tile at 1.6 x text was cut to "L2"): the largest font whose widest label, measured, fits.
+  const measure = document.createElement("canvas").getContext("2d");
+  let colFont = Math.round(11 * s.textScale);
+  for (; colFont > 8; colFont--) {
+    measure.font = `${colFont}px sans-serif`;
+    if (Math.max(...colNames.map((text) => measure.measureText(text).width)) <= tile - 2) break;
+  }
+  s.model.style.setProperty("--hs-model-col-font", `${colFont}px`);
   const tiles = [];
   s.model.append(el("div"));
   colNames.forEach((text) => s.model.append(el("div", "hs-model-col", text)));

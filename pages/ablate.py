@@ -169,12 +169,19 @@ with widgets.error_display():
             layer = st.slider(
                 "Attention of a later layer", first + 1, run.num_layers - 1, first + 1, key="ablate_layer"
             )
-            difference = after.attentions[layer] - run.attentions[layer]
             st.caption(
-                f"Layer {layer}: attention after ablation minus before (red: more attention after, blue: less); "
-                f"largest change {np.abs(difference).max():.3g}. Layers up to {first} are unchanged."
+                f"Layer {layer}: attention after ablation minus before (red: more attention after, blue: less). "
+                f"Layers up to {first} are unchanged."
             )
-            widgets.difference_view(difference, run, key="ablate_difference", title=f"Layer {layer}: after - before")
+            widgets.difference_view(
+                after,
+                run,
+                layer,
+                layer,
+                key="ablate_difference",
+                titles=("after ablation", "before"),
+                title=f"Layer {layer}: after − before",
+            )
 
     # 3. One-click experiments, with their controls.
     st.subheader("3. Experiments")

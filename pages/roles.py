@@ -259,12 +259,11 @@ with widgets.error_display():
 
     st.subheader("Per-layer curves")
     widgets.show_chart(
-        figures.with_axis_room(
-            figures.layer_curves(
-                distances.layer_spread(),
-                "distance_to_layer",
-                title="Diversity: mean JS distance between the heads of a layer (dots: each head to the others)",
-            )
+        figures.layer_curves(
+            distances.layer_spread(),
+            "distance_to_layer",
+            label="JS divergence to the other heads of the layer (bits)",
+            title="Diversity: mean JS distance between the heads of a layer (dots: each head to the others)",
         ),
         key="roles_diversity",
         filename="headscope-diversity",

@@ -349,3 +349,33 @@ def test_lab_trains_live_in_the_browser(artifacts_dir):
         assert page.locator('[data-testid="stException"]').count() == 0
         assert "Traceback" not in page.content()
         page.screenshot(path=str(artifacts_dir / "lab-paused.png"), full_page=True)
+
+
+# Each model view column and row label: its text, font size, and whether it is cut (wider than its box).
+MODEL_LABELS_JS = """
+() => Array.from(document.querySelectorAll('.hs-model-col, .hs-model-row')).map(e => ({
+  text: e.textContent, font: parseFloat(getComputedStyle(e).fontSize), cut: e.scrollWidth > e.clientWidth + 0.5,
+  col: e.classList.contains('hs-model-col')}))
+"""
+
+
+def test_model_view_labels_fit_in_presentation_mode(artifacts_dir, tmp_path):
+    """A 30-layer x 9-head decoder (SmolLM2's shape, random weights) in presentation mode at 1920 x 1080: every
+    layer label over its narrow column is whole ("L29", not "L2"), and as large as fits (at least 8 px)."""
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    from tests.model_fixtures import build_tiny_llama
+
+    folder = build_tiny_llama(
+        tmp_path / "llama-30x9", num_hidden_layers=30, hidden_size=36, num_attention_heads=9, num_key_value_heads=3
+    )
+    with streamlit_server() as url, chromium_page(1920, 1080) as page:
+        page.goto(f"{url}/?model={folder}&view=model&present=1&text=The+cat+sat+on+the+mat.")
+        wait_for_app(page)
+        page.wait_for_function("() => document.querySelectorAll('.hs-model-canvas').length === 270", timeout=180_000)
+        labels = page.evaluate(MODEL_LABELS_JS)
+        assert [x["text"] for x in labels if x["col"]] == [f"L{layer}" for layer in range(30)]
+        assert [x["text"] for x in labels if not x["col"]] == [f"head {head}" for head in range(9)]
+        assert not [x for x in labels if x["cut"]]
+        assert min(x["font"] for x in labels) >= 8
+        assert min(x["font"] for x in labels if not x["col"]) > 11  # presentation mode: rows larger than 11 px
+        page.locator(".hs-model").screenshot(path=str(artifacts_dir / "model-view-30-layers-presenting.png"))

@@ -11,6 +11,7 @@ import mha_core
 from mha_core import causal
 from tests.conftest import ENGINE_ATOL, METRIC_TOL, require
 from tests.page_helpers import open_app, plotly_elements, rerun, widget
+from tests.test_app import grid_gaps, tiles_of
 
 pytestmark = pytest.mark.slow
 TEXT = "The cat sat on the mat because it was tired."
@@ -45,6 +46,17 @@ def test_encoder_page_shows_output_change_and_importance(minilm):
     reference = minilm.run(TEXT, ablate=expected_heads)
     bars = charts["ablate_losses"]["data"][0]["y"]
     np.testing.assert_allclose(bars, reference.token_output_change, atol=ENGINE_ATOL)
+    # A later layer's attention after minus before, head by head, on the fixed difference scale.
+    layer = app.slider(key="ablate_layer").value
+    assert layer == min(l for l, _ in expected_heads) + 1
+    grid = charts["ablate_difference"]
+    assert grid["layout"]["title"]["text"] == f"Layer {layer}: after − before"
+    trace = grid["data"][0]
+    assert (trace["zmin"], trace["zmax"]) == (-1, 1)
+    n = reference.num_tokens
+    tiles = tiles_of(trace, 3, 4, n, grid_gaps(trace, n)).reshape(12, n, n)
+    before = minilm.run(TEXT)
+    np.testing.assert_allclose(tiles, reference.attentions[layer] - before.attentions[layer], rtol=0, atol=ENGINE_ATOL)
     # Importance and pruning on 2 sentences (ablation importance: MiniLM has no head).
     widget(app, "ablate_sentences").set_value(2)
     rerun(app)

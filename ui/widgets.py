@@ -696,11 +696,13 @@ def alignment_note(difference) -> str:
 ROUNDING_SIZE = 1e-4
 
 
-def difference_view(left_run, right_run, left_layer: int, right_layer: int, key: str, titles: tuple[str, str]) -> bool:
+def difference_view(
+    left_run, right_run, left_layer: int, right_layer: int, key: str, titles: tuple[str, str], title: str | None = None
+) -> bool:
     """One layer of each run as one difference map (left minus right) on a fixed colour scale, over the tokens
     or words both share (``mha_core.alignment``), with a note on what was compared; "identical within 1e-6"
     instead of a map of rounding. False (and a notice) where no token or word of one stands for one of the
-    other: the caller shows the two side by side."""
+    other: the caller shows the two side by side. ``title``: the map's own title (default: the two layers)."""
     try:
         difference = layer_difference(left_run, right_run, left_layer, right_layer)
     except NoAlignment as error:
@@ -729,7 +731,8 @@ def difference_view(left_run, right_run, left_layer: int, right_layer: int, key:
     fig = figures.difference_map(
         values,
         labels,
-        title=f"Layer {left_layer} − layer {right_layer}, "
+        title=title
+        or f"Layer {left_layer} − layer {right_layer}, "
         + ("the average of the heads" if difference.head_averaged else "every head"),
         head_averaged=difference.head_averaged,
         causal=causal,

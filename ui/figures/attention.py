@@ -442,8 +442,16 @@ def difference_map(
     large tile. ``labels`` name the units both sides share (tokens, "sat | lay", or words)."""
     values = np.asarray(values, dtype=np.float32)
     if head_averaged:
+        n = values.shape[-1]
         return head_heatmap(
-            values[0], labels, labels, causal=causal, segment_ids=segment_ids, title=title, difference=True
+            values[0],
+            labels,
+            labels,
+            causal=causal,
+            segment_ids=segment_ids,
+            title=title,
+            difference=True,
+            height=int(min(900, max(480, 180 + n * 26))),  # one map where a grid would be: larger cells
         )
     return head_grid(
         values,

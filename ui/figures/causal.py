@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from ui.figures.common import base_layout, plotly_text, with_axis_room
+from ui.figures.common import axis_title, base_layout, layer_head_axes, legend_above, plotly_text, with_axis_room
 
 BEFORE_COLOR, AFTER_COLOR = "#adb5bd", "#e03131"
 ORDER_COLORS = {"importance": "#2b3a9c", "reverse": "#e8590c", "random": "#868e96", "given": "#2f9e44"}
@@ -50,8 +50,7 @@ def head_score_map(
             + " %{customdata[2]:.4g}<extra></extra>",
         )
     )
-    fig.update_xaxes(title_text="head", dtick=1, showgrid=False, zeroline=False)
-    fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", showgrid=False, zeroline=False)
+    layer_head_axes(fig, num_layers, num_heads)
     fig.update_layout(hoverdistance=-1, clickmode="event+select")
     base_layout(fig, int(min(900, max(260, 100 + 22 * num_layers))), title)
     return with_axis_room(fig)
@@ -76,11 +75,11 @@ def token_change_bars(
             marker_color=AFTER_COLOR,
         )
     )
-    fig.update_layout(barmode="group", legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    fig.update_layout(barmode="group")
     fig.update_xaxes(title_text="token", tickangle=-45, type="category")
-    fig.update_yaxes(title_text=plotly_text(label))
+    fig.update_yaxes(title_text=axis_title(label))
     base_layout(fig, 340, title)
-    return with_axis_room(fig)
+    return legend_above(with_axis_room(fig))
 
 
 def condition_bars(summary, value: str = "loss_repeated_half", label: str = "loss", title=None) -> go.Figure:
@@ -98,7 +97,7 @@ def condition_bars(summary, value: str = "loss_repeated_half", label: str = "los
             hovertemplate="%{x}<br>mean %{y:.3f}<br>draws %{customdata}<extra></extra>",
         )
     )
-    fig.update_yaxes(title_text=plotly_text(label))
+    fig.update_yaxes(title_text=axis_title(label))
     base_layout(fig, 320, title)
     return with_axis_room(fig)
 
@@ -139,7 +138,6 @@ def pruning_figure(curves, label: str = "loss", title=None) -> go.Figure:
             )
         )
     fig.update_xaxes(title_text="fraction of heads removed", tickformat=".0%")
-    fig.update_yaxes(title_text=plotly_text(label))
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    fig.update_yaxes(title_text=axis_title(label))
     base_layout(fig, 340, title)
-    return with_axis_room(fig)
+    return legend_above(with_axis_room(fig))

@@ -8,6 +8,8 @@ in give the same figure out. Token labels are user text, so every label goes thr
 
 from __future__ import annotations
 
+import re
+
 import plotly.graph_objects as go
 
 # White at zero so empty attention stays quiet; dark blue at one; most of the range spent below 0.3,
@@ -22,7 +24,17 @@ ATTENTION_COLORSCALE = [
 ]
 
 # Differences of two attention weights: red where the first (left) is larger, blue where the second is.
-DIFFERENCE_COLORSCALE = [[0.0, "#1c7ed6"], [0.35, "#a5d8ff"], [0.5, "#ffffff"], [0.65, "#ffc9c9"], [1.0, "#e03131"]]
+# On the fixed scale -1..1 most of the colour is spent near zero (as with the weights): a difference of 0.1
+# is pale but visible, 0.4 clear, while float32 rounding (1e-6) stays white.
+DIFFERENCE_COLORSCALE = [
+    [0.0, "#1864ab"],
+    [0.3, "#339af0"],
+    [0.45, "#d0ebff"],
+    [0.5, "#ffffff"],
+    [0.55, "#ffe3e3"],
+    [0.7, "#ff6b6b"],
+    [1.0, "#c92a2a"],
+]
 # A difference map's colours span -1..1, the widest two weights can differ: one colour is one difference on
 # every map (a scale fitted to the largest difference painted float32 rounding, 4e-7, as loudly as 0.9).
 DIFFERENCE_SCALE = 1.0
@@ -78,6 +90,52 @@ def with_axis_room(fig: go.Figure) -> go.Figure:
     fig.update_xaxes(automargin=True)
     fig.update_yaxes(automargin=True)
     fig.update_layout(margin=dict(l=60, b=50))
+    return fig
+
+
+# Room above the plot for a title's line and a legend's line, each on its own: a legend at y=1.02 inside the
+# base layout's 40 px top margin is drawn over the title.
+LEGEND_ROOM = 75
+
+
+def legend_above(fig: go.Figure) -> go.Figure:
+    """A horizontal legend between the title (pinned to the figure's top) and the plot. Call after
+    ``base_layout`` (which sets the top margin)."""
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0), margin=dict(t=LEGEND_ROOM))
+    if fig.layout.title and fig.layout.title.text:
+        fig.update_layout(title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=10)))
+    return fig
+
+
+AXIS_TITLE_CHARS = 24  # a vertical axis title's line: fits a 340 px chart's plot height, also at 1.6 x text
+
+
+def axis_title(text: str, width: int = AXIS_TITLE_CHARS, max_lines: int = 3) -> str:
+    """``text`` for an axis title: its first clause (up to a comma, colon or parenthesis), broken into lines of
+    about ``width`` characters (at most ``max_lines``, the last one cut with "…"), escaped for Plotly. A long
+    title on one line is cut off at the chart's edge; the chart's own title carries the whole description."""
+    short = re.split(r",|:| \(", str(text), maxsplit=1)[0].strip() or str(text)
+    lines: list[str] = []
+    for word in short.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    if len(lines) > max_lines:
+        lines = lines[: max_lines - 1] + [lines[max_lines - 1][: width - 1] + "…"]
+    return "<br>".join(plotly_text(line) for line in lines)
+
+
+def layer_head_axes(fig: go.Figure, num_layers: int, num_heads: int) -> go.Figure:
+    """Axes of a layers x heads map: one tick per head and per layer, layer 0 at the top, and ranges that end
+    at the outer cells (markers laid over the cells would otherwise pad the ranges with an empty row and column,
+    -1 and L, on every side)."""
+    fig.update_xaxes(
+        title_text="head", dtick=1, range=[-0.5, num_heads - 0.5], showgrid=False, zeroline=False, autorange=False
+    )
+    fig.update_yaxes(
+        title_text="layer", dtick=1, range=[num_layers - 0.5, -0.5], showgrid=False, zeroline=False, autorange=False
+    )
     return fig
 
 

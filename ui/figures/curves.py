@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ui.figures.common import base_layout, plotly_text, with_axis_room
+from ui.figures.common import axis_title, base_layout, legend_above, plotly_text, with_axis_room
 
 
 def layer_curves(
@@ -13,14 +13,17 @@ def layer_curves(
     """One measurement per layer: the layer mean as a line, each head as a dot.
 
     ``table`` has one row per (layer, head) (as ``mha_core.head_metrics`` returns), with an optional
-    ``series`` column (e.g. the model) giving one line each; ``label`` names the measurement in words.
+    ``series`` column (e.g. the model) giving one line each; ``label`` names the measurement in words (else
+    the column's name, its underscores as spaces). The title carries the whole label, the y axis its first
+    clause; a legend (only for two or more series) has a line of its own under the title.
     """
+    label = label or value.replace("_", " ")
     fig = go.Figure()
     groups = [(None, table)] if series is None else list(table.groupby(series, sort=False))
     palette = ["#3b5bdb", "#e8590c", "#2f9e44", "#ae3ec9"]
     for k, (name, part) in enumerate(groups):
         color = palette[k % len(palette)]
-        line_name = plotly_text(name) if name is not None else plotly_text(label or value)
+        line_name = plotly_text(name) if name is not None else plotly_text(label)
         per_layer = part.groupby("layer")[value].mean()
         fig.add_trace(
             go.Scatter(
@@ -32,7 +35,7 @@ def layer_curves(
                 showlegend=False,
                 customdata=part["head"],
                 hovertemplate="layer %{x} head %{customdata}<br>"
-                + f"{plotly_text(value)} "
+                + f"{axis_title(label, width=200, max_lines=1)} "
                 + "%{y:.3f}<extra></extra>",
             )
         )
@@ -46,8 +49,12 @@ def layer_curves(
                 hovertemplate="layer %{x} mean %{y:.3f}<extra></extra>",
             )
         )
-    fig.update_xaxes(title_text="layer", dtick=1)
-    fig.update_yaxes(title_text=plotly_text(label or value), tickformat=".2~f")
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
-    base_layout(fig, 340, title or label or value)
-    return with_axis_room(fig)
+    # The range ends half a layer past the first and last layers (autorange pads a 30-layer axis to -1..30).
+    fig.update_xaxes(title_text="layer", dtick=1, range=[-0.5, float(table["layer"].max()) + 0.5], zeroline=False)
+    fig.update_yaxes(title_text=axis_title(label), tickformat=".2~f")
+    base_layout(fig, 340, title or label)
+    with_axis_room(fig)
+    if len(groups) > 1:
+        return legend_above(fig)
+    fig.update_layout(showlegend=False)  # one line: the title names it
+    return fig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ui.figures.common import base_layout, plotly_text, with_axis_room
+from ui.figures.common import base_layout, legend_above, plotly_text, with_axis_room
 
 LOSS_COLORS = {"loss": "#868e96", "repeated_loss": "#e8590c"}
 LOSS_LABELS = {"loss": "loss (all positions)", "repeated_loss": "loss on the repeated positions"}
@@ -47,10 +47,7 @@ def loss_curve(history, phase_step: int | None = None, title: str = "Loss while 
     fig.update_xaxes(title_text="training step", rangemode="tozero")
     fig.update_yaxes(title_text="cross-entropy (nats)", rangemode="tozero")
     base_layout(fig, 360, title)
-    with_axis_room(fig)
-    # The legend sits between the title and the plot, with room of its own.
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0), margin=dict(t=75))
-    return fig
+    return legend_above(with_axis_room(fig))
 
 
 def score_curves(history, role: str, threshold: float | None = None, title: str | None = None) -> go.Figure:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from ui.figures.common import base_layout, plotly_text, with_axis_room
+from ui.figures.common import base_layout, layer_head_axes, plotly_text, with_axis_room
 
 # One colour per role family; "none" stays pale so the heads that do something stand out.
 FAMILY_COLORS = {
@@ -90,8 +90,7 @@ def role_map(primary, num_layers: int, num_heads: int, families: Sequence[str], 
             "%{customdata[3]}<br>%{customdata[4]}<br>%{customdata[5]}<extra></extra>",
         )
     )
-    fig.update_xaxes(title_text="head", dtick=1, showgrid=False, zeroline=False)
-    fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", showgrid=False, zeroline=False)
+    layer_head_axes(fig, num_layers, num_heads)
     fig.update_layout(hoverdistance=-1, clickmode="event+select")
     base_layout(fig, int(min(900, max(260, 100 + 26 * num_layers))), title)
     return with_axis_room(fig)
