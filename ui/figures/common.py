@@ -8,8 +8,6 @@ in give the same figure out. Token labels are user text, so every label goes thr
 
 from __future__ import annotations
 
-import re
-
 import plotly.graph_objects as go
 
 # White at zero so empty attention stays quiet; dark blue at one; most of the range spent below 0.3,
@@ -114,7 +112,9 @@ def axis_title(text: str, width: int = AXIS_TITLE_CHARS, max_lines: int = 3) -> 
     """``text`` for an axis title: its first clause (up to a comma, colon or parenthesis), broken into lines of
     about ``width`` characters (at most ``max_lines``, the last one cut with "…"), escaped for Plotly. A long
     title on one line is cut off at the chart's edge; the chart's own title carries the whole description."""
-    short = re.split(r",|:| \(", str(text), maxsplit=1)[0].strip() or str(text)
+    text = str(text)
+    cut = min((i for i in (text.find(","), text.find(":"), text.find(" (")) if i > 0), default=len(text))
+    short = text[:cut].strip() or text
     lines: list[str] = []
     for word in short.split():
         if lines and len(lines[-1]) + 1 + len(word) <= width:
