@@ -379,3 +379,24 @@ def test_model_view_labels_fit_in_presentation_mode(artifacts_dir, tmp_path):
         assert min(x["font"] for x in labels) >= 8
         assert min(x["font"] for x in labels if not x["col"]) > 11  # presentation mode: rows larger than 11 px
         page.locator(".hs-model").screenshot(path=str(artifacts_dir / "model-view-30-layers-presenting.png"))
+
+
+def test_classroom_answers_stay_hidden_until_revealed(artifacts_dir):
+    """Predict, then reveal, as a class sees it: on step 3 neither the scores matrix (its dark cell sat -> cat
+    1.50) nor the answer is anywhere in the page, hidden or not, until "Reveal the answer" is switched on."""
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    with streamlit_server() as url, chromium_page(1920, 1080) as page:
+        page.goto(f"{url}/?page=classroom&step=3")
+        wait_for_app(page)
+        page.get_by_text("Predict:").wait_for(timeout=60_000)
+        html = page.content()
+        assert "which key will" in html and "1.50" not in html and "Answer:" not in html
+        assert page.locator(".js-plotly-plot").count() == 0
+        page.get_by_text("Reveal the answer").click()
+        page.wait_for_function(
+            "() => document.querySelectorAll('.js-plotly-plot .main-svg').length > 0", timeout=60_000
+        )
+        wait_for_app(page)
+        page.get_by_text("Answer:").wait_for(timeout=60_000)
+        assert "1.50" in page.content() and "with score 1.5." in page.locator('[data-testid="stMain"]').inner_text()
+        page.screenshot(path=str(artifacts_dir / "classroom-step3-revealed.png"))
