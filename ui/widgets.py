@@ -674,7 +674,7 @@ def alignment_note(difference) -> str:
         )
     elif alignment.level == "word":
         notes.append(
-            f"The two models cut the text into different tokens, so both runs are compared word by word, over the "
+            f"The two runs cut the text into different tokens, so they are compared word by word, over the "
             f"{alignment.num_units} words they share: attention to a word sums its tokens', a word's attention "
             "averages its tokens'. Special tokens are left out and every row is rescaled to sum to 1 over these "
             "words."
@@ -684,9 +684,10 @@ def alignment_note(difference) -> str:
             notes.append(f"{_listed(merged)}: one unit each, because the tokenizers cut them differently.")
     if difference.head_averaged:
         left, right = difference.heads
+        counts = f"{left} heads against {right}" if left != right else f"even with {left} heads each"
         notes.append(
-            f"Heads of two different models do not correspond one to one ({left} heads against {right}), so this "
-            "is the difference of each layer's average over its heads."
+            f"Heads of two different models do not correspond one to one ({counts}), so this is the difference "
+            "of each layer's average over its heads."
         )
     return " ".join(notes)
 
