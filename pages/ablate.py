@@ -8,8 +8,10 @@ import streamlit as st
 
 from mha_core import causal
 from mha_core.roles import DECODER_SCORES
-from ui import state, widgets
+from ui import shell, state, widgets
 from ui.figures.causal import condition_bars, head_score_map, pruning_figure, token_change_bars
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 MAP_KEY, HEADS_KEY = "ablate_map", "ablate_heads"
 ABLATION_LABELS = {"zero": "zero (the head's output set to 0)", "mean": "mean (its average over reference sentences)"}

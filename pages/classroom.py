@@ -10,8 +10,10 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import state, widgets
+from ui import shell, state, widgets
 from ui.figures import teaching
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 st.title("Classroom: multi-head attention by hand")
 

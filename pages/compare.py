@@ -5,7 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from mha_core.metrics import METRIC_DESCRIPTIONS
-from ui import figures, state, widgets
+from ui import figures, shell, state, widgets
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 # The measurements a per-layer curve can show, in words.
 CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")

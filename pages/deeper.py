@@ -6,8 +6,10 @@ import streamlit as st
 import mha_core as mc
 from mha_core import search
 from mha_core.errors import HeadscopeError
-from ui import state, widgets
+from ui import shell, state, widgets
 from ui.figures import deeper as figures
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 st.title("Deeper")
 st.markdown(

@@ -9,7 +9,9 @@ without first rendering every other element of the rerun."""
 import numpy as np
 import streamlit as st
 
-from ui import figures, headview, state, widgets
+from ui import figures, headview, shell, state, widgets
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 st.title("Explore")
 st.markdown(widgets.INTRO)

@@ -7,9 +7,11 @@ import streamlit as st
 
 from mha_core.errors import HeadscopeError
 from mha_core.lab import POSITIONS, ROLE_THRESHOLD, TASKS, LabConfig, task_roles
-from ui import figures, state, widgets
+from ui import figures, shell, state, widgets
 from ui.figures import lab as lab_figures
 from ui.lab_runner import LabRunner
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 POLL_S = 1.0  # how often the live view redraws while training
 RUNNER = "lab_runner"

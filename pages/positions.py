@@ -4,8 +4,10 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import positional
-from ui import widgets
+from ui import shell, widgets
 from ui.figures import teaching
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 st.title("Positions")
 st.markdown(

@@ -11,8 +11,10 @@ import mha_core
 from mha_core.errors import HeadscopeError
 from mha_core.metrics import METRIC_DESCRIPTIONS
 from mha_core.roles import ROLE_FAMILIES
-from ui import figures, state, widgets
+from ui import figures, shell, state, widgets
 from ui.figures.roles import head_layout_map, role_map
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 DEFAULT_PROFILE_SENTENCES = 100
 GLOSSARY = """
