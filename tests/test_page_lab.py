@@ -9,7 +9,7 @@ from mha_core.lab import phase_change_step
 from tests.model_fixtures import build_tiny_bert
 from tests.page_helpers import head_view_data, plotly_elements, rerun, run_page
 
-FASTEST = "2 layers x 2 heads, d_model 32 (fastest)"
+FASTEST = "2x2"  # pages/lab.py SIZES: 2 layers x 2 heads, d_model 32
 
 
 @pytest.fixture(scope="module")
