@@ -126,16 +126,15 @@ def lines_view(view, layer: int, head: int) -> None:
     tokens = [ALL, *range(view.num_tokens)]
     # The widgets below keep their functions for the session's life: they see the tokens, not the run.
     names = list(view.tokens)
-    widgets.url_setting("focus_token", "focus", ALL, address.choice(tokens))
-    if st.session_state["focus_token"] not in tokens:
-        st.session_state["focus_token"] = ALL  # the sentence changed under a focus on a later token
-    focus = side.selectbox(
+    focus = widgets.url_select(
+        side.selectbox,
         "Focus on query token",
         tokens,
         key="focus_token",
+        url_key="focus",
+        default=ALL,  # also when the sentence changed under a focus on a later token
         format_func=lambda i: "all tokens" if i == ALL else f"{i}: {names[i]}",
     )
-    widgets.keep_in_url("focus_token", "focus", ALL)
     focus = None if focus == ALL else focus
     with chart:
         widgets.show_chart(

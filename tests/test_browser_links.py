@@ -31,8 +31,8 @@ from ui.state import MAX_TEXT_CHARS
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LINKS_BY_NAME = {link.name: link for link in LINKS}
-# Opened as the first visit of a server of their own: the pages the folder-based mode broke first.
-FIRST_VISITS = ["compare-models", "positions", "roles", "deeper"]
+# Opened as the first visit of a server of their own: pages the folder-based mode broke, and a ?page= link.
+FIRST_VISITS = ["compare-models", "positions", "roles", "deeper", "root-positions"]
 SETTLE_S = 300  # a bound on waiting for a page (a cold model load on a busy machine included), not a speed claim
 POLL_MS = 500
 STEADY_POLLS = 3  # the page is settled once it shows what it should and stays idle for this many polls

@@ -520,11 +520,14 @@ def keep_in_url(key: str, url_key: str, default, format=str) -> None:
     state.write_query(**{url_key: None if value == default else format(value)})
 
 
-def url_widget(draw, label: str, *args, key: str, url_key: str, default, parse, format=str, **kwargs):
+def url_widget(draw, label: str, *args, key: str, url_key: str, default, parse, format=str, fit=None, **kwargs):
     """``draw(label, *args, key=key, **kwargs)``, a Streamlit widget (``st.selectbox``, ``column.slider``,
     ...), whose value is kept in the URL as ``?url_key=`` (``url_setting`` before, ``keep_in_url`` after).
-    Its starting value comes from there: give ``draw`` no value, index or default of its own."""
+    Its starting value comes from there: give ``draw`` no value, index or default of its own. ``fit(value)``:
+    the session's value made one the widget offers now (its options or bounds follow the sentence or model)."""
     url_setting(key, url_key, default, parse)
+    if fit is not None:
+        st.session_state[key] = fit(st.session_state[key])
     value = draw(label, *args, key=key, **kwargs)
     keep_in_url(key, url_key, default, format)
     return value
@@ -535,18 +538,21 @@ def url_select(draw, label: str, options, *, key: str, url_key: str, default=Non
     ``default``: the first option unless given."""
     options = list(options)
     default = options[0] if default is None else default
-    url_setting(key, url_key, default, address.choice(options))
-    if st.session_state[key] not in options:  # the options changed under this session's choice (a new sentence)
-        st.session_state[key] = default
     return url_widget(
-        draw, label, options, key=key, url_key=url_key, default=default, parse=address.choice(options), **kwargs
+        draw,
+        label,
+        options,
+        key=key,
+        url_key=url_key,
+        default=default,
+        parse=address.choice(options),
+        fit=lambda value: value if value in options else default,
+        **kwargs,
     )
 
 
 def url_number(draw, label: str, minimum: int, maximum: int, *, key: str, url_key: str, default: int, **kwargs) -> int:
     """A whole-number slider or number input (``draw``) from ``minimum`` to ``maximum`` kept in the URL."""
-    url_setting(key, url_key, default, address.number(minimum, maximum))
-    st.session_state[key] = min(max(st.session_state[key], minimum), maximum)  # the bounds may have moved
     return url_widget(
         draw,
         label,
@@ -556,6 +562,7 @@ def url_number(draw, label: str, minimum: int, maximum: int, *, key: str, url_ke
         url_key=url_key,
         default=default,
         parse=address.number(minimum, maximum),
+        fit=lambda value: min(max(value, minimum), maximum),
         **kwargs,
     )
 
@@ -563,8 +570,6 @@ def url_number(draw, label: str, minimum: int, maximum: int, *, key: str, url_ke
 def url_multiselect(label: str, options, *, key: str, url_key: str, default: list, container=None, **kwargs) -> list:
     """A multiselect kept in the URL as its choices joined by commas (``address.choices``)."""
     options = list(options)
-    url_setting(key, url_key, list(default), address.choices(options))
-    st.session_state[key] = [value for value in st.session_state[key] if value in options]
     return url_widget(
         (container or st).multiselect,
         label,
@@ -574,6 +579,7 @@ def url_multiselect(label: str, options, *, key: str, url_key: str, default: lis
         default=list(default),
         parse=address.choices(options),
         format=address.format_choices,
+        fit=lambda values: [value for value in values if value in options],
         **kwargs,
     )
 
