@@ -53,6 +53,7 @@ available = [p for p in PAGES if (ROOT / p[0]).exists()]
 # address is not a page: it opens the page ?page= names (links made before pages had addresses), else
 # the first, at that page's own address, with the rest of the link.
 pages = {path: st.Page(ROOT / file, title=title, icon=icon, url_path=path) for file, title, icon, path in available}
+# Never run (app.py switches away from it first); a function page needs a url_path of its own.
 root = st.Page(lambda: None, title="Headscope", url_path="start", default=True, visibility="hidden")
 # The menu is drawn here as links: Streamlit's own menu would first list the pages/ folder for a moment
 # (client.showSidebarNavigation = false hides that list, and with it any automatic menu).
