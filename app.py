@@ -18,11 +18,11 @@ st.set_page_config(
 )
 
 from mha_core.errors import quoted  # noqa: E402
-from ui import state, widgets  # noqa: E402  (set_page_config must come first)
+from ui import shell, state, widgets  # noqa: E402  (set_page_config must come first)
 
 state.configure_process()
 
-# (file, title, icon, url path); the first existing one is the default page.
+# (file, title, icon, url path); the root address opens the first existing one.
 PAGES = [
     ("pages/explore.py", "Explore", ":material/grid_view:", "explore"),
     ("pages/compare.py", "Compare", ":material/compare:", "compare"),
@@ -49,25 +49,28 @@ PAGE_GUIDE = (
 SENTENCE_IN_PAGE = {"explore"}
 
 available = [p for p in PAGES if (ROOT / p[0]).exists()]
-# ?page= names the page shown at the root URL, so a shared link opens the page it was copied from.
-wanted_page = state.query_value("page")
-default_path = wanted_page if wanted_page in {p[3] for p in available} else available[0][3]
-if wanted_page and wanted_page != default_path and not st.session_state.get("_state_initialised"):
-    state.link_notice(f"there is no page {quoted(wanted_page)}; showing {default_path}.")
-pages = [
-    st.Page(ROOT / file, title=title, icon=icon, url_path=path, default=(path == default_path))
-    for file, title, icon, path in available
-]
+# Every page has its own address (/compare?...), which a visitor can bookmark, share or reload. The root
+# address is not a page: it opens the page ?page= names (links made before pages had addresses), else
+# the first, at that page's own address, with the rest of the link.
+pages = {path: st.Page(ROOT / file, title=title, icon=icon, url_path=path) for file, title, icon, path in available}
+# Never run (app.py switches away from it first); a function page needs a url_path of its own.
+root = st.Page(lambda: None, title="Headscope", url_path="start", default=True, visibility="hidden")
 # The menu is drawn here as links: Streamlit's own menu would first list the pages/ folder for a moment
 # (client.showSidebarNavigation = false hides that list, and with it any automatic menu).
-navigation = st.navigation(pages, position="hidden")
+navigation = st.navigation([root, *pages.values()], position="hidden")
+if navigation is root:
+    wanted_page = state.query_value("page")
+    if wanted_page is not None and wanted_page not in pages:
+        state.link_notice(f"there is no page {quoted(wanted_page)}; showing {available[0][3]}.")
+    link = {key: st.query_params.get_all(key) for key in st.query_params if key != "page"}
+    st.switch_page(pages.get(wanted_page, pages[available[0][3]]), query_params=link)
 with st.sidebar:
-    for page in pages:
+    for page in pages.values():
         st.page_link(page)
     st.divider()
 
 with widgets.error_display():
-    widgets.sidebar(sentence_in_page=(navigation.url_path or default_path) in SENTENCE_IN_PAGE)
+    widgets.sidebar(sentence_in_page=navigation.url_path in SENTENCE_IN_PAGE)
 if not state.has_selection():  # the sidebar failed (its message is shown): nothing to show a page for
     st.stop()
 if state.settings().classroom:
@@ -75,8 +78,8 @@ if state.settings().classroom:
 with st.sidebar.expander("About Headscope"):
     st.markdown(widgets.INTRO + "\n\n" + PAGE_GUIDE)
 
-state.write_query(page=navigation.url_path or default_path)
+state.write_query(page=navigation.url_path)
 widgets.show_link_notices()
 widgets.presentation_styles()
-with widgets.error_display():
+with widgets.error_display(), shell.page_in_app():
     navigation.run()

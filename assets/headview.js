@@ -475,6 +475,12 @@ export default function (component) {
     s.layerIndex = new Map(data.layers_sent.map((layer, index) => [layer, index]));
     s.sent = sent;
   }
+  // Presentation mode switched on or off: the same sentence, every text at the new scale.
+  const rescaled = s.textScale !== data.text_scale;
+  if (rescaled) {
+    s.textScale = data.text_scale;
+    root.style.setProperty("--hs-scale", String(s.textScale));
+  }
   if (newSentence) {
     s.sig = data.sig;
     s.tokens = data.tokens;
@@ -485,18 +491,18 @@ export default function (component) {
     s.causal = data.causal;
     s.boundary = data.boundary;
     s.segmentColor = data.segment_color;
-    s.textScale = data.text_scale;
     s.lut = lookupTable(data.colorscale);
     s.masked = hexRgb(data.masked_color);
     s.pending = null;
     s.slider.max = String(data.num_layers - 1);
     s.slider.disabled = data.num_layers < 2;
-    root.style.setProperty("--hs-scale", String(s.textScale)); // every text larger in presentation mode
     root.dataset.tokens = JSON.stringify(data.tokens);
     root.dataset.sig = data.sig;
     layoutGrid(s);
     layoutBig(s);
     layoutModel(s);
+  } else if (rescaled) {
+    layoutBig(s); // its token labels' font size is computed from the scale
   }
   // What this data can show without the server: the view it was sent for, and the other one when
   // ``switchable`` (every layer sent, the same tokens for both views).
@@ -513,6 +519,6 @@ export default function (component) {
     s.shape = data.shape;
   }
   // A rerun that changes nothing shown (e.g. the one that puts a switch made here into the link) repaints nothing.
-  if (newSentence) s.shown = null;
+  if (newSentence || rescaled) s.shown = null;
   render(s);
 }

@@ -8,8 +8,10 @@ import streamlit as st
 
 from mha_core import causal
 from mha_core.roles import DECODER_SCORES
-from ui import state, widgets
+from ui import address, shell, state, widgets
 from ui.figures.causal import condition_bars, head_score_map, pruning_figure, token_change_bars
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 MAP_KEY, HEADS_KEY = "ablate_map", "ablate_heads"
 ABLATION_LABELS = {"zero": "zero (the head's output set to 0)", "mean": "mean (its average over reference sentences)"}
@@ -34,22 +36,22 @@ def toggle_clicked() -> None:
     st.session_state[HEADS_KEY] = [h for h in chosen if h != name] if name in chosen else [*chosen, name]
 
 
-def map_scores(run, model_name: str) -> dict[str, np.ndarray]:
-    """The scores the heads map can be coloured by: this sentence's measurements, decoder scores on repeated
-    random tokens (decoders), and importance once computed."""
+def map_scores(run, model_name: str) -> dict[str, tuple[str, np.ndarray]]:
+    """The scores the heads map can be coloured by, by name (as in the link): their label and values. This
+    sentence's measurements, decoder scores on repeated random tokens (decoders), and importance once computed."""
     metrics = state.metrics_for(run)
     options = {
-        "sink mass (this sentence)": metrics["sink_mass"].to_numpy(),
-        "normalised entropy (this sentence)": metrics["normalized_entropy"].to_numpy(),
+        "sink_mass": ("sink mass (this sentence)", metrics["sink_mass"].to_numpy()),
+        "normalized_entropy": ("normalised entropy (this sentence)", metrics["normalized_entropy"].to_numpy()),
     }
     if run.is_causal:
         decoder = state.decoder_scores(model_name)
         for name in DECODER_SCORES:
-            options[f"{name.replace('_', ' ')} score (repeated random tokens)"] = decoder[name].to_numpy()
+            options[name] = (f"{name.replace('_', ' ')} score (repeated random tokens)", decoder[name].to_numpy())
     importance = st.session_state.get("ablate_importance", {}).get(model_name)
     if importance is not None:
-        options["importance (Michel et al.)"] = importance["importance"].to_numpy()
-    return {name: values.reshape(run.num_layers, run.num_heads) for name, values in options.items()}
+        options["importance"] = ("importance (Michel et al.)", importance["importance"].to_numpy())
+    return {name: (label, values.reshape(run.num_layers, run.num_heads)) for name, (label, values) in options.items()}
 
 
 # ---- the page -------------------------------------------------------------------------------------------
@@ -73,27 +75,43 @@ with widgets.error_display():
     st.subheader("1. Pick heads")
     scores = map_scores(run, selection.model)
     names = [head_name(layer, head) for layer in range(run.num_layers) for head in range(run.num_heads)]
-    st.session_state.setdefault(HEADS_KEY, [])
+    # The heads to ablate: the map below marks them before their box is drawn.
+    widgets.url_setting(HEADS_KEY, "heads", [], address.choices(names))
     st.session_state[HEADS_KEY] = [h for h in st.session_state[HEADS_KEY] if h in names]
     cols = st.columns([3, 1, 1])
-    colour = cols[0].selectbox("Colour the map by (and pick by)", list(scores), key="ablate_colour")
-    top_k = cols[1].number_input("How many", 1, len(names), min(5, len(names)), key="ablate_top_k")
+    labels = {name: label for name, (label, _) in scores.items()}
+    colour = widgets.url_select(
+        cols[0].selectbox,
+        "Colour the map by (and pick by)",
+        labels,
+        key="ablate_colour",
+        url_key="colour",
+        format_func=labels.get,
+    )
+    label, values = scores[colour]
+    top_k = widgets.url_number(
+        cols[1].number_input, "How many", 1, len(names), key="ablate_top_k", url_key="top", default=min(5, len(names))
+    )
     if cols[2].button("Pick the strongest", key="ablate_pick_top"):
-        order = np.argsort(-scores[colour].reshape(-1), kind="stable")[: int(top_k)]
+        order = np.argsort(-values.reshape(-1), kind="stable")[: int(top_k)]
         st.session_state[HEADS_KEY] = [names[i] for i in order]
     chosen = [parse_name(name) for name in st.session_state[HEADS_KEY]]
     widgets.show_chart(
-        head_score_map(
-            scores[colour], chosen, label=colour.split(" (")[0], title="Click a head to add or remove it (x)"
-        ),
+        head_score_map(values, chosen, label=label.split(" (")[0], title="Click a head to add or remove it (x)"),
         key=MAP_KEY,
         filename="headscope-ablate-map",
         on_select=toggle_clicked,
         selection_mode="points",
     )
-    st.multiselect("Heads to ablate", names, key=HEADS_KEY)
-    ablation = st.radio(
-        "Ablation", list(ABLATION_LABELS), format_func=ABLATION_LABELS.get, horizontal=True, key="ablate_kind"
+    widgets.url_multiselect("Heads to ablate", names, key=HEADS_KEY, url_key="heads", default=[])
+    ablation = widgets.url_select(
+        st.radio,
+        "Ablation",
+        ABLATION_LABELS,
+        key="ablate_kind",
+        url_key="ablation",
+        format_func=ABLATION_LABELS.get,
+        horizontal=True,
     )
     if ablation == "mean":
         st.caption(
@@ -166,8 +184,14 @@ with widgets.error_display():
         st.dataframe(table, hide_index=True, width="stretch")
         first = min(layer for layer, _ in chosen)
         if first + 1 < run.num_layers:
-            layer = st.slider(
-                "Attention of a later layer", first + 1, run.num_layers - 1, first + 1, key="ablate_layer"
+            layer = widgets.url_number(
+                st.slider,
+                "Attention of a later layer",
+                first + 1,
+                run.num_layers - 1,
+                key="ablate_layer",
+                url_key="later_layer",
+                default=first + 1,
             )
             st.caption(
                 f"Layer {layer}: attention after ablation minus before (red: more attention after, blue: less). "
@@ -193,11 +217,15 @@ with widgets.error_display():
                 "score are ablated, and, as the control, k random heads in several draws."
             )
             cols = st.columns(4)
-            role = cols[0].selectbox(
-                "Role score", DECODER_SCORES, index=DECODER_SCORES.index("induction"), key="ablate_role"
+            role = widgets.url_select(
+                cols[0].selectbox, "Role score", DECODER_SCORES, key="ablate_role", url_key="role", default="induction"
             )
-            k = cols[1].number_input("k heads", 1, len(names), min(5, len(names)), key="ablate_k")
-            draws = cols[2].number_input("Random draws", 2, 20, 4, key="ablate_draws")
+            k = widgets.url_number(
+                cols[1].number_input, "k heads", 1, len(names), key="ablate_k", url_key="k", default=min(5, len(names))
+            )
+            draws = widgets.url_number(
+                cols[2].number_input, "Random draws", 2, 20, key="ablate_draws", url_key="draws", default=4
+            )
             if cols[3].button("Run", key="ablate_induction_run", type="primary"):
                 st.session_state.setdefault("ablate_induction", {})[selection.model] = (
                     int(k),
@@ -231,11 +259,21 @@ with widgets.error_display():
         )
         config = state.settings()
         cols = st.columns(4)
-        sentences = cols[0].number_input(
-            "UD EWT dev sentences", 2, min(500, config.max_profile_sentences), 20, key="ablate_sentences"
+        sentences = widgets.url_number(
+            cols[0].number_input,
+            "UD EWT dev sentences",
+            2,
+            min(500, config.max_profile_sentences),
+            key="ablate_sentences",
+            url_key="sentences",
+            default=min(20, config.max_profile_sentences),
         )
-        method = cols[1].selectbox("Method", causal.IMPORTANCE_METHODS, key="ablate_method")
-        seeds = cols[2].number_input("Random orders", 1, 10, 3, key="ablate_seeds")
+        method = widgets.url_select(
+            cols[1].selectbox, "Method", causal.IMPORTANCE_METHODS, key="ablate_method", url_key="method"
+        )
+        seeds = widgets.url_number(
+            cols[2].number_input, "Random orders", 1, 10, key="ablate_seeds", url_key="orders", default=3
+        )
         if cols[3].button("Compute", key="ablate_importance_run", type="primary"):
             st.session_state.setdefault("ablate_importance_settings", {})[selection.model] = (
                 int(sentences),

@@ -12,8 +12,10 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import state, widgets
+from ui import address, shell, state, widgets
 from ui.figures import teaching
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 st.title("Classroom: multi-head attention by hand")
 
@@ -31,24 +33,58 @@ with st.expander(
     st.markdown("**Sizes, score function, causal mask**")
     cols = st.columns(4)
     random_numbers = source == "random"
-    seq_len = cols[0].slider("Sequence length", 2, 12, 4, key="cls_seq_len", disabled=not random_numbers)
-    d_model = cols[1].select_slider(
-        "d_model", [4, 8, 12, 16, 24, 32, 64, 128, 256, 512], value=8, key="cls_d_model", disabled=not random_numbers
+    seq_len = widgets.url_number(
+        cols[0].slider,
+        "Sequence length",
+        2,
+        12,
+        key="cls_seq_len",
+        url_key="length",
+        default=4,
+        disabled=not random_numbers,
     )
-    num_heads = cols[2].select_slider(
-        "Heads", [1, 2, 3, 4, 6, 8], value=2, key="cls_heads", disabled=not random_numbers
+    d_model = widgets.url_select(
+        cols[1].select_slider,
+        "d_model",
+        [4, 8, 12, 16, 24, 32, 64, 128, 256, 512],
+        key="cls_d_model",
+        url_key="d_model",
+        default=8,
+        disabled=not random_numbers,
     )
-    seed = cols[3].number_input("Random seed", 0, 1_000_000, 0, key="cls_seed", disabled=not random_numbers)
+    num_heads = widgets.url_select(
+        cols[2].select_slider,
+        "Heads",
+        [1, 2, 3, 4, 6, 8],
+        key="cls_heads",
+        url_key="heads",
+        default=2,
+        disabled=not random_numbers,
+    )
+    seed = widgets.url_number(
+        cols[3].number_input,
+        "Random seed",
+        0,
+        1_000_000,
+        key="cls_seed",
+        url_key="seed",
+        default=0,
+        disabled=not random_numbers,
+    )
     cols = st.columns([3, 2])
-    score = cols[0].radio(
+    score = widgets.url_select(
+        cols[0].radio,
         "Score function",
-        list(mc.SCORE_FUNCTIONS),
-        index=1,
-        horizontal=True,
+        mc.SCORE_FUNCTIONS,
         key="cls_score",
+        url_key="score",
+        default="scaled",
+        horizontal=True,
         format_func=teaching.SCORE_LABELS.get,
     )
-    causal = cols[1].toggle("Causal mask (a token sees only itself and earlier tokens)", key="cls_causal")
+    causal = widgets.url_toggle(
+        "Causal mask (a token sees only itself and earlier tokens)", "cls_causal", "causal", container=cols[1]
+    )
     st.caption(
         {
             "words": "Each word is a vector of 8 numbers you can name: what kind of word it is (dimensions 1-4) and "
@@ -76,8 +112,13 @@ with st.expander(
 
     names = example.token_labels
     features = example.notes.get("features")
-    head = st.selectbox(
-        "Head to follow", range(example.num_heads), format_func=lambda i: f"head {i + 1}", key="cls_head"
+    head = widgets.url_select(
+        st.selectbox,
+        "Head to follow",
+        range(example.num_heads),
+        key="cls_head",
+        url_key="follow",
+        format_func=lambda i: f"head {i + 1}",
     )
 h = head + 1
 masked = ~example.keep_mask
@@ -172,7 +213,9 @@ def step_projections() -> None:
             matrix(values[head], f"{name}_{h}", f"cls_{name.lower()}")
     if example.from_seed and head == 0:
         st.subheader("What the tutorial prints for head 1")
-        printed_name = st.radio("Matrix", list(walkthrough.SEED_PRINTED), horizontal=True, key="cls_printed")
+        printed_name = widgets.url_select(
+            st.radio, "Matrix", walkthrough.SEED_PRINTED, key="cls_printed", url_key="printed", horizontal=True
+        )
         printed = walkthrough.SEED_PRINTED[printed_name]
         true = {"Q1": example.q, "K1": example.k, "V1": example.v}[printed_name][0]
         cols = st.columns(3)
@@ -370,13 +413,7 @@ if all_steps:
     st.stop()
 
 
-def step_number(raw: str) -> int:
-    if int(raw) not in range(1, len(STEPS) + 1):
-        raise ValueError(raw)
-    return int(raw)
-
-
-widgets.url_setting("cls_step", "step", 1, step_number)
+widgets.url_setting("cls_step", "step", 1, address.number(1, len(STEPS)))
 
 
 def move(by: int) -> None:

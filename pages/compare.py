@@ -5,7 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from mha_core.metrics import METRIC_DESCRIPTIONS
-from ui import figures, state, widgets
+from ui import figures, shell, state, widgets
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 # The measurements a per-layer curve can show, in words.
 CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
@@ -21,7 +23,14 @@ if run is None:
 
 def metric_curves(runs_by_name: dict, key: str) -> None:
     """Per-layer curves of one head measurement, one line per run."""
-    metric = st.selectbox("Per-layer summary", CURVES, key=f"{key}_metric", format_func=METRIC_DESCRIPTIONS.get)
+    metric = widgets.url_select(
+        st.selectbox,
+        "Per-layer summary",
+        CURVES,
+        key=f"{key}_metric",
+        url_key="summary",
+        format_func=METRIC_DESCRIPTIONS.get,
+    )
     tables = [state.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
     widgets.show_chart(
         figures.layer_curves(
@@ -58,11 +67,12 @@ def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tup
 
 if mode == "sentences":
     st.caption("The same model reads two sentences; the same layer of each, side by side.")
-    other_text = st.text_input(
+    other_text = widgets.url_text(
         "Second sentence to compare",
         key="compare_text",
-        value="The cat sat on the mat because it was hungry.",
-        max_chars=state.MAX_TEXT_CHARS,
+        url_key="text2",
+        default="The cat sat on the mat because it was hungry.",
+        what="second sentence to compare",
     )
     other = widgets.run_for(selection.model, selection.engine, other_text, bos=selection.bos)
     if other is None:
@@ -78,15 +88,23 @@ elif mode == "models":
     )
     cols = st.columns(2)
     offered = {key: label for key, label in state.model_choices().items() if key != state.OTHER_MODEL}
-    other_model = cols[0].selectbox(
+    other_model = widgets.url_select(
+        cols[0].selectbox,
         "Second model",
-        list(offered),
+        offered,
         key="compare_model",
-        index=1 if selection.model == state.DEFAULT_MODEL and len(offered) > 1 else 0,
+        url_key="model2",
+        default=list(offered)[1 if selection.model == state.DEFAULT_MODEL and len(offered) > 1 else 0],
         format_func=offered.get,
     )
-    other_engine = cols[1].radio(
-        "Second engine", list(state.ENGINES), key="compare_engine", horizontal=True, format_func=state.ENGINE_LABELS.get
+    other_engine = widgets.url_select(
+        cols[1].radio,
+        "Second engine",
+        state.ENGINES,
+        key="compare_engine",
+        url_key="engine2",
+        horizontal=True,
+        format_func=state.ENGINE_LABELS.get,
     )
     with widgets.error_display():
         other = widgets.run_for(other_model, other_engine, selection.text, selection.text_pair, notices=False)
@@ -100,7 +118,11 @@ elif mode == "models":
     left_layer = widgets.select_layer(run.num_layers, label=f"Layer of {run.model_name}", container=cols[0])
     # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
     right_layer = widgets.select_layer(
-        other.num_layers, label=f"Layer of {other.model_name}", key="compare_other_layer", container=cols[1]
+        other.num_layers,
+        label=f"Layer of {other.model_name}",
+        key="compare_other_layer",
+        url_key="layer2",
+        container=cols[1],
     )
     names = [f"{r.model_name} ({state.ENGINE_LABELS[r.engine]})" for r in (run, other)]
     compared(run, other, left_layer, right_layer, (names[0], names[1]), key="cmp_models")
@@ -112,7 +134,12 @@ else:
     layer_a = widgets.select_layer(run.num_layers, label="Left layer", container=cols[0])
     # Opens on the first layer against the last: the contrast a reader comes for.
     layer_b = widgets.select_layer(
-        run.num_layers, label="Right layer", key="compare_layer_b", container=cols[1], default=run.num_layers - 1
+        run.num_layers,
+        label="Right layer",
+        key="compare_layer_b",
+        url_key="right_layer",
+        container=cols[1],
+        default=run.num_layers - 1,
     )
     compared(run, run, layer_a, layer_b, (f"Layer {layer_a}", f"Layer {layer_b}"), key="cmp_layers")
     metric_curves({"this sentence": run}, key="cmp_layers")

@@ -6,8 +6,10 @@ import streamlit as st
 import mha_core as mc
 from mha_core import search
 from mha_core.errors import HeadscopeError
-from ui import state, widgets
+from ui import shell, state, widgets
 from ui.figures import deeper as figures
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 st.title("Deeper")
 st.markdown(
@@ -28,7 +30,9 @@ tokens = run.tokens
 # ---- 1. rollout and flow ------------------------------------------------------------------------------
 st.subheader("1. Attention rollout: what each token's representation draws on")
 rollout = state.computed_from(run, "rollout", lambda: mc.attention_rollout(run))
-layer = widgets.select_layer(run.num_layers, label="After layer", key="deeper_layer", default=run.num_layers - 1)
+layer = widgets.select_layer(
+    run.num_layers, label="After layer", key="deeper_layer", url_key="deeper_layer", default=run.num_layers - 1
+)
 widgets.show_chart(
     figures.token_matrix(rollout[layer], tokens, f"Rollout after layer {layer}"),
     key="deeper_rollout",
@@ -39,8 +43,8 @@ st.caption(
     "residual connection), rows renormalised, and the layers multiplied: R_l = A_l R_(l-1). Row i: the input "
     "tokens token i draws on after this layer."
 )
-if run.num_tokens <= mc.deeper.MAX_FLOW_TOKENS and st.toggle(
-    "Also compute attention flow (max-flow)", key="deeper_flow"
+if run.num_tokens <= mc.deeper.MAX_FLOW_TOKENS and widgets.url_toggle(
+    "Also compute attention flow (max-flow)", "deeper_flow", "flow"
 ):
     flow = state.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))
     widgets.show_chart(
@@ -52,7 +56,7 @@ if run.num_tokens <= mc.deeper.MAX_FLOW_TOKENS and st.toggle(
 
 # ---- 2. norm-based attention ----------------------------------------------------------------------------
 st.subheader("2. Weight against norm: ||α f(x)||")
-head = widgets.select_head(run.num_heads, key="deeper_head")
+head = widgets.select_head(run.num_heads, key="deeper_head", url_key="deeper_head")
 
 
 try:
@@ -85,12 +89,14 @@ with st.expander("Per-head value and output norms"):
 
 # ---- 3. the neuron view -----------------------------------------------------------------------------------
 st.subheader("3. Neuron view: why this head attends where it does")
-query = st.selectbox(
+query = widgets.url_select(
+    st.selectbox,
     "Query token",
-    list(range(run.num_tokens)),
-    format_func=lambda i: f"{i}: {tokens[i]}",
+    range(run.num_tokens),
     key="deeper_query",
-    index=min(1, run.num_tokens - 1),
+    url_key="query",
+    default=min(1, run.num_tokens - 1),
+    format_func=lambda i: f"{i}: {tokens[i]}",
 )
 token_ids = run.metadata["token_ids"]
 view = state.computed_from(
@@ -127,15 +133,26 @@ st.markdown(
     f"{layer}-{head} (its weight by offset from the token and on special tokens)."
 )
 left, right = st.columns(2)
-kind = left.radio(
+kind = widgets.url_select(
+    left.radio,
     "Compare tokens by",
-    list(search.KINDS),
+    search.KINDS,
+    key="deeper_search_kind",
+    url_key="search_by",
     format_func={"representation": "representation (cosine)", "attention": "attention pattern"}.get,
     horizontal=True,
-    key="deeper_search_kind",
 )
-size = right.select_slider("Sentences searched", options=[50, 100, 200, 500], value=100, key="deeper_search_size")
-if st.toggle("Search the corpus", key="deeper_search", help="Indexing takes a few seconds the first time."):
+size = widgets.url_select(
+    right.select_slider,
+    "Sentences searched",
+    [50, 100, 200, 500],
+    key="deeper_search_size",
+    url_key="searched",
+    default=100,
+)
+if widgets.url_toggle(
+    "Search the corpus", "deeper_search", "search", help="Indexing takes a few seconds the first time."
+):
     index = state.corpus_index(run.model_name, layer, head, kind, size)
     vector = state.computed_from(
         run,

@@ -8,7 +8,9 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import figures, headview, state, widgets
+from ui import address, figures, headview, shell, state, widgets
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 # The attention-sink note shows once at least this share of the heads park most of their attention on a token
 # of no content (MiniLM on "The cat sat on the mat because it was tired.": 34 of 72).
@@ -95,8 +97,8 @@ def view_section(words: bool, hide_special: bool) -> None:
     if run is None:
         return
     view = widgets.shaped_run(run, words, hide_special)
-    widgets.url_setting("explore_view", "view", "head", widgets.one_of(headview.VIEWS))
-    widgets.url_setting("head_shape", "shape", "heatmap", widgets.one_of(headview.SHAPES))
+    widgets.url_setting("explore_view", "view", "head", address.choice(headview.VIEWS))
+    widgets.url_setting("head_shape", "shape", "heatmap", address.choice(headview.SHAPES))
     mode, shape = st.session_state["explore_view"], st.session_state["head_shape"]
     layer = widgets.select_layer(view.num_layers, draw=False)
     head = widgets.select_head(view.num_heads, draw=False)
@@ -126,23 +128,16 @@ def lines_view(view, layer: int, head: int) -> None:
     ALL = -1  # "all tokens" (a selectbox shows None as no choice at all)
     tokens = [ALL, *range(view.num_tokens)]
     # The widgets below keep their functions for the session's life: they see the tokens, not the run.
-    names, num_tokens = list(view.tokens), view.num_tokens
-
-    def token_position(raw: str) -> int:
-        if int(raw) not in range(num_tokens):
-            raise ValueError(raw)
-        return int(raw)
-
-    widgets.url_setting("focus_token", "focus", ALL, token_position)
-    if st.session_state["focus_token"] not in tokens:
-        st.session_state["focus_token"] = ALL  # the sentence changed under a focus on a later token
-    focus = side.selectbox(
+    names = list(view.tokens)
+    focus = widgets.url_select(
+        side.selectbox,
         "Focus on query token",
         tokens,
         key="focus_token",
+        url_key="focus",
+        default=ALL,  # also when the sentence changed under a focus on a later token
         format_func=lambda i: "all tokens" if i == ALL else f"{i}: {names[i]}",
     )
-    widgets.keep_in_url("focus_token", "focus", ALL)
     focus = None if focus == ALL else focus
     with chart:
         widgets.show_chart(

@@ -6,9 +6,11 @@ import streamlit as st
 
 from mha_core.errors import HeadscopeError
 from mha_core.lab import POSITIONS, ROLE_THRESHOLD, TASKS, LabConfig, task_roles
-from ui import figures, state, widgets
+from ui import figures, shell, state, widgets
 from ui.figures import lab as lab_figures
 from ui.lab_runner import LabRunner, appearance_table
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 POLL_S = 1.0  # how often the live view redraws while training
 RUNNER = "lab_runner"
@@ -55,13 +57,20 @@ WATCH_FOR = {
         "far; in the grid its columns light up at the positions of new maxima."
     ),
 }
+# By their name in the link.
 SIZES = {
-    "2 layers x 4 heads, d_model 64 (default)": dict(num_layers=2, num_heads=4, d_model=64),
+    "2x4": dict(num_layers=2, num_heads=4, d_model=64),
     # 32 token values: at d_model 32, 128 left the induction loss on its plateau for 600 steps (32: phase
     # change at step 250, previous-token head 0.82 by step 600, seed 0).
-    "2 layers x 2 heads, d_model 32 (fastest)": dict(num_layers=2, num_heads=2, d_model=32, vocab_size=32),
-    "3 layers x 4 heads, d_model 64": dict(num_layers=3, num_heads=4, d_model=64),
-    "2 layers x 4 heads, d_model 64, with MLPs": dict(num_layers=2, num_heads=4, d_model=64, mlp=True),
+    "2x2": dict(num_layers=2, num_heads=2, d_model=32, vocab_size=32),
+    "3x4": dict(num_layers=3, num_heads=4, d_model=64),
+    "2x4-mlp": dict(num_layers=2, num_heads=4, d_model=64, mlp=True),
+}
+SIZE_LABELS = {
+    "2x4": "2 layers x 4 heads, d_model 64 (default)",
+    "2x2": "2 layers x 2 heads, d_model 32 (fastest)",
+    "3x4": "3 layers x 4 heads, d_model 64",
+    "2x4-mlp": "2 layers x 4 heads, d_model 64, with MLPs",
 }
 STEP_CHOICES = [100, 250, 500, 1000, 1500, 3000]
 
@@ -73,14 +82,28 @@ st.markdown(
 )
 
 left, middle, right = st.columns(3)
-task = left.selectbox("Task", TASKS, format_func=TASK_LABELS.get, key="lab_task")
-size = middle.selectbox("Model size", list(SIZES), key="lab_size")
-total_steps = right.select_slider("Training steps", STEP_CHOICES, value=1000, key="lab_steps")
+task = widgets.url_select(left.selectbox, "Task", TASKS, key="lab_task", url_key="task", format_func=TASK_LABELS.get)
+size = widgets.url_select(
+    middle.selectbox, "Model size", SIZES, key="lab_size", url_key="size", format_func=SIZE_LABELS.get
+)
+total_steps = widgets.url_select(
+    right.select_slider, "Training steps", STEP_CHOICES, key="lab_steps", url_key="steps", default=1000
+)
 left, middle, right = st.columns(3)
-positions = left.selectbox("Positional encoding", POSITIONS, key="lab_positions")
-seed = middle.number_input("Seed", min_value=0, max_value=10_000, value=0, step=1, key="lab_seed")
-offset = right.number_input(
-    "k (positional task)", min_value=1, max_value=8, value=3, step=1, key="lab_offset", disabled=task != "positional"
+positions = widgets.url_select(
+    left.selectbox, "Positional encoding", POSITIONS, key="lab_positions", url_key="encoding"
+)
+seed = widgets.url_number(middle.number_input, "Seed", 0, 10_000, key="lab_seed", url_key="seed", default=0, step=1)
+offset = widgets.url_number(
+    right.number_input,
+    "k (positional task)",
+    1,
+    8,
+    key="lab_offset",
+    url_key="k",
+    default=3,
+    step=1,
+    disabled=task != "positional",
 )
 st.markdown(TASK_TEXT[task])
 
@@ -196,11 +219,23 @@ if runner.lab.records and not runner.running:
     last_role = task_roles(runner.config)[-1]
     best = scores.sort_values(last_role, kind="stable").iloc[-1]
     left, right = st.columns(2)
-    layer = left.number_input(
-        "Layer", 0, runner.config.num_layers - 1, int(best["layer"]), key=f"lab_ablate_layer_{runner.config.task}"
+    layer = widgets.url_number(
+        left.number_input,
+        "Layer",
+        0,
+        runner.config.num_layers - 1,
+        key=f"lab_ablate_layer_{runner.config.task}",
+        url_key="off_layer",
+        default=int(best["layer"]),
     )
-    head = right.number_input(
-        "Head", 0, runner.config.num_heads - 1, int(best["head"]), key=f"lab_ablate_head_{runner.config.task}"
+    head = widgets.url_number(
+        right.number_input,
+        "Head",
+        0,
+        runner.config.num_heads - 1,
+        key=f"lab_ablate_head_{runner.config.task}",
+        url_key="off_head",
+        default=int(best["head"]),
     )
     result = runner.lab.ablation(int(layer), int(head))
     label = "Loss on the repeated positions" if runner.config.task == "induction" else "Loss"

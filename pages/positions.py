@@ -4,8 +4,10 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import positional
-from ui import widgets
+from ui import shell, widgets
 from ui.figures import teaching
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 st.title("Positions")
 st.markdown(
@@ -15,16 +17,25 @@ st.markdown(
 )
 
 left, right = st.columns(2)
-num_positions = left.slider("Positions", min_value=8, max_value=512, value=100, step=1, key="pe_positions")
-d_model = right.select_slider(
-    "d_model (dimensions)", options=[8, 16, 32, 64, 128, 256, 512], value=64, key="pe_d_model"
+num_positions = widgets.url_number(
+    left.slider, "Positions", 8, 512, key="pe_positions", url_key="positions", default=100, step=1
+)
+d_model = widgets.url_select(
+    right.select_slider,
+    "d_model (dimensions)",
+    [8, 16, 32, 64, 128, 256, 512],
+    key="pe_d_model",
+    url_key="d_model",
+    default=64,
 )
 pe = mc.sinusoidal_encoding(num_positions, d_model)
 wavelengths = positional.channel_wavelengths(d_model)
 
 st.subheader("1. Waves: one frequency per pair of dimensions")
 default_channels = sorted({0, 1, d_model // 4, d_model // 2, d_model - 2})
-channels = st.multiselect("Dimensions to draw", list(range(d_model)), default=default_channels, key="pe_channels")
+channels = widgets.url_multiselect(
+    "Dimensions to draw", range(d_model), key="pe_channels", url_key="dims", default=default_channels
+)
 widgets.show_chart(teaching.waves_figure(pe, channels, wavelengths), key="pe_waves", filename="headscope-pe-waves")
 st.caption(
     f"Dimension 0 repeats every {wavelengths[0]:.2f} positions; dimension {d_model - 2} every "
@@ -40,11 +51,13 @@ st.caption(
 )
 
 st.subheader("3. How similar are two positions?")
-metric = st.radio(
+metric = widgets.url_select(
+    st.radio,
     "Similarity",
-    list(positional.SIMILARITY_METRICS),
-    horizontal=True,
+    positional.SIMILARITY_METRICS,
     key="pe_metric",
+    url_key="similarity",
+    horizontal=True,
     format_func={"dot": "dot product", "cosine": "cosine"}.get,
 )
 left, right = st.columns(2)
@@ -78,8 +91,8 @@ st.latex(
     r"\quad \omega_i = 10000^{-2i/d}"
 )
 left, right = st.columns(2)
-p = left.number_input("Position p", min_value=0, max_value=100_000, value=5, step=1, key="pe_p")
-k = right.number_input("Offset k", min_value=-int(p), max_value=100_000, value=3, step=1, key="pe_k")
+p = widgets.url_number(left.number_input, "Position p", 0, 100_000, key="pe_p", url_key="p", default=5, step=1)
+k = widgets.url_number(right.number_input, "Offset k", -int(p), 100_000, key="pe_k", url_key="k", default=3, step=1)
 with widgets.error_display():
     check = positional.relative_shift_check(int(p), int(k), d_model)
     widgets.show_chart(
@@ -105,12 +118,14 @@ if model is not None:
             "two tokens depends on their distance. There is no table of vectors to compare here."
         )
     else:
-        count = st.slider(
+        count = widgets.url_number(
+            st.slider,
             "Positions to compare",
-            min_value=2,
-            max_value=int(table.shape[0]),
-            value=min(128, int(table.shape[0])),
+            2,
+            int(table.shape[0]),
             key="pe_learned_positions",
+            url_key="learned",
+            default=min(128, int(table.shape[0])),
         )
         learned = table[:count]
         sinusoidal = mc.sinusoidal_encoding(count, learned.shape[1])

@@ -11,8 +11,10 @@ import mha_core
 from mha_core.errors import HeadscopeError
 from mha_core.metrics import METRIC_DESCRIPTIONS
 from mha_core.roles import ROLE_FAMILIES
-from ui import figures, state, widgets
+from ui import figures, shell, state, widgets
 from ui.figures.roles import head_layout_map, role_map
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
 DEFAULT_PROFILE_SENTENCES = 100
 GLOSSARY = """
@@ -34,6 +36,7 @@ GLOSSARY = """
   two dimensions allow: heads that attend alike sit together.
 """
 MAP_KEY, LAYOUT_KEY = "roles_map", "roles_layout"
+ROLE_SOURCES = {"sentence": "this sentence", "corpus": "the corpus"}
 
 
 def select_from_chart(chart_key: str) -> None:
@@ -50,13 +53,15 @@ def profile_controls(run, model_name: str) -> None:
         )
         config = state.settings()
         cols = st.columns([2, 1])
-        sentences = cols[0].number_input(
+        sentences = widgets.url_number(
+            cols[0].number_input,
             "Sentences",
             10,
             config.max_profile_sentences,
-            min(DEFAULT_PROFILE_SENTENCES, config.max_profile_sentences),
-            step=10,
             key="roles_profile_sentences",
+            url_key="sentences",
+            default=min(DEFAULT_PROFILE_SENTENCES, config.max_profile_sentences),
+            step=10,
         )
         if config.classroom:
             st.caption(
@@ -90,14 +95,17 @@ def roles_of(run, model_name: str, metrics: pd.DataFrame, semantic: pd.DataFrame
     sentences = st.session_state.get("roles_profile", {}).get(model_name)
     if sentences is not None:
         corpus_metrics, dependency, coreference = state.corpus_profile(model_name, sentences)
-        source = st.radio(
+        source = widgets.url_select(
+            st.radio,
             "Positional, delimiter and broad roles from",
-            ["this sentence", "the corpus"],
-            horizontal=True,
+            ROLE_SOURCES,
             key="roles_source",
+            url_key="roles_from",
+            format_func=ROLE_SOURCES.get,
+            horizontal=True,
             help=f"The corpus: mean of every measurement over {sentences} UD EWT dev sentences.",
         )
-        if source == "the corpus":
+        if source == "corpus":
             metrics = corpus_metrics
     if st.session_state.get("roles_decoder", {}).get(model_name):
         decoder = state.decoder_scores(model_name)
@@ -194,7 +202,7 @@ with widgets.error_display():
         selection_mode="points",
     )
 
-    if st.toggle("Causal column: ablate each role's heads on this sentence", key="roles_causal"):
+    if widgets.url_toggle("Causal column: ablate each role's heads on this sentence", "roles_causal", "causal"):
         effect = state.role_ablation(selection.model, run, primary)
         st.caption(
             "All heads of a role zero-ablated at once (Ablate page, mha_core.causal): how much the "
@@ -209,7 +217,15 @@ with widgets.error_display():
             "Clark et al. (2019): accuracy of the head's word-level argmax at finding the parent "
             "(or a child) against the best fixed-offset baseline, on UD English EWT dev."
         )
-        min_count = st.number_input("Minimum examples per relation", 1, 1000, 20, key="roles_min_count")
+        min_count = widgets.url_number(
+            st.number_input,
+            "Minimum examples per relation",
+            1,
+            1000,
+            key="roles_min_count",
+            url_key="min_count",
+            default=20,
+        )
         best = mha_core.best_dependency_heads(dependency, min_count=int(min_count))
         st.dataframe(
             best[
@@ -233,7 +249,9 @@ with widgets.error_display():
         )
 
     st.subheader("Map of heads")
-    color_by = st.radio("Colour by", ["layer", "role"], horizontal=True, key="roles_color_by")
+    color_by = widgets.url_select(
+        st.radio, "Colour by", ["layer", "role"], key="roles_color_by", url_key="colour_by", horizontal=True
+    )
     st.caption(
         "Classical MDS of the Jensen-Shannon distances between heads (Clark et al. 2019): heads that "
         "attend alike sit close together."
@@ -273,11 +291,13 @@ with widgets.error_display():
         for c in metrics.columns
         if c not in ("layer", "head", "num_queries") and pd.api.types.is_numeric_dtype(metrics[c])
     ]
-    measure = st.selectbox(
+    measure = widgets.url_select(
+        st.selectbox,
         "Measurement",
         numeric,
-        index=numeric.index("normalized_entropy"),
         key="roles_measure",
+        url_key="measure",
+        default="normalized_entropy",
         format_func=lambda name: METRIC_DESCRIPTIONS.get(name, name),
     )
     widgets.show_chart(

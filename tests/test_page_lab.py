@@ -10,7 +10,7 @@ from tests.model_fixtures import build_tiny_bert
 from tests.page_helpers import head_view_data, plotly_elements, rerun, run_page
 from ui.lab_runner import appearance_table
 
-FASTEST = "2 layers x 2 heads, d_model 32 (fastest)"
+FASTEST = "2x2"  # pages/lab.py SIZES: 2 layers x 2 heads, d_model 32
 
 
 @pytest.fixture(scope="module")

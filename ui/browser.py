@@ -59,6 +59,48 @@ PAGE_PROBLEMS_JS = """
 }
 """
 
+# Every input widget of the app as the browser shows it: [label, value] pairs in page order (the sidebar's
+# first). A value is what the visitor sees: a slider's value text, a selectbox's shown option, a radio's or a
+# segmented control's chosen option, a number or text box's content, a toggle's "on" / "off", a multiselect's
+# chosen options joined by ", ". Widgets in a collapsed expander are read too (they are in the DOM).
+WIDGET_VALUES_JS = """
+() => {
+  const label = (w) => {
+    const node = w.querySelector('[data-testid="stWidgetLabel"]');
+    return node ? node.textContent.trim() : '';
+  };
+  const read = {
+    stSlider: (w) => Array.from(w.querySelectorAll('input[type="range"]')).map(i => i.getAttribute('aria-valuetext')).join(', '),
+    stSelectbox: (w) => (w.querySelector('input[role="combobox"]') || {}).value,
+    stRadio: (w) => {
+      const checked = w.querySelector('input[type="radio"]:checked');
+      return checked ? checked.closest('[data-testid="stRadioOption"]').textContent.trim() : null;
+    },
+    stNumberInput: (w) => w.querySelector('input').value,
+    stTextInput: (w) => w.querySelector('input').value,
+    stCheckbox: (w) => (w.querySelector('input[type="checkbox"]').checked ? 'on' : 'off'),
+    stMultiSelect: (w) => Array.from(w.querySelectorAll('[data-tag] [title]')).map(t => t.getAttribute('title')).join(', '),
+    stButtonGroup: (w) => Array.from(w.querySelectorAll('button[aria-checked="true"]')).map(b => b.textContent.trim()).join(', '),
+  };
+  const selector = Object.keys(read).map(id => `[data-testid="${id}"]`).join(', ');
+  return Array.from(document.querySelectorAll(selector)).map(w => [label(w), read[w.dataset.testid](w)]);
+}
+"""
+
+# The page's title (its h1), its warnings and what went wrong on it, for checking a page opened from a link.
+PAGE_STATE_JS = (
+    """
+() => ({
+  title: (document.querySelector('[data-testid="stMain"] h1') || {}).textContent || null,
+  warnings: Array.from(document.querySelectorAll('[data-testid="stAlertContentWarning"]')).map(w => w.innerText),
+  idle: !!document.querySelector('[data-testid="stSidebar"]') && !document.querySelector('[data-testid="stStatusWidget"]'),
+  problems: ("""
+    + PAGE_PROBLEMS_JS.strip()
+    + """)(),
+})
+"""
+)
+
 SENTENCE_LABEL = "Sentence"  # the sidebar's sentence box (ui/widgets.py)
 
 

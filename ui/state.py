@@ -28,6 +28,7 @@ from mha_core import sources
 from mha_core.errors import HeadscopeError, ModelLoadError, quoted
 from mha_core.models import DEFAULT_MODEL, ENGINES
 from mha_core.tokens import visible_text
+from ui import address
 from ui.budget import (
     RUN_PEAK_FACTOR,
     ByteBudgetCache,
@@ -308,11 +309,13 @@ def init_from_query() -> None:
         value = query_value(key)
         if value is None:
             continue
-        if value.strip().isdigit() and len(value.strip()) < 6:
-            st.session_state[f"_{key}"] = int(value)
-            st.session_state[f"_{key}_from_link"] = int(value)
-        else:
+        try:
+            number = address.whole_number(value)
+        except ValueError:
             link_notice(f"the {key} {quoted(value)} is not a {key} number; showing {key} 0.")
+            continue
+        st.session_state[f"_{key}"] = number
+        st.session_state[f"_{key}_from_link"] = number
 
 
 # ---- examples --------------------------------------------------------------------------------
