@@ -408,11 +408,12 @@ HELDOUT_COLUMNS = (
 )
 
 
-def syntactic_tests(dependency: pd.DataFrame) -> pd.DataFrame:
+def syntactic_tests(dependency: pd.DataFrame, min_count: int = SYNTACTIC_MIN_COUNT) -> pd.DataFrame:
     """Every row of a dependency table (``syntax.dependency_scores``, ``profile(...).dependency``) with the
     held-out test of its syntactic role:
 
-    tried          the relation has at least ``SYNTACTIC_MIN_COUNT`` cases in the corpus
+    tried          the relation has at least ``min_count`` cases in the corpus (roles: ``SYNTACTIC_MIN_COUNT``;
+                   a lower count shows what the test does with rarer relations)
     selection_margin / heldout_margin   accuracy - baseline accuracy on each half (the held-out baseline
                    is the offset chosen on the selection half)
     tested         tried, and the selection half's margin is at least ``SYNTACTIC_MIN_MARGIN``
@@ -433,7 +434,7 @@ def syntactic_tests(dependency: pd.DataFrame) -> pd.DataFrame:
 
     selection_margin = column("selection_accuracy") - column("selection_baseline_accuracy")
     heldout_margin = column("heldout_accuracy") - column("heldout_baseline_accuracy")
-    tried = column("count") >= SYNTACTIC_MIN_COUNT
+    tried = column("count") >= min_count
     tested = tried & (np.nan_to_num(selection_margin, nan=-np.inf) >= SYNTACTIC_MIN_MARGIN)
     error = column("heldout_margin_se")
     excess = heldout_margin - SYNTACTIC_MIN_MARGIN
@@ -455,13 +456,16 @@ def syntactic_tests(dependency: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def best_heldout_heads(dependency: pd.DataFrame, min_count: int = 1) -> pd.DataFrame:
+def best_heldout_heads(
+    dependency: pd.DataFrame, min_count: int = 1, tried_from: int = SYNTACTIC_MIN_COUNT
+) -> pd.DataFrame:
     """For each (relation, direction) with at least ``min_count`` cases: the head that is best on the selection
     half (ties: the lowest layer, then head), with its numbers on both halves and its held-out test
-    (``syntactic_tests``). ``heldout_rank``: 1 when it is still the best head on the held-out half;
+    (``syntactic_tests`` with ``min_count=tried_from``). ``heldout_rank``: 1 when it is still the best head on
+    the held-out half;
     ``heldout_margin_low`` / ``_high``: the held-out margin's 95% interval over sentences.
     Most frequent relations first."""
-    tests = syntactic_tests(dependency)
+    tests = syntactic_tests(dependency, min_count=tried_from)
     frequent = tests[(tests["count"] >= min_count) & (tests["selection_count"] > 0)]
     if frequent.empty:
         return frequent.assign(heldout_rank=pd.Series(dtype=int))

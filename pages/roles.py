@@ -153,6 +153,9 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
                 "n": st.column_config.NumberColumn("n", format="%d"),
             },
         )
+        # The evidence in full (a table cell cuts it): a syntactic role's both halves, every role's numbers.
+        for role, evidence in zip(own["role"], own["evidence"]):
+            st.caption(f"**{role}**: {evidence}")
     left, right = st.columns([3, 2])
     with left:
         widgets.show_chart(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,39 @@ def test_the_roles_the_code_assigns_are_the_roles_documented():
         assert f"`{column}`" in text, column
     for column in syntax.DEPENDENCY_COLUMNS:
         assert f"`{column}`" in text, column
+
+
+def findings_script():
+    """scripts/findings.py as a module (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("findings_script", ROOT / "scripts" / "findings.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_findings_quote_the_tables_the_script_makes_from_the_shipped_files():
+    import pandas as pd
+
+    findings = findings_script()
+    text = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
+    comparison = []
+    for name in ("minilm", "mpnet"):
+        dependency = pd.read_csv(findings.FINDINGS / f"{name}_ud_ewt_dev_heads.dependency.csv")
+        heads = pd.read_csv(findings.FINDINGS / f"{name}_ud_ewt_dev_heads.csv")
+        for direction in ("parent", "child"):
+            assert findings.relation_table(dependency, direction) in text, (name, direction)
+        assert findings.layer_table(heads) in text, name
+        comparison += findings.rule_comparison(name, dependency, heads)
+    for row in comparison:
+        assert "| " + " | ".join(row) + " |" in text, row
+    for name in ("minilm", "smollm2"):
+        table = findings.pruning_table(pd.read_csv(findings.FINDINGS / f"{name}_pruning.csv"))
+        assert "\n".join(table.splitlines()[2:]) in text, name  # the rows (the header is the doc's own)
+    # Every file the doc lists is made by a target of the script.
+    made = {file for target in findings.TARGETS.values() for file in target.writes}
+    assert made == {path.name for path in findings.FINDINGS.iterdir()}
+    for file in made:
+        assert f"`findings/{file}`" in text, file
