@@ -38,7 +38,7 @@ class Target:
     command: tuple[str, ...] = ()
     call: Callable[[], None] | None = None
     call_text: str = ""
-    needs: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()  # targets whose tables this one reads ("all" runs them first: TARGETS' order)
 
     def run(self) -> None:
         if self.command:
@@ -65,35 +65,21 @@ def smollm2_decoder_heads() -> None:
     write_table(scores, FINDINGS / "smollm2_decoder_heads.csv")
 
 
+def cli(line: str) -> tuple[str, ...]:
+    """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
+    return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
+
+
 TARGETS: dict[str, Target] = {
     "minilm-profile": Target(
         writes=("minilm_ud_ewt_dev_heads.csv", "minilm_ud_ewt_dev_heads.dependency.csv"),
-        command=(
-            "profile",
-            "--model",
-            "minilm",
-            "--corpus",
-            "ud-ewt-dev",
-            "--batch-size",
-            "16",
-            "--out",
-            findings_file("minilm_ud_ewt_dev_heads.csv"),
-        ),
+        command=cli("profile --model minilm --corpus ud-ewt-dev --batch-size 16 --out {minilm_ud_ewt_dev_heads.csv}"),
     ),
     "mpnet-profile": Target(
         writes=("mpnet_ud_ewt_dev_heads.csv", "mpnet_ud_ewt_dev_heads.dependency.csv"),
-        command=(
-            "profile",
-            "--model",
-            "mpnet",
-            "--corpus",
-            "ud-ewt-dev",
-            "--batch-size",
-            "16",
-            "--shard-size",
-            "100",
-            "--out",
-            findings_file("mpnet_ud_ewt_dev_heads.csv"),
+        command=cli(
+            "profile --model mpnet --corpus ud-ewt-dev --batch-size 16 --shard-size 100 "
+            "--out {mpnet_ud_ewt_dev_heads.csv}"
         ),
     ),
     "minilm-coreference": Target(
@@ -103,43 +89,17 @@ TARGETS: dict[str, Target] = {
     ),
     "minilm-role-ablation": Target(
         writes=("minilm_role_ablation.csv",),
-        command=(
-            "ablate",
-            "--model",
-            "minilm",
-            "--experiment",
-            "roles",
-            "--roles-table",
-            findings_file("minilm_ud_ewt_dev_heads.csv"),
-            "--role-column",
-            "primary_role",
-            "--max-sentences",
-            "50",
-            "--draws",
-            "4",
-            "--out",
-            findings_file("minilm_role_ablation.csv"),
+        command=cli(
+            "ablate --model minilm --experiment roles --roles-table {minilm_ud_ewt_dev_heads.csv} "
+            "--role-column primary_role --max-sentences 50 --draws 4 --out {minilm_role_ablation.csv}"
         ),
         needs=("minilm-profile",),
     ),
     "minilm-importance": Target(
         writes=("minilm_importance.csv", "minilm_pruning.csv"),
-        command=(
-            "importance",
-            "--model",
-            "minilm",
-            "--method",
-            "ablation",
-            "--max-sentences",
-            "20",
-            "--steps",
-            "10",
-            "--seeds",
-            "2",
-            "--out",
-            findings_file("minilm_importance.csv"),
-            "--pruning-out",
-            findings_file("minilm_pruning.csv"),
+        command=cli(
+            "importance --model minilm --method ablation --max-sentences 20 --steps 10 --seeds 2 "
+            "--out {minilm_importance.csv} --pruning-out {minilm_pruning.csv}"
         ),
     ),
     "smollm2-decoder": Target(
@@ -150,59 +110,24 @@ TARGETS: dict[str, Target] = {
     ),
     "smollm2-induction-ablation": Target(
         writes=("smollm2_induction_ablation.csv",),
-        command=(
-            "ablate",
-            "--model",
-            "smollm2",
-            "--experiment",
-            "induction",
-            "--top-k",
-            "5",
-            "--draws",
-            "4",
-            "--out",
-            findings_file("smollm2_induction_ablation.csv"),
+        command=cli(
+            "ablate --model smollm2 --experiment induction --top-k 5 --draws 4 --out {smollm2_induction_ablation.csv}"
         ),
     ),
     "smollm2-role-ablation": Target(
         writes=("smollm2_role_ablation.csv",),
-        command=(
-            "ablate",
-            "--model",
-            "smollm2",
-            "--experiment",
-            "roles",
-            "--roles-table",
-            findings_file("smollm2_decoder_heads.csv"),
-            "--score-columns",
-            "previous_token,duplicate_token,induction",
-            "--top-k",
-            "5",
-            "--max-sentences",
-            "20",
-            "--draws",
-            "3",
-            "--out",
-            findings_file("smollm2_role_ablation.csv"),
+        command=cli(
+            "ablate --model smollm2 --experiment roles --roles-table {smollm2_decoder_heads.csv} "
+            "--score-columns previous_token,duplicate_token,induction --top-k 5 --max-sentences 20 --draws 3 "
+            "--out {smollm2_role_ablation.csv}"
         ),
         needs=("smollm2-decoder",),
     ),
     "smollm2-importance": Target(
         writes=("smollm2_importance.csv", "smollm2_pruning.csv"),
-        command=(
-            "importance",
-            "--model",
-            "smollm2",
-            "--max-sentences",
-            "20",
-            "--steps",
-            "10",
-            "--seeds",
-            "2",
-            "--out",
-            findings_file("smollm2_importance.csv"),
-            "--pruning-out",
-            findings_file("smollm2_pruning.csv"),
+        command=cli(
+            "importance --model smollm2 --max-sentences 20 --steps 10 --seeds 2 "
+            "--out {smollm2_importance.csv} --pruning-out {smollm2_pruning.csv}"
         ),
     ),
 }
@@ -487,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.targets:
         for name, target in TARGETS.items():
-            print(f"{name:<28} writes {', '.join(target.writes)}")
+            after = f" (reads the table of {', '.join(target.needs)})" if target.needs else ""
+            print(f"{name:<28} writes {', '.join(target.writes)}{after}")
         print(f"{'report':<28} prints docs/findings.md's tables from the written files")
         return 0
     names = list(TARGETS) if args.targets == ["all"] else args.targets

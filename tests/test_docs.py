@@ -106,6 +106,12 @@ def test_the_findings_quote_the_tables_the_script_makes_from_the_shipped_files()
     for name in ("minilm", "smollm2"):
         table = findings.pruning_table(pd.read_csv(findings.FINDINGS / f"{name}_pruning.csv"))
         assert "\n".join(table.splitlines()[2:]) in text, name  # the rows (the header is the doc's own)
+    # Every command the doc shows is a target's command, word for word.
+    flat = " ".join(text.replace("\\\n", " ").split())
+    for name, target in findings.TARGETS.items():
+        if target.command:
+            assert "python -m mha_core " + " ".join(target.command) in flat, name
+        assert f"Target `{name}`" in text or f"`{name}`" in text, name
     # Every file the doc lists is made by a target of the script.
     made = {file for target in findings.TARGETS.values() for file in target.writes}
     assert made == {path.name for path in findings.FINDINGS.iterdir()}

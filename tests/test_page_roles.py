@@ -108,6 +108,10 @@ def test_selecting_a_head_shows_its_attention_and_roles(page, minilm):
     tables = [t.value for t in page.dataframe]
     shown = next(t for t in tables if "evidence" in t)
     assert list(shown["role"]) == list(own["role"]) and list(shown["evidence"]) == list(own["evidence"])
+    # Each role's evidence also in full below the table (a cell cuts long text).
+    captions = [c.value for c in page.caption]
+    for role, text in zip(own["role"], own["evidence"]):
+        assert f"**{role}**: {text}" in captions
     # Every role shows what it rests on: n, chance level, 95% interval, source.
     # (Floats from the app's run and this one: two float32 computations, compared with METRIC_TOL.)
     for column in ("n", "source"):
