@@ -18,6 +18,7 @@ from .errors import HeadscopeError
 from .metrics import head_metrics
 from .run import AttentionRun, per_head_frame
 from .stats import Z_95, correlation_interval, holm_adjusted, mean_interval, normal_upper_p, wilson_interval
+from .syntax import DEPENDENCY_COLUMNS
 
 if TYPE_CHECKING:
     from .models import LoadedModel
@@ -398,14 +399,8 @@ def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
     return out
 
 
-HELDOUT_COLUMNS = (
-    "selection_accuracy",
-    "selection_baseline_accuracy",
-    "heldout_accuracy",
-    "heldout_baseline_accuracy",
-    "heldout_count",
-    "heldout_margin_se",
-)
+# What a syntactic role rests on: each half's columns of a dependency table.
+HELDOUT_COLUMNS = tuple(column for column in DEPENDENCY_COLUMNS if column.startswith(("selection_", "heldout_")))
 
 
 def syntactic_tests(dependency: pd.DataFrame, min_count: int = SYNTACTIC_MIN_COUNT) -> pd.DataFrame:
@@ -462,13 +457,16 @@ def best_heldout_heads(
     """For each (relation, direction) with at least ``min_count`` cases: the head that is best on the selection
     half (ties: the lowest layer, then head), with its numbers on both halves and its held-out test
     (``syntactic_tests`` with ``min_count=tried_from``). ``heldout_rank``: 1 when it is still the best head on
-    the held-out half;
-    ``heldout_margin_low`` / ``_high``: the held-out margin's 95% interval over sentences.
+    the held-out half; ``heldout_margin_low`` / ``_high``: the held-out margin's 95% interval over sentences.
     Most frequent relations first."""
     tests = syntactic_tests(dependency, min_count=tried_from)
     frequent = tests[(tests["count"] >= min_count) & (tests["selection_count"] > 0)]
     if frequent.empty:
-        return frequent.assign(heldout_rank=pd.Series(dtype=int))
+        return frequent.assign(
+            heldout_margin_low=pd.Series(dtype=float),
+            heldout_margin_high=pd.Series(dtype=float),
+            heldout_rank=pd.Series(dtype=int),
+        )
     ordered = frequent.sort_values(["relation", "direction", "layer", "head"], kind="stable")
     best = ordered.loc[ordered.groupby(["relation", "direction"], sort=False)["selection_accuracy"].idxmax()]
     held = ordered.groupby(["relation", "direction"])["heldout_accuracy"]

@@ -12,6 +12,7 @@ import pytest
 import scipy.stats
 
 from mha_core import stats
+from mha_core.errors import HeadscopeError
 from mha_core.roles import (
     SYNTACTIC_ALPHA,
     SYNTACTIC_MIN_COUNT,
@@ -259,6 +260,14 @@ def test_a_head_best_by_luck_is_refused_and_a_strong_head_keeps_its_role():
     assert "Holm-adjusted over" in row["evidence"] and "held-out" in row["evidence"]
 
 
+def test_best_heldout_heads_has_its_columns_when_no_relation_is_frequent_enough():
+    sentences, predictions = synthetic_corpus(num_sentences=20)
+    table = accumulated(sentences, predictions)
+    everything, none = best_heldout_heads(table), best_heldout_heads(table, min_count=10**6)
+    assert len(everything) == 4 and none.empty  # list and nsubj, parent and child
+    assert list(none.columns) == list(everything.columns)
+
+
 def test_the_rule_the_held_out_test_replaces_named_weak_heads():
     # The whole-corpus rule (margin >= 0.10 and count >= SYNTACTIC_MIN_COUNT, one sample, no correction)
     # names weak heads of both relations; the held-out test names none of them.
@@ -287,11 +296,15 @@ def test_the_held_out_p_value_is_a_one_sided_test_against_the_threshold():
             "head": [0, 1, 2],
             "count": [400] * 3,
             "selection_accuracy": [0.62, 0.62, 0.50],
+            "selection_count": [200] * 3,
+            "selection_baseline_offset": [1] * 3,
             "selection_baseline_accuracy": [0.40] * 3,
             # margins on the held-out half: +0.20, +0.12 (above 0.10 but not beyond its error), +0.30 (not tested)
             "heldout_accuracy": [0.60, 0.52, 0.70],
             "heldout_baseline_accuracy": [0.40] * 3,
             "heldout_count": [200] * 3,
+            "heldout_sentences": [120] * 3,
+            "heldout_accuracy_se": [0.035] * 3,
             "heldout_margin_se": [0.04, 0.04, 0.04],
         }
     )
@@ -303,7 +316,11 @@ def test_the_held_out_p_value_is_a_one_sided_test_against_the_threshold():
     # Three rows tried (count >= SYNTACTIC_MIN_COUNT), two tested: 3 p0, then max(3 p0, 2 p1).
     np.testing.assert_allclose(tests["holm_p_value"][:2], [3 * p[0], max(3 * p[0], 2 * p[1])], rtol=1e-9)
     assert list(tests["named"]) == [True, False, False]
-    with pytest.raises(Exception, match="held-out columns"):
+    # The role of the one named row says so in its evidence.
+    roles = head_roles(None, metrics=_no_metric_roles(1, 3), dependency=table)
+    assert list(roles["role"]) == ["syntactic:nsubj:parent"] and list(roles["head"]) == [0]
+    assert f"one-sided p = {p[0]:.2g}" in roles["evidence"].iloc[0]
+    with pytest.raises(HeadscopeError, match="held-out columns"):
         syntactic_tests(table.drop(columns=["heldout_margin_se"]))
 
 
