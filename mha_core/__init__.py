@@ -38,7 +38,7 @@ from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, load_m
 
 # Positional encoding (seed 001).
 from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
-from .roles import decoder_head_scores, head_roles, primary_roles
+from .roles import best_heldout_heads, decoder_head_scores, head_roles, primary_roles, syntactic_tests
 from .run import AttentionRun
 
 # Dependency trees and the Clark et al. dependency accuracy.
@@ -72,6 +72,7 @@ __all__ = [
     "head_roles",
     "primary_roles",
     "semantic_scores",
+    "syntactic_tests",
     # the lab
     "Lab",
     "LabConfig",
@@ -110,6 +111,7 @@ __all__ = [
     "ProfileResult",
     "Sentence",
     "best_dependency_heads",
+    "best_heldout_heads",
     "coreference_scores",
     "dependency_scores",
     "load_conllu",

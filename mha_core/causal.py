@@ -329,10 +329,12 @@ class LossProbe:
 
 # ---- head importance (Michel et al. 2019) ---------------------------------------------------------
 def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: Progress | None) -> np.ndarray:
-    """sum over batches of |dL/dxi_h| at xi = 1, for gates xi_h multiplied on each head's output slice.
+    """sum over texts of |dL_x/dxi_h| at xi = 1, for gates xi_h multiplied on each head's output slice.
 
-    L of a batch is the sum of its texts' mean token losses; the absolute value is taken per batch, as
-    in Michel et al.'s code (``batch_size=1``: per text).
+    L_x is a text's mean token loss. The absolute value is taken per text, as in Michel et al.'s formula
+    (I_h = E_x |dL(x)/dxi_h|): within a batch every text has its own gates (one row of ``gates`` per
+    text), so one backward pass gives each text's own gradient and signs never cancel across texts.
+    ``batch_size`` only sets how many texts share a forward pass.
     """
     if model.lm_head_kind not in ("causal", "masked"):
         raise AblationError("gradient importance needs a language-model head")
@@ -341,13 +343,14 @@ def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: P
     projections = model.output_projections()
     num_layers, num_heads = model.num_layers, model.num_heads
     total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
-    gates = torch.ones(num_layers, num_heads, requires_grad=True)
+    current: dict[str, torch.Tensor] = {}  # this batch's gates [texts, L, H]
 
     def gate(layer: int):
         def hook(module, args):
-            concat = args[0]
+            concat = args[0]  # [rows, n, H * d]; a masked LM's rows are copies of one text, which share its gates
             head_dim = concat.shape[-1] // num_heads
-            return (concat * gates[layer].repeat_interleave(head_dim).to(concat.dtype), *args[1:])
+            scale = current["gates"][:, layer].repeat_interleave(head_dim, dim=-1)[:, None, :]
+            return (concat * scale.to(concat.dtype), *args[1:])
 
         return hook
 
@@ -364,14 +367,18 @@ def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: P
             with torch.enable_grad():
                 done = 0
                 for batch in batches:
+                    gates = torch.ones(len(batch), num_layers, num_heads, requires_grad=True)
+                    current["gates"] = gates
                     loss = _batch_loss(model, batch)
                     done += len(batch)
                     if loss is None:
                         continue
+                    # The texts of a batch do not interact, so d(sum of losses)/d(text b's gates) = dL_b/dxi.
                     (gradient,) = torch.autograd.grad(loss, gates)
-                    total += gradient.abs().double()
+                    total += gradient.abs().double().sum(dim=0)
                     report(progress, done, len(encoded), f"importance: text {done} of {len(encoded)}")
         finally:
+            current.clear()
             for handle in handles:
                 handle.remove()
     return total.numpy()
@@ -422,8 +429,10 @@ def head_importance(
 ) -> pd.DataFrame:
     """Importance of every head: a DataFrame ``layer, head, importance`` (+ ``raw``, unnormalised).
 
-    ``method="gradient"``: Michel et al. 2019, I_h = sum over texts of |dL/dxi_h| for a gate xi_h (= 1)
-    on each head's output (|.| per batch of ``batch_size`` texts, as in the paper's code; 1 = per text); with
+    ``method="gradient"``: Michel et al. 2019, I_h = sum over texts x of |dL_x/dxi_h| for a gate xi_h (= 1)
+    on each head's output, L_x the text's mean token loss; |.| per text, as the paper's formula says (its
+    released code takes it per batch, where gradients of opposite signs cancel); ``batch_size`` texts share a
+    forward pass, each with its own gates, and do not change the result. With
     ``normalize`` each layer's scores are divided by their L2 norm over the layer's heads, as in the paper. Needs a language-model head: for encoders without one the loss is
     the output change, whose gradient at xi = 1 is 0 (it is at its minimum), so they use the ablation
     method and ``attrs["method"]`` says so.

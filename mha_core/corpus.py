@@ -37,6 +37,7 @@ import hashlib
 import itertools
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -53,7 +54,7 @@ import pandas as pd
 from .errors import HeadscopeError, InputTextError
 from .metrics import METRIC_COLUMNS, batch_head_metrics
 from .progress import Progress, report
-from .roles import SYNTACTIC_MIN_COUNT
+from .roles import DELIMITER_MIN_MASS, POSITIONAL_MIN_SHARE, POSITIONAL_OFFSETS, SINK_MIN_MASS, SYNTACTIC_MIN_COUNT
 from .run import per_head_frame, punctuation_mask, token_units, word_level_attentions
 from .syntax import (
     ASSET_DIR,
@@ -84,7 +85,7 @@ _CODE_FILES = (
     "capture.py",
     "families.py",
 )
-_PROFILE_CACHE_FORMAT = 2
+_PROFILE_CACHE_FORMAT = 3
 # Sentences per shard: the unit that is cached and resumed. Large enough that batching by length within
 # a shard pads little and a shard's file and bookkeeping cost nothing next to its forward passes.
 DEFAULT_SHARD_SIZE = 256
@@ -707,9 +708,19 @@ def profile_cache_dir() -> Path:
 @contextlib.contextmanager
 def _atomic_file(path: Path):
     """Yield a temporary path beside ``path``, renamed onto ``path`` when the block succeeds and deleted otherwise:
-    a reader, or the next run after a kill, never finds half a file."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-    os.close(handle)
+    a reader, or the next run after a kill, never finds half a file.
+
+    The temporary file is created with mode 0666 less the process's umask, as ``open`` creates the user's
+    other files (``tempfile.mkstemp`` would make it 0600, and the rename would keep that)."""
+    for _ in range(100):
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp{path.suffix}"
+        try:
+            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {path.name}")
     try:
         yield Path(temporary)
         os.replace(temporary, path)
@@ -771,7 +782,8 @@ class ShardCache:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             with _atomic_file(self.path(shard)) as temporary:
-                np.savez(temporary, header=header, **part.to_arrays())
+                # Compressed: the dependency sums are mostly zeros (rare relations), 16 times smaller this way.
+                np.savez_compressed(temporary, header=header, **part.to_arrays())
         except OSError:
             pass  # a read-only cache directory costs speed, not correctness
 
@@ -1225,8 +1237,10 @@ def head_table(result: ProfileResult) -> pd.DataFrame:
     """One row per head: the averaged metrics, the head's roles, and (with trees) its best relation.
 
     ``best_relation`` is the relation and direction where the head beats the best fixed-offset baseline
-    by the largest margin; roles and best relation use relations with at least
-    ``HEAD_TABLE_MIN_RELATION_COUNT`` examples.
+    by the largest margin over the whole corpus, with its accuracy and baseline on the held-out half
+    beside (``syntax.split_half``); roles and best relation use relations with at least
+    ``HEAD_TABLE_MIN_RELATION_COUNT`` examples. A syntactic role is named on the held-out test of
+    ``roles.syntactic_tests``.
     """
     from .roles import head_roles, primary_roles
 
@@ -1250,6 +1264,8 @@ def head_table(result: ProfileResult) -> pd.DataFrame:
         "best_relation_accuracy",
         "best_relation_baseline",
         "best_relation_margin",
+        "best_relation_heldout_accuracy",
+        "best_relation_heldout_baseline",
     ]
     if not len(frequent):
         return table.assign(**{column: np.nan for column in best_columns})
@@ -1262,6 +1278,8 @@ def head_table(result: ProfileResult) -> pd.DataFrame:
             "accuracy": "best_relation_accuracy",
             "baseline_accuracy": "best_relation_baseline",
             "margin": "best_relation_margin",
+            "heldout_accuracy": "best_relation_heldout_accuracy",
+            "heldout_baseline_accuracy": "best_relation_heldout_baseline",
         }
     )
     table = table.merge(best[["layer", "head", *best_columns]], on=["layer", "head"], how="left")
@@ -1290,7 +1308,8 @@ def write_table(table: pd.DataFrame, path: str | Path) -> Path:
 
 
 def profile_summary(result: ProfileResult, relations=("nsubj", "obj", "det", "amod", "case", "aux")) -> str:
-    """A few lines for the command line: positional and delimiter heads, the best head for common relations."""
+    """A few lines for the command line: positional, sink and delimiter heads (the thresholds of their roles),
+    the best head for common relations."""
     from .syntax import best_dependency_heads
 
     metrics = result.metrics
@@ -1298,9 +1317,11 @@ def profile_summary(result: ProfileResult, relations=("nsubj", "obj", "det", "am
         f"{result.model_name}: {result.num_sentences} sentences, {len(metrics)} heads"
         + (" (from cache)" if result.from_cache else "")
     ]
-    positional = metrics[(metrics["argmax_offset_share"] >= 0.9) & metrics["argmax_offset"].isin([-1, 0, 1])]
+    positional = metrics[
+        (metrics["argmax_offset_share"] >= POSITIONAL_MIN_SHARE) & metrics["argmax_offset"].isin(POSITIONAL_OFFSETS)
+    ]
     lines.append(
-        "positional heads (argmax at one offset >= 90%): "
+        f"positional heads (argmax at one offset >= {POSITIONAL_MIN_SHARE:.0%}): "
         + (
             ", ".join(
                 f"{r.layer}-{r.head} ({int(r.argmax_offset):+d}, {r.argmax_offset_share:.0%})"
@@ -1309,8 +1330,12 @@ def profile_summary(result: ProfileResult, relations=("nsubj", "obj", "det", "am
             or "none"
         )
     )
-    delimiter = metrics[metrics["special_mass"] + metrics["punctuation_mass"] >= 0.5]
-    lines.append(f"delimiter heads (>= 50% on special tokens + punctuation): {len(delimiter)} of {len(metrics)}")
+    sinks = int((metrics["sink_mass"] >= SINK_MIN_MASS).sum())
+    delimiters = int((metrics["punctuation_mass"] >= DELIMITER_MIN_MASS).sum())
+    lines.append(
+        f"sink heads (>= {SINK_MIN_MASS:.0%} on special tokens and the first token): {sinks} of {len(metrics)}; "
+        f"delimiter heads (>= {DELIMITER_MIN_MASS:.0%} on punctuation): {delimiters}"
+    )
     if result.dependency is not None and len(result.dependency):
         best = best_dependency_heads(result.dependency[result.dependency["direction"] == "parent"])
         for r in best[best["relation"].isin(relations)].itertuples():

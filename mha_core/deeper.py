@@ -58,10 +58,17 @@ def attention_rollout(run: AttentionRun) -> np.ndarray:
 FLOW_SCALE = 2**30  # capacities in (0, 1] become integers (scipy's max-flow): a rounding of at most 5e-10 per edge
 
 
-def attention_flow(run: AttentionRun, layer: int | None = None, max_tokens: int = MAX_FLOW_TOKENS) -> np.ndarray:
+def attention_flow(
+    run: AttentionRun, layer: int | None = None, max_tokens: int = MAX_FLOW_TOKENS, normalize: bool = True
+) -> np.ndarray:
     """Attention flow, float32 ``[n, n]``: the maximum flow from token i after layer ``layer`` (default the
     last) to input token j, in the graph whose edges from layer l+1 down to layer l have the capacities
-    A_l of ``residual_attention``. Rows are not normalised (as in the paper).
+    A_l of ``residual_attention``.
+
+    ``normalize`` (default): each row divided by its sum, so row i is a distribution over the input tokens,
+    comparable with rollout's rows; this is what the authors' released code does (``compute_flows`` in
+    github.com/samiraabnar/attention_flow divides each node's flow values by their sum). ``normalize=False``:
+    the raw max-flow values, each at most 1 (the capacity of a token's row).
 
     One max-flow problem per (i, j), solved by ``scipy.sparse.csgraph.maximum_flow`` on integer
     capacities (the tests compare it with networkx's max-flow on the same graph).
@@ -87,6 +94,9 @@ def attention_flow(run: AttentionRun, layer: int | None = None, max_tokens: int 
     for i in range(n):
         for j in range(n):
             flow[i, j] = maximum_flow(capacities, (last + 1) * n + i, j).flow_value / FLOW_SCALE
+    if normalize:
+        totals = flow.sum(axis=-1, keepdims=True)  # positive: the residual half keeps every token's own path
+        flow = flow / np.where(totals > 0, totals, 1.0)
     return flow.astype(np.float32)
 
 

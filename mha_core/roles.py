@@ -17,6 +17,8 @@ import pandas as pd
 from .errors import HeadscopeError
 from .metrics import head_metrics
 from .run import AttentionRun, per_head_frame
+from .stats import Z_95, correlation_interval, holm_adjusted, mean_interval, normal_upper_p, wilson_interval
+from .syntax import DEPENDENCY_COLUMNS
 
 if TYPE_CHECKING:
     from .models import LoadedModel
@@ -32,14 +34,16 @@ DECODER_MIN_SCORE = 0.4  # previous-token and prefix-matching scores
 # queries of the first copy, which have no target: with `repeats` copies they cannot exceed
 # (repeats - 1) / repeats. Their cut-off is DECODER_MIN_SCORE scaled by that ceiling.
 DECODER_CAPPED_SCORES = ("duplicate_token", "induction")
-SYNTACTIC_MIN_MARGIN = 0.10  # head accuracy - best fixed-offset baseline accuracy
-SYNTACTIC_MIN_COUNT = 100  # examples of the relation: rarer ones beat their baseline by chance
+SYNTACTIC_MIN_MARGIN = 0.10  # head accuracy - best fixed-offset baseline accuracy, on the held-out half
+SYNTACTIC_MIN_COUNT = 100  # examples of the relation in the corpus: rarer relations are not tried
+# A syntactic role is named when the held-out margin is above SYNTACTIC_MIN_MARGIN at this level, after
+# Holm's correction over every (head, relation, direction) tried: at most a 5% chance of any false role.
+SYNTACTIC_ALPHA = 0.05
 COREFERENCE_MIN_ACCURACY = 0.5
 COREFERENCE_MIN_MARGIN = 0.10  # candidate_accuracy - baseline_accuracy, when the table has both
 COREFERENCE_MIN_COUNT = 10
 SEMANTIC_MIN_CORRELATION = 0.3  # Pearson r
 SEMANTIC_MIN_SENTENCES = 20  # one sentence's correlation is a measurement, not a role
-Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 
 # n: how many observations the score rests on; baseline: what chance or a trivial rule gives (NaN where
 # none applies); ci_low / ci_high: its 95% interval; source: "sentence", "corpus" or "random tokens".
@@ -199,34 +203,7 @@ def decoder_head_scores(
     return frame
 
 
-# ---- statistics of a role -----------------------------------------------------------------
-def wilson_interval(share, n) -> tuple[np.ndarray, np.ndarray]:
-    """95% Wilson interval of a proportion ``share`` observed in ``n`` trials (NaN where n = 0)."""
-    share, n = np.asarray(share, dtype=float), np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        denominator = 1 + Z_95**2 / n
-        centre = (share + Z_95**2 / (2 * n)) / denominator
-        half = Z_95 * np.sqrt(share * (1 - share) / n + Z_95**2 / (4 * n**2)) / denominator
-    return np.where(n > 0, centre - half, np.nan), np.where(n > 0, centre + half, np.nan)
-
-
-def mean_interval(mean, sd, n) -> tuple[np.ndarray, np.ndarray]:
-    """95% normal interval of a mean of ``n`` values with standard deviation ``sd`` (NaN below two values)."""
-    mean, sd, n = (np.asarray(v, dtype=float) for v in (mean, sd, n))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        half = Z_95 * sd / np.sqrt(n)
-    half = np.where(n > 1, half, np.nan)
-    return mean - half, mean + half
-
-
-def correlation_interval(r, n) -> tuple[np.ndarray, np.ndarray]:
-    """95% interval of a Pearson correlation over ``n`` pairs (Fisher's z; NaN below four pairs)."""
-    r, n = np.clip(np.asarray(r, dtype=float), -0.999999, 0.999999), np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        z, half = np.arctanh(r), Z_95 / np.sqrt(n - 3)
-    return np.where(n > 3, np.tanh(z - half), np.nan), np.where(n > 3, np.tanh(z + half), np.nan)
-
-
+# ---- statistics of a role (the formulas: mha_core.stats) -------------------------------------
 def _interval_text(row, percent: bool = True, unit: str = "") -> str:
     """ "95% CI 61% to 83%, n = 13 queries" (as much of it as the row knows)."""
     value = (lambda v: f"{v:.0%}") if percent else (lambda v: f"{v:.2f}")
@@ -238,14 +215,27 @@ def _interval_text(row, percent: bool = True, unit: str = "") -> str:
 
 # ---- roles --------------------------------------------------------------------------------
 def _role_rows(
-    frame: pd.DataFrame, passed, role, family: str, score, threshold, evidence, *, n, baseline, ci, source: str
+    frame: pd.DataFrame,
+    passed,
+    role,
+    family: str,
+    score,
+    threshold,
+    evidence,
+    *,
+    n,
+    baseline,
+    ci,
+    source: str,
+    tested: bool = False,
 ) -> pd.DataFrame:
     """Role rows for the heads whose ``score`` passes and whose interval clears the baseline.
 
     ``role`` and ``evidence`` are strings or callables of a row (the row holds the frame's columns and
     ``score``, ``threshold``, ``n``, ``baseline``, ``ci_low``, ``ci_high``). A head is named only when
     ``passed`` and, where a baseline applies, the lower end of its 95% interval is above that baseline:
-    a score chance could give is no role.
+    a score chance could give is no role. ``tested``: ``passed`` already is a test against the threshold
+    (stricter than clearing the baseline), and decides alone.
     """
     size = len(frame)
     table = frame.assign(
@@ -256,7 +246,9 @@ def _role_rows(
         ci_low=np.broadcast_to(np.asarray(ci[0], dtype=float), size),
         ci_high=np.broadcast_to(np.asarray(ci[1], dtype=float), size),
     )
-    clears = np.isnan(table["baseline"].to_numpy()) | (table["ci_low"].to_numpy() > table["baseline"].to_numpy())
+    clears = (
+        tested | np.isnan(table["baseline"].to_numpy()) | (table["ci_low"].to_numpy() > table["baseline"].to_numpy())
+    )
     chosen = table[np.asarray(passed, dtype=bool) & clears]
     if chosen.empty:
         return pd.DataFrame(columns=ROLE_COLUMNS)
@@ -407,28 +399,125 @@ def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
     return out
 
 
+# What a syntactic role rests on: each half's columns of a dependency table.
+HELDOUT_COLUMNS = tuple(column for column in DEPENDENCY_COLUMNS if column.startswith(("selection_", "heldout_")))
+
+
+def syntactic_tests(dependency: pd.DataFrame, min_count: int = SYNTACTIC_MIN_COUNT) -> pd.DataFrame:
+    """Every row of a dependency table (``syntax.dependency_scores``, ``profile(...).dependency``) with the
+    held-out test of its syntactic role:
+
+    tried          the relation has at least ``min_count`` cases in the corpus (roles: ``SYNTACTIC_MIN_COUNT``;
+                   a lower count shows what the test does with rarer relations)
+    selection_margin / heldout_margin   accuracy - baseline accuracy on each half (the held-out baseline
+                   is the offset chosen on the selection half)
+    tested         tried, and the selection half's margin is at least ``SYNTACTIC_MIN_MARGIN``
+    p_value        one-sided test of H0: held-out margin <= ``SYNTACTIC_MIN_MARGIN``, z = (margin - threshold)
+                   / its standard error over sentences (NaN where not tested)
+    holm_p_value   Holm-adjusted over every row tried (untested rows count as p = 1)
+    named          tested and ``holm_p_value <= SYNTACTIC_ALPHA``: the head gets the role
+    """
+    missing = [column for column in HELDOUT_COLUMNS if column not in dependency.columns]
+    if missing:
+        raise HeadscopeError(
+            "a dependency table needs its held-out columns (from dependency_scores or profile) to name "
+            f"syntactic roles; it lacks {', '.join(missing)}"
+        )
+
+    def column(name):
+        return dependency[name].to_numpy(float)
+
+    selection_margin = column("selection_accuracy") - column("selection_baseline_accuracy")
+    heldout_margin = column("heldout_accuracy") - column("heldout_baseline_accuracy")
+    tried = column("count") >= min_count
+    tested = tried & (np.nan_to_num(selection_margin, nan=-np.inf) >= SYNTACTIC_MIN_MARGIN)
+    error = column("heldout_margin_se")
+    excess = heldout_margin - SYNTACTIC_MIN_MARGIN
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # A zero standard error (every sentence exactly on the margin) makes the sign of the excess decisive.
+        z = np.where(error > 0, excess / error, np.where(excess > 0, np.inf, -np.inf))
+    z = np.where(np.isnan(error) | np.isnan(excess), np.nan, z)
+    p_value = np.where(tested, normal_upper_p(z), np.nan)
+    holm = np.full(len(dependency), np.nan)
+    holm[tried] = holm_adjusted(p_value[tried])
+    return dependency.assign(
+        selection_margin=selection_margin,
+        heldout_margin=heldout_margin,
+        tried=tried,
+        tested=tested,
+        p_value=p_value,
+        holm_p_value=holm,
+        named=tested & (np.nan_to_num(holm, nan=1.0) <= SYNTACTIC_ALPHA),
+    )
+
+
+def best_heldout_heads(
+    dependency: pd.DataFrame, min_count: int = 1, tried_from: int = SYNTACTIC_MIN_COUNT
+) -> pd.DataFrame:
+    """For each (relation, direction) with at least ``min_count`` cases: the head that is best on the selection
+    half (ties: the lowest layer, then head), with its numbers on both halves and its held-out test
+    (``syntactic_tests`` with ``min_count=tried_from``). ``heldout_rank``: 1 when it is still the best head on
+    the held-out half; ``heldout_margin_low`` / ``_high``: the held-out margin's 95% interval over sentences.
+    Most frequent relations first."""
+    tests = syntactic_tests(dependency, min_count=tried_from)
+    frequent = tests[(tests["count"] >= min_count) & (tests["selection_count"] > 0)]
+    if frequent.empty:
+        return frequent.assign(
+            heldout_margin_low=pd.Series(dtype=float),
+            heldout_margin_high=pd.Series(dtype=float),
+            heldout_rank=pd.Series(dtype=int),
+        )
+    ordered = frequent.sort_values(["relation", "direction", "layer", "head"], kind="stable")
+    best = ordered.loc[ordered.groupby(["relation", "direction"], sort=False)["selection_accuracy"].idxmax()]
+    held = ordered.groupby(["relation", "direction"])["heldout_accuracy"]
+    rank = best.apply(
+        lambda row: 1 + int((held.get_group((row["relation"], row["direction"])) > row["heldout_accuracy"]).sum()),
+        axis=1,
+    )
+    half = Z_95 * best["heldout_margin_se"]
+    best = best.assign(
+        heldout_margin_low=best["heldout_margin"] - half,
+        heldout_margin_high=best["heldout_margin"] + half,
+        heldout_rank=rank.astype(int),
+    )
+    return best.sort_values(["count", "relation", "direction"], ascending=[False, True, True]).reset_index(drop=True)
+
+
 def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
-    accuracy, count = dependency["accuracy"].to_numpy(float), dependency["count"].to_numpy(float)
-    baseline = dependency["baseline_accuracy"].to_numpy(float)
-    passed = (accuracy - baseline >= SYNTACTIC_MIN_MARGIN) & (count >= SYNTACTIC_MIN_COUNT)
+    tests = syntactic_tests(dependency)
+    accuracy, error = tests["heldout_accuracy"].to_numpy(float), tests["heldout_accuracy_se"].to_numpy(float)
+    baseline = tests["heldout_baseline_accuracy"].to_numpy(float)
+    family_size = int(tests["tried"].sum())
+
+    def evidence(r) -> str:
+        interval = (
+            f"95% CI {r['ci_low']:.0%} to {r['ci_high']:.0%} over {int(r['heldout_sentences'])} sentences"
+            if np.isfinite(r["ci_low"])
+            else "no interval"
+        )
+        return (
+            f"finds the {r['direction']} of '{r['relation']}' in {r['score']:.0%} of {int(r['n'])} held-out cases "
+            f"({interval}) vs {r['baseline']:.0%} for offset {int(r['selection_baseline_offset']):+d} (chosen on the "
+            f"selection half); margin {r['heldout_margin']:+.1%}, needs >= {SYNTACTIC_MIN_MARGIN:+.0%}: one-sided "
+            f"p = {r['p_value']:.2g}, Holm-adjusted over {family_size} heads x relations x directions tried "
+            f"= {r['holm_p_value']:.2g} (needs <= {SYNTACTIC_ALPHA}). Selection half: {r['selection_accuracy']:.0%} "
+            f"of {int(r['selection_count'])} cases vs {r['selection_baseline_accuracy']:.0%}"
+        )
+
     return [
         _role_rows(
-            dependency,
-            passed,
+            tests,
+            tests["named"].to_numpy(bool),
             lambda r: f"syntactic:{r['relation']}:{r['direction']}",
             "syntactic",
             accuracy,
             baseline + SYNTACTIC_MIN_MARGIN,
-            lambda r: (
-                f"finds the {r['direction']} of '{r['relation']}' in {r['score']:.0%} of "
-                f"{int(r['n'])} examples ({_interval_text(r)}) vs {r['baseline']:.0%} for the "
-                f"best fixed offset ({int(r['baseline_offset']):+d}); needs a margin >= "
-                f"{SYNTACTIC_MIN_MARGIN:+.0%} and >= {SYNTACTIC_MIN_COUNT} examples"
-            ),
-            n=count,
+            evidence,
+            n=tests["heldout_count"].to_numpy(float),
             baseline=baseline,
-            ci=wilson_interval(accuracy, count),
+            ci=(accuracy - Z_95 * error, accuracy + Z_95 * error),
             source="corpus",
+            tested=True,
         )
     ]
 

@@ -19,11 +19,19 @@ text a user types is parsed with spaCy. The scoring follows Clark, Khandelwal, L
 Relations are keyed on the UD base relation (the part before ``:``, so ``nmod:poss`` counts as
 ``nmod``); ``full_relations=True`` scores the full labels instead. The root has no head word and is
 not scored.
+
+Claims about a corpus are checked on sentences they were not chosen on: every sentence falls in one of
+two halves (``split_half``, a hash of its words), the best head and the baseline offset of a relation
+are chosen on the selection half and scored on the held-out half, and the standard errors are taken
+over sentences, not over cases (``stats.ratio_standard_error``): the cases of one sentence are read by
+the same head from the same words, so they are not independent draws. ``roles.syntactic_tests`` tests them.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import stats
 from .errors import HeadscopeError, InputTextError
 from .run import AttentionRun
 
@@ -45,6 +54,7 @@ BASELINE_OFFSETS = tuple(
 )
 DIRECTIONS = ("parent", "child")
 DEPENDENCY_COLUMNS = [
+    # the whole corpus
     "relation",
     "direction",
     "layer",
@@ -53,6 +63,20 @@ DEPENDENCY_COLUMNS = [
     "count",
     "baseline_offset",
     "baseline_accuracy",
+    "sentences",  # sentences with at least one case: the clusters of accuracy_se
+    "accuracy_se",  # standard error of accuracy over sentences
+    # the selection half (split_half): where a relation's best head and baseline offset are chosen
+    "selection_accuracy",
+    "selection_count",
+    "selection_baseline_offset",
+    "selection_baseline_accuracy",
+    # the held-out half: where a choice made on the selection half is tested
+    "heldout_accuracy",
+    "heldout_count",
+    "heldout_sentences",
+    "heldout_baseline_accuracy",  # the selection half's baseline offset, scored on the held-out half
+    "heldout_accuracy_se",
+    "heldout_margin_se",  # standard error of heldout_accuracy - heldout_baseline_accuracy, over sentences
 ]
 
 
@@ -270,18 +294,53 @@ def words_of_units(best_word: np.ndarray, unit_word: np.ndarray, num_words: int)
     return prediction, has_word
 
 
+# ---- the held-out split ------------------------------------------------------------------------
+# Every claim about a relation's best head is chosen on one half of the sentences and tested on the other.
+# A sentence's half is a hash of its words with this fixed salt: the same in every corpus, order and shard,
+# and a sentence repeated word for word (web text has many) always lands in the same half.
+SPLIT_SALT = "headscope held-out split 1"
+SELECTION, HELDOUT = 0, 1  # the halves: pick the best head (and the baseline offset) / test it
+
+
+def split_half(sentence: Sentence | Sequence[str]) -> int:
+    """``SELECTION`` (0) or ``HELDOUT`` (1): the lowest bit of the first byte of
+    sha256(``SPLIT_SALT`` + newline + the words as a JSON list)."""
+    words = sentence.words if isinstance(sentence, Sentence) else list(sentence)
+    text = SPLIT_SALT + "\n" + json.dumps([str(word) for word in words], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).digest()[0] & 1
+
+
+# Sums kept per (direction, relation) and half, over the sentences s of that half with at least one case:
+# m_s cases, c_s of them right for a head ([L, H]), b_s right for each baseline offset ([K]). Sums of squares
+# and products give the variance over sentences (stats.ratio_standard_error); all add up over shards.
+_TOTALS = {
+    "count": "",  # sum m
+    "count_squares": "",  # sum m^2
+    "sentences": "",  # sentences with a case
+    "correct": "heads",  # sum c
+    "correct_squares": "heads",  # sum c^2
+    "correct_count": "heads",  # sum c m
+    "baseline": "offsets",  # sum b
+    "baseline_squares": "offsets",  # sum b^2
+    "baseline_count": "offsets",  # sum b m
+    "correct_baseline": "heads, offsets",  # sum c b
+}
+
+
 class DependencyAccumulator:
-    """Adds up Clark et al. dependency accuracy one sentence at a time (so a corpus never sits in memory)."""
+    """Adds up Clark et al. dependency accuracy one sentence at a time (so a corpus never sits in memory),
+    separately for the two halves of ``split_half``, with the sums that give intervals over sentences."""
 
     def __init__(self, full_relations: bool = False):
         self.full_relations = full_relations
         self.shape: tuple[int, int] | None = None
-        self.relations: dict[str, int] = {}
-        # per (direction, relation): correct counts [L, H], number of cases, correct per baseline offset
-        self.correct: dict[tuple[str, str], np.ndarray] = {}
-        self.count: dict[tuple[str, str], int] = {}
-        self.baseline: dict[tuple[str, str], np.ndarray] = {}
+        # per (direction, relation): _TOTALS name -> int64 array [2 halves, ...]
+        self.totals: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         self.num_sentences = 0
+
+    def _shape_of(self, name: str) -> tuple[int, ...]:
+        sizes = {"heads": tuple(self.shape or (0, 0)), "offsets": (len(BASELINE_OFFSETS),)}
+        return (2, *(size for part in _TOTALS[name].split(", ") if part for size in sizes[part]))
 
     def add(self, run: AttentionRun, sentence: Sentence) -> None:
         if len(run.words) != len(sentence.words) and run.level == "token":
@@ -319,6 +378,7 @@ class DependencyAccumulator:
         # (head word, relation) with such dependents is one "child" case (answers: those dependents).
         sizes = [len(has_word) for has_word in has_words]
         starts = np.cumsum([0] + sizes[:-1])
+        sentence_of_word = np.repeat(np.arange(len(sentences)), sizes)
         has_word = np.concatenate(has_words).astype(bool)
         heads = np.concatenate([np.asarray(sentence.heads, dtype=np.int64) for sentence in sentences])
         label_index: dict[str, int] = {}
@@ -342,6 +402,7 @@ class DependencyAccumulator:
         pair_query = np.concatenate([dependent, head_word])
         pair_answer = np.concatenate([head_word, dependent])
         case_key = np.concatenate([label_of, num_labels + child_cases % num_labels])
+        case_word = np.concatenate([dependent, child_cases // num_labels])
         # Global word indices: -1 (no prediction) stays -1 and never equals an answer.
         predicted = np.concatenate(
             [np.where(prediction >= 0, prediction + offset, -1) for prediction, offset in zip(predictions, starts)],
@@ -349,11 +410,16 @@ class DependencyAccumulator:
         )  # [L, H, words]
         used_keys, pair_key = np.unique(pair_key, return_inverse=True)
         case_key = np.searchsorted(used_keys, case_key)
+        # A group: one key in one sentence (every case of a group has its pairs in the group).
+        num_sentences = len(sentences)
+        groups, pair_group = np.unique(pair_key * num_sentences + sentence_of_word[pair_query], return_inverse=True)
+        case_group = np.searchsorted(groups, case_key * num_sentences + sentence_of_word[case_word])
         pair_hit = predicted[:, :, pair_query] == pair_answer  # [L, H, pairs]
-        # Sums per key over pairs sorted by key (integer reductions: no BLAS threads woken).
-        by_key = np.argsort(pair_key, kind="stable")
-        key_starts = np.searchsorted(pair_key[by_key], np.arange(len(used_keys)))
-        correct = np.add.reduceat(pair_hit[:, :, by_key].astype(np.int64), key_starts, axis=-1)  # [L, H, keys]
+        # Sums per group over pairs sorted by group (integer reductions: no BLAS threads woken).
+        by_group = np.argsort(pair_group, kind="stable")
+        group_starts = np.searchsorted(pair_group[by_group], np.arange(len(groups)))
+        # [G, L, H]: the group first, like every other per-group array below.
+        correct = np.add.reduceat(pair_hit[:, :, by_group].astype(np.int64), group_starts, axis=-1).transpose(2, 0, 1)
         offset_index = np.full(2 * BASELINE_REACH + 1, -1, dtype=np.int64)
         offset_index[np.array(BASELINE_OFFSETS) + BASELINE_REACH] = np.arange(len(BASELINE_OFFSETS))
         pair_offset = pair_answer - pair_query
@@ -362,22 +428,43 @@ class DependencyAccumulator:
             in_reach, offset_index[np.clip(pair_offset, -BASELINE_REACH, BASELINE_REACH) + BASELINE_REACH], -1
         )
         scored_pairs = pair_baseline >= 0  # -1: no baseline offset
-        baseline = np.zeros((len(used_keys), len(BASELINE_OFFSETS)), dtype=np.int64)
-        np.add.at(baseline, (pair_key[scored_pairs], pair_baseline[scored_pairs]), 1)  # [keys, K]
-        case_count = np.bincount(case_key, minlength=len(used_keys))
+        baseline = np.zeros((len(groups), len(BASELINE_OFFSETS)), dtype=np.int64)
+        np.add.at(baseline, (pair_group[scored_pairs], pair_baseline[scored_pairs]), 1)  # [G, K]
+        cases = np.bincount(case_group, minlength=len(groups)).astype(np.int64)  # [G]
+        # Groups summed per (key, half): the sentences' sums, squares and products.
+        halves = np.array([split_half(sentence) for sentence in sentences], dtype=np.int64)
+        cell = (groups // num_sentences) * 2 + halves[groups % num_sentences]
+        by_cell = np.argsort(cell, kind="stable")
+        cells, cell_starts = np.unique(cell[by_cell], return_index=True)
+        correct, baseline, cases = correct[by_cell], baseline[by_cell], cases[by_cell]
+        per_case = cases.reshape(-1, 1, 1)
+        sums = {
+            name: np.add.reduceat(values, cell_starts, axis=0)
+            for name, values in {
+                "count": cases,
+                "count_squares": cases * cases,
+                "sentences": np.ones_like(cases),
+                "correct": correct,
+                "correct_squares": correct * correct,
+                "correct_count": correct * per_case,
+                "baseline": baseline,
+                "baseline_squares": baseline * baseline,
+                "baseline_count": baseline * cases[:, None],
+                "correct_baseline": correct[..., None] * baseline[:, None, None, :],  # [G, L, H, K]
+            }.items()
+        }
         labels = list(label_index)
-        for index, key in enumerate(used_keys.tolist()):
+        for index, (key, half) in enumerate(zip((cells // 2).tolist(), (cells % 2).tolist())):
+            key = int(used_keys[key])
             name = ("parent", labels[key]) if key < num_labels else ("child", labels[key - num_labels])
-            self._add_counts(name, correct[:, :, index], baseline[index], int(case_count[index]))
+            totals = self._totals_of(name)
+            for total, values in sums.items():
+                totals[total][half] += values[index]
 
-    def _add_counts(self, key: tuple[str, str], correct: np.ndarray, baseline: np.ndarray, count: int) -> None:
-        if key not in self.correct:
-            self.correct[key] = np.zeros(self.shape, dtype=np.int64)
-            self.baseline[key] = np.zeros(len(BASELINE_OFFSETS), dtype=np.int64)
-            self.count[key] = 0
-        self.correct[key] += correct
-        self.baseline[key] += baseline
-        self.count[key] += count
+    def _totals_of(self, key: tuple[str, str]) -> dict[str, np.ndarray]:
+        if key not in self.totals:
+            self.totals[key] = {name: np.zeros(self._shape_of(name), dtype=np.int64) for name in _TOTALS}
+        return self.totals[key]
 
     def merge(self, other: DependencyAccumulator) -> None:
         """Add another accumulator's counts (of other sentences). Integer counts: any order gives the same sums."""
@@ -386,69 +473,128 @@ class DependencyAccumulator:
         if other.shape is not None and self.shape is not None and other.shape != self.shape:
             raise HeadscopeError("runs from models of different sizes cannot be scored together")
         self.shape = self.shape or other.shape
-        for key in other.count:
-            self._add_counts(key, other.correct[key], other.baseline[key], other.count[key])
+        for key, sums in other.totals.items():
+            totals = self._totals_of(key)
+            for name, values in sums.items():
+                totals[name] += values
         self.num_sentences += other.num_sentences
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Every count as plain arrays (no pickle needed to save them); ``from_arrays`` reads them back."""
-        keys = list(self.count)
-        num_layers, num_heads = self.shape or (0, 0)
-        return {
+        keys = list(self.totals)
+        arrays = {
             "full_relations": np.array(self.full_relations),
             "num_sentences": np.array(self.num_sentences, dtype=np.int64),
-            "shape": np.array([num_layers, num_heads] if self.shape else [], dtype=np.int64),
+            "shape": np.array(list(self.shape) if self.shape else [], dtype=np.int64),
             "keys": np.array(keys, dtype=str).reshape(len(keys), 2),  # (direction, relation)
-            "correct": np.array([self.correct[key] for key in keys], dtype=np.int64).reshape(
-                len(keys), num_layers, num_heads
-            ),
-            "baseline": np.array([self.baseline[key] for key in keys], dtype=np.int64).reshape(
-                len(keys), len(BASELINE_OFFSETS)
-            ),
-            "count": np.array([self.count[key] for key in keys], dtype=np.int64),
         }
+        for name in _TOTALS:
+            arrays[name] = np.array([self.totals[key][name] for key in keys], dtype=np.int64).reshape(
+                len(keys), *self._shape_of(name)
+            )
+        return arrays
 
     @classmethod
     def from_arrays(cls, arrays) -> DependencyAccumulator:
-        """The accumulator ``to_arrays`` saved; ValueError when the arrays do not fit together."""
+        """The accumulator ``to_arrays`` saved; ValueError or KeyError when the arrays do not fit together."""
         accumulator = cls(full_relations=bool(arrays["full_relations"]))
         accumulator.num_sentences = int(arrays["num_sentences"])
         shape = tuple(int(size) for size in arrays["shape"])
-        keys, correct, baseline, count = arrays["keys"], arrays["correct"], arrays["baseline"], arrays["count"]
-        if (
-            len(shape) not in (0, 2)
-            or correct.shape != (len(keys), *(shape or (0, 0)))
-            or (baseline.shape != (len(keys), len(BASELINE_OFFSETS)) or count.shape != (len(keys),))
-        ):
+        if len(shape) not in (0, 2):
             raise ValueError("dependency counts of inconsistent shapes")
         accumulator.shape = shape or None
+        keys = arrays["keys"]
+        if keys.shape != (len(keys), 2) or any(
+            arrays[name].shape != (len(keys), *accumulator._shape_of(name)) for name in _TOTALS
+        ):
+            raise ValueError("dependency counts of inconsistent shapes")
         for index, (direction, relation) in enumerate(keys.tolist()):
             if direction not in DIRECTIONS:
                 raise ValueError(f"unknown direction {direction!r}")
-            accumulator._add_counts((str(direction), str(relation)), correct[index], baseline[index], int(count[index]))
+            totals = accumulator._totals_of((str(direction), str(relation)))
+            for name in _TOTALS:
+                totals[name] += arrays[name][index].astype(np.int64)
         return accumulator
 
     def result(self) -> pd.DataFrame:
-        """One row per (relation, direction, layer, head), sorted by relation, direction, layer, head."""
-        if self.shape is None or not self.count:
+        """One row per (relation, direction, layer, head), sorted by relation, direction, layer, head.
+
+        Columns ``DEPENDENCY_COLUMNS``: the whole corpus (``accuracy``, ``count``, the best offset there),
+        then the selection half (the baseline offset is chosen there) and the held-out half (the head's
+        accuracy, the selection half's offset's accuracy, and standard errors over sentences).
+        """
+        if self.shape is None or not self.totals:
             return pd.DataFrame(columns=DEPENDENCY_COLUMNS)
         num_layers, num_heads = self.shape
-        keys = sorted(self.count, key=lambda k: (k[1], DIRECTIONS.index(k[0])))
         heads = num_layers * num_heads
-        counts = np.array([self.count[key] for key in keys], dtype=np.int64)
-        best = np.array([int(np.argmax(self.baseline[key])) for key in keys], dtype=np.int64)
-        # One frame of every key's L x H rows at once (a frame per relation and direction cost 0.1 s a profile).
+        keys = sorted(self.totals, key=lambda k: (k[1], DIRECTIONS.index(k[0])))
+        halves = {name: np.stack([self.totals[key][name] for key in keys]) for name in _TOTALS}  # [keys, 2, ...]
+        whole = {name: values.sum(axis=1) for name, values in halves.items()}
+        held = {name: values[:, HELDOUT] for name, values in halves.items()}
+        selection = {name: values[:, SELECTION] for name, values in halves.items()}
+        keys_index = np.arange(len(keys))
+
+        def ratio(numerator, denominator):
+            denominator = np.asarray(denominator, dtype=float).reshape(len(keys), *([1] * (np.ndim(numerator) - 1)))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(denominator > 0, numerator / denominator, np.nan)
+
+        def per_key(values):  # [keys] -> one value per row
+            return np.repeat(values, heads)
+
+        def per_head(values):  # [keys, L, H] -> rows
+            return values.reshape(len(keys), heads).ravel()
+
+        def standard_error(total, squares, cross, sums):
+            expand = (len(keys), 1, 1)
+            return stats.ratio_standard_error(
+                total,
+                squares,
+                cross,
+                sums["count"].reshape(expand),
+                sums["count_squares"].reshape(expand),
+                sums["sentences"].reshape(expand),
+            )
+
+        best = whole["baseline"].argmax(axis=1)  # nearest offset first: ties go to the nearer one
+        chosen = selection["baseline"].argmax(axis=1)  # the held-out baseline: the offset the selection half chose
+        held_baseline = held["baseline"][keys_index, chosen]
+        # The margin's per-sentence value is c_s - b_s at that offset: its sums of squares and products.
+        held_squares = (
+            held["correct_squares"]
+            - 2 * held["correct_baseline"][keys_index, :, :, chosen]
+            + held["baseline_squares"][keys_index, chosen][:, None, None]
+        )
+        held_cross = held["correct_count"] - held["baseline_count"][keys_index, chosen][:, None, None]
         return pd.DataFrame(
             {
                 "relation": np.repeat([label for _, label in keys], heads),
                 "direction": np.repeat([direction for direction, _ in keys], heads),
                 "layer": np.tile(np.repeat(np.arange(num_layers), num_heads), len(keys)),
                 "head": np.tile(np.arange(num_heads), num_layers * len(keys)),
-                "accuracy": (np.stack([self.correct[key].ravel() for key in keys]) / counts[:, None]).ravel(),
-                "count": np.repeat(counts, heads),
-                "baseline_offset": np.repeat(np.array(BASELINE_OFFSETS)[best], heads),
-                "baseline_accuracy": np.repeat(
-                    [self.baseline[key][index] / self.count[key] for key, index in zip(keys, best)], heads
+                "accuracy": per_head(ratio(whole["correct"], whole["count"])),
+                "count": per_key(whole["count"]),
+                "baseline_offset": per_key(np.array(BASELINE_OFFSETS)[best]),
+                "baseline_accuracy": per_key(ratio(whole["baseline"][keys_index, best], whole["count"])),
+                "sentences": per_key(whole["sentences"]),
+                "accuracy_se": per_head(
+                    standard_error(whole["correct"], whole["correct_squares"], whole["correct_count"], whole)
+                ),
+                "selection_accuracy": per_head(ratio(selection["correct"], selection["count"])),
+                "selection_count": per_key(selection["count"]),
+                "selection_baseline_offset": per_key(np.array(BASELINE_OFFSETS)[chosen]),
+                "selection_baseline_accuracy": per_key(
+                    ratio(selection["baseline"][keys_index, chosen], selection["count"])
+                ),
+                "heldout_accuracy": per_head(ratio(held["correct"], held["count"])),
+                "heldout_count": per_key(held["count"]),
+                "heldout_sentences": per_key(held["sentences"]),
+                "heldout_baseline_accuracy": per_key(ratio(held_baseline, held["count"])),
+                "heldout_accuracy_se": per_head(
+                    standard_error(held["correct"], held["correct_squares"], held["correct_count"], held)
+                ),
+                "heldout_margin_se": per_head(
+                    standard_error(held["correct"] - held_baseline[:, None, None], held_squares, held_cross, held)
                 ),
             }
         )[DEPENDENCY_COLUMNS]
@@ -460,8 +606,9 @@ def dependency_scores(
     """Clark et al. (2019) dependency accuracy of every head, per relation and direction.
 
     ``word_runs``: one run per sentence (token-level runs from ``model.run(sentence.words)``, or
-    their ``to_words()``); ``sentences``: the matching trees. Columns: relation, direction, layer,
-    head, accuracy, count, baseline_offset, baseline_accuracy.
+    their ``to_words()``); ``sentences``: the matching trees. Columns: ``DEPENDENCY_COLUMNS`` (relation,
+    direction, layer, head, accuracy, count, baseline_offset, baseline_accuracy over the whole corpus,
+    then each half's numbers: ``DependencyAccumulator.result``).
     """
     word_runs, sentences = list(word_runs), list(sentences)
     if len(word_runs) != len(sentences):

@@ -52,7 +52,11 @@ if run.num_tokens <= mc.deeper.MAX_FLOW_TOKENS and widgets.url_toggle(
         key="deeper_flow_chart",
         filename="headscope-flow",
     )
-    st.caption("The maximum flow from each token after this layer to each input token, with the same capacities.")
+    st.caption(
+        "The maximum flow from each token after this layer to each input token, with the same capacities; "
+        "each row divided by its sum (as in the authors' released code), so a row shares out 1 like rollout's. "
+        "The raw max-flow values: mha_core.attention_flow(run, normalize=False)."
+    )
 
 # ---- 2. norm-based attention ----------------------------------------------------------------------------
 st.subheader("2. Weight against norm: ||α f(x)||")

@@ -30,6 +30,8 @@ GLOSSARY = """
 - **Syntactic / coreference / decoder**: found on many sentences (the corpus profile) or on repeated random
   tokens, never on one sentence: which head finds a word's grammatical parent, a pronoun's antecedent, the token
   after an earlier copy of the current one (induction).
+- **Held-out half**: a syntactic head is picked on half of the sentences and must prove itself on the other half,
+  so a head that won by luck among many does not get the role.
 - **Entropy**: how spread out a row of attention is: 0 = all on one token, 1 (normalised) = evenly on all.
 - **Jensen-Shannon distance**: how different two heads' attention is, 0 (identical) to 1 bit (disjoint).
 - **MDS map**: the heads placed on a plane so that their distances match the Jensen-Shannon distances as well as
@@ -37,6 +39,29 @@ GLOSSARY = """
 """
 MAP_KEY, LAYOUT_KEY = "roles_map", "roles_layout"
 ROLE_SOURCES = {"sentence": "this sentence", "corpus": "the corpus"}
+# The held-out table's columns (mha_core.best_heldout_heads): label, number format, help.
+HELDOUT_TABLE = {
+    "relation": ("relation", None, ""),
+    "direction": ("direction", None, ""),
+    "layer": ("layer", "%d", "chosen on the selection half"),
+    "head": ("head", "%d", "chosen on the selection half"),
+    "count": ("cases", "%d", "cases of the relation in all profiled sentences"),
+    "selection_accuracy": ("selection: accuracy", "percent", "the head's accuracy on the half it was chosen on"),
+    "selection_baseline_accuracy": ("selection: offset", "percent", "the best fixed offset on that half"),
+    "heldout_accuracy": ("held-out: accuracy", "percent", "the same head on the other half"),
+    "heldout_baseline_accuracy": ("held-out: offset", "percent", "the selection half's offset on the other half"),
+    "heldout_margin": ("held-out margin", "percent", "held-out accuracy minus held-out offset accuracy"),
+    "heldout_margin_low": ("margin 95% CI from", "percent", "over sentences"),
+    "heldout_margin_high": ("margin 95% CI to", "percent", "over sentences"),
+    "heldout_count": ("held-out cases", "%d", ""),
+    "heldout_rank": ("held-out rank", "%d", "1: still the best head on the held-out half"),
+    "holm_p_value": (
+        "Holm p",
+        "%.1e",
+        f"one-sided test of a held-out margin above {mha_core.roles.SYNTACTIC_MIN_MARGIN:+.0%}, Holm-adjusted",
+    ),
+    "named": ("role named", None, ""),
+}
 
 
 def select_from_chart(chart_key: str) -> None:
@@ -136,6 +161,9 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
                 "n": st.column_config.NumberColumn("n", format="%d"),
             },
         )
+        # The evidence in full (a table cell cuts it): a syntactic role's both halves, every role's numbers.
+        for role, evidence in zip(own["role"], own["evidence"]):
+            st.caption(f"**{role}**: {evidence}")
     left, right = st.columns([3, 2])
     with left:
         widgets.show_chart(
@@ -185,7 +213,7 @@ with widgets.error_display():
     st.caption(
         "The letter in a cell says where its evidence comes from: s = this sentence only, c = the corpus "
         "profile, r = repeated random tokens. A role is named only when its 95% interval clears what chance "
-        "would give."
+        "would give; a syntactic role only when it holds on sentences it was not chosen on (table below)."
     )
     st.caption(" · ".join(f"{family}: {counts.get(family, 0)}" for family in ROLE_FAMILIES if counts.get(family, 0)))
     widgets.show_chart(
@@ -212,10 +240,15 @@ with widgets.error_display():
         st.dataframe(effect, hide_index=True, width="stretch")
 
     if dependency is not None:
-        st.subheader("Best head per dependency relation")
+        st.subheader("Best head per dependency relation, chosen on one half and tested on the other")
         st.caption(
-            "Clark et al. (2019): accuracy of the head's word-level argmax at finding the parent "
-            "(or a child) against the best fixed-offset baseline, on UD English EWT dev."
+            "Clark et al. (2019): accuracy of the head's word-level argmax at finding the parent (or a child) "
+            "against a fixed-offset baseline, on UD English EWT dev. The sentences fall in two halves by a hash "
+            "of their words: the head and the offset are chosen on the selection half, then measured on the "
+            "held-out half, with a 95% interval over sentences. A role is named (last column) only when the "
+            f"held-out margin beats +{mha_core.roles.SYNTACTIC_MIN_MARGIN:.0%} in a one-sided test, Holm-corrected "
+            f"over every head, relation and direction tried (relations with >= {mha_core.roles.SYNTACTIC_MIN_COUNT}"
+            " cases)."
         )
         min_count = widgets.url_number(
             st.number_input,
@@ -226,26 +259,17 @@ with widgets.error_display():
             url_key="min_count",
             default=20,
         )
-        best = mha_core.best_dependency_heads(dependency, min_count=int(min_count))
+        best = mha_core.best_heldout_heads(dependency, min_count=int(min_count))
         st.dataframe(
-            best[
-                [
-                    "relation",
-                    "direction",
-                    "layer",
-                    "head",
-                    "accuracy",
-                    "baseline_accuracy",
-                    "margin",
-                    "baseline_offset",
-                    "count",
-                ]
-            ],
+            best[list(HELDOUT_TABLE)],
             hide_index=True,
             width="stretch",
             column_config={
-                c: st.column_config.NumberColumn(format="%.3f") for c in ("accuracy", "baseline_accuracy", "margin")
-            },
+                column: st.column_config.NumberColumn(label, format=number_format, help=help_text or None)
+                for column, (label, number_format, help_text) in HELDOUT_TABLE.items()
+                if number_format is not None
+            }
+            | {"named": st.column_config.CheckboxColumn("role named")},
         )
 
     st.subheader("Map of heads")

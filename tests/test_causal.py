@@ -5,6 +5,7 @@ Small random checkpoints (with their heads) are built here; the embedded models 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -230,14 +231,14 @@ def test_bad_ablations_are_clear_errors(lm):
 def test_gradient_importance_equals_finite_differences(tmp_path):
     model = mc.load_model(str(build_lm(tmp_path / "gpt2", "gpt2")))
     texts = [TEXT, "Where did you put the book?"]
-    frame = mc.head_importance(model, texts, normalize=False, batch_size=1)  # |.| per text
-    batched = mc.head_importance(model, texts, normalize=False, batch_size=2)  # |.| of the sum over both
+    frame = mc.head_importance(model, texts, normalize=False, batch_size=1)  # one text per pass
+    batched = mc.head_importance(model, texts, normalize=False, batch_size=2)  # both in one pass: |.| still per text
     assert frame.attrs["method"] == "gradient" and list(frame.columns[:2]) == ["layer", "head"]
     projections = model.output_projections()
     step = 1e-4  # float64 differences: truncation error ~ step^2, rounding ~ 1e-16 / step
     for layer, head in [(0, 0), (1, 2)]:
         # dL/dxi by central differences in float64, summed over texts as |.| per text.
-        total, signed = 0.0, 0.0
+        total = 0.0
         for text in texts:
             ids = torch.tensor([model.encode(text).input_ids])
             values = []
@@ -260,15 +261,48 @@ def test_gradient_importance_equals_finite_differences(tmp_path):
                     handle.remove()
                     model.lm_model.float()
             total += abs(values[0] - values[1]) / (2 * step)
-            signed += (values[0] - values[1]) / (2 * step)
-        row = frame[(frame["layer"] == layer) & (frame["head"] == head)].iloc[0]
-        np.testing.assert_allclose(row["raw"], total, rtol=1e-3)
-        row = batched[(batched["layer"] == layer) & (batched["head"] == head)].iloc[0]
-        np.testing.assert_allclose(row["raw"], abs(signed), rtol=1e-3, atol=1e-6)
+        for table in (frame, batched):
+            row = table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
+            np.testing.assert_allclose(row["raw"], total, rtol=1e-3)
     # Normalised per layer: each layer's scores have unit L2 norm over its heads.
     normed = mc.head_importance(model, texts)
     norms = normed.groupby("layer")["importance"].apply(lambda v: float(np.sqrt((v**2).sum())))
     np.testing.assert_allclose(norms.to_numpy(), 1.0, rtol=1e-5)  # float32 sums of squares
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_gradient_importance_takes_the_absolute_value_per_text_in_any_batch(tmp_path, family):
+    """A loop over texts written here: each text alone, dL/dxi_h = sum over its positions of (head h's slice of
+    the output projection's input) . (its gradient), which is the gate's derivative at xi = 1 without a gate."""
+    model = mc.load_model(str(build_lm(tmp_path / family, family)))
+    texts = [TEXT, "Where did you put the book?", "No.", "The keys to the cabinet are on the table, said the cat."]
+    projections = model.output_projections()
+    expected = np.zeros((model.num_layers, model.num_heads))
+    for text in texts:
+        ids = torch.tensor([model.encode(text).input_ids])
+        inputs = {}
+
+        def keep(module, args, layer=None, inputs=inputs):
+            args[0].retain_grad()
+            inputs[layer] = args[0]
+
+        handles = [p.register_forward_pre_hook(functools.partial(keep, layer=i)) for i, p in enumerate(projections)]
+        try:
+            with torch.enable_grad():
+                logits = model.lm_model(input_ids=ids).logits[0]
+                torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:]).backward()
+        finally:
+            for handle in handles:
+                handle.remove()
+            model.lm_model.zero_grad(set_to_none=True)
+        for layer, x in inputs.items():
+            per_head = (x * x.grad).detach().reshape(*x.shape[:-1], model.num_heads, -1).sum(dim=(0, 1, 3))
+            expected[layer] += per_head.abs().double().numpy()
+    for batch_size in (1, 3, 8):  # one text per pass, a batch that splits the texts, all texts in one pass
+        raw = mc.head_importance(model, texts, normalize=False, batch_size=batch_size)
+        np.testing.assert_allclose(
+            raw["raw"].to_numpy().reshape(model.num_layers, model.num_heads), expected, rtol=2e-4, atol=1e-7
+        )
 
 
 def test_a_head_with_zero_output_weights_has_zero_importance(tmp_path):

@@ -509,6 +509,17 @@ def test_head_table_names_roles_only_from_frequent_relations():
                 "count": count,
                 "baseline_offset": 1,
                 "baseline_accuracy": 0.4,
+                # the same on both halves, measured to +-0.03 over sentences
+                "selection_accuracy": accuracy,
+                "selection_count": count // 2,
+                "selection_baseline_offset": 1,
+                "selection_baseline_accuracy": 0.4,
+                "heldout_accuracy": accuracy,
+                "heldout_count": count - count // 2,
+                "heldout_sentences": 30,
+                "heldout_baseline_accuracy": 0.4,
+                "heldout_accuracy_se": 0.03,
+                "heldout_margin_se": 0.03,
             }
         )
 
@@ -520,6 +531,8 @@ def test_head_table_names_roles_only_from_frequent_relations():
     assert not table["roles"].str.contains("vocative").any()  # 22 examples: not enough to name a role
     assert table["best_relation"].tolist() == ["det", "det"]
     np.testing.assert_allclose(table["best_relation_margin"], [0.5, 0.05])
+    np.testing.assert_allclose(table["best_relation_heldout_accuracy"], [0.9, 0.45])
+    np.testing.assert_allclose(table["best_relation_heldout_baseline"], [0.4, 0.4])
     assert table["primary_role"].iloc[0] == "syntactic:det:parent"
 
 

@@ -64,9 +64,9 @@ def test_flow_on_a_hand_built_graph():
     expected = np.array(
         [[sum(min(mixed[1][i, k], mixed[0][k, j]) for k in range(3)) for j in range(3)] for i in range(3)]
     )
-    np.testing.assert_allclose(mc.attention_flow(run), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mc.attention_flow(run, normalize=False), expected, rtol=1e-5, atol=1e-6)
     # One layer: the flow is the edge itself.
-    np.testing.assert_allclose(mc.attention_flow(run, layer=0), mixed[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mc.attention_flow(run, layer=0, normalize=False), mixed[0], rtol=1e-5, atol=1e-6)
     with pytest.raises(HeadscopeError, match="out of range"):
         mc.attention_flow(run, layer=2)
 
@@ -80,10 +80,15 @@ def test_flow_equals_networkx_max_flow():
     reference = nx.DiGraph()
     for source, target, capacity in zip(graph["source"], graph["target"], graph["capacity"]):
         reference.add_edge(int(source), int(target), capacity=float(capacity))
-    flow = mc.attention_flow(run)
+    flow = mc.attention_flow(run, normalize=False)
     expected = np.array([[nx.maximum_flow_value(reference, 4 * 5 + i, j) for j in range(5)] for i in range(5)])
     np.testing.assert_allclose(flow, expected, rtol=1e-6, atol=1e-6)
     assert np.all(flow <= 1 + 1e-6)  # a token's row of the top layer carries at most its capacity 1
+    # The default view, as the authors' compute_flows: each output node's flow values divided by their sum.
+    normalised = np.array([row / row.sum() for row in expected])
+    np.testing.assert_allclose(mc.attention_flow(run), normalised, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(mc.attention_flow(run).sum(axis=-1), 1.0, atol=1e-6)
+    assert not np.allclose(flow.sum(axis=-1), 1.0, atol=1e-3)  # the raw rows are not distributions here
     with pytest.raises(HeadscopeError, match="more than"):
         mc.attention_flow(toy_run(random_attentions(1, 1, 5)), max_tokens=4)
 

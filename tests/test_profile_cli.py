@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,23 @@ def test_write_table_is_atomic(tmp_path, monkeypatch):
 def test_profile_cli_rejects_a_bad_shard_size_before_loading(tmp_path, capsys):
     assert main(["profile", "--model", "no-such-model", "--shard-size", "0", "--out", str(tmp_path / "h.csv")]) == 2
     assert "shard_size must be a whole number of at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_tables_are_written_with_the_mode_of_the_users_other_files(tmp_path, umask):
+    from mha_core.corpus import write_table
+
+    table = pd.DataFrame({"layer": [0], "head": [1]})
+    previous = os.umask(umask)
+    try:
+        written = [write_table(table, tmp_path / f"heads{suffix}") for suffix in (".csv", ".parquet")]
+        with open(tmp_path / "other.txt", "w") as handle:  # what open() gives any other file of the user
+            handle.write("x")
+    finally:
+        os.umask(previous)
+    expected = 0o666 & ~umask
+    assert stat.S_IMODE((tmp_path / "other.txt").stat().st_mode) == expected
+    for path in written:
+        assert stat.S_IMODE(path.stat().st_mode) == expected, oct(path.stat().st_mode)
+    assert pd.read_csv(written[0]).equals(table)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heads.csv", "heads.parquet", "other.txt"]  # no leftovers

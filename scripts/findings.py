@@ -1,0 +1,431 @@
+"""Every table of docs/findings/ and the numbers of docs/findings.md, from one place.
+
+    .venv/bin/python scripts/findings.py                  list the targets
+    .venv/bin/python scripts/findings.py minilm-profile   write one table (or several, in the order given)
+    .venv/bin/python scripts/findings.py all              write every table (SmolLM2's take about an hour here)
+    .venv/bin/python scripts/findings.py report           print docs/findings.md's tables from the written files
+
+Each target is one command of the library (``python -m mha_core ...``) or one call of it, printed before it
+runs, so a table can also be made by hand. ``report`` runs no model: it reads the tables and prints the
+markdown that docs/findings.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FINDINGS = ROOT / "docs" / "findings"
+# Relations shown in the findings' tables: those with at least this many cases in the dev split (roles are
+# tried from roles.SYNTACTIC_MIN_COUNT on; the rarer rows show what the held-out test does with them).
+SHOWN_MIN_COUNT = 50
+
+
+def findings_file(name: str) -> str:
+    return str((FINDINGS / name).relative_to(ROOT))
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table (or pair of tables): made by a command line of ``python -m mha_core`` or by a call."""
+
+    writes: tuple[str, ...]
+    command: tuple[str, ...] = ()
+    call: Callable[[], None] | None = None
+    call_text: str = ""
+    needs: tuple[str, ...] = ()  # targets whose tables this one reads ("all" runs them first: TARGETS' order)
+
+    def run(self) -> None:
+        if self.command:
+            line = [sys.executable, "-m", "mha_core", *self.command]
+            print("$ python -m mha_core " + " ".join(self.command), flush=True)
+            subprocess.run(line, cwd=ROOT, check=True)
+        else:
+            print(f">>> {self.call_text}", flush=True)
+            self.call()
+
+
+def minilm_coreference() -> None:
+    import mha_core as mc
+    from mha_core.corpus import write_table
+
+    write_table(mc.coreference_scores(mc.load_model("minilm")), FINDINGS / "minilm_coreference.csv")
+
+
+def smollm2_decoder_heads() -> None:
+    import mha_core as mc
+    from mha_core.corpus import write_table
+
+    scores = mc.decoder_head_scores(mc.load_model("smollm2"), seq_len=50, repeats=2, batch=8, seed=0)
+    write_table(scores, FINDINGS / "smollm2_decoder_heads.csv")
+
+
+def cli(line: str) -> tuple[str, ...]:
+    """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
+    return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
+
+
+TARGETS: dict[str, Target] = {
+    "minilm-profile": Target(
+        writes=("minilm_ud_ewt_dev_heads.csv", "minilm_ud_ewt_dev_heads.dependency.csv"),
+        command=cli("profile --model minilm --corpus ud-ewt-dev --batch-size 16 --out {minilm_ud_ewt_dev_heads.csv}"),
+    ),
+    "mpnet-profile": Target(
+        writes=("mpnet_ud_ewt_dev_heads.csv", "mpnet_ud_ewt_dev_heads.dependency.csv"),
+        command=cli(
+            "profile --model mpnet --corpus ud-ewt-dev --batch-size 16 --shard-size 100 "
+            "--out {mpnet_ud_ewt_dev_heads.csv}"
+        ),
+    ),
+    "minilm-coreference": Target(
+        writes=("minilm_coreference.csv",),
+        call=minilm_coreference,
+        call_text="write_table(mc.coreference_scores(mc.load_model('minilm')), 'docs/findings/minilm_coreference.csv')",
+    ),
+    "minilm-role-ablation": Target(
+        writes=("minilm_role_ablation.csv",),
+        command=cli(
+            "ablate --model minilm --experiment roles --roles-table {minilm_ud_ewt_dev_heads.csv} "
+            "--role-column primary_role --max-sentences 50 --draws 4 --out {minilm_role_ablation.csv}"
+        ),
+        needs=("minilm-profile",),
+    ),
+    "minilm-importance": Target(
+        writes=("minilm_importance.csv", "minilm_pruning.csv"),
+        command=cli(
+            "importance --model minilm --method ablation --max-sentences 20 --steps 10 --seeds 2 "
+            "--out {minilm_importance.csv} --pruning-out {minilm_pruning.csv}"
+        ),
+    ),
+    "smollm2-decoder": Target(
+        writes=("smollm2_decoder_heads.csv",),
+        call=smollm2_decoder_heads,
+        call_text="write_table(mc.decoder_head_scores(mc.load_model('smollm2'), seq_len=50, repeats=2, batch=8, "
+        "seed=0), 'docs/findings/smollm2_decoder_heads.csv')",
+    ),
+    "smollm2-induction-ablation": Target(
+        writes=("smollm2_induction_ablation.csv",),
+        command=cli(
+            "ablate --model smollm2 --experiment induction --top-k 5 --draws 4 --out {smollm2_induction_ablation.csv}"
+        ),
+    ),
+    "smollm2-role-ablation": Target(
+        writes=("smollm2_role_ablation.csv",),
+        command=cli(
+            "ablate --model smollm2 --experiment roles --roles-table {smollm2_decoder_heads.csv} "
+            "--score-columns previous_token,duplicate_token,induction --top-k 5 --max-sentences 20 --draws 3 "
+            "--out {smollm2_role_ablation.csv}"
+        ),
+        needs=("smollm2-decoder",),
+    ),
+    "smollm2-importance": Target(
+        writes=("smollm2_importance.csv", "smollm2_pruning.csv"),
+        command=cli(
+            "importance --model smollm2 --max-sentences 20 --steps 10 --seeds 2 "
+            "--out {smollm2_importance.csv} --pruning-out {smollm2_pruning.csv}"
+        ),
+    ),
+}
+
+
+# ---- report: the markdown of docs/findings.md ------------------------------------------------------------
+def percent(value: float, signed: bool = False) -> str:
+    return "-" if value != value else f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def markdown(header: list[str], rows: list[list[str]], right_from: int = 1) -> str:
+    align = ["---" if index < right_from else "---:" for index in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def relation_table(dependency, direction: str) -> str:
+    """The best head per relation, chosen on the selection half, with both halves and the held-out test."""
+    from mha_core.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
+
+    best = best_heldout_heads(dependency, min_count=SHOWN_MIN_COUNT)
+    best = best[best["direction"] == direction]
+    rows = []
+    for r in best.itertuples():
+        if r.count < SYNTACTIC_MIN_COUNT:
+            role = f"not tried (n < {SYNTACTIC_MIN_COUNT})"
+        elif not r.tested:
+            role = "not tested (selection margin < +10%)"
+        else:
+            role = f"**named** (p = {r.holm_p_value:.1g})" if r.named else f"no (p = {min(r.holm_p_value, 1):.2g})"
+        rows.append(
+            [
+                r.relation,
+                str(r.count),
+                f"{r.layer}-{r.head}",
+                f"{percent(r.selection_accuracy)} vs {percent(r.selection_baseline_accuracy)} "
+                f"({r.selection_baseline_offset:+d})",
+                percent(r.heldout_accuracy),
+                percent(r.heldout_baseline_accuracy),
+                f"{percent(r.heldout_margin, True)} ({percent(r.heldout_margin_low, True)} to "
+                f"{percent(r.heldout_margin_high, True)})",
+                str(r.heldout_rank),
+                role,
+            ]
+        )
+    header = [
+        "relation",
+        "n",
+        "head",
+        "selection half: head vs offset",
+        "held-out: head",
+        "held-out: offset",
+        "held-out margin (95% CI)",
+        "held-out rank",
+        "role (Holm p)",
+    ]
+    return markdown(header, rows, right_from=1)
+
+
+def whole_corpus_rule(dependency, min_count: int):
+    """The rule syntactic roles had before the held-out test, for comparison only: whole-corpus margin >= 0.10
+    over the best offset, at least ``min_count`` cases, Wilson interval over cases above the baseline."""
+    from mha_core.roles import SYNTACTIC_MIN_MARGIN
+    from mha_core.stats import wilson_interval
+
+    low, _ = wilson_interval(dependency["accuracy"], dependency["count"])
+    return dependency[
+        (dependency["accuracy"] - dependency["baseline_accuracy"] >= SYNTACTIC_MIN_MARGIN)
+        & (dependency["count"] >= min_count)
+        & (low > dependency["baseline_accuracy"])
+    ]
+
+
+def rule_comparison(name: str, dependency, heads) -> list[str]:
+    """What the whole-corpus rule and the held-out test name, at the roles' count and at a lower one."""
+    from mha_core.roles import SYNTACTIC_MIN_COUNT, syntactic_tests
+
+    rows = []
+    for min_count in (SYNTACTIC_MIN_COUNT, SHOWN_MIN_COUNT):
+        old = whole_corpus_rule(dependency, min_count)
+        tests = syntactic_tests(dependency, min_count=min_count)
+        new = tests[tests["named"]]
+        rare = dependency[(dependency["count"] >= min_count) & (dependency["count"] < SYNTACTIC_MIN_COUNT)]
+        rare_relations = sorted(set(rare["relation"]))
+        rows.append(
+            [
+                name,
+                str(min_count),
+                f"{int(tests['tried'].sum())}",
+                f"{len(old)} roles on {old[['layer', 'head']].drop_duplicates().shape[0]} heads",
+                f"{len(new)} roles on {new[['layer', 'head']].drop_duplicates().shape[0]} heads",
+                ", ".join(
+                    f"{relation}: {int((old['relation'] == relation).sum())} -> {int((new['relation'] == relation).sum())}"
+                    for relation in rare_relations
+                )
+                or "-",
+            ]
+        )
+    return rows
+
+
+def stability(dependency) -> str:
+    from mha_core.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
+
+    best = best_heldout_heads(dependency, min_count=SYNTACTIC_MIN_COUNT)
+    parts = []
+    for direction in ("parent", "child"):
+        rows = best[best["direction"] == direction]
+        parts.append(f"{direction}: {int((rows['heldout_rank'] == 1).sum())} of {len(rows)}")
+    return "; ".join(parts)
+
+
+def design_effect(dependency) -> str:
+    """How much wider an interval over sentences is than one that takes every case as an independent draw."""
+    import numpy as np
+
+    from mha_core.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
+
+    best = best_heldout_heads(dependency, min_count=SYNTACTIC_MIN_COUNT)
+    accuracy = best["heldout_accuracy"]
+    ratio = best["heldout_accuracy_se"] / np.sqrt(accuracy * (1 - accuracy) / best["heldout_count"])
+    return f"median {ratio.median():.2f}, from {ratio.min():.2f} to {ratio.max():.2f}"
+
+
+def role_counts(heads) -> str:
+    from mha_core.roles import ROLE_FAMILIES
+
+    family = heads["primary_role"].str.split(":").str[0]
+    counts = family.value_counts()
+    return ", ".join(f"{counts.get(name, 0)} {name}" for name in ROLE_FAMILIES if counts.get(name, 0))
+
+
+def layer_table(heads) -> str:
+    # In these encoders the first token is [CLS] (<s>), a special token: sink mass is special-token mass.
+    by_layer = heads.groupby("layer")[["sink_mass", "punctuation_mass", "normalized_entropy"]].mean()
+    labels = {
+        "sink_mass": "sink mass ([CLS], [SEP])",
+        "punctuation_mass": "punctuation mass",
+        "normalized_entropy": "normalised entropy",
+    }
+    rows = [[labels[column], *(f"{value:.2f}" for value in by_layer[column])] for column in labels]
+    return markdown(["layer", *(str(layer) for layer in by_layer.index)], rows)
+
+
+def report() -> None:
+    import pandas as pd
+
+    from mha_core.roles import (
+        DELIMITER_MIN_MASS,
+        POSITIONAL_MIN_SHARE,
+        SINK_MIN_MASS,
+        SYNTACTIC_ALPHA,
+        syntactic_tests,
+    )
+    from mha_core.stats import holm_adjusted
+
+    comparison = []
+    for name in ("minilm", "mpnet"):
+        heads = pd.read_csv(FINDINGS / f"{name}_ud_ewt_dev_heads.csv")
+        dependency = pd.read_csv(FINDINGS / f"{name}_ud_ewt_dev_heads.dependency.csv")
+        print(f"\n## {name}\n")
+        for direction in ("parent", "child"):
+            print(f"### {direction}\n\n{relation_table(dependency, direction)}\n")
+        print(f"primary roles: {role_counts(heads)}")
+        print(f"selection-half best head still best on the held-out half (n >= 100): {stability(dependency)}")
+        tests = syntactic_tests(dependency)
+        print(
+            f"held-out test: {int(tests['tried'].sum())} rows tried, {int(tests['tested'].sum())} tested, "
+            f"{int(tests['named'].sum())} named; with Holm over the tested rows only: "
+            f"{int((holm_adjusted(tests.loc[tests['tested'], 'p_value']) <= SYNTACTIC_ALPHA).sum())}"
+        )
+        print(f"interval over sentences / over cases (best heads, n >= 100): {design_effect(dependency)}")
+        print(
+            f"sink mass >= {SINK_MIN_MASS}: {int((heads['sink_mass'] >= SINK_MIN_MASS).sum())} heads; "
+            f"punctuation >= {DELIMITER_MIN_MASS}: {int((heads['punctuation_mass'] >= DELIMITER_MIN_MASS).sum())}; "
+            f"positional share >= {POSITIONAL_MIN_SHARE}: "
+            + ", ".join(
+                f"{r.layer}-{r.head} ({r.argmax_offset:+d}, {r.argmax_offset_share:.1%})"
+                for r in heads[heads["argmax_offset_share"] >= POSITIONAL_MIN_SHARE].itertuples()
+            )
+        )
+        print(f"\n{layer_table(heads)}\n")
+        comparison += rule_comparison(name, dependency, heads)
+    print("\n## whole-corpus rule against the held-out test\n")
+    print(
+        markdown(
+            [
+                "model",
+                "relations tried from n >=",
+                "rows tried",
+                "whole-corpus rule",
+                "held-out test",
+                "rarer relations (roles: whole-corpus rule -> held-out test)",
+            ],
+            comparison,
+            right_from=1,
+        )
+    )
+    coreference = pd.read_csv(FINDINGS / "minilm_coreference.csv").sort_values("accuracy", ascending=False)
+    print("\n## minilm coreference\n")
+    print(
+        markdown(
+            ["head", "accuracy", "antecedent over distractor"],
+            [
+                [f"{r.layer}-{r.head}", percent(r.accuracy), percent(r.candidate_accuracy)]
+                for r in coreference.head(4).itertuples()
+            ],
+        )
+    )
+    print(f"mean accuracy over heads: {percent(coreference['accuracy'].mean())}")
+    print("\n## minilm role ablation\n")
+    print(ablation_table(pd.read_csv(FINDINGS / "minilm_role_ablation.csv")))
+    print("\n## smollm2 role ablation\n")
+    print(ablation_table(pd.read_csv(FINDINGS / "smollm2_role_ablation.csv")))
+    induction = pd.read_csv(FINDINGS / "smollm2_induction_ablation.csv")
+    print("\n## smollm2 induction ablation\n")
+    print(
+        markdown(
+            ["condition", "heads", "first half", "repeated half"],
+            [
+                [
+                    r.condition + (f", draw {r.draw}" if r.condition != "none" and "random" in r.condition else ""),
+                    dashed(r.heads),
+                    f"{r.loss_first_half:.2f}",
+                    f"{r.loss_repeated_half:.2f}",
+                ]
+                for r in induction.itertuples()
+            ],
+            right_from=2,
+        )
+    )
+    for name in ("minilm", "smollm2"):
+        pruning = pd.read_csv(FINDINGS / f"{name}_pruning.csv")
+        importance = pd.read_csv(FINDINGS / f"{name}_importance.csv")
+        print(f"\n## {name} pruning\n")
+        print(pruning_table(pruning))
+        top = importance.sort_values("importance", ascending=False).head(8)
+        print("top importance: " + ", ".join(f"{r.layer}-{r.head} {r.importance:.3f}" for r in top.itertuples()))
+        print("raw importance by layer: " + ", ".join(f"{v:.2f}" for v in importance.groupby("layer")["raw"].sum()))
+
+
+def dashed(heads: str) -> str:
+    """ "L18H6 L17H4" as "18-6 17-4" (layer-head, the findings' notation); "-" stays."""
+    return " ".join(h[1:].replace("H", "-") if h.startswith("L") else h for h in heads.split())
+
+
+def ablation_table(table) -> str:
+    """Each group's ablation against random heads of the same number (``causal.group_ablation``)."""
+    rows = [
+        [
+            r.group,
+            dashed(r.head_list),
+            f"{r.after:.4g}",
+            f"{r.after - r.before:+.4g}",
+            f"{r.random_mean - r.before:+.4g} +- {r.random_sd:.2g}",
+            f"{r.excess:.2f}",
+        ]
+        for r in table.itertuples()
+    ]
+    measure = table["measure"].iloc[0]
+    return f"{measure}, {table['before'].iloc[0]:.4g} without ablation\n\n" + markdown(
+        ["group", "heads", "after", "change", "random heads: change (mean +- sd)", "excess"], rows, right_from=2
+    )
+
+
+def pruning_table(pruning) -> str:
+    """Loss as heads go: one row per order (importance, each random seed), one column per step."""
+    steps = sorted(pruning["heads_removed"].unique())
+    digits = 3 if pruning["loss"].max() < 1 else 2  # an output change (0 to 1) or a loss in nats
+    rows = []
+    for (order, seed), curve in pruning.groupby(["order", "seed"], sort=False):
+        label = "importance order" if order == "importance" else f"random order (seed {seed})"
+        losses = curve.set_index("heads_removed")["loss"]
+        rows.append([label, *(f"{losses[step]:.{digits}f}" for step in steps)])
+    return markdown(["heads removed", *(str(step) for step in steps)], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("targets", nargs="*", help="targets to make, 'all', or 'report'")
+    args = parser.parse_args(argv)
+    if not args.targets:
+        for name, target in TARGETS.items():
+            after = f" (reads the table of {', '.join(target.needs)})" if target.needs else ""
+            print(f"{name:<28} writes {', '.join(target.writes)}{after}")
+        print(f"{'report':<28} prints docs/findings.md's tables from the written files")
+        return 0
+    names = list(TARGETS) if args.targets == ["all"] else args.targets
+    for name in names:
+        if name == "report":
+            report()
+        elif name in TARGETS:
+            TARGETS[name].run()
+        else:
+            parser.error(f"unknown target {name!r}; run without arguments for the list")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
