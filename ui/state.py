@@ -170,6 +170,7 @@ def reset_server_state() -> None:
     shared.cache_clear()
     lab_slots.cache_clear()
     _models.cache_clear()
+    _failed_loads.cache_clear()
 
 
 def configure_process() -> None:
@@ -385,6 +386,26 @@ def _models() -> ByteBudgetCache:
     return ByteBudgetCache(MAX_MODELS, size_of=lambda model: 1)
 
 
+@functools.cache
+def _failed_loads() -> dict:
+    """Checkpoint folders that failed to load on this server: ``(key, downloads) -> (folder_state, message)``.
+    Every rerun of every session would otherwise read a damaged folder again; a repaired one (its files
+    changed) loads again."""
+    return {}
+
+
+def folder_state(key: str) -> tuple | None:
+    """Name, size and modification time of each file of the model folder ``key``, or None for a name that
+    is not a folder (an embedded model, a hub id)."""
+    if key in sources.EMBEDDED_MODELS:
+        return None
+    try:
+        with os.scandir(key) as entries:
+            return tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()))
+    except OSError:  # no such folder (a hub id), or unreadable
+        return None
+
+
 def _load_model_cached(key: str, allow_downloads: bool):
     """The model for ``key``, loaded once per server with a progress bar.
 
@@ -395,9 +416,14 @@ def _load_model_cached(key: str, allow_downloads: bool):
     def load():
         from mha_core.models import load_model
 
+        files = folder_state(key)
         bar = st.progress(0.0, text=f"Loading {key[:80]}...")
         try:
             return load_model(key, progress=report_progress(bar), download=allow_downloads)
+        except ModelLoadError as error:
+            if files is not None:
+                _failed_loads()[(key, allow_downloads)] = (files, str(error))
+            raise
         finally:
             bar.empty()
 
@@ -416,8 +442,12 @@ def get_model(name: str):
     if not sources.model_allowed(name, config.allowed_models):
         offered = ", ".join(config.allowed_models or ())
         raise ModelLoadError(f"This server does not offer the model {quoted(name)}. It offers: {offered}.")
+    key = _cache_key(name)
+    failed = _failed_loads().get((key, config.allow_downloads))
+    if failed is not None and failed[0] == folder_state(key):
+        raise ModelLoadError(failed[1])  # the folder is as it was when it failed: do not read it again
     try:
-        return _load_model_cached(_cache_key(name), config.allow_downloads)
+        return _load_model_cached(key, config.allow_downloads)
     except HeadscopeError:
         raise
     except (OSError, ValueError, KeyError) as error:  # a loader that did not wrap its own error
@@ -426,15 +456,18 @@ def get_model(name: str):
 
 def use_model(wanted: str) -> tuple[str, HeadscopeError | None]:
     """``(the model to show, why the wanted one failed or None)``: on failure the last model that
-    loaded stays in use. Failures are remembered for the session: ``st.cache_resource`` keeps no
-    failures, and without this every rerun would try the load again."""
+    loaded stays in use. Failures are remembered, so that reruns do not try the load again: a folder's by
+    the server with the state of its files (``get_model``: a repaired folder loads again), any other
+    name's (a hub id without a network) for the session."""
     failed = st.session_state.get("_failed_model")
     try:
         if failed and failed[0] == wanted:
             raise ModelLoadError(failed[1])
         get_model(wanted)
     except HeadscopeError as error:
-        st.session_state["_failed_model"] = (wanted, str(error))
+        allowed = sources.model_allowed(wanted, settings().allowed_models)
+        if not (allowed and folder_state(_cache_key(wanted)) is not None):
+            st.session_state["_failed_model"] = (wanted, str(error))
         previous = st.session_state.get("_last_good_model") or (DEFAULT_MODEL if wanted != DEFAULT_MODEL else "")
         return previous, error
     st.session_state["_last_good_model"] = wanted
