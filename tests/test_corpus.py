@@ -545,5 +545,5 @@ def test_a_corpus_that_is_not_utf8_text_is_refused_with_its_name(tmp_path):
     late = tmp_path / "late.txt"
     late.write_bytes(b"The cat sat.\n" * 10_000 + b"\xff\xfe broken\n")  # past the first 64 KB
     sentences = corpus.open_corpus(late)
-    with pytest.raises(HeadscopeError, match="'late.txt' is not UTF-8 text"):
+    with pytest.raises(HeadscopeError, match=r"'late\.txt' is not UTF-8 text"):
         list(sentences)

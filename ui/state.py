@@ -37,6 +37,7 @@ from ui.budget import (
     runs_budget,
     tune_allocator,
 )
+from ui.jobs import BEAT_S, Job, Presence
 
 LOG = logging.getLogger("headscope.app")
 ROOT = Path(__file__).resolve().parents[1]
@@ -574,16 +575,12 @@ def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentence
     key = ("search-index", _cache_key(model_name), layer, head, kind, max_sentences)
     check = stop_point()
 
-    def compute():
-        bar = st.progress(0.0, text="Indexing the UD dev sentences...")
-        try:
-            with shared().gate.slot(check=check):
-                sentences = [sentence.words for sentence in syntax.ud_ewt_dev(max_sentences)]
-                return search.build_corpus_index(model, sentences, layer, head, kind, progress=report_progress(bar))
-        finally:
-            bar.empty()
+    def index(job: Job):
+        with job_slot(job):
+            sentences = [sentence.words for sentence in syntax.ud_ewt_dev(max_sentences)]
+            return search.build_corpus_index(model, sentences, layer, head, kind, progress=job.progress)
 
-    return cached(key, compute, check)
+    return cached(key, lambda: background(key, index, "Indexing the UD dev sentences..."), check)
 
 
 def computed_from(run, what: str, compute, reserve_bytes: int = 0):
@@ -665,12 +662,13 @@ def corpus_profile(model_name: str, max_sentences: int):
 
     model = get_model(model_name)
     sentences = ud_ewt_dev(max_sentences=max_sentences)
-    bar = st.progress(0.0, text=f"Profiling {len(sentences)} sentences...")
-    try:
-        result = mha_core.profile(model, sentences, batch_size=16, progress=report_progress(bar))
-    finally:
-        bar.empty()
-    return result.metrics, result.dependency, mha_core.coreference_scores(model)
+
+    def compute(job: Job):
+        result = mha_core.profile(model, sentences, batch_size=16, progress=job.progress)
+        return result.metrics, result.dependency, mha_core.coreference_scores(model)
+
+    key = ("corpus-profile", _cache_key(model_name), max_sentences)
+    return background(key, compute, f"Profiling {len(sentences)} sentences...")
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -727,21 +725,22 @@ def induction_table(model_name: str, top_k: int, draws: int, role: str, ablation
     from mha_core import causal
 
     scores = decoder_scores(model_name)
-    bar = st.progress(0.0, text="Running the experiment...")
-    try:
-        return in_slot(
-            lambda: causal.induction_experiment(
-                get_model(model_name),
+    model = get_model(model_name)
+
+    def compute(job: Job):
+        with job_slot(job):
+            return causal.induction_experiment(
+                model,
                 top_k=top_k,
                 random_draws=draws,
                 role=role,
                 scores=scores,
                 ablation=ablation,
-                progress=report_progress(bar),
+                progress=job.progress,
             )
-        )
-    finally:
-        bar.empty()
+
+    key = ("induction", _cache_key(model_name), top_k, draws, role, ablation)
+    return background(key, compute, "Running the experiment...")
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -754,11 +753,10 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
 
     model = get_model(model_name)
     texts = causal.corpus_texts(ud_ewt_dev(sentences))
-    bar = st.progress(0.0, text=f"Head importance over {len(texts)} sentences...")
-    try:
 
-        def compute():
-            importance = causal.head_importance(model, texts, method=method, progress=report_progress(bar))
+    def compute(job: Job):
+        with job_slot(job):
+            importance = causal.head_importance(model, texts, method=method, progress=job.progress)
             curves = pd.concat(
                 [
                     causal.pruning_curve(
@@ -768,7 +766,7 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
                         importance=importance,
                         steps=steps,
                         seeds=tuple(range(seeds)),
-                        progress=report_progress(bar),
+                        progress=job.progress,
                     )
                     for order in ("importance", "random")
                 ],
@@ -776,9 +774,8 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
             )
             return importance, curves
 
-        return in_slot(compute)
-    finally:
-        bar.empty()
+    key = ("importance", _cache_key(model_name), sentences, method, seeds, steps)
+    return background(key, compute, f"Head importance over {len(texts)} sentences...")
 
 
 def role_ablation(model_name: str, run, primary):
@@ -792,3 +789,42 @@ def role_ablation(model_name: str, run, primary):
         f"role-ablation-{hash(tuple(map(tuple, primary[['layer', 'head', 'family']].astype(str).to_numpy())))}",
         lambda: in_slot(lambda: causal.family_ablation(model, run.text, primary)),
     )
+
+
+# ---- long work in threads of the session's own ----------------------------------------------------
+def presence() -> Presence:
+    """This session's heartbeat (``ui.jobs.Presence``): renewed while its page is open (``widgets.keep_alive``,
+    a run waiting in ``background``), it makes the session's long work wait while the page is away and end
+    once the server has dropped the session (``server.disconnectedSessionTTL``)."""
+    found = st.session_state.get("_presence")
+    if found is None:
+        found = st.session_state["_presence"] = Presence(
+            abandon_s=float(st.get_option("server.disconnectedSessionTTL"))
+        )
+    return found
+
+
+def job_slot(job: Job):
+    """One of the server's compute slots for a job: it waits in the queue while its page is away, like its work."""
+    return shared().gate.slot(check=job.check, waiting=job.queued)
+
+
+def background(key: tuple, compute, label: str):
+    """``compute(job)``'s value, computed in a thread of this session's (``ui.jobs.Job``) while this run waits
+    and draws its progress. A run stopped meanwhile (its browser lost the connection, the visitor clicked
+    something else) leaves the job going: the next run asking for ``key`` waits for the same job instead of
+    starting over. While the page is away the job stops at its next progress report and waits; it computes
+    again when the page comes back, and ends once the session is gone."""
+    jobs = st.session_state.setdefault("_jobs", {})
+    job = jobs.get(key)
+    if job is None or job.status == "stopped":
+        job = jobs[key] = Job(compute, presence(), name=f"headscope-{key[0]}")
+    bar = st.progress(job.fraction, text=job.message or label)
+    try:
+        while not job.wait(BEAT_S):
+            bar.progress(job.fraction, text=job.message or label)  # where Streamlit ends a run it stops
+            presence().beat()
+    finally:
+        bar.empty()
+    jobs.pop(key, None)
+    return job.result()

@@ -21,6 +21,7 @@ import streamlit as st
 from mha_core.errors import EmptyTextError, EngineNotSupported, HeadscopeError, InputTextError, redact_paths
 from mha_core.tokens import visible_text
 from ui import figures, headview, state
+from ui.jobs import BEAT_S
 
 LOG = logging.getLogger("headscope.app")
 
@@ -80,6 +81,18 @@ def error_display():
             f"Something went wrong ({type(error).__name__}). Try another sentence or model; "
             "the details are in the server log."
         )
+
+
+def keep_alive() -> None:
+    """While this session has work running in threads (a Lab training, a profile nobody waits for), the
+    browser renews its heartbeat every second (``state.presence``): the work goes on while the page is
+    open, waits when it is not, and ends once the session is gone. Draws nothing."""
+    if state.presence().busy:
+        st.fragment(run_every=BEAT_S)(_heartbeat)()
+
+
+def _heartbeat() -> None:
+    state.presence().beat()
 
 
 def show_link_notices() -> None:
