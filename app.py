@@ -81,5 +81,6 @@ with st.sidebar.expander("About Headscope"):
 state.write_query(page=navigation.url_path)
 widgets.show_link_notices()
 widgets.presentation_styles()
+widgets.keep_alive()  # before the page: a page may end the run (st.stop)
 with widgets.error_display(), shell.page_in_app():
     navigation.run()

@@ -2,14 +2,140 @@
 
 Each command is one ``add_<command>(subparsers)`` function that registers its arguments and a
 handler; ``COMMANDS`` lists them. Adding a command is adding one such function to the list.
+
+Every failure is one line on stderr, ``error: ...``, never a traceback. Exit status 2: the command was
+used wrongly (an argument, a path, a file, the model or the text given; a ``HeadscopeError``); 1: it
+failed while running (a file could not be written, memory ran out, an unexpected error, whose traceback
+``HEADSCOPE_DEBUG=1`` prints); 130: stopped by Ctrl-C. A handler checks every argument and path it can
+before it loads a model (a bad ``--out`` is found in a second), and numbers are bounded where they
+decide what is allocated (``whole_number``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+import tempfile
+from pathlib import Path
 
-from .errors import HeadscopeError
+from .errors import HeadscopeError, quoted
+
+EXIT_USAGE, EXIT_FAILURE, EXIT_INTERRUPTED = 2, 1, 130
+TABLE_SUFFIXES = (".csv", ".parquet")
+MAX_THREADS = 256  # torch threads, Ray actors
+# Sentences per forward pass: at 64 tokens a sentence holds 4.4 MB of SmolLM2's attention, 1.1 GB for 256.
+MAX_BATCH_SIZE = 256
+MAX_CORPUS_SENTENCES = 10**6  # commands that hold their corpus in memory (ablate, importance)
+
+
+class UsageError(HeadscopeError):
+    """The command line itself is wrong: an argument, a path, a file it names."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse, with its errors as one ``UsageError`` line instead of a usage block and ``sys.exit``."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def whole_number(minimum: int, maximum: int):
+    """An argparse type: an ASCII whole number within ``minimum..maximum`` (``int()`` alone takes "１２"
+    and "٣", and no bound: ``--d-model 1000000000`` would be allocated)."""
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"\s*[-+]?[0-9]{1,30}\s*", text):
+            raise argparse.ArgumentTypeError(f"not a whole number: {quoted(text, 40)}")
+        value = int(text)
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be between {minimum:,} and {maximum:,}, got {value:,}")
+        return value
+
+    parse.__name__ = "whole number"  # what argparse calls the type in its messages
+    return parse
+
+
+def check_output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> Path | None:
+    """``path`` (None: not asked for) made sure to be writable before any slow work: a file name (not a
+    folder, a device or a name too long) ending in one of ``suffixes``, whose nearest existing folder
+    takes a new file (tried with a temporary file: permission bits, read-only mounts and /proc alike).
+    Missing folders are made when the file is written (``write_output``)."""
+    if path is None:
+        return None
+    if not path.strip():
+        raise UsageError(f"{option} is empty: give a file name")
+    target = Path(path).expanduser()
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise UsageError(f"{option} must end in {' or '.join(suffixes)}, got {quoted(target.name, 80)}")
+    try:
+        if target.is_dir():
+            raise UsageError(f"{option} {quoted(path)} is a folder: give a file name in it")
+        if target.exists() and not target.is_file():
+            raise UsageError(f"{option} {quoted(path)} is not a regular file (a device or a pipe)")
+        folder = target.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise UsageError(f"{option} {quoted(path)}: {quoted(str(folder))} is a file, not a folder")
+        longest = os.pathconf(folder, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+        if any(len(part.encode("utf-8", "surrogateescape")) > longest for part in target.parts):
+            raise UsageError(f"{option} {quoted(path)}: a name in it is longer than {longest} bytes")
+        with tempfile.TemporaryFile(dir=folder, prefix=".headscope-write-test-"):
+            pass
+        if target.exists():
+            with open(target, "ab"):  # appends nothing: an existing file must be writable too
+                pass
+    except OSError as exc:
+        raise UsageError(f"{option} {quoted(path)} cannot be written: {exc.strerror or exc}") from exc
+    return target
+
+
+def check_distinct(**paths: Path | None) -> None:
+    """Two outputs of one command must be two files."""
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        resolved = path.resolve()
+        if resolved in seen:
+            raise UsageError(f"{seen[resolved]} and {option} name the same file, {quoted(str(path))}")
+        seen[resolved] = option
+
+
+def check_input_file(path: str, option: str) -> Path:
+    """``path`` names a readable file."""
+    source = Path(path).expanduser()
+    try:
+        if not source.is_file():
+            raise UsageError(f"{option} {quoted(path)} is not a file")
+        with open(source, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise UsageError(f"{option} {quoted(path)} cannot be read: {exc.strerror or exc}") from exc
+    return source
+
+
+def write_output(path: Path, write) -> Path:
+    """``write(path)``, making the missing folders of ``path`` first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write(path)
+    return path
+
+
+def check_model(name: str) -> None:
+    """What can be known of ``--model`` in milliseconds, before loading it: a name, and for a checkpoint
+    folder its config.json and whole safetensors files (the checks ``load_model`` makes first)."""
+    from . import sources
+
+    name = name.strip()
+    if not name:
+        raise UsageError("--model is empty: name minilm, smollm2, mpnet, a hub id or a checkpoint folder")
+    if name.lower() in sources.EMBEDDED_MODELS:
+        return
+    checkpoint = sources.resolve(name)  # folders and hub ids: no build, no network
+    sources.checkpoint_weight_names(checkpoint.source, name)
 
 
 def print_progress(done: float, total: float, message: str = "") -> None:
@@ -47,12 +173,18 @@ def add_extract(subparsers) -> None:
 
 def run_extract(args) -> int:
     from .models import load_model
+    from .tokens import check_text
 
+    check_text(args.text, "text")
+    if args.pair is not None:
+        check_text(args.pair, "pair text")
+    out = check_output(args.out, "--out")
+    check_model(args.model)
     model = load_model(args.model, progress=print_progress)
     run = model.run(args.text, text_pair=args.pair, engine=args.engine)
-    if args.out:
-        run.save(args.out)
-    print(run.summary() + (f" -> {args.out}" if args.out else ""))
+    if out is not None:
+        write_output(out, run.save)
+    print(run.summary() + (f" -> {args.out}" if out is not None else ""))
     return 0
 
 
@@ -85,11 +217,18 @@ def add_profile(subparsers) -> None:
     parser.add_argument(
         "--column", default=None, help="the sentences' column of a .csv or .parquet corpus (default: 'text')"
     )
-    parser.add_argument("--max-sentences", type=int, default=None, help="profile only the first N sentences")
-    parser.add_argument("--batch-size", type=int, default=16, help="sentences per forward pass (default: %(default)s)")
+    parser.add_argument(
+        "--max-sentences", type=whole_number(1, 10**12), default=None, help="profile only the first N sentences"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=whole_number(1, MAX_BATCH_SIZE),
+        default=16,
+        help="sentences per forward pass (default: %(default)s)",
+    )
     parser.add_argument(
         "--shard-size",
-        type=int,
+        type=whole_number(1, 10**7),
         default=DEFAULT_SHARD_SIZE,
         help="sentences per shard, the unit that is cached and resumed (default: %(default)s)",
     )
@@ -104,10 +243,12 @@ def add_profile(subparsers) -> None:
         default="local",
         help="local: in this process; ray: on Ray actors, each loading the model once (default: %(default)s)",
     )
-    parser.add_argument("--workers", type=int, default=None, help="Ray actors (--executor ray; default: 2)")
+    parser.add_argument(
+        "--workers", type=whole_number(1, MAX_THREADS), default=None, help="Ray actors (--executor ray; default: 2)"
+    )
     parser.add_argument(
         "--worker-threads",
-        type=int,
+        type=whole_number(1, MAX_THREADS),
         default=1,
         help="CPUs each Ray actor reserves, and torch threads it runs (--executor ray; default: %(default)s)",
     )
@@ -130,19 +271,18 @@ def run_profile(args) -> int:
         profile,
         profile_summary,
         shards_in_cache,
-        table_format,
         write_table,
     )
     from .models import load_model
 
-    table_format(args.out)  # fail before the slow part
+    out = check_output(args.out, "--out", TABLE_SUFFIXES)  # fail before the slow part
     check_profile_settings(args.batch_size, args.shard_size)
     if args.executor == "local" and (args.workers is not None or args.address is not None or args.worker_threads != 1):
         raise HeadscopeError("--workers, --worker-threads and --address need --executor ray")
-    for option, value in (("--workers", args.workers), ("--worker-threads", args.worker_threads)):
-        if value is not None and value < 1:
-            raise HeadscopeError(f"{option} must be at least 1, got {value}")
     sentences = open_corpus(args.corpus, args.column, args.max_sentences)  # lazy: read as shards are cut
+    if next(iter(sentences), None) is None:  # reads one sentence
+        raise UsageError(f"the corpus {quoted(args.corpus)} holds no sentences")
+    check_model(args.model)
     model = load_model(args.model, progress=print_progress)
     settings = dict(batch_size=args.batch_size, shard_size=args.shard_size)
     executor = {"executor": args.executor}
@@ -175,18 +315,22 @@ def run_profile(args) -> int:
                 file=sys.stderr,
             )
         return 130  # the shell's code for a run stopped by Ctrl-C
-    out = write_table(head_table(result), args.out)
-    written = [str(out)]
+    written = [str(write_table(head_table(result), out))]
     if result.dependency is not None:
-        written.append(str(write_table(result.dependency, out.with_name(f"{out.stem}.dependency{out.suffix}"))))
+        written.append(str(write_table(result.dependency, dependency_path(out))))
     print(profile_summary(result))
     print("wrote " + ", ".join(written))
     return 0
 
 
+def dependency_path(out: Path) -> Path:
+    """Where ``profile`` writes the dependency table of the heads table ``out``."""
+    return out.with_name(f"{out.stem}.dependency{out.suffix}")
+
+
 # ---- lab ----------------------------------------------------------------------------------------
 def add_lab(subparsers) -> None:
-    from .lab import POSITIONS, TASKS, LabConfig
+    from .lab import MAX_SEED, POSITIONS, TASKS, LabConfig
 
     defaults = LabConfig()
     parser = subparsers.add_parser(
@@ -197,19 +341,37 @@ def add_lab(subparsers) -> None:
         "at offset -k; largest: a head that finds the largest token). Prints the final scores.",
     )
     parser.add_argument("--task", choices=TASKS, default=defaults.task, help="default: %(default)s")
-    parser.add_argument("--steps", type=int, default=1500, help="training steps (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="default: %(default)s")
-    parser.add_argument("--layers", type=int, default=defaults.num_layers, help="default: %(default)s")
-    parser.add_argument("--heads", type=int, default=defaults.num_heads, help="default: %(default)s")
-    parser.add_argument("--d-model", type=int, default=defaults.d_model, help="default: %(default)s")
+    parser.add_argument(
+        "--steps", type=whole_number(0, 10**8), default=1500, help="training steps (default: %(default)s)"
+    )
+    parser.add_argument("--seed", type=whole_number(0, MAX_SEED), default=defaults.seed, help="default: %(default)s")
+    # Bounds of their own; together they are bounded by LabConfig (a training step's memory).
+    parser.add_argument(
+        "--layers", type=whole_number(1, 1024), default=defaults.num_layers, help="default: %(default)s"
+    )
+    parser.add_argument("--heads", type=whole_number(1, 4096), default=defaults.num_heads, help="default: %(default)s")
+    parser.add_argument(
+        "--d-model", type=whole_number(1, 1 << 20), default=defaults.d_model, help="default: %(default)s"
+    )
     parser.add_argument("--mlp", action="store_true", help="add an MLP to every block (default: attention only)")
     parser.add_argument("--positions", choices=POSITIONS, default=defaults.positions, help="default: %(default)s")
-    parser.add_argument("--offset", type=int, default=defaults.offset, help="positional task: k (default: %(default)s)")
     parser.add_argument(
-        "--score-every", type=int, default=25, help="score the heads every N steps (default: %(default)s)"
+        "--offset",
+        type=whole_number(1, 10**6),
+        default=defaults.offset,
+        help="positional task: k, below the sequence length (default: %(default)s)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (a run is reproducible per seed and thread count)"
+        "--score-every",
+        type=whole_number(1, 10**8),
+        default=25,
+        help="score the heads every N steps (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=whole_number(1, MAX_THREADS),
+        default=None,
+        help="torch threads (a run is reproducible per seed and thread count)",
     )
     parser.add_argument(
         "--csv",
@@ -226,8 +388,9 @@ def run_lab(args) -> int:
 
     from .lab import Lab, LabConfig, lab_summary
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    csv = check_output(args.csv, "--csv")
+    save = check_output(args.save, "--save")
+    check_distinct(**{"--csv": csv, "--save": save})
     config = LabConfig(
         task=args.task,
         num_layers=args.layers,
@@ -238,6 +401,8 @@ def run_lab(args) -> int:
         offset=args.offset,
         seed=args.seed,
     )
+    if args.threads:
+        torch.set_num_threads(args.threads)
     lab = Lab(config)
     with tqdm(total=args.steps, unit="step", file=sys.stderr) as bar:
 
@@ -251,11 +416,10 @@ def run_lab(args) -> int:
             print(f"interrupted at step {lab.step}: writing what was trained", file=sys.stderr)
     print(lab_summary(lab))
     written = []
-    if args.csv:
-        lab.history().to_csv(args.csv, index=False)
-        written.append(args.csv)
-    if args.save:
-        written.append(str(lab.save(args.save)))
+    if csv is not None:
+        written.append(str(write_output(csv, lambda path: lab.history().to_csv(path, index=False))))
+    if save is not None:
+        written.append(str(write_output(save, lab.save)))
     if written:
         print("wrote " + ", ".join(written))
     return 0
@@ -286,15 +450,26 @@ def add_ablate(subparsers) -> None:
         help="induction: repeated random tokens, top-k heads of a role vs k random heads; roles: the heads of "
         "each role in --roles-table ablated together on a corpus, against random heads of the same number",
     )
-    parser.add_argument("--roles-table", default=None, help="roles: a per-head table (.csv) with layer, head columns")
+    parser.add_argument(
+        "--roles-table", default=None, help="roles: a per-head table (.csv or .parquet) with layer, head columns"
+    )
     parser.add_argument("--role-column", default=None, help="roles: the table's role column (e.g. primary_role)")
     parser.add_argument(
         "--score-columns", default="", help="roles: comma-separated score columns whose top-k heads form groups"
     )
     parser.add_argument("--corpus", default="ud-ewt-dev", help="roles: the texts the loss is measured on")
-    parser.add_argument("--max-sentences", type=int, default=50, help="roles: sentences used (default: %(default)s)")
-    parser.add_argument("--top-k", type=int, default=5, help="experiment: heads of the role ablated (default 5)")
-    parser.add_argument("--draws", type=int, default=4, help="experiment: random-head draws (default 4)")
+    parser.add_argument(
+        "--max-sentences",
+        type=whole_number(1, MAX_CORPUS_SENTENCES),
+        default=50,
+        help="roles: sentences used (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--top-k", type=whole_number(1, 10**6), default=5, help="experiment: heads of the role ablated (default 5)"
+    )
+    parser.add_argument(
+        "--draws", type=whole_number(1, 10**4), default=4, help="experiment: random-head draws (default 4)"
+    )
     parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
     parser.set_defaults(handler=run_ablate)
 
@@ -303,30 +478,27 @@ def run_ablate(args) -> int:
     import numpy as np
 
     from .causal import induction_experiment, loss_table, parse_heads, summarize_experiment
-    from .corpus import table_format, write_table
-    from .errors import HeadscopeError
+    from .corpus import write_table
     from .models import load_model
+    from .tokens import check_text
 
-    table_format(args.out)
+    out = check_output(args.out, "--out", TABLE_SUFFIXES)
     heads = parse_heads(args.heads)
-    if args.experiment is None and (not args.text or not heads):
-        raise HeadscopeError("give --text and --heads (or --experiment induction / roles)")
-    if args.experiment == "roles" and not args.roles_table:
-        raise HeadscopeError("--experiment roles needs --roles-table (a per-head table with layer and head columns)")
-    model = load_model(args.model, progress=print_progress)
+    if args.experiment is None:
+        if not args.text or not heads:
+            raise UsageError("give --text and --heads (or --experiment induction / roles)")
+        check_text(args.text, "text")
     if args.experiment == "roles":
-        import pandas as pd
-
-        from .causal import corpus_texts, group_ablation, head_groups
+        from .causal import corpus_texts
         from .corpus import read_corpus
 
-        groups = head_groups(
-            pd.read_csv(args.roles_table),
-            args.role_column,
-            [c.strip() for c in args.score_columns.split(",") if c.strip()],
-            args.top_k,
-        )
+        groups = roles_table_groups(args.roles_table, args.role_column, args.score_columns, args.top_k)
         texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
+    check_model(args.model)
+    model = load_model(args.model, progress=print_progress)
+    if args.experiment == "roles":
+        from .causal import group_ablation
+
         table = group_ablation(model, texts, groups, draws=args.draws, ablation=args.ablation, progress=print_progress)
         print(table.drop(columns="head_list").to_string(index=False))
     elif args.experiment == "induction":
@@ -346,8 +518,40 @@ def run_ablate(args) -> int:
             )
         else:
             print(f"output change (cosine distance of the mean-pooled output): {after.output_change:.4g}")
-    print(f"wrote {write_table(table, args.out)}")
+    print(f"wrote {write_table(table, out)}")
     return 0
+
+
+def roles_table_groups(path: str | None, role_column: str | None, score_columns: str, top_k: int) -> dict:
+    """``ablate --experiment roles``: the groups of heads of a per-head table (``causal.head_groups``), read
+    and checked before the model loads."""
+    import pandas as pd
+
+    from .causal import head_groups
+
+    if not path:
+        raise UsageError("--experiment roles needs --roles-table (a per-head table with layer and head columns)")
+    source = check_input_file(path, "--roles-table")
+    scores = [c.strip() for c in score_columns.split(",") if c.strip()]
+    if role_column is None and not scores:
+        raise UsageError("--experiment roles needs --role-column (e.g. primary_role) or --score-columns")
+    try:
+        table = pd.read_parquet(source) if source.suffix.lower() == ".parquet" else pd.read_csv(source)
+    except (ValueError, OSError) as exc:  # not text, not a table: UnicodeDecodeError, ParserError, EmptyDataError
+        raise UsageError(f"--roles-table {quoted(path)} is not a readable table ({type(exc).__name__})") from exc
+    missing = [column for column in ("layer", "head") if column not in table.columns]
+    if missing:
+        raise UsageError(
+            f"--roles-table {quoted(path)} has no {' and no '.join(missing)} column: it needs one row per head with "
+            f"layer and head (a profile's table); it has {', '.join(map(repr, table.columns[:10]))}"
+        )
+    numbers = table[["layer", "head"]].apply(pd.to_numeric, errors="coerce")
+    if numbers.isna().any().any() or (numbers % 1 != 0).any().any() or (numbers < 0).any().any():
+        raise UsageError(f"--roles-table {quoted(path)}: layer and head must be whole numbers of at least 0")
+    groups = head_groups(table.assign(layer=numbers["layer"], head=numbers["head"]), role_column, scores, top_k)
+    if not groups:
+        raise UsageError(f"--roles-table {quoted(path)} names no group of heads (every role is 'none' or empty)")
+    return groups
 
 
 # ---- importance ---------------------------------------------------------------------------------
@@ -363,11 +567,20 @@ def add_importance(subparsers) -> None:
     )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="minilm, smollm2, a hub id or a checkpoint directory")
     parser.add_argument("--corpus", default="ud-ewt-dev", help="ud-ewt-dev, a .conllu file or a text file")
-    parser.add_argument("--max-sentences", type=int, default=100, help="sentences used (default: %(default)s)")
+    parser.add_argument(
+        "--max-sentences",
+        type=whole_number(1, MAX_CORPUS_SENTENCES),
+        default=100,
+        help="sentences used (default: %(default)s)",
+    )
     parser.add_argument("--method", choices=IMPORTANCE_METHODS, default="gradient")
     parser.add_argument("--pruning-out", default=None, help="also write the pruning curve (importance vs random order)")
-    parser.add_argument("--steps", type=int, default=10, help="pruning: points after none (default: %(default)s)")
-    parser.add_argument("--seeds", type=int, default=3, help="pruning: random orders (default: %(default)s)")
+    parser.add_argument(
+        "--steps", type=whole_number(1, 10**4), default=10, help="pruning: points after none (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seeds", type=whole_number(1, 10**4), default=3, help="pruning: random orders (default: %(default)s)"
+    )
     parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
     parser.set_defaults(handler=run_importance)
 
@@ -376,16 +589,17 @@ def run_importance(args) -> int:
     import pandas as pd
 
     from .causal import corpus_texts, head_importance, pruning_curve
-    from .corpus import read_corpus, table_format, write_table
+    from .corpus import read_corpus, write_table
     from .models import load_model
 
-    table_format(args.out)
-    if args.pruning_out:
-        table_format(args.pruning_out)
+    out = check_output(args.out, "--out", TABLE_SUFFIXES)
+    pruning_out = check_output(args.pruning_out, "--pruning-out", TABLE_SUFFIXES)
+    check_distinct(**{"--out": out, "--pruning-out": pruning_out})
     texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
+    check_model(args.model)
     model = load_model(args.model, progress=print_progress)
     importance = head_importance(model, texts, method=args.method, progress=print_progress)
-    written = [str(write_table(importance, args.out))]
+    written = [str(write_table(importance, out))]
     top = importance.sort_values("importance", ascending=False).head(5)
     print(
         f"{importance.attrs['method']} importance over {len(texts)} texts ({importance.attrs['loss']}); top heads: "
@@ -407,7 +621,7 @@ def run_importance(args) -> int:
             ],
             ignore_index=True,
         )
-        written.append(str(write_table(curves, args.pruning_out)))
+        written.append(str(write_table(curves, pruning_out)))
     print("wrote " + ", ".join(written))
     return 0
 
@@ -416,22 +630,49 @@ COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m mha_core", description="Headscope: look inside multi-head attention."
-    )
+    parser = CommandParser(prog="python -m mha_core", description="Headscope: look inside multi-head attention.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(subparsers)
     return parser
 
 
+def one_line(text, limit: int = 600) -> str:
+    """A message as one printable line of at most ``limit`` characters (a parser's message may quote
+    bytes of a binary file)."""
+    line = "".join(ch if ch.isprintable() else " " for ch in " ".join(str(text).split()))
+    return line if len(line) <= limit else line[:limit] + "…"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; its exit status (module docstring). Every failure is one ``error:`` line on stderr."""
     try:
+        args = build_parser().parse_args(argv)
         return args.handler(args)
     except HeadscopeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout closed early (``| head``): nothing more to say, and nowhere to say it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
+    except MemoryError:
+        print("error: out of memory: try fewer sentences, a smaller batch or a smaller model", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:  # writing an output: a full disk, a folder removed meanwhile
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {one_line(exc.strerror or exc)}{where}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as exc:
+        if os.environ.get("HEADSCOPE_DEBUG"):
+            raise
+        print(
+            f"error: unexpected {type(exc).__name__}: {one_line(exc, 300)} (HEADSCOPE_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -156,6 +156,27 @@ class CorpusFile:
             raise HeadscopeError(f"a column is chosen only in a .csv or .parquet corpus, not in {self.path.name!r}")
         self.max_sentences = max_sentences
         self.column = self._table_column(column) if self.suffix in TABLE_SUFFIXES else None
+        if self.suffix not in TABLE_SUFFIXES:
+            self._check_text_start()
+
+    def _check_text_start(self) -> None:
+        """A text or CoNLL-U corpus must be UTF-8: its first 64 KB are checked here, before any slow work (a
+        binary file given by mistake), and the rest as it is read."""
+        import codecs
+
+        try:
+            with open(self.path, "rb") as handle:
+                codecs.getincrementaldecoder("utf-8")().decode(handle.read(1 << 16), final=False)
+        except UnicodeDecodeError as exc:
+            raise self._not_text(exc) from exc
+        except OSError as exc:
+            raise HeadscopeError(f"cannot read the corpus {self.path.name!r}: {exc.strerror}") from exc
+
+    def _not_text(self, exc: UnicodeDecodeError) -> HeadscopeError:
+        return HeadscopeError(
+            f"the corpus {self.path.name!r} is not UTF-8 text (byte {exc.start} of a block): give a text file with "
+            "one sentence per line, a .conllu treebank, or a .csv / .parquet table"
+        )
 
     def __repr__(self) -> str:
         return f"CorpusFile({self.path.name!r}, column={self.column!r}, max_sentences={self.max_sentences})"
@@ -175,10 +196,13 @@ class CorpusFile:
                     if value is not None and str(value).strip():
                         yield str(value).strip()
             return
-        with open(self.path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    yield line.strip()
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                for line in handle:
+                    if line.strip():
+                        yield line.strip()
+        except UnicodeDecodeError as exc:
+            raise self._not_text(exc) from exc
 
     def _batches(self, columns: list[str] | None):
         """pyarrow record batches of a table's ``columns`` (None: all), a few thousand rows at a time."""

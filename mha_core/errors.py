@@ -11,6 +11,16 @@ class InputTextError(HeadscopeError, ValueError):
     """The text cannot be run: empty, whitespace only, or not a string."""
 
 
+class EmptyTextError(InputTextError):
+    """The text holds nothing the model reads: blank, invisible characters only, or characters its tokenizer
+    drops (accents alone, control characters), so it becomes no token but the model's special ones.
+    ``what`` names the input: "text", "pair text" or "word"."""
+
+    def __init__(self, message: str, what: str = "text"):
+        super().__init__(message)
+        self.what = what
+
+
 class ModelLoadError(HeadscopeError):
     """The model cannot be loaded: unknown id, no network and not cached, not a checkpoint, no attention weights."""
 

@@ -53,6 +53,10 @@ HISTORY_COLUMNS = ["step", "seconds", "loss", "repeated_loss", "layer", "head", 
 ROLE_THRESHOLD = DECODER_MIN_SCORE  # a head "has" its role from the first scored step at or above this
 IGNORE = -100  # target of a position that is not trained on
 CHECKPOINT_VERSION = 1
+# The lab trains tiny models: a config is refused before anything is allocated when a training step would
+# hold more than this (``LabConfig.training_bytes``; the largest size the Lab page offers needs about 15 MB).
+MAX_TRAINING_BYTES = 2 << 30
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes up to 2**64 - 1; numpy's generators need a seed >= 0
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,36 @@ class LabConfig:
             raise HeadscopeError(f"position_offsets must be at least 0, got {self.position_offsets}")
         if not 0 <= self.other_weight <= 1:
             raise HeadscopeError(f"other_weight must be between 0 and 1, got {self.other_weight}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise HeadscopeError(f"seed must be between 0 and {MAX_SEED}, got {self.seed}")
+        if self.training_bytes() > MAX_TRAINING_BYTES:
+            raise HeadscopeError(
+                f"this lab model is too large: a training step would hold about {self.training_bytes() / 2**30:,.1f} "
+                f"GB (at most {MAX_TRAINING_BYTES / 2**30:.0f} GB). The lab trains tiny models: fewer layers or "
+                "heads, a smaller d_model, vocabulary, batch or sequence."
+            )
+
+    def parameter_count(self) -> int:
+        """Trained weights of ``LabModel``: embedding, learned positions, blocks, final norm, unembedding."""
+        d = self.d_model
+        block = 4 * d * d + 4 * d + 2 * d + ((8 * d * d + 5 * d + 2 * d) if self.mlp else 0)
+        positions = self.position_rows() * d if self.positions == "learned" else 0
+        return 2 * self.vocab_size * d + positions + self.num_layers * block + 2 * d
+
+    def position_rows(self) -> int:
+        """Rows of the position table: training starts each sequence at a random row (``position_offsets``)."""
+        return self.seq_len + self.position_offsets
+
+    def training_bytes(self) -> int:
+        """About what a training step holds at its peak, in bytes: float32 weights, their gradients and
+        AdamW's two moments, and the activations kept for the backward pass (every layer's attention
+        weights and hidden states, the logits)."""
+        hidden = self.batch_size * self.seq_len * self.d_model
+        attention = self.batch_size * self.num_heads * self.seq_len**2
+        per_layer = 2 * attention + (8 if self.mlp else 4) * hidden
+        logits = 2 * self.batch_size * self.seq_len * self.vocab_size
+        table = self.position_rows() * self.d_model if self.positions == "sinusoidal" else 0
+        return 4 * (4 * self.parameter_count() + table + self.num_layers * per_layer + logits)
 
     @classmethod
     def from_dict(cls, values: dict) -> LabConfig:
@@ -242,7 +276,7 @@ class LabModel(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        rows = config.seq_len + config.position_offsets  # training starts each sequence at a random row
+        rows = config.position_rows()
         if config.positions == "learned":
             self.position = nn.Parameter(torch.randn(rows, config.d_model))
         elif config.positions == "sinusoidal":

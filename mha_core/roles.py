@@ -653,6 +653,8 @@ def primary_roles(roles: pd.DataFrame, num_layers: int, num_heads: int) -> pd.Da
         grid = grid.merge(best, on=["layer", "head"], how="left")
     else:
         grid = grid.assign(**{c: np.nan for c in ROLE_COLUMNS[2:]})
+    # Text columns that hold no value yet (no role at all: a run too short for any test) are float NaN.
+    grid = grid.astype({"role": "str", "family": "str", "evidence": "str"})
     missing = grid["role"].isna()
     grid.loc[missing, ["role", "family"]] = NO_ROLE
     grid.loc[missing, "evidence"] = "no role passes its threshold"

@@ -148,6 +148,27 @@ def verify_folder(folder: Path) -> str | None:
     return None
 
 
+def _staging_prefix(target: Path) -> str:
+    return f".{target.name}-building-"
+
+
+def _broken_prefix(target: Path) -> str:
+    return f".{target.name}.broken-"
+
+
+def remove_stale_builds(target: Path) -> list[str]:
+    """Remove the staging folders (and copies moved aside as broken) of builds of ``target`` that were
+    killed before they finished; the names removed. Call it only while holding ``target``'s build lock
+    (``build_once``): a build in progress holds that lock, so whatever is found then belongs to none."""
+    prefixes = (_staging_prefix(target), _broken_prefix(target))
+    removed = []
+    for path in target.parent.iterdir():
+        if path.name.startswith(prefixes) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
 def build_once(
     target: Path, build: Callable[[Path, Progress | None], None], what: str, progress: Progress | None = None
 ) -> Path:
@@ -157,6 +178,8 @@ def build_once(
     manifest of checksums written last, so a build killed halfway leaves nothing that looks done.
     A copy that fails verification (truncated, damaged) is moved aside and built again. A file lock
     serialises builders: two processes starting at once build it once, the second waits and uses it.
+    What a killed build left behind (its staging folder, 517 MB for SmolLM2) is removed by the next
+    build: it holds the lock, so no other build of ``target`` is in progress (``remove_stale_builds``).
     """
     from filelock import FileLock
 
@@ -167,12 +190,13 @@ def build_once(
         problem = verify_folder(target)
         if problem is None:
             return target  # another process built it while this one waited
+        remove_stale_builds(target)
         if target.exists():
             report(progress, 0, 1, f"{what}: the cached copy is unusable ({problem}); building it again")
-            broken = target.with_name(f".{target.name}.broken-{os.getpid()}")
+            broken = target.with_name(f"{_broken_prefix(target)}{os.getpid()}")
             os.rename(target, broken)
             shutil.rmtree(broken, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-building-", dir=target.parent))
+        staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(target), dir=target.parent))
         try:
             build(staging, progress)
             write_manifest(staging)
@@ -550,8 +574,9 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
             f"{quoted(name)}: its tokenizer has no fast (Rust) version, which Headscope needs for "
             "token-to-word offsets."
         )
+    weight_names = checkpoint_weight_names(source, name)  # damaged weights files are refused here
     if model_class is None:
-        model_class = _head_class(source, config) or AutoModel
+        model_class = _head_class(config, weight_names) or AutoModel
     hf_model, info = _from_pretrained(
         model_class.from_pretrained,
         source,
@@ -573,27 +598,41 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
     return hf_model.eval(), tokenizer, warnings
 
 
-def checkpoint_weight_names(source: str) -> set[str] | None:
-    """The tensor names of a checkpoint folder's safetensors weights (read from the file headers), or None."""
+def damaged_weights_error(name: str, file_name: str, reason: str) -> ModelLoadError:
+    """The refusal of a weights file that cannot be read: empty, random bytes, cut short."""
+    return ModelLoadError(
+        f"{quoted(name)} is an incomplete checkpoint: its weights file {file_name} is damaged or truncated "
+        f"({redact_paths(reason)}). Copy or download the checkpoint again."
+    )
+
+
+def checkpoint_weight_names(source: str, name: str | None = None) -> set[str] | None:
+    """The tensor names of a checkpoint folder's safetensors weights (read from the file headers), or None.
+
+    Reading the headers checks each file too: a header that does not parse, or tensors that reach past the
+    end of the file, is ``damaged_weights_error`` (``name``: the model as the user gave it), found in
+    milliseconds before transformers reads anything."""
     folder = Path(source)
     if not _is_dir(folder):
         return None
-    index = folder / "model.safetensors.index.json"
-    if _is_file(index):
-        return set(json.loads(index.read_text()).get("weight_map", {}))
-    files = sorted(folder.glob("*.safetensors"))
+    name = source if name is None else name
+    # Every file, also each shard of a sharded checkpoint (whose index lists the same names).
+    files = sorted(path for path in folder.glob("*.safetensors") if _is_file(path))
     if not files:
         return None
     from safetensors import safe_open
 
     names: set[str] = set()
     for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            names.update(handle.keys())
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                names.update(handle.keys())
+        except Exception as exc:  # SafetensorError: "header too small", "header too large", "not fully covered"
+            raise damaged_weights_error(name, file.name, str(exc)) from exc
     return names
 
 
-def _head_class(source: str, config):
+def _head_class(config, weight_names: set[str] | None):
     """The transformers class that loads this checkpoint WITH its language-model head, or None.
 
     A head is loaded only where its weights are there: in the checkpoint's files, or tied to the input
@@ -609,8 +648,7 @@ def _head_class(source: str, config):
         return None
     family = FAMILY_OF_MODEL_TYPE[config.model_type]
     tied = family.lm_head == "causal" and bool(getattr(config, "tie_word_embeddings", False))
-    names = checkpoint_weight_names(source)
-    shipped = names is not None and any(name.startswith(family.head_weight_prefixes) for name in names)
+    shipped = weight_names is not None and any(name.startswith(family.head_weight_prefixes) for name in weight_names)
     return getattr(transformers, class_name) if (tied or shipped) else None
 
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import InputTextError
+from .errors import EmptyTextError, InputTextError, quoted
 
 # How a piece that continues the word before it is shown, for every tokenizer alike.
 CONTINUATION = "##"
@@ -169,7 +169,11 @@ def check_text(value, what: str) -> str:
     if value.isascii() and value and not value.isspace():  # ASCII has no invisible format characters
         return value
     if not visible_text(value):
-        raise InputTextError(f"The {what} is empty: type at least one word.")
+        raise EmptyTextError(f"The {what} is empty: type at least one word.", what)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: e.g. bytes of a command line that are not UTF-8
+        raise InputTextError(f"The {what} holds characters that are not valid Unicode text.") from None
     return value
 
 
@@ -256,6 +260,7 @@ class TextEncoder:
             encoding = self._tokenize(text, text_pair, limit)
         special_mask = np.asarray(encoding["special_tokens_mask"], dtype=bool)
         sequence_ids = encoding.sequence_ids()
+        self._check_tokens_read(special_mask, sequence_ids, text, text_pair)
         segment_ids = np.zeros(len(sequence_ids), dtype=np.int64)
         for i, sequence in enumerate(sequence_ids):
             # Special tokens belong to the segment they close ([SEP] ends the first text).
@@ -282,6 +287,20 @@ class TextEncoder:
             num_input_tokens=num_input_tokens,
         )
         return encoded.with_bos(self.bos_token_id, self.tokenizer.bos_token) if bos else encoded
+
+    def _check_tokens_read(self, special_mask, sequence_ids, text: str, text_pair: str | None) -> None:
+        """``EmptyTextError`` for a text (or pair text) of which the tokenizer kept nothing but its special
+        tokens: a tokenizer that drops accents and control characters (BERT's) leaves ``[CLS] [SEP]`` of a
+        text of combining marks alone, which no view or measurement can use."""
+        for sequence, what, value in ((0, "text", text), (1, "pair text", text_pair)):
+            if value is None:
+                continue
+            if not any(s == sequence and not special for s, special in zip(sequence_ids, special_mask)):
+                raise EmptyTextError(
+                    f"The {what} {quoted(value, 40)} is empty to this model: its tokenizer drops every character of "
+                    "it (accents or marks alone, control characters). Type at least one word.",
+                    what,
+                )
 
     @staticmethod
     def _tokenizer_words(

@@ -116,7 +116,7 @@ except HeadscopeError as error:
 runner: LabRunner | None = st.session_state.get(RUNNER)
 untouched = runner is not None and runner.status == "new"
 if runner is None or (untouched and (runner.config != config or runner.total_steps != total_steps)):
-    runner = st.session_state[RUNNER] = LabRunner(config, total_steps, state.lab_slots())
+    runner = st.session_state[RUNNER] = LabRunner(config, total_steps, state.lab_slots(), presence=state.presence())
 settings_differ = runner.config != config or runner.total_steps != total_steps
 
 
@@ -163,7 +163,7 @@ def live_view(was_running: bool) -> None:
         "running": "Training...",
         "paused": "Paused.",
         "done": "Finished.",
-        "stopped": "Stopped: the page was closed or left idle.",
+        "stopped": "Stopped: the page was closed.",
         "failed": "Training failed.",
     }[snapshot.status]
     st.progress(

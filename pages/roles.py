@@ -93,20 +93,29 @@ def profile_controls(run, model_name: str) -> None:
                 f"On this shared server a profile holds at most {config.max_profile_sentences} sentences, "
                 "and one runs at a time."
             )
-        if not cols[1].button("Profile heads", key="roles_profile_button", type="primary"):
+        # Asked for until it is done: a run stopped meanwhile (a connection lost for a moment) leaves the
+        # profile going in the background, and the next run waits for it again (state.background).
+        wanted = st.session_state.setdefault("roles_profile_wanted", {})
+        if cols[1].button("Profile heads", key="roles_profile_button", type="primary"):
+            wanted[model_name] = int(sentences)
+        if model_name not in wanted:
             return
         # A class shares the cores: one profile at a time on a classroom server.
         lock = state.shared().profile_lock if config.classroom else contextlib.nullcontext()
         if config.classroom and not lock.acquire(blocking=False):
+            wanted.pop(model_name)
             st.warning("Another visitor's corpus profile is running on this server. Try again in a minute.")
             return
         try:
-            state.corpus_profile(model_name, int(sentences))
-            st.session_state.setdefault("roles_profile", {})[model_name] = int(sentences)
+            state.corpus_profile(model_name, wanted[model_name])
+            st.session_state.setdefault("roles_profile", {})[model_name] = wanted.pop(model_name)
             if run.is_causal:
                 state.decoder_scores(model_name)
                 st.session_state.setdefault("roles_decoder", {})[model_name] = True
-        except HeadscopeError as error:
+        except Exception as error:  # not Streamlit's stop of this run: the profile goes on for the next run
+            wanted.pop(model_name, None)
+            if not isinstance(error, HeadscopeError):
+                raise
             st.error(widgets.public_message(error))
         finally:
             if config.classroom:

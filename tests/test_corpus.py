@@ -548,3 +548,15 @@ def test_roles_from_a_profile_rest_on_its_sentences(minilm):
     np.testing.assert_allclose(sinks["ci_low"], low, rtol=1e-12)
     np.testing.assert_allclose(sinks["ci_high"], high, rtol=1e-12)
     assert "n = 30 sentences" in sinks["evidence"].iloc[0]
+
+
+def test_a_corpus_that_is_not_utf8_text_is_refused_with_its_name(tmp_path):
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(HeadscopeError, match=r"the corpus 'weights\.bin' is not UTF-8 text \(byte 128"):
+        corpus.open_corpus(binary)  # the start is checked when the corpus is opened, before any slow work
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"The cat sat.\n" * 10_000 + b"\xff\xfe broken\n")  # past the first 64 KB
+    sentences = corpus.open_corpus(late)
+    with pytest.raises(HeadscopeError, match=r"'late\.txt' is not UTF-8 text"):
+        list(sentences)

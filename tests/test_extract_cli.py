@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mha_core as mc
-from mha_core.__main__ import build_parser, main
+from mha_core.__main__ import UsageError, build_parser, main
 from tests.conftest import ROOT, require
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
 
@@ -63,7 +63,7 @@ def test_parser_has_one_entry_per_command():
         None,
         None,
     )
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="argument --engine: invalid choice: 'fast'"):
         parser.parse_args(["extract", "--text", "hi", "--engine", "fast"])
 
 

@@ -291,3 +291,24 @@ def test_a_checkpoint_without_the_newer_settings_loads_with_fixed_positions(tmp_
     torch.save(saved, path)
     loaded = Lab.load(path)
     assert loaded.config == old and loaded.model.position.shape == (12, 16)
+
+
+def test_a_config_too_large_to_train_is_refused_before_anything_is_allocated():
+    from mha_core.lab import MAX_TRAINING_BYTES, LabModel
+
+    # The parameter count is the model's own, for every size the Lab page offers and a few more.
+    for sizes in (
+        {},
+        dict(num_layers=2, num_heads=2, d_model=32, vocab_size=32),
+        dict(num_layers=3, mlp=True),
+        dict(positions="none", d_model=48, num_heads=3),
+        dict(positions="sinusoidal"),
+    ):
+        config = LabConfig(**sizes)
+        assert config.parameter_count() == sum(p.numel() for p in LabModel(config).parameters()), sizes
+        assert config.training_bytes() < MAX_TRAINING_BYTES
+    for sizes in (dict(d_model=1_000_000_000), dict(num_layers=100_000), dict(num_heads=64, d_model=4096)):
+        with pytest.raises(HeadscopeError, match="too large"):
+            LabConfig(**sizes)
+    with pytest.raises(HeadscopeError, match="seed must be between 0"):
+        LabConfig(seed=-1)

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
 from mha_core.lab import Lab, LabConfig
+from tests.test_jobs import until
+from ui.jobs import Presence
 from ui.lab_runner import LabRunner, TrainingSlots
 
 TINY = LabConfig(seq_len=10, vocab_size=12, batch_size=4, d_model=16, num_heads=2, seed=4)
 
 
+def watched() -> Presence:
+    """A page that never goes away (these tests do not poll; a slow machine must not make them wait)."""
+    return Presence(grace_s=math.inf)
+
+
 def test_slots_cap_concurrent_trainings_and_come_back():
     slots = TrainingSlots(1)
-    first, second = LabRunner(TINY, 100_000, slots), LabRunner(TINY, 20, slots)
+    first, second = LabRunner(TINY, 100_000, slots, presence=watched()), LabRunner(TINY, 20, slots, presence=watched())
     assert first.start() and first.running
     assert not second.start() and "1 trainings are already running" in second.message
     assert second.status == "new" and slots.in_use == 1
@@ -29,7 +37,7 @@ def test_slots_cap_concurrent_trainings_and_come_back():
 
 def test_pause_and_resume_reach_the_same_model_as_one_run():
     torch.set_num_threads(1)
-    runner = LabRunner(TINY, 60, TrainingSlots(2), score_every=10)
+    runner = LabRunner(TINY, 60, TrainingSlots(2), score_every=10, presence=watched())
     assert runner.start()
     time.sleep(0.05)
     runner.stop()
@@ -49,10 +57,27 @@ def test_pause_and_resume_reach_the_same_model_as_one_run():
 
 def test_a_training_nobody_looks_at_stops_and_frees_its_slot():
     slots = TrainingSlots(1)
-    runner = LabRunner(TINY, 1_000_000, slots, orphan_after_s=0.3)
+    presence = Presence(grace_s=0.1, abandon_s=0.5)
+    runner = LabRunner(TINY, 1_000_000, slots, presence=presence)
     assert runner.start()
     runner.join(timeout=30)
     assert runner.status == "stopped" and slots.in_use == 0 and 0 < runner.lab.step < 1_000_000
+    assert presence.suspensions == 1 and not presence.busy
+
+
+def test_a_training_waits_while_its_page_is_away_and_goes_on_when_it_comes_back():
+    presence = Presence(grace_s=0.2, abandon_s=600)
+    runner = LabRunner(TINY, 1_000_000, TrainingSlots(1), presence=presence)
+    assert runner.start() and presence.busy
+    until(lambda: presence.suspensions == 1)  # no poll for 0.2 s: the thread waits between two steps
+    waiting_at = runner.lab.step
+    runner.join(timeout=0.5)
+    assert runner.lab.step == waiting_at and runner.running  # waiting, not stopped, and not training
+    runner.touch()  # the page polls again (a reconnect): training goes on from the same step
+    until(lambda: runner.lab.step > waiting_at)
+    assert runner.running
+    runner.stop()  # Pause (the thread may be waiting for the page again by now: it stops all the same)
+    assert runner.status == "paused" and not presence.busy
 
 
 def test_the_appearance_table_converts_to_arrow_with_a_head_not_yet_there():

@@ -303,6 +303,22 @@ def test_primary_roles_fill_heads_without_a_role():
     assert primary.loc[1, "evidence"] == "no role passes its threshold"
 
 
+def test_primary_roles_of_runs_too_short_for_any_role():
+    # [CLS] [SEP]: every query row is special, so no sentence test has an observation and no head has a role.
+    two_tokens = make_run([np.eye(2), np.array([[0.0, 1.0], [0.0, 1.0]])], tokens=["[CLS]", "[SEP]"])
+    roles = head_roles(two_tokens)
+    assert roles.empty
+    primary = primary_roles(roles, 1, 2)
+    assert list(primary["layer"]) == [0, 0] and list(primary["head"]) == [0, 1]
+    assert list(primary["role"]) == ["none", "none"] and list(primary["family"]) == ["none", "none"]
+    assert list(primary["evidence"]) == ["no role passes its threshold"] * 2
+    assert primary["score"].isna().all()
+    # A decoder's BOS and one word: whatever roles it has, every head gets exactly one primary role.
+    bos_and_word = make_run([np.array([[1.0, 0.0], [0.9, 0.1]])] * 3, tokens=["<s>", "w1"], causal=True)
+    primary = primary_roles(head_roles(bos_and_word), 1, 3)
+    assert list(primary["head"]) == [0, 1, 2] and primary["role"].map(type).eq(str).all()
+
+
 def test_head_roles_needs_a_run_or_metrics():
     with pytest.raises(HeadscopeError):
         head_roles(None)

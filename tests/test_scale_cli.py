@@ -78,7 +78,7 @@ def test_profile_cli_rejects_executor_options_and_columns_that_do_not_fit(tmp_pa
     assert main(profile_command(corpus_path, out, "--workers", "2")) == 2
     assert "--workers, --worker-threads and --address need --executor ray" in capsys.readouterr().err
     assert main(profile_command(corpus_path, out, "--executor", "ray", "--workers", "0")) == 2
-    assert "--workers must be at least 1, got 0" in capsys.readouterr().err
+    assert "argument --workers: must be between 1 and 256, got 0" in capsys.readouterr().err
     command = profile_command(corpus_path, out)
     command[command.index("sentence")] = "words"
     assert main(command) == 2

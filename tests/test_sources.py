@@ -88,6 +88,31 @@ def test_missing_pooler_is_a_warning_not_a_refusal(tmp_path):
     assert len(model.warnings) == 1 and "pooler" in model.warnings[0]
 
 
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda data: b"", "header too small"),
+        (lambda data: os.urandom(len(data)), "header too large"),
+        (lambda data: data[: len(data) // 2], "not fully covered"),
+        (lambda data: data[: len(data) - 1], "not fully covered"),
+    ],
+    ids=["empty", "random-bytes", "half", "one-byte-short"],
+)
+def test_a_damaged_weights_file_is_an_incomplete_checkpoint(tmp_path, damage, reason):
+    folder = build_tiny_bert(tmp_path / "damaged")
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(damage(data))
+    with pytest.raises(ModelLoadError, match=r"incomplete checkpoint: its weights file model\.safetensors is damaged"):
+        mc.load_model(str(folder))
+    with pytest.raises(ModelLoadError, match=reason) as caught:
+        mc.load_model(str(folder))
+    # The folder the user named is quoted; no other path of this machine is.
+    assert str(tmp_path) not in str(caught.value).replace(str(folder), "")
+    weights.write_bytes(data)  # repaired: it loads
+    assert mc.load_model(str(folder)).run("the cat sat").attentions.shape[:2] == (2, 4)
+
+
 # ---- names, allow-lists and messages ------------------------------------------------------------------
 def test_allowlist_matches_spellings_without_touching_the_file_system(tmp_path):
     assert sources.parse_allowlist(None) is None and sources.parse_allowlist(" * ") is None
@@ -123,6 +148,41 @@ def test_invisible_text_counts_as_empty(tmp_path):
         with pytest.raises(InputTextError, match="empty"):
             model.run(text)
     assert model.run("\u200bthe cat").num_tokens >= 3
+
+
+# Accents or marks alone, control characters (C0, DEL, C1), zero-width characters: nothing a reader or a
+# BERT tokenizer keeps (BERT's normaliser drops marks and control characters).
+CONTENT_FREE_TEXTS = ("\u0301\u0301", "\u0300\u0327 \u0308", "\x01\x02\x7f", "\x1b\x85\x9f", "\u200b\u200d\u2060")
+
+
+def test_text_the_tokenizer_drops_whole_is_empty_text(tmp_path):
+    from mha_core.errors import EmptyTextError
+    from tests.model_fixtures import build_tiny_llama
+
+    encoder = mc.load_model(str(build_tiny_bert(tmp_path / "bert")))
+    for text in CONTENT_FREE_TEXTS:
+        with pytest.raises(EmptyTextError, match="empty") as caught:
+            encoder.run(text)
+        assert caught.value.what == "text" and isinstance(caught.value, InputTextError)
+        with pytest.raises(EmptyTextError, match="pair text") as caught:
+            encoder.run("the cat", text_pair=text)
+        assert caught.value.what == "pair text"
+        with pytest.raises(EmptyTextError):
+            encoder.encode([text])  # pre-split words too
+    # One readable character is enough: the mark then belongs to it.
+    assert encoder.run("a\u0301").tokens == ["[CLS]", "a", "[SEP]"]
+    # A byte-level decoder reads every byte: marks and control characters are tokens after its BOS.
+    decoder = mc.load_model(str(build_tiny_llama(tmp_path / "llama")))
+    assert decoder.default_bos
+    for text, expected_bytes in (("\u0301\u0301", 4), ("\x01\x02\x7f", 3)):
+        run = decoder.run(text)
+        assert run.special_mask.tolist() == [True] + [False] * expected_bytes and run.metadata["bos"]
+        assert run.attentions.shape[-1] == 1 + expected_bytes
+    with pytest.raises(EmptyTextError):
+        decoder.run("\u200b\u200d\u2060")
+    # Text that is not valid Unicode (a lone surrogate, as a command line's undecodable bytes become).
+    with pytest.raises(InputTextError, match="not valid Unicode"):
+        encoder.run("the \udcff cat")
 
 
 # ---- folders built once -----------------------------------------------------------------------------------
@@ -181,3 +241,73 @@ def test_a_build_that_fails_halfway_leaves_nothing_that_looks_done(tmp_path):
         sources.build_once(target, failing, "test folder")
     assert not target.exists()
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def _build_waiting_for_release(staging: Path, progress) -> None:
+    """A build that writes a part, then waits (bounded) until the test lets it finish."""
+    counter = Path(os.environ["HEADSCOPE_TEST_COUNTER"])
+    with open(counter, "a") as handle:
+        handle.write("built\n")
+    (staging / "part.bin").write_bytes(os.urandom(1 << 12))
+    release = counter.with_name("release")
+    for _ in range(600):
+        if release.exists():
+            return
+        time.sleep(0.05)
+    raise TimeoutError("the test never released the build")
+
+
+def _build_in_child_waiting(target: str) -> str:
+    return str(sources.build_once(Path(target), _build_waiting_for_release, "test folder"))
+
+
+def test_the_next_build_removes_what_killed_builds_left(tmp_path, monkeypatch):
+    counter = tmp_path / "builds.txt"
+    monkeypatch.setenv("HEADSCOPE_TEST_COUNTER", str(counter))
+    cache = tmp_path / "cache"
+    target = cache / "model-123"
+    # What a build killed mid-way leaves: its staging folder, and a broken copy it was removing.
+    stale = [cache / ".model-123-building-k1l2m3", cache / ".model-123.broken-4242"]
+    for folder in stale:
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "model.safetensors").write_bytes(b"x" * 1000)
+    # Another model's folders and staging (its own lock) are not this build's to remove.
+    others = [cache / ".model-1234-building-abc", cache / "model-12", cache / ".model-12-building-xyz"]
+    for folder in others:
+        folder.mkdir()
+    sources.build_once(target, _slow_build, "test folder")
+    assert sources.verify_folder(target) is None
+    assert not any(folder.exists() for folder in stale)
+    assert all(folder.exists() for folder in others)
+    assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".lock")) == sorted(
+        ["model-123", *(folder.name for folder in others)]
+    )
+
+
+def test_a_build_in_progress_in_another_process_keeps_its_staging_folder(tmp_path, monkeypatch):
+    import threading
+
+    counter = tmp_path / "builds.txt"
+    monkeypatch.setenv("HEADSCOPE_TEST_COUNTER", str(counter))
+    target = tmp_path / "cache" / "model-7"
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        child = pool.apply_async(_build_in_child_waiting, (str(target),))
+        staging = []
+        for _ in range(1200):  # the child holds the lock once its staging folder exists
+            staging = list(target.parent.glob(".model-7-building-*"))
+            if staging:
+                break
+            time.sleep(0.05)
+        assert len(staging) == 1
+        # This process's build waits for the lock while the child's build is in progress...
+        results = []
+        waiting = threading.Thread(target=lambda: results.append(sources.build_once(target, _slow_build, "test")))
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and staging[0].is_dir()  # ...and has removed nothing of it
+        (tmp_path / "release").write_text("go")
+        assert child.get(timeout=120) == str(target)
+        waiting.join(120)
+    assert results == [target] and sources.verify_folder(target) is None
+    assert counter.read_text().count("built") == 1  # the waiting build used the child's folder

@@ -4,14 +4,14 @@
   is told so instead of slowing everyone down.
 * ``LabRunner``: one session's lab and the thread that trains it. Start / Pause / Reset; the page reads a
   consistent ``snapshot()`` while the thread trains. The thread stops by itself when it reaches its step
-  budget, when it is paused, or when the page has not looked at it for ``orphan_after_s`` seconds (the
-  visitor closed the tab: a session that is gone does not keep a core busy).
+  budget or when it is paused. Between two steps it waits while the session's page is away (``ui.jobs.
+  Presence``: no heartbeat for 3 s; a page that comes back resumes it) and ends once the session is gone:
+  a closed tab does not keep a core busy.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,9 +19,9 @@ import pandas as pd
 
 from mha_core.errors import redact_paths
 from mha_core.lab import Lab, LabConfig, history_frame, phase_change_step, role_appearance
+from ui.jobs import Presence, SessionGone
 
 SCORE_EVERY = 25  # steps between two scorings: ~40 points on a 1000-step curve
-ORPHAN_AFTER_S = 30.0  # no page has polled this long: the session is gone
 
 
 class TrainingSlots:
@@ -74,17 +74,17 @@ class LabRunner:
         total_steps: int,
         slots: TrainingSlots,
         score_every: int = SCORE_EVERY,
-        orphan_after_s: float = ORPHAN_AFTER_S,
+        presence: Presence | None = None,
     ):
         self.config, self.total_steps, self.slots = config, int(total_steps), slots
-        self.score_every, self.orphan_after_s = int(score_every), float(orphan_after_s)
+        self.score_every = int(score_every)
+        self.presence = presence if presence is not None else Presence()  # the session's (ui.state.presence)
         self.lab = Lab(config)
         self.status = "new"
         self.message = ""
         self._lock = threading.Lock()
         self._pause = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_seen = time.monotonic()
 
     # ---- control ---------------------------------------------------------------------------
     def start(self) -> bool:
@@ -99,13 +99,14 @@ class LabRunner:
                 return False
             self.status, self.message = "running", ""
             self._pause.clear()
-            self._last_seen = time.monotonic()
+            self.presence.beat()  # the page that pressed Start is there, however long it was idle before
             self._thread = threading.Thread(target=self._train, name="headscope-lab", daemon=True)
             self._thread.start()
             return True
 
     def pause(self) -> None:
         self._pause.set()
+        self.presence.beat()  # a click is the page being there: a thread waiting for it stops now
 
     def join(self, timeout: float | None = None) -> None:
         thread = self._thread
@@ -119,7 +120,7 @@ class LabRunner:
 
     def touch(self) -> None:
         """The page is still looking (called on every poll)."""
-        self._last_seen = time.monotonic()
+        self.presence.beat()
 
     @property
     def running(self) -> bool:
@@ -129,17 +130,22 @@ class LabRunner:
     def _check(self, done: float, total: float, message: str = "") -> None:
         if self._pause.is_set():
             raise StopTraining("paused")
-        if time.monotonic() - self._last_seen > self.orphan_after_s:
-            raise StopTraining("stopped")
+        try:
+            self.presence.wait_while_away()
+        except SessionGone:
+            raise StopTraining("stopped") from None
+        if self._pause.is_set():  # Pause or Reset pressed by the page that came back
+            raise StopTraining("paused")
 
     def _train(self) -> None:
         outcome = "done"
         try:
-            self.lab.train(
-                self.total_steps - self.lab.step,
-                score_every=self.score_every,
-                progress=self._check,
-            )
+            with self.presence.working():
+                self.lab.train(
+                    self.total_steps - self.lab.step,
+                    score_every=self.score_every,
+                    progress=self._check,
+                )
         except StopTraining as stop:
             outcome = str(stop)
         except Exception as error:  # shown to the visitor: the thread must not die silently

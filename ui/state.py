@@ -38,6 +38,7 @@ from ui.budget import (
     runs_budget,
     tune_allocator,
 )
+from ui.jobs import BEAT_S, Job, Presence
 
 LOG = logging.getLogger("headscope.app")
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,6 +172,7 @@ def reset_server_state() -> None:
     shared.cache_clear()
     lab_slots.cache_clear()
     _models.cache_clear()
+    _failed_loads.cache_clear()
 
 
 def configure_process() -> None:
@@ -388,6 +390,26 @@ def _models() -> ByteBudgetCache:
     return ByteBudgetCache(MAX_MODELS, size_of=lambda model: 1)
 
 
+@functools.cache
+def _failed_loads() -> dict:
+    """Checkpoint folders that failed to load on this server: ``(key, downloads) -> (folder_state, message)``.
+    Every rerun of every session would otherwise read a damaged folder again; a repaired one (its files
+    changed) loads again."""
+    return {}
+
+
+def folder_state(key: str) -> tuple | None:
+    """Name, size and modification time of each file of the model folder ``key``, or None for a name that
+    is not a folder (an embedded model, a hub id)."""
+    if key in sources.EMBEDDED_MODELS:
+        return None
+    try:
+        with os.scandir(key) as entries:
+            return tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()))
+    except OSError:  # no such folder (a hub id), or unreadable
+        return None
+
+
 def _load_model_cached(key: str, allow_downloads: bool):
     """The model for ``key``, loaded once per server with a progress bar.
 
@@ -398,9 +420,14 @@ def _load_model_cached(key: str, allow_downloads: bool):
     def load():
         from mha_core.models import load_model
 
+        files = folder_state(key)
         bar = st.progress(0.0, text=f"Loading {key[:80]}...")
         try:
             return load_model(key, progress=report_progress(bar), download=allow_downloads)
+        except ModelLoadError as error:
+            if files is not None:
+                _failed_loads()[(key, allow_downloads)] = (files, str(error))
+            raise
         finally:
             bar.empty()
 
@@ -419,8 +446,12 @@ def get_model(name: str):
     if not sources.model_allowed(name, config.allowed_models):
         offered = ", ".join(config.allowed_models or ())
         raise ModelLoadError(f"This server does not offer the model {quoted(name)}. It offers: {offered}.")
+    key = _cache_key(name)
+    failed = _failed_loads().get((key, config.allow_downloads))
+    if failed is not None and failed[0] == folder_state(key):
+        raise ModelLoadError(failed[1])  # the folder is as it was when it failed: do not read it again
     try:
-        return _load_model_cached(_cache_key(name), config.allow_downloads)
+        return _load_model_cached(key, config.allow_downloads)
     except HeadscopeError:
         raise
     except (OSError, ValueError, KeyError) as error:  # a loader that did not wrap its own error
@@ -429,15 +460,18 @@ def get_model(name: str):
 
 def use_model(wanted: str) -> tuple[str, HeadscopeError | None]:
     """``(the model to show, why the wanted one failed or None)``: on failure the last model that
-    loaded stays in use. Failures are remembered for the session: ``st.cache_resource`` keeps no
-    failures, and without this every rerun would try the load again."""
+    loaded stays in use. Failures are remembered, so that reruns do not try the load again: a folder's by
+    the server with the state of its files (``get_model``: a repaired folder loads again), any other
+    name's (a hub id without a network) for the session."""
     failed = st.session_state.get("_failed_model")
     try:
         if failed and failed[0] == wanted:
             raise ModelLoadError(failed[1])
         get_model(wanted)
     except HeadscopeError as error:
-        st.session_state["_failed_model"] = (wanted, str(error))
+        allowed = sources.model_allowed(wanted, settings().allowed_models)
+        if not (allowed and folder_state(_cache_key(wanted)) is not None):
+            st.session_state["_failed_model"] = (wanted, str(error))
         previous = st.session_state.get("_last_good_model") or (DEFAULT_MODEL if wanted != DEFAULT_MODEL else "")
         return previous, error
     st.session_state["_last_good_model"] = wanted
@@ -544,16 +578,12 @@ def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentence
     key = ("search-index", _cache_key(model_name), layer, head, kind, max_sentences)
     check = stop_point()
 
-    def compute():
-        bar = st.progress(0.0, text="Indexing the UD dev sentences...")
-        try:
-            with shared().gate.slot(check=check):
-                sentences = [sentence.words for sentence in syntax.ud_ewt_dev(max_sentences)]
-                return search.build_corpus_index(model, sentences, layer, head, kind, progress=report_progress(bar))
-        finally:
-            bar.empty()
+    def index(job: Job):
+        with job_slot(job):
+            sentences = [sentence.words for sentence in syntax.ud_ewt_dev(max_sentences)]
+            return search.build_corpus_index(model, sentences, layer, head, kind, progress=job.progress)
 
-    return cached(key, compute, check)
+    return cached(key, lambda: background(key, index, "Indexing the UD dev sentences..."), check)
 
 
 def computed_from(run, what: str, compute, reserve_bytes: int = 0):
@@ -635,12 +665,13 @@ def corpus_profile(model_name: str, max_sentences: int):
 
     model = get_model(model_name)
     sentences = ud_ewt_dev(max_sentences=max_sentences)
-    bar = st.progress(0.0, text=f"Profiling {len(sentences)} sentences...")
-    try:
-        result = mha_core.profile(model, sentences, batch_size=16, progress=report_progress(bar))
-    finally:
-        bar.empty()
-    return result.metrics, result.dependency, mha_core.coreference_scores(model)
+
+    def compute(job: Job):
+        result = mha_core.profile(model, sentences, batch_size=16, progress=job.progress)
+        return result.metrics, result.dependency, mha_core.coreference_scores(model)
+
+    key = ("corpus-profile", _cache_key(model_name), max_sentences)
+    return background(key, compute, f"Profiling {len(sentences)} sentences...")
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -697,21 +728,22 @@ def induction_table(model_name: str, top_k: int, draws: int, role: str, ablation
     from mha_core import causal
 
     scores = decoder_scores(model_name)
-    bar = st.progress(0.0, text="Running the experiment...")
-    try:
-        return in_slot(
-            lambda: causal.induction_experiment(
-                get_model(model_name),
+    model = get_model(model_name)
+
+    def compute(job: Job):
+        with job_slot(job):
+            return causal.induction_experiment(
+                model,
                 top_k=top_k,
                 random_draws=draws,
                 role=role,
                 scores=scores,
                 ablation=ablation,
-                progress=report_progress(bar),
+                progress=job.progress,
             )
-        )
-    finally:
-        bar.empty()
+
+    key = ("induction", _cache_key(model_name), top_k, draws, role, ablation)
+    return background(key, compute, "Running the experiment...")
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -724,11 +756,10 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
 
     model = get_model(model_name)
     texts = causal.corpus_texts(ud_ewt_dev(sentences))
-    bar = st.progress(0.0, text=f"Head importance over {len(texts)} sentences...")
-    try:
 
-        def compute():
-            importance = causal.head_importance(model, texts, method=method, progress=report_progress(bar))
+    def compute(job: Job):
+        with job_slot(job):
+            importance = causal.head_importance(model, texts, method=method, progress=job.progress)
             curves = pd.concat(
                 [
                     causal.pruning_curve(
@@ -738,7 +769,7 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
                         importance=importance,
                         steps=steps,
                         seeds=tuple(range(seeds)),
-                        progress=report_progress(bar),
+                        progress=job.progress,
                     )
                     for order in ("importance", "random")
                 ],
@@ -746,9 +777,8 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
             )
             return importance, curves
 
-        return in_slot(compute)
-    finally:
-        bar.empty()
+    key = ("importance", _cache_key(model_name), sentences, method, seeds, steps)
+    return background(key, compute, f"Head importance over {len(texts)} sentences...")
 
 
 def role_ablation(model_name: str, run, primary):
@@ -762,3 +792,42 @@ def role_ablation(model_name: str, run, primary):
         f"role-ablation-{hash(tuple(map(tuple, primary[['layer', 'head', 'family']].astype(str).to_numpy())))}",
         lambda: in_slot(lambda: causal.family_ablation(model, run.text, primary)),
     )
+
+
+# ---- long work in threads of the session's own ----------------------------------------------------
+def presence() -> Presence:
+    """This session's heartbeat (``ui.jobs.Presence``): renewed while its page is open (``widgets.keep_alive``,
+    a run waiting in ``background``), it makes the session's long work wait while the page is away and end
+    once the server has dropped the session (``server.disconnectedSessionTTL``)."""
+    found = st.session_state.get("_presence")
+    if found is None:
+        found = st.session_state["_presence"] = Presence(
+            abandon_s=float(st.get_option("server.disconnectedSessionTTL"))
+        )
+    return found
+
+
+def job_slot(job: Job):
+    """One of the server's compute slots for a job: it waits in the queue while its page is away, like its work."""
+    return shared().gate.slot(check=job.check, waiting=job.queued)
+
+
+def background(key: tuple, compute, label: str):
+    """``compute(job)``'s value, computed in a thread of this session's (``ui.jobs.Job``) while this run waits
+    and draws its progress. A run stopped meanwhile (its browser lost the connection, the visitor clicked
+    something else) leaves the job going: the next run asking for ``key`` waits for the same job instead of
+    starting over. While the page is away the job stops at its next progress report and waits; it computes
+    again when the page comes back, and ends once the session is gone."""
+    jobs = st.session_state.setdefault("_jobs", {})
+    job = jobs.get(key)
+    if job is None or job.status == "stopped":
+        job = jobs[key] = Job(compute, presence(), name=f"headscope-{key[0]}")
+    bar = st.progress(job.fraction, text=job.message or label)
+    try:
+        while not job.wait(BEAT_S):
+            bar.progress(job.fraction, text=job.message or label)  # where Streamlit ends a run it stops
+            presence().beat()
+    finally:
+        bar.empty()
+    jobs.pop(key, None)
+    return job.result()

@@ -21,9 +21,10 @@ import numpy as np
 import streamlit as st
 
 from mha_core.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
-from mha_core.errors import EngineNotSupported, HeadscopeError, InputTextError, redact_paths
+from mha_core.errors import EmptyTextError, EngineNotSupported, HeadscopeError, InputTextError, redact_paths
 from mha_core.tokens import visible_text
 from ui import address, figures, headview, state
+from ui.jobs import BEAT_S
 
 LOG = logging.getLogger("headscope.app")
 
@@ -83,6 +84,18 @@ def error_display():
             f"Something went wrong ({type(error).__name__}). Try another sentence or model; "
             "the details are in the server log."
         )
+
+
+def keep_alive() -> None:
+    """While this session has work running in threads (a Lab training, a profile nobody waits for), the
+    browser renews its heartbeat every second (``state.presence``): the work goes on while the page is
+    open, waits when it is not, and ends once the session is gone. Draws nothing."""
+    if state.presence().busy:
+        st.fragment(run_every=BEAT_S)(_heartbeat)()
+
+
+def _heartbeat() -> None:
+    state.presence().beat()
 
 
 def show_link_notices() -> None:
@@ -310,6 +323,9 @@ def current_model():
     return None
 
 
+EMPTY_TEXT_NOTICE = "Type a sentence in the sidebar (or pick an example) and press Enter."
+
+
 def run_for(
     model: str, engine: str, text: str, text_pair: str | None = None, *, notices: bool = True, bos: bool | None = None
 ):
@@ -318,7 +334,7 @@ def run_for(
         st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
         return None
     if not visible_text(text or ""):
-        st.info("Type a sentence in the sidebar (or pick an example) and press Enter.")
+        st.info(EMPTY_TEXT_NOTICE)
         return None
     loaded = state.get_model(model)
     if text_pair and not visible_text(text_pair):
@@ -328,10 +344,15 @@ def run_for(
             st.info("A second sentence applies to encoder models only; this decoder reads the first sentence alone.")
         text_pair = None
     try:
-        run = state.get_run(model, engine, text, text_pair, bos)
-    except EngineNotSupported as error:
-        st.warning(f"{public_message(error)} Showing the transformers engine instead.")
-        run = state.get_run(model, "transformers", text, text_pair, bos)
+        run = _run_or_fallback(model, engine, text, text_pair, bos)
+    except EmptyTextError as error:
+        # Text the tokenizer drops whole (accents or marks alone, control characters) is empty text.
+        if error.what != "pair text":
+            st.info(EMPTY_TEXT_NOTICE)
+            return None
+        if notices:
+            st.info(f"The second sentence holds nothing {md_escape(model)} reads; it reads the first sentence alone.")
+        run = _run_or_fallback(model, engine, text, None, bos)
     if notices and run.truncated:
         st.warning(
             f"The text has {run.num_input_tokens} tokens; {md_escape(model)} reads at most {run.num_tokens}, "
@@ -341,6 +362,15 @@ def run_for(
         for warning in loaded.warnings:
             st.caption(f":material/warning: {public_message(warning, model)}")
     return run
+
+
+def _run_or_fallback(model: str, engine: str, text: str, text_pair: str | None, bos: bool | None):
+    """``state.get_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
+    try:
+        return state.get_run(model, engine, text, text_pair, bos)
+    except EngineNotSupported as error:
+        st.warning(f"{public_message(error)} Showing the transformers engine instead.")
+        return state.get_run(model, "transformers", text, text_pair, bos)
 
 
 def current_run(notices: bool = True):
