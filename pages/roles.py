@@ -16,7 +16,6 @@ from ui.figures.roles import head_layout_map, role_map
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
-DEFAULT_PROFILE_SENTENCES = 100
 GLOSSARY = """
 - **Role**: what a head does, named only when a published test says so with numbers: its **score**, the
   **threshold** it passes, how many observations it rests on (**n**), what **chance** would give (attention
@@ -85,7 +84,7 @@ def profile_controls(run, model_name: str) -> None:
             config.max_profile_sentences,
             key="roles_profile_sentences",
             url_key="sentences",
-            default=min(DEFAULT_PROFILE_SENTENCES, config.max_profile_sentences),
+            default=min(state.PROFILE_SENTENCES, config.max_profile_sentences),
             step=10,
         )
         if config.classroom:

@@ -7,6 +7,7 @@ on a developer machine but FAILS it under CI=true, so CI can never go green by s
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,18 @@ def _torch_threads(request):
 
         torch.set_num_threads(threads)
     yield
+
+
+# pytest's own __main__: Streamlit's script runner (AppTest) makes the script it runs sys.modules["__main__"]
+# and leaves it there, and a process started later with multiprocessing's spawn method re-runs the parent's
+# __main__ file: it would run the app outside Streamlit (tests/test_sources.py builds in spawned processes).
+_PYTEST_MAIN = sys.modules["__main__"]
+
+
+@pytest.fixture(autouse=True)
+def _pytest_main_restored():
+    yield
+    sys.modules["__main__"] = _PYTEST_MAIN
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from mha_core.metrics import METRIC_DESCRIPTIONS
-from ui.state import DEFAULT_TEXT
+from ui.state import DEFAULT_TEXT, PROFILE_SENTENCES
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ LINKS = [
         "Head roles",
         (
             Setting("engine", "core", "engine", "core", "Engine", "From-scratch core", "transformers"),
-            Setting("sentences", "40", "roles_profile_sentences", 40, "Sentences", "40", 100),
+            Setting("sentences", "40", "roles_profile_sentences", 40, "Sentences", "40", PROFILE_SENTENCES),
             Setting(
                 "causal",
                 "1",

@@ -13,6 +13,7 @@ import mha_core as mc
 from tests.conftest import ENGINE_ATOL, ROOT, require
 from tests.page_helpers import open_app, widget
 from tests.test_examples import query_key_claim
+from ui.state import PROFILE_SENTENCES
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +77,23 @@ def test_the_roles_section_is_what_the_roles_page_shows(minilm):
     assert f"MiniLM's heads are *sinks* ({sinks} of {run.num_layers * run.num_heads})" in DOC
     assert 0.4 <= sinks / 72 <= 0.6  # "about half"
     app = open_app("roles", {"text": SENTENCE})
-    assert widget(app, "roles_profile_sentences").value == 100 and "(100 sentences with known grammar" in DOC
+    default = widget(app, "roles_profile_sentences").value
+    assert default == PROFILE_SENTENCES and f"({default} sentences with known grammar" in DOC
+    # The syntactic heads a profile of that size names, as the doc lists them, and none from 100 sentences.
+    named = {}
+    for size in (100, default):
+        profile = mc.profile(minilm, mc.ud_ewt_dev(size), batch_size=16)
+        roles = mc.head_roles(None, metrics=profile.metrics, dependency=profile.dependency)
+        syntactic = roles[roles["family"] == "syntactic"]
+        named[size] = sorted(zip(syntactic["layer"], syntactic["head"], syntactic["role"]))
+    assert named[100] == []
+    assert named[default] == [
+        (1, 4, "syntactic:case:parent"),
+        (1, 7, "syntactic:case:parent"),
+        (2, 0, "syntactic:obj:parent"),
+        (2, 8, "syntactic:case:parent"),
+    ]
+    assert f"On MiniLM, {default} sentences name {len(named[default])} heads" in DOC
 
 
 def test_the_decoder_and_compare_section(minilm):

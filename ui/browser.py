@@ -103,6 +103,108 @@ PAGE_STATE_JS = (
 
 SENTENCE_LABEL = "Sentence"  # the sidebar's sentence box (ui/widgets.py)
 
+# Every WebSocket the page opens is kept in window.__sockets; while window.__blockSockets is true a new one
+# goes to a closed port (the server is unreachable), so the page keeps trying until it is let through.
+SOCKETS_JS = """
+(() => {
+  const Native = window.WebSocket;
+  window.__sockets = [];
+  window.__blockSockets = false;
+  window.WebSocket = function (url, protocols) {
+    const target = window.__blockSockets ? url.replace(/:\\d+\\//, ':9/') : url;
+    const socket = protocols === undefined ? new Native(target) : new Native(target, protocols);
+    window.__sockets.push(socket);
+    return socket;
+  };
+  window.WebSocket.prototype = Native.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();
+"""
+DROP_CONNECTION_JS = "() => { window.__blockSockets = true; window.__sockets.forEach(s => s.close()); }"
+RECONNECTED_JS = "() => window.__sockets.length > 0 && window.__sockets[window.__sockets.length - 1].readyState === 1"
+# How many scored steps the Lab's loss curve shows (tests/test_browser.py).
+LAB_POINTS_JS = """
+() => {
+  const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
+      ((g._fullLayout.title || {}).text || '').startsWith('Loss'));
+  return gd && gd._fullData[0] ? gd._fullData[0].x.length : 0;
+}
+"""
+# How many shards of a corpus profile its progress bar says are done (hidden or not), or -1 without one:
+# "shard k of n: ..." while shard k is computed, "d of n shards done" / "d of n shards from the cache".
+PROFILE_SHARDS_JS = """
+() => {
+  const text = Array.from(document.querySelectorAll('[data-testid="stProgress"]')).map(e => e.textContent).join(' ');
+  const computing = text.match(/shard (\\d+) of \\d+/);
+  if (computing) return Number(computing[1]) - 1;
+  const done = text.match(/(\\d+) of \\d+ shards/);
+  return done ? Number(done[1]) : -1;
+}
+"""
+# An idle server uses about 0.01 CPU-second a second; work that runs on uses 0.5-1 (one core, a busy machine).
+IDLE_CPU_PER_S = 0.08
+
+
+def cpu_seconds(process) -> float:
+    """CPU-seconds used so far by ``process`` (a ``psutil.Process``)."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def cpu_rate(process, seconds: float) -> float:
+    """The server's CPU-seconds per second over the next ``seconds``."""
+    before = cpu_seconds(process)
+    time.sleep(seconds)
+    return (cpu_seconds(process) - before) / seconds
+
+
+def start_lab_training(page, url: str) -> None:
+    """The Lab page, 3000 steps (the slider's last value), Start; returns once the curve has points."""
+    page.goto(f"{url}/?page=lab")
+    wait_for_app(page)
+    page.get_by_role("slider").first.focus()
+    page.keyboard.press("End")
+    page.get_by_text("3000", exact=True).first.wait_for(timeout=60_000)
+    wait_for_app(page)
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_function(f"() => ({LAB_POINTS_JS})() >= 2", timeout=120_000)
+
+
+def start_importance(page, url: str) -> None:
+    """The Ablate page's head importance (20 UD sentences, MiniLM: 72 heads ablated one by one), started."""
+    page.goto(f"{url}/?page=ablate")
+    wait_for_app(page)
+    page.locator("summary").filter(has_text="Importance ranking").click()
+    page.get_by_role("button", name="Compute").click()
+    page.get_by_text("ablating head", exact=False).first.wait_for(timeout=120_000)
+
+
+def start_profile(page, url: str, sentences: int) -> None:
+    """The Roles page's corpus profile of ``sentences`` UD sentences, started."""
+    page.goto(f"{url}/?page=roles")
+    wait_for_app(page)
+    page.get_by_text("coloured by role", exact=False).first.wait_for(timeout=180_000)
+    expander = page.locator("summary").filter(has_text="Corpus profile")
+    expander.click()
+    box = page.locator("details").filter(has_text="Corpus profile").get_by_label("Sentences")
+    box.fill(str(sentences))
+    box.press("Tab")
+    wait_for_app(page)
+    button = page.get_by_role("button", name="Profile heads")
+    if not button.is_visible():  # the rerun closed the expander
+        expander.click()
+    button.click()
+
+
+def wait_until_idle(process, bound_s: float, window_s: float = 1.0) -> float | None:
+    """Seconds until ``process`` (a ``psutil.Process``: a server) uses less than ``IDLE_CPU_PER_S`` over one
+    ``window_s`` window (the end of the first idle window), or None if it is still busy after ``bound_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < bound_s:
+        if cpu_rate(process, window_s) < IDLE_CPU_PER_S:
+            return time.monotonic() - start
+    return None
+
 
 def chromium_available() -> bool:
     return Path(CHROMIUM).exists()
