@@ -115,7 +115,9 @@ class ServerSettings:
             cache_budget_bytes=_env_int("HEADSCOPE_CACHE_BUDGET_MB", 2048) << 20,
             max_concurrent_runs=_env_int("HEADSCOPE_MAX_CONCURRENT_RUNS", os.cpu_count() or 2),
             torch_threads=_env_int("HEADSCOPE_TORCH_THREADS", 1),
-            max_profile_sentences=_env_int("HEADSCOPE_MAX_PROFILE_SENTENCES", PROFILE_SENTENCES if classroom else 2002, 10),
+            max_profile_sentences=_env_int(
+                "HEADSCOPE_MAX_PROFILE_SENTENCES", PROFILE_SENTENCES if classroom else 2002, 10
+            ),
             class_link=os.environ.get("HEADSCOPE_PUBLIC_URL") or None,
         )
 
