@@ -1,4 +1,4 @@
-"""Benchmark: causal evidence on SmolLM2 (mha_core.causal).
+"""Benchmark: causal evidence on SmolLM2 (mha_core.interventions).
 
 Two measurements, each timed against a bare forward pass of the same inputs in the same run (the
 machine is shared: ratios travel, absolute seconds do not):
@@ -25,8 +25,10 @@ import time
 import torch
 
 import mha_core as mc
-from mha_core import causal
-from mha_core.roles import decoder_head_scores, repeated_random_tokens
+from mha_core.analysis.roles import repeated_random_tokens
+from mha_core.corpus import reading
+from mha_core.interventions import experiments
+from mha_core.interventions.experiments import decoder_head_scores
 
 INDUCTION_BUDGET_S = 5.0
 IMPORTANCE_BUDGET_S = 60.0  # for 500 sentences
@@ -71,7 +73,7 @@ def main() -> None:
     assert ids.shape == (8, 101), ids.shape
 
     def experiment():
-        return causal.induction_experiment(model, top_k=5, random_draws=4, scores=scores)
+        return experiments.induction_experiment(model, top_k=5, random_draws=4, scores=scores)
 
     frame = experiment()  # warm-up, and the result printed below
     rows = []
@@ -81,7 +83,7 @@ def main() -> None:
         ("induction (8 x 101, 6 conditions)", induction_s, reference_s, induction_s / INDUCTION_BUDGET_S, "induction")
     )
 
-    texts = causal.corpus_texts(mc.ud_ewt_dev(args.sentences))
+    texts = reading.corpus_texts(mc.ud_ewt_dev(args.sentences))
     importance_s = timed(lambda: mc.head_importance(model, texts), args.rounds, "importance")
 
     def forward_each():
@@ -105,7 +107,7 @@ def main() -> None:
             f"| {CPU_SECONDS[key]:.1f} |"
         )
     print()
-    print(causal.summarize_experiment(frame).to_string(index=False))
+    print(experiments.summarize_experiment(frame).to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -155,7 +155,7 @@ class Texts:
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from mha_core.sources import minilm_path, smollm2_gguf_path
+        from mha_core.models.sources import minilm_path, smollm2_gguf_path
 
         hf_logging.set_verbosity_error()
         gguf = smollm2_gguf_path()

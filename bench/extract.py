@@ -41,8 +41,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 import mha_core as mc  # noqa: E402
-from mha_core.capture import AttentionBuffer  # noqa: E402
-from mha_core.engine import core_attentions  # noqa: E402
+from mha_core.engine.core import core_attentions  # noqa: E402
+from mha_core.models.capture import AttentionBuffer  # noqa: E402
 
 LENGTHS = (16, 128, 512)
 PASSAGE = (

@@ -99,7 +99,7 @@ def metrics_table(repeats: int) -> list[tuple]:
 
 
 def profile_table(num_sentences: int, repeats: int) -> tuple[int, float, float]:
-    from mha_core.syntax import ud_ewt_dev
+    from mha_core.analysis.syntax import ud_ewt_dev
 
     model = mha_core.load_model("minilm")
     sentences = ud_ewt_dev(max_sentences=num_sentences)

@@ -28,14 +28,15 @@ import time
 import torch
 
 import mha_core
-from mha_core import corpus
-from mha_core.distributed import model_reference, ray_parts, require_ray
-from mha_core.syntax import ud_ewt_dev
+from mha_core.analysis.syntax import ud_ewt_dev
+from mha_core.corpus import measure, parts, profiling
+from mha_core.corpus import shards as corpus_shards
+from mha_core.corpus.ray_executor import model_reference, ray_parts, require_ray
 
 BATCH_SIZE = 16
 PROJECTED_SENTENCES = 1_000_000
 PROJECTED_WORKERS = (16, 64)
-PROJECTED_SHARD_SIZE = corpus.DEFAULT_SHARD_SIZE
+PROJECTED_SHARD_SIZE = corpus_shards.DEFAULT_SHARD_SIZE
 
 
 def best(function, repeats: int) -> tuple[float, object]:
@@ -87,10 +88,10 @@ def ray_run(reference, shards, workers: int):
         yield from shards
 
     start = time.perf_counter()
-    merger = corpus.PartMerger()
+    merger = parts.PartMerger()
     for _, part in ray_parts(reference, shards_as_asked(), BATCH_SIZE, workers=workers, threads=1):
         merger.add(part)
-    result = corpus.finish_profile(merger.result(), reference.name)
+    result = profiling.finish_profile(merger.result(), reference.name)
     total = time.perf_counter() - start
     return total, handed_out[0] - start, result
 
@@ -99,11 +100,11 @@ def driver_cost(model, shard, part, repeats: int = 20) -> float:
     """Seconds the driver spends per arriving shard: store it in the shard cache and merge it."""
     with tempfile.TemporaryDirectory(prefix="headscope-scale-") as folder:
         os.environ["HEADSCOPE_CACHE_DIR"] = folder
-        store = corpus.ShardCache(model, BATCH_SIZE, len(shard))
-        merger = corpus.PartMerger(part.start)
+        store = corpus_shards.ShardCache(model, BATCH_SIZE, len(shard))
+        merger = parts.PartMerger(part.start)
         times = []
         for index in range(repeats):
-            shifted = corpus.ProfilePart(
+            shifted = parts.ProfilePart(
                 part.start + index * part.num_sentences, part.num_layers, part.num_heads, part.metrics, part.dependency
             )
             start = time.perf_counter()
@@ -124,7 +125,7 @@ def main() -> None:
     cores = os.cpu_count() or 1
     model = mha_core.load_model("minilm")
     sentences = ud_ewt_dev(args.sentences)
-    shards = corpus.plan_shards(sentences, args.shard_size)
+    shards = corpus_shards.plan_shards(sentences, args.shard_size)
     settings = dict(batch_size=BATCH_SIZE, shard_size=args.shard_size, cache=False)
     ray = require_ray()
     ray.init(num_cpus=cores, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
@@ -136,7 +137,7 @@ def main() -> None:
             local_times, ray_runs = [], []
             for _ in range(args.repeats):
                 torch.set_num_threads(used)
-                local_s, local = best(lambda: corpus.profile(model, sentences, **settings), 1)
+                local_s, local = best(lambda: profiling.profile(model, sentences, **settings), 1)
                 local_times.append(local_s)
                 ray_runs.append(ray_run(reference, shards, used))
             ray_s, startup_s, distributed = min(ray_runs, key=lambda run: run[0] - run[1])
@@ -146,8 +147,8 @@ def main() -> None:
             rows.append((used, min(local_times), ray_s, startup_s))
         # ---- table 2: the pieces
         torch.set_num_threads(1)
-        one_thread_s, _ = best(lambda: corpus.profile(model, sentences, **settings), args.repeats)
-        part = corpus.compute_shard(model, shards[0], BATCH_SIZE)
+        one_thread_s, _ = best(lambda: profiling.profile(model, sentences, **settings), args.repeats)
+        part = measure.compute_shard(model, shards[0], BATCH_SIZE)
         part_kb = len(pickle.dumps(part)) / 1024
         sequential_s, pipelined_s = scheduling_cost(ray, part)
         driver_s = driver_cost(model, shards[0], part)

@@ -3,7 +3,17 @@
 Never imports streamlit or plotly. The public API (DESIGN.md) is what ``__all__`` lists.
 """
 
-from . import errors, families
+from . import errors
+
+# Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
+from .analysis.flow import attention_flow, attention_rollout
+
+# Head metrics and roles.
+from .analysis.metrics import HeadDistances, classical_mds, head_distances, head_metrics, semantic_scores
+from .analysis.roles import best_heldout_heads, head_roles, primary_roles, syntactic_tests
+
+# Dependency trees and the Clark et al. dependency accuracy.
+from .analysis.syntax import Sentence, best_dependency_heads, dependency_scores, load_conllu, parse_text, ud_ewt_dev
 
 # The from-scratch attention (seeds 000, 002, 004) and the data type every step passes on.
 from .attention import (
@@ -15,41 +25,36 @@ from .attention import (
     scaled_dot_product_attention,
 )
 
-# Causal evidence: head ablation, importance (Michel et al. 2019), pruning curves.
-from .causal import head_importance, induction_experiment, pruning_curve
-
 # Many sentences at once: corpus profiling, coreference.
-from .corpus import ProfileResult, coreference_scores, load_coreference, open_corpus, profile, read_corpus
-
-# Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
-from .deeper import NeuronView, attention_flow, attention_rollout, neuron_view
+from .corpus.coreference import coreference_scores, load_coreference
+from .corpus.profiling import ProfileResult, profile
+from .corpus.reading import open_corpus, read_corpus
 
 # The from-scratch engine: every layer of a checkpoint recomputed with the code above.
-from .engine import core_attentions, core_family
+from .engine import registry as families
+from .engine.core import core_attentions, core_family
+
+# Causal evidence: head ablation, importance (Michel et al. 2019), pruning curves.
+from .interventions.experiments import decoder_head_scores, induction_experiment
+from .interventions.importance import head_importance, pruning_curve
+from .interventions.neuron_view import NeuronView, neuron_view
 
 # The lab: tiny transformers trained on tasks that grow known heads.
 from .lab import Lab, LabConfig, train_lab
-
-# Head metrics and roles.
-from .metrics import HeadDistances, classical_mds, head_distances, head_metrics, semantic_scores
 
 # Model loading and extraction.
 from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, load_model
 
 # Positional encoding (seed 001).
 from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
-from .roles import best_heldout_heads, decoder_head_scores, head_roles, primary_roles, syntactic_tests
 from .run import AttentionRun
-
-# Dependency trees and the Clark et al. dependency accuracy.
-from .syntax import Sentence, best_dependency_heads, dependency_scores, load_conllu, parse_text, ud_ewt_dev
 
 # The worked example of seed 000, computed for real.
 from .walkthrough import (
     WorkedExample,
+    printed_discrepancies,
     random_example,
     readable_example,
-    seed_discrepancies,
     softmax_saturation,
     worked_example,
 )
@@ -88,7 +93,7 @@ __all__ = [
     "random_example",
     "readable_example",
     "relative_shift_matrix",
-    "seed_discrepancies",
+    "printed_discrepancies",
     "similarity_by_distance",
     "sinusoidal_encoding",
     "softmax_saturation",

@@ -20,7 +20,24 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from .corpus.profiling import profile
+from .corpus.reading import corpus_texts, open_corpus, read_corpus
+from .corpus.shards import DEFAULT_SHARD_SIZE, check_profile_settings, shards_in_cache
+from .corpus.tables import head_table, profile_summary, write_table
 from .errors import HeadscopeError, quoted
+from .interventions.experiments import group_ablation, head_groups, induction_experiment, summarize_experiment
+from .interventions.importance import IMPORTANCE_METHODS, head_importance, pruning_curve
+from .lab import MAX_SEED, POSITIONS, TASKS, Lab, LabConfig, lab_summary
+from .models import DEFAULT_MODEL, ENGINES, load_model, sources
+from .models.ablation import ABLATIONS, parse_heads
+from .models.outputs import loss_table
+from .models.tokens import check_text
+from .progress import fraction
 
 EXIT_USAGE, EXIT_FAILURE, EXIT_INTERRUPTED = 2, 1, 130
 TABLE_SUFFIXES = (".csv", ".parquet")
@@ -127,7 +144,6 @@ def write_output(path: Path, write) -> Path:
 def check_model(name: str) -> None:
     """What can be known of ``--model`` in milliseconds, before loading it: a name, and for a checkpoint
     folder its config.json and whole safetensors files (the checks ``load_model`` makes first)."""
-    from . import sources
 
     name = name.strip()
     if not name:
@@ -140,14 +156,12 @@ def check_model(name: str) -> None:
 
 def print_progress(done: float, total: float, message: str = "") -> None:
     """Progress on stderr, so stdout stays the one-line result."""
-    from .progress import fraction
 
     print(f"[{fraction(done, total):4.0%}] {message}", file=sys.stderr, flush=True)
 
 
 # ---- extract ------------------------------------------------------------------------------------
 def add_extract(subparsers) -> None:
-    from .models import DEFAULT_MODEL, ENGINES
 
     parser = subparsers.add_parser(
         "extract",
@@ -172,8 +186,6 @@ def add_extract(subparsers) -> None:
 
 
 def run_extract(args) -> int:
-    from .models import load_model
-    from .tokens import check_text
 
     check_text(args.text, "text")
     if args.pair is not None:
@@ -190,8 +202,6 @@ def run_extract(args) -> int:
 
 # ---- profile ------------------------------------------------------------------------------------
 def add_profile(subparsers) -> None:
-    from .corpus import DEFAULT_SHARD_SIZE
-    from .models import DEFAULT_MODEL
 
     parser = subparsers.add_parser(
         "profile",
@@ -262,18 +272,6 @@ def add_profile(subparsers) -> None:
 
 
 def run_profile(args) -> int:
-    from tqdm import tqdm
-
-    from .corpus import (
-        check_profile_settings,
-        head_table,
-        open_corpus,
-        profile,
-        profile_summary,
-        shards_in_cache,
-        write_table,
-    )
-    from .models import load_model
 
     out = check_output(args.out, "--out", TABLE_SUFFIXES)  # fail before the slow part
     check_profile_settings(args.batch_size, args.shard_size)
@@ -330,7 +328,6 @@ def dependency_path(out: Path) -> Path:
 
 # ---- lab ----------------------------------------------------------------------------------------
 def add_lab(subparsers) -> None:
-    from .lab import MAX_SEED, POSITIONS, TASKS, LabConfig
 
     defaults = LabConfig()
     parser = subparsers.add_parser(
@@ -383,10 +380,6 @@ def add_lab(subparsers) -> None:
 
 
 def run_lab(args) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from .lab import Lab, LabConfig, lab_summary
 
     csv = check_output(args.csv, "--csv")
     save = check_output(args.save, "--save")
@@ -427,8 +420,6 @@ def run_lab(args) -> int:
 
 # ---- ablate -------------------------------------------------------------------------------------
 def add_ablate(subparsers) -> None:
-    from .causal import ABLATIONS
-    from .models import DEFAULT_MODEL, ENGINES
 
     parser = subparsers.add_parser(
         "ablate",
@@ -475,12 +466,6 @@ def add_ablate(subparsers) -> None:
 
 
 def run_ablate(args) -> int:
-    import numpy as np
-
-    from .causal import induction_experiment, loss_table, parse_heads, summarize_experiment
-    from .corpus import write_table
-    from .models import load_model
-    from .tokens import check_text
 
     out = check_output(args.out, "--out", TABLE_SUFFIXES)
     heads = parse_heads(args.heads)
@@ -489,16 +474,11 @@ def run_ablate(args) -> int:
             raise UsageError("give --text and --heads (or --experiment induction / roles)")
         check_text(args.text, "text")
     if args.experiment == "roles":
-        from .causal import corpus_texts
-        from .corpus import read_corpus
-
         groups = roles_table_groups(args.roles_table, args.role_column, args.score_columns, args.top_k)
         texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
     check_model(args.model)
     model = load_model(args.model, progress=print_progress)
     if args.experiment == "roles":
-        from .causal import group_ablation
-
         table = group_ablation(model, texts, groups, draws=args.draws, ablation=args.ablation, progress=print_progress)
         print(table.drop(columns="head_list").to_string(index=False))
     elif args.experiment == "induction":
@@ -525,9 +505,6 @@ def run_ablate(args) -> int:
 def roles_table_groups(path: str | None, role_column: str | None, score_columns: str, top_k: int) -> dict:
     """``ablate --experiment roles``: the groups of heads of a per-head table (``causal.head_groups``), read
     and checked before the model loads."""
-    import pandas as pd
-
-    from .causal import head_groups
 
     if not path:
         raise UsageError("--experiment roles needs --roles-table (a per-head table with layer and head columns)")
@@ -556,8 +533,6 @@ def roles_table_groups(path: str | None, role_column: str | None, score_columns:
 
 # ---- importance ---------------------------------------------------------------------------------
 def add_importance(subparsers) -> None:
-    from .causal import IMPORTANCE_METHODS
-    from .models import DEFAULT_MODEL
 
     parser = subparsers.add_parser(
         "importance",
@@ -586,11 +561,6 @@ def add_importance(subparsers) -> None:
 
 
 def run_importance(args) -> int:
-    import pandas as pd
-
-    from .causal import corpus_texts, head_importance, pruning_curve
-    from .corpus import read_corpus, write_table
-    from .models import load_model
 
     out = check_output(args.out, "--out", TABLE_SUFFIXES)
     pruning_out = check_output(args.pruning_out, "--pruning-out", TABLE_SUFFIXES)

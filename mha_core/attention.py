@@ -253,7 +253,7 @@ class MultiHeadAttention(nn.Module):
         """Returns ``(output [batch, n_q, d_model], weights [batch, heads, n_q, n_k])``.
 
         ``edit_heads``: a function applied to Concat(heads) ``[batch, n_q, heads * d_k]``, the input of the
-        output projection, before it is projected (head ablation, importance gates: ``mha_core.causal``).
+        output projection, before it is projected (head ablation, importance gates: ``mha_core.interventions``).
 
         ``key``/``value`` default to ``query`` (self-attention); ``value`` defaults to ``key``.
         ``mask`` broadcasts to ``[batch, heads, n_q, n_k]`` (bool keep-mask or additive float);

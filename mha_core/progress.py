@@ -31,3 +31,10 @@ def report(progress: Progress | None, done: float, total: float, message: str = 
 def fraction(done: float, total: float) -> float:
     """``done / total`` clipped to [0, 1] (0 when total is not positive)."""
     return min(1.0, max(0.0, float(done) / float(total))) if total and total > 0 else 0.0
+
+
+def progress_part(progress: Progress | None, index: int, parts: int) -> Progress | None:
+    """``progress`` for part ``index`` of ``parts`` equal parts of one job (e.g. two passes of a run)."""
+    if progress is None:
+        return None
+    return lambda done, total, message="": progress(index + done / total, parts, message)

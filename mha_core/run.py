@@ -131,7 +131,7 @@ class AttentionRun:
     norms: np.ndarray | None = None
     value_norms: np.ndarray | None = None
     output_norms: np.ndarray | None = None
-    # Causal evidence (mha_core.causal): float32 [n - 1] next-token losses (causal LM head; token_losses[i] =
+    # Causal evidence (mha_core.interventions): float32 [n - 1] next-token losses (causal LM head; token_losses[i] =
     # -log p(token[i+1] | tokens[:i+1])) or [n] masked-token losses (MLM head; NaN at special tokens); None
     # without a head, and in runs that did not ask for them (plain runs: ``model.run(..., losses=True)``).
     # Encoders without a head report, for ablated runs, the cosine distance of the mean-pooled

@@ -1,19 +1,19 @@
-"""Seed 000, section 3.2, computed for real: 4 tokens, d_model = 8, h = 2 heads, d_k = d_v = 4.
+"""The tutorial's worked example (course notes 000, section 3.2), computed for real: 4 tokens, d_model = 8, h = 2 heads, d_k = d_v = 4.
 
 Every intermediate (Q_i, K_i, V_i, scores, softmax weights, head outputs, concat, output) comes from
 ``mha_core`` itself (``MultiHeadAttention.project``, ``attention_scores``, ``masked_softmax``, ...),
-and the full ``MultiHeadAttention.forward`` must give the same output. Matrices use the seed's
+and the full ``MultiHeadAttention.forward`` must give the same output. Matrices use the tutorial's
 layout: ``X @ W`` with W of shape ``[d_model, d_k]`` (an ``nn.Linear`` weight is its transpose).
 
-The seed prints Q1, K1, V1 values that do not follow from its own X and W (e.g. Q1[0, 0] = 22.0,
+The tutorial prints Q1, K1, V1 values that do not follow from its own X and W (e.g. Q1[0, 0] = 22.0,
 but [1..8] @ W_1^Q[:, 0] = 0.1 * (1 + 4 + ... + 64) = 20.4), and its multiplication count omits the
-weights @ V step. ``seed_discrepancies()`` lists each difference as data; the arithmetic wins.
+weights @ V step. ``printed_discrepancies()`` lists each difference as data; the arithmetic wins.
 
 W_2^K and W_2^V are not printed. Every printed matrix is a base row, a permutation of
 [0.1, 0.2, 0.3, 0.4], plus 0.1 per row (W[r, c] = base[c] + 0.1 r), and head 1's key and value
 matrices are its query matrix with the columns permuted: W_1^K = W_1^Q[:, (1, 0, 3, 2)] and
 W_1^V = W_1^Q[:, (2, 3, 0, 1)]. We give head 2 the same relation to its printed W_2^Q:
-W_2^K = W_2^Q[:, (1, 0, 3, 2)] and W_2^V = W_2^Q[:, (2, 3, 0, 1)]. The choice keeps the seed's
+W_2^K = W_2^Q[:, (1, 0, 3, 2)] and W_2^V = W_2^Q[:, (2, 3, 0, 1)]. The choice keeps the tutorial's
 construction, is deterministic, and needs no random numbers that a class could not check by hand.
 """
 
@@ -30,34 +30,34 @@ import torch
 from .attention import SCORE_FUNCTIONS, MultiHeadAttention, attention_scores, causal_keep_mask, masked_softmax
 
 
-def _seed_pattern(base_row) -> np.ndarray:
-    """W[r, c] = base_row[c] + 0.1 r for r in 0..7: the construction of every matrix the seed prints."""
+def _tutorial_pattern(base_row) -> np.ndarray:
+    """W[r, c] = base_row[c] + 0.1 r for r in 0..7: the construction of every matrix the tutorial prints."""
     rows = np.arange(8, dtype=np.float64)[:, None]
     return np.round(np.asarray(base_row, dtype=np.float64)[None, :] + 0.1 * rows, 10)
 
 
 # Q = K = V = X: token t (0-based) is [t + 1, ..., t + 8].
-SEED_X = np.arange(4, dtype=np.float64)[:, None] + np.arange(1, 9, dtype=np.float64)[None, :]
-SEED_W1_Q = _seed_pattern([0.1, 0.2, 0.3, 0.4])
-SEED_W1_K = _seed_pattern([0.2, 0.1, 0.4, 0.3])
-SEED_W1_V = _seed_pattern([0.3, 0.4, 0.1, 0.2])
-SEED_W2_Q = _seed_pattern([0.2, 0.4, 0.1, 0.3])
-SEED_W_O = np.round(np.arange(8, dtype=np.float64)[:, None] * 0.1 + np.arange(1, 9)[None, :] * 0.1, 10)
+TUTORIAL_X = np.arange(4, dtype=np.float64)[:, None] + np.arange(1, 9, dtype=np.float64)[None, :]
+TUTORIAL_W1_Q = _tutorial_pattern([0.1, 0.2, 0.3, 0.4])
+TUTORIAL_W1_K = _tutorial_pattern([0.2, 0.1, 0.4, 0.3])
+TUTORIAL_W1_V = _tutorial_pattern([0.3, 0.4, 0.1, 0.2])
+TUTORIAL_W2_Q = _tutorial_pattern([0.2, 0.4, 0.1, 0.3])
+TUTORIAL_W_O = np.round(np.arange(8, dtype=np.float64)[:, None] * 0.1 + np.arange(1, 9)[None, :] * 0.1, 10)
 
 # Head 1's key/value column permutations of its query matrix, applied to head 2 (see module docstring).
 KEY_COLUMNS = (1, 0, 3, 2)
 VALUE_COLUMNS = (2, 3, 0, 1)
-CHOSEN_W2_K = SEED_W2_Q[:, KEY_COLUMNS]
-CHOSEN_W2_V = SEED_W2_Q[:, VALUE_COLUMNS]
+CHOSEN_W2_K = TUTORIAL_W2_Q[:, KEY_COLUMNS]
+CHOSEN_W2_V = TUTORIAL_W2_Q[:, VALUE_COLUMNS]
 CHOSEN_MATRICES_REASON = (
-    "The seed prints W_2^Q but not W_2^K or W_2^V. In head 1, W_1^K and W_1^V are W_1^Q with its columns "
+    "The tutorial prints W_2^Q but not W_2^K or W_2^V. In head 1, W_1^K and W_1^V are W_1^Q with its columns "
     "permuted as (1, 0, 3, 2) and (2, 3, 0, 1); head 2 gets the same relation: W_2^K = W_2^Q[:, (1, 0, 3, 2)], "
-    "W_2^V = W_2^Q[:, (2, 3, 0, 1)]. Both keep the seed's pattern (a permutation of [0.1, 0.2, 0.3, 0.4] "
+    "W_2^V = W_2^Q[:, (2, 3, 0, 1)]. Both keep the tutorial's pattern (a permutation of [0.1, 0.2, 0.3, 0.4] "
     "plus 0.1 per row), are deterministic, and can be checked by hand."
 )
 
-# What the seed prints for head 1 (section 3.2) and its multiplication count (section 3.4).
-SEED_PRINTED = {
+# What the tutorial prints for head 1 (section 3.2) and its multiplication count (section 3.4).
+TUTORIAL_PRINTED = {
     "Q1": np.array(
         [[22.0, 25.2, 28.4, 31.6], [26.0, 29.8, 33.6, 37.4], [30.0, 34.4, 38.8, 43.2], [34.0, 39.0, 44.0, 49.0]]
     ),
@@ -68,7 +68,7 @@ SEED_PRINTED = {
         [[25.6, 28.8, 19.2, 22.4], [30.4, 34.2, 22.8, 26.6], [35.2, 39.6, 26.4, 30.8], [40.0, 45.0, 30.0, 35.0]]
     ),
 }
-SEED_COUNTS = {"projections": 768, "scores": 128, "weighted_values": None, "output_projection": 256, "total": 1152}
+TUTORIAL_COUNTS = {"projections": 768, "scores": 128, "weighted_values": None, "output_projection": 256, "total": 1152}
 
 ONE_HOT_WEIGHT = 0.99
 MAX_SEQ_LEN = 64
@@ -77,7 +77,7 @@ MAX_D_MODEL = 512
 
 @dataclass
 class WorkedExample:
-    """Every intermediate of one multi-head attention pass, float64 numpy, seed layout (``X @ W``).
+    """Every intermediate of one multi-head attention pass, float64 numpy, the tutorial's layout (``X @ W``).
 
     Per-head arrays are stacked on a leading head axis: ``q``, ``k``, ``v``, ``heads`` are
     ``[h, n, d_k]``; ``scores`` (after the score function, before the mask) and ``weights`` are ``[h, n, n]``.
@@ -102,7 +102,7 @@ class WorkedExample:
     module_output: np.ndarray
     dimension_trace: pd.DataFrame
     operation_counts: pd.DataFrame
-    from_seed: bool = False
+    from_tutorial: bool = False
     notes: dict = field(default_factory=dict)
     tokens: list[str] | None = None  # words, where the example has them; else "token 1", "token 2", ...
 
@@ -138,10 +138,10 @@ class WorkedExample:
 
     @property
     def discrepancies(self) -> pd.DataFrame:
-        """``seed_discrepancies(self)`` for the seed's example; an empty frame of the same columns otherwise."""
-        if self.from_seed:
-            return seed_discrepancies(self)
-        return pd.DataFrame(columns=["quantity", "index", "seed_value", "true_value", "difference", "note"])
+        """``printed_discrepancies(self)`` for the tutorial's example; an empty frame of the same columns otherwise."""
+        if self.from_tutorial:
+            return printed_discrepancies(self)
+        return pd.DataFrame(columns=["quantity", "index", "printed_value", "true_value", "difference", "note"])
 
     @property
     def total_matmul_multiplications(self) -> int:
@@ -161,11 +161,11 @@ def _module(w_q, w_k, w_v, w_o, score: str) -> MultiHeadAttention:
 
 
 def _operation_counts(
-    n: int, d_model: int, h: int, d_k: int, score: str, causal: bool, from_seed: bool
+    n: int, d_model: int, h: int, d_k: int, score: str, causal: bool, from_tutorial: bool
 ) -> pd.DataFrame:
     """Multiplications per step, counted from the shapes (a matmul [a, b] @ [b, c] costs a * b * c)."""
     inner = h * d_k
-    seed = SEED_COUNTS if from_seed else {}
+    printed = TUTORIAL_COUNTS if from_tutorial else {}
     rows = [
         (
             "projections",
@@ -188,7 +188,7 @@ def _operation_counts(
         ("output_projection", "Concat(head_1..head_h) W^O", "matmul", "n · (h · d_k) · d_model", n * inner * d_model),
     ]
     frame = pd.DataFrame(rows, columns=["step", "formula", "kind", "count_formula", "multiplications"])
-    frame["seed_count"] = pd.array([seed.get(step) for step in frame["step"]], dtype="Int64")
+    frame["printed_count"] = pd.array([printed.get(step) for step in frame["step"]], dtype="Int64")
     frame.attrs["causal_note"] = (
         "A causal mask does not change the count: masked scores are still computed, then set to -inf." if causal else ""
     )
@@ -216,11 +216,11 @@ def _dimension_trace(x, q, k, v, scores, weights, heads, concat, output, q_flat)
 
 
 def compute_example(
-    x, w_q, w_k, w_v, w_o, score: str = "scaled", causal: bool = False, from_seed: bool = False
+    x, w_q, w_k, w_v, w_o, score: str = "scaled", causal: bool = False, from_tutorial: bool = False
 ) -> WorkedExample:
     """Run multi-head attention step by step with mha_core on ``x [n, d_model]`` and per-head matrices.
 
-    ``w_q``, ``w_k``, ``w_v``: ``[h, d_model, d_k]``; ``w_o``: ``[h * d_k, d_model]`` (seed layout).
+    ``w_q``, ``w_k``, ``w_v``: ``[h, d_model, d_k]``; ``w_o``: ``[h * d_k, d_model]`` (the tutorial's layout).
     """
     if score not in SCORE_FUNCTIONS:
         raise ValueError(f"score must be one of {SCORE_FUNCTIONS}, got {score!r}")
@@ -263,22 +263,22 @@ def compute_example(
         output=output[0].numpy(),
         module_output=module_output[0].numpy(),
         dimension_trace=_dimension_trace(x_batch, q, k, v, scores, weights, heads, concat, output, q_flat),
-        operation_counts=_operation_counts(n, d_model, h, d_k, score, causal, from_seed),
-        from_seed=from_seed,
+        operation_counts=_operation_counts(n, d_model, h, d_k, score, causal, from_tutorial),
+        from_tutorial=from_tutorial,
     )
 
 
 def worked_example(score: str = "scaled", causal: bool = False) -> WorkedExample:
-    """Seed 000's example: X, W_1^Q, W_1^K, W_1^V, W_2^Q and W^O as printed; W_2^K, W_2^V as chosen above."""
+    """The tutorial's example: X, W_1^Q, W_1^K, W_1^V, W_2^Q and W^O as printed; W_2^K, W_2^V as chosen above."""
     example = compute_example(
-        SEED_X,
-        np.stack([SEED_W1_Q, SEED_W2_Q]),
-        np.stack([SEED_W1_K, CHOSEN_W2_K]),
-        np.stack([SEED_W1_V, CHOSEN_W2_V]),
-        SEED_W_O,
+        TUTORIAL_X,
+        np.stack([TUTORIAL_W1_Q, TUTORIAL_W2_Q]),
+        np.stack([TUTORIAL_W1_K, CHOSEN_W2_K]),
+        np.stack([TUTORIAL_W1_V, CHOSEN_W2_V]),
+        TUTORIAL_W_O,
         score=score,
         causal=causal,
-        from_seed=True,
+        from_tutorial=True,
     )
     example.notes["chosen_matrices"] = CHOSEN_MATRICES_REASON
     return example
@@ -342,17 +342,20 @@ def random_example(
     return compute_example(x, w_q, w_k, w_v, w_o, score=score, causal=causal)
 
 
-def seed_discrepancies(example: WorkedExample | None = None) -> pd.DataFrame:
-    """Where the seed's printed numbers disagree with its own inputs, one row per difference.
+def printed_discrepancies(example: WorkedExample | None = None) -> pd.DataFrame:
+    """Where the tutorial's printed numbers disagree with its own inputs, one row per difference.
 
-    Columns: ``quantity, index, seed_value, true_value, difference, note``. ``index`` is ``(row, col)``
+    Columns: ``quantity, index, printed_value, true_value, difference, note``. ``index`` is ``(row, col)``
     for matrix entries and ``None`` for counts and statements.
     """
     example = worked_example() if example is None else example
-    if not example.from_seed:
-        raise ValueError("seed discrepancies exist only for the seed's own example (worked_example())")
+    if not example.from_tutorial:
+        raise ValueError(
+            "printed discrepancies exist only for the tutorial's own example (worked_example()), not for a "
+            "random example (random_example(seed=...))"
+        )
     rows = []
-    for name, printed in SEED_PRINTED.items():
+    for name, printed in TUTORIAL_PRINTED.items():
         true = {"Q1": example.q, "K1": example.k, "V1": example.v}[name][0]
         for row, col in zip(*np.nonzero(~np.isclose(printed, true, rtol=0.0, atol=1e-9))):
             rows.append(
@@ -369,7 +372,7 @@ def seed_discrepancies(example: WorkedExample | None = None) -> pd.DataFrame:
         (
             "count: attention",
             None,
-            float(SEED_COUNTS["scores"]),
+            float(TUTORIAL_COUNTS["scores"]),
             float(counts["scores"] + counts["weighted_values"]),
             "Section 3.4 counts h · n · n · d_k for Q K^T only; the weights @ V product costs as much again",
         )
@@ -378,7 +381,7 @@ def seed_discrepancies(example: WorkedExample | None = None) -> pd.DataFrame:
         (
             "count: total",
             None,
-            float(SEED_COUNTS["total"]),
+            float(TUTORIAL_COUNTS["total"]),
             float(example.total_matmul_multiplications),
             "768 + 128 + 256 omits the weights @ V step (128): the matrix products need 1280 multiplications",
         )
@@ -389,23 +392,23 @@ def seed_discrepancies(example: WorkedExample | None = None) -> pd.DataFrame:
             None,
             None,
             None,
-            "The seed's step 2 writes scores1 = Q1 @ K1^T / sqrt(d_k) and then scores1 = scores1 / sqrt(4); "
+            "The tutorial's step 2 writes scores1 = Q1 @ K1^T / sqrt(d_k) and then scores1 = scores1 / sqrt(4); "
             "run as written it divides by sqrt(d_k) twice. The scores here are divided once.",
         )
     )
-    frame = pd.DataFrame(rows, columns=["quantity", "index", "seed_value", "true_value", "note"])
-    frame.insert(4, "difference", frame["true_value"] - frame["seed_value"])
+    frame = pd.DataFrame(rows, columns=["quantity", "index", "printed_value", "true_value", "note"])
+    frame.insert(4, "difference", frame["true_value"] - frame["printed_value"])
     return frame
 
 
 def discrepancy_summary(discrepancies: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per printed matrix: how many of its entries are wrong and the largest error."""
-    frame = seed_discrepancies() if discrepancies is None else discrepancies
+    frame = printed_discrepancies() if discrepancies is None else discrepancies
     entries = frame[frame["index"].notna()]
     summary = entries.groupby("quantity", sort=False).agg(
         wrong_entries=("difference", "size"), max_abs_error=("difference", lambda d: float(np.abs(d).max()))
     )
-    summary["printed_entries"] = [SEED_PRINTED[name].size for name in summary.index]
+    summary["printed_entries"] = [TUTORIAL_PRINTED[name].size for name in summary.index]
     return summary.reset_index()
 
 

@@ -1,13 +1,16 @@
 """Ablate: switch heads off and watch what the model loses; rank heads by importance.
 
-The interventions and measurements are ``mha_core.causal``; the figures ``ui.figures.causal``.
+The interventions and measurements are ``mha_core.interventions``; the figures ``ui.figures.causal``.
 """
 
 import numpy as np
 import streamlit as st
 
-from mha_core import causal
-from mha_core.roles import DECODER_SCORES
+from mha_core.analysis.roles import DECODER_SCORES
+from mha_core.interventions.experiments import summarize_experiment
+from mha_core.interventions.importance import IMPORTANCE_METHODS
+from mha_core.models.ablation import MEAN_REFERENCE_SENTENCES, parse_heads
+from mha_core.models.outputs import loss_table
 from ui import address, shell, state, widgets
 from ui.figures.causal import condition_bars, head_score_map, pruning_figure, token_change_bars
 
@@ -22,7 +25,7 @@ def head_name(layer: int, head: int) -> str:
 
 
 def parse_name(name: str) -> tuple[int, int]:
-    return causal.parse_heads(name)[0]
+    return parse_heads(name)[0]
 
 
 def toggle_clicked() -> None:
@@ -116,7 +119,7 @@ with widgets.error_display():
     if ablation == "mean":
         st.caption(
             f"Mean ablation replaces each head's output by its mean over every token of the first "
-            f"{causal.MEAN_REFERENCE_SENTENCES} UD English EWT dev sentences."
+            f"{MEAN_REFERENCE_SENTENCES} UD English EWT dev sentences."
         )
 
     # 2. The effect on this sentence.
@@ -139,7 +142,7 @@ with widgets.error_display():
             before = state.get_ablated_run(
                 selection.model, run.engine, selection.text, run.text_pair, selection.bos, (), ablation
             )
-        table = causal.loss_table(before, after)
+        table = loss_table(before, after)
         if after.token_losses is not None:
             finite = np.isfinite(after.token_losses)
             mean_before, mean_after = (
@@ -236,7 +239,7 @@ with widgets.error_display():
             setting = st.session_state.get("ablate_induction", {}).get(selection.model)
             if setting:
                 frame = state.induction_table(selection.model, *setting)
-                summary = causal.summarize_experiment(frame)
+                summary = summarize_experiment(frame)
                 st.dataframe(summary, hide_index=True, width="stretch")
                 widgets.show_chart(
                     condition_bars(
@@ -269,7 +272,7 @@ with widgets.error_display():
             default=min(20, config.max_profile_sentences),
         )
         method = widgets.url_select(
-            cols[1].selectbox, "Method", causal.IMPORTANCE_METHODS, key="ablate_method", url_key="method"
+            cols[1].selectbox, "Method", IMPORTANCE_METHODS, key="ablate_method", url_key="method"
         )
         seeds = widgets.url_number(
             cols[2].number_input, "Random orders", 1, 10, key="ablate_seeds", url_key="orders", default=3

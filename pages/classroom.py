@@ -174,7 +174,7 @@ def step_inputs() -> None:
         "X (Q = K = V = X: self-attention)",
         "cls_x",
         cols="features" if features else "dims",
-        digits=1 if example.from_seed else 2,
+        digits=1 if example.from_tutorial else 2,
     )
     cols = st.columns(3)
     for col, (name, values) in zip(cols, (("Q", example.w_q), ("K", example.w_k), ("V", example.w_v))):
@@ -187,7 +187,7 @@ def step_inputs() -> None:
                 cols="out",
             )
     matrix(example.w_o, "W^O", "cls_w_o", rows="in", cols="features" if features else "out")
-    if example.from_seed:
+    if example.from_tutorial:
         st.caption("W_2^K and W_2^V are not printed in the tutorial. " + walkthrough.CHOSEN_MATRICES_REASON)
     ask(
         f"X has {example.seq_len} rows and {example.d_model} columns. How many numbers does one head's query "
@@ -211,20 +211,20 @@ def step_projections() -> None:
     for col, (name, values) in zip(cols, (("Q", example.q), ("K", example.k), ("V", example.v))):
         with col:
             matrix(values[head], f"{name}_{h}", f"cls_{name.lower()}")
-    if example.from_seed and head == 0:
+    if example.from_tutorial and head == 0:
         st.subheader("What the tutorial prints for head 1")
         printed_name = widgets.url_select(
-            st.radio, "Matrix", walkthrough.SEED_PRINTED, key="cls_printed", url_key="printed", horizontal=True
+            st.radio, "Matrix", walkthrough.TUTORIAL_PRINTED, key="cls_printed", url_key="printed", horizontal=True
         )
-        printed = walkthrough.SEED_PRINTED[printed_name]
+        printed = walkthrough.TUTORIAL_PRINTED[printed_name]
         true = {"Q1": example.q, "K1": example.k, "V1": example.v}[printed_name][0]
         cols = st.columns(3)
         with cols[0]:
-            matrix(printed, f"{printed_name} as the tutorial prints it", "cls_seed_printed", digits=1)
+            matrix(printed, f"{printed_name} as the tutorial prints it", "cls_tutorial_printed", digits=1)
         with cols[1]:
-            matrix(true, f"{printed_name} computed", "cls_seed_true", digits=1)
+            matrix(true, f"{printed_name} computed", "cls_tutorial_true", digits=1)
         with cols[2]:
-            matrix(true - printed, "computed minus printed", "cls_seed_difference", digits=1)
+            matrix(true - printed, "computed minus printed", "cls_tutorial_difference", digits=1)
         st.caption(
             f"Row 1 of X times column 1 of W_1^{printed_name[0]}: the tutorial prints {printed[0, 0]:g}, "
             f"the arithmetic gives {true[0, 0]:.4g}."
@@ -348,14 +348,14 @@ def step_shapes_and_counts() -> None:
     def counted() -> None:
         st.dataframe(counts, hide_index=True, key="cls_counts")
         st.latex(teaching.matmul_total_latex(counts, total))
-        if example.from_seed:
+        if example.from_tutorial:
             st.warning(
                 f"The tutorial counts 768 + 128 + 256 = 1152 multiplications: it leaves out the weights @ V step, "
                 f"which costs as much as the scores. The matrix products need {total}."
             )
         if causal:
             st.caption(counts.attrs.get("causal_note", ""))
-        if example.from_seed:  # the tutorial's own counts are among its discrepancies: they tell the answer
+        if example.from_tutorial:  # the tutorial's own counts are among its discrepancies: they tell the answer
             st.subheader("Where the tutorial's numbers disagree with the arithmetic")
             st.dataframe(walkthrough.discrepancy_summary(), hide_index=True, key="cls_discrepancy_summary")
             discrepancies = example.discrepancies

@@ -4,7 +4,7 @@ side by side or as a difference map (left minus right), with a per-layer curve o
 import pandas as pd
 import streamlit as st
 
-from mha_core.metrics import METRIC_DESCRIPTIONS
+from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from ui import figures, shell, state, widgets
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py

@@ -4,8 +4,8 @@ import numpy as np
 import streamlit as st
 
 import mha_core as mc
-from mha_core import search
 from mha_core.errors import HeadscopeError
+from mha_core.interventions import search
 from ui import shell, state, widgets
 from ui.figures import deeper as figures
 
@@ -43,7 +43,7 @@ st.caption(
     "residual connection), rows renormalised, and the layers multiplied: R_l = A_l R_(l-1). Row i: the input "
     "tokens token i draws on after this layer."
 )
-if run.num_tokens <= mc.deeper.MAX_FLOW_TOKENS and widgets.url_toggle(
+if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and widgets.url_toggle(
     "Also compute attention flow (max-flow)", "deeper_flow", "flow"
 ):
     flow = state.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))

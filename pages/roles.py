@@ -1,5 +1,5 @@
 """Head roles: which head does what on the current sentence (and, once profiled, on a corpus), with the
-evidence for every claim. The measurements are ``mha_core.metrics`` / ``mha_core.roles``; the figures
+evidence for every claim. The measurements are ``mha_core.analysis.metrics`` / ``mha_core.analysis.roles``; the figures
 are ``ui.figures.roles``."""
 
 import contextlib
@@ -8,9 +8,9 @@ import pandas as pd
 import streamlit as st
 
 import mha_core
+from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
+from mha_core.analysis.roles import ROLE_GROUPS
 from mha_core.errors import HeadscopeError
-from mha_core.metrics import METRIC_DESCRIPTIONS
-from mha_core.roles import ROLE_FAMILIES
 from ui import figures, shell, state, widgets
 from ui.figures.roles import head_layout_map, role_map
 
@@ -57,7 +57,7 @@ HELDOUT_TABLE = {
     "holm_p_value": (
         "Holm p",
         "%.1e",
-        f"one-sided test of a held-out margin above {mha_core.roles.SYNTACTIC_MIN_MARGIN:+.0%}, Holm-adjusted",
+        f"one-sided test of a held-out margin above {mha_core.analysis.roles.SYNTACTIC_MIN_MARGIN:+.0%}, Holm-adjusted",
     ),
     "named": ("role named", None, ""),
 }
@@ -216,20 +216,20 @@ with widgets.error_display():
     profile_controls(run, selection.model)
     roles, primary, dependency = roles_of(run, selection.model, metrics, semantic)
 
-    counts = primary["family"].value_counts()
+    counts = primary["group"].value_counts()
     st.subheader("Role of every head")
     st.caption(
         "The letter in a cell says where its evidence comes from: s = this sentence only, c = the corpus "
         "profile, r = repeated random tokens. A role is named only when its 95% interval clears what chance "
         "would give; a syntactic role only when it holds on sentences it was not chosen on (table below)."
     )
-    st.caption(" · ".join(f"{family}: {counts.get(family, 0)}" for family in ROLE_FAMILIES if counts.get(family, 0)))
+    st.caption(" · ".join(f"{group}: {counts.get(group, 0)}" for group in ROLE_GROUPS if counts.get(group, 0)))
     widgets.show_chart(
         role_map(
             primary,
             run.num_layers,
             run.num_heads,
-            ROLE_FAMILIES,
+            ROLE_GROUPS,
             title=f"{run.num_layers} layers x {run.num_heads} heads, coloured by role",
         ),
         key=MAP_KEY,
@@ -241,7 +241,7 @@ with widgets.error_display():
     if widgets.url_toggle("Causal column: ablate each role's heads on this sentence", "roles_causal", "causal"):
         effect = state.role_ablation(selection.model, run, primary)
         st.caption(
-            "All heads of a role zero-ablated at once (Ablate page, mha_core.causal): how much the "
+            "All heads of a role zero-ablated at once (Ablate page, mha_core.interventions): how much the "
             f"{effect['measure'].iloc[0] if len(effect) else 'loss'} of this sentence rises. A role whose heads "
             "change nothing is a pattern the model does not need here."
         )
@@ -254,8 +254,8 @@ with widgets.error_display():
             "against a fixed-offset baseline, on UD English EWT dev. The sentences fall in two halves by a hash "
             "of their words: the head and the offset are chosen on the selection half, then measured on the "
             "held-out half, with a 95% interval over sentences. A role is named (last column) only when the "
-            f"held-out margin beats +{mha_core.roles.SYNTACTIC_MIN_MARGIN:.0%} in a one-sided test, Holm-corrected "
-            f"over every head, relation and direction tried (relations with >= {mha_core.roles.SYNTACTIC_MIN_COUNT}"
+            f"held-out margin beats +{mha_core.analysis.roles.SYNTACTIC_MIN_MARGIN:.0%} in a one-sided test, Holm-corrected "
+            f"over every head, relation and direction tried (relations with >= {mha_core.analysis.roles.SYNTACTIC_MIN_COUNT}"
             " cases)."
         )
         min_count = widgets.url_number(
@@ -293,9 +293,9 @@ with widgets.error_display():
             f"{run.num_tokens} tokens: distances are averaged over {state.DISTANCE_MAX_QUERIES} evenly "
             "spaced query tokens to keep this page fast."
         )
-    table = distances.layout_frame().merge(primary[["layer", "head", "role", "family"]], on=["layer", "head"])
+    table = distances.layout_frame().merge(primary[["layer", "head", "role", "group"]], on=["layer", "head"])
     widgets.show_chart(
-        head_layout_map(table, ROLE_FAMILIES, color_by=color_by, title="Heads placed by how alike they attend"),
+        head_layout_map(table, ROLE_GROUPS, color_by=color_by, title="Heads placed by how alike they attend"),
         key=LAYOUT_KEY,
         filename="headscope-head-map",
         on_select=lambda: select_from_chart(LAYOUT_KEY),

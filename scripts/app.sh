@@ -18,8 +18,8 @@ if [ "${1:-}" = "--classroom" ]; then
   echo
   echo "  Headscope for a class. Students open:  ${HEADSCOPE_PUBLIC_URL}"
   echo "  (the sidebar's 'Join this class' panel shows the same link as a QR code)"
-  # The default list is the server's own (mha_core.sources.CLASSROOM_MODELS), read from the code.
-  classroom_models='from mha_core.sources import CLASSROOM_MODELS; print(", ".join(CLASSROOM_MODELS))'
+  # The default list is the server's own (mha_core.models.sources.CLASSROOM_MODELS), read from the code.
+  classroom_models='from mha_core.models.sources import CLASSROOM_MODELS; print(", ".join(CLASSROOM_MODELS))'
   offered=${HEADSCOPE_ALLOWED_MODELS:-$(.venv/bin/python -c "$classroom_models")}
   echo "  Models offered: ${offered}; cache budget ${HEADSCOPE_CACHE_BUDGET_MB:-2048} MB."
   echo

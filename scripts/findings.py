@@ -52,14 +52,14 @@ class Target:
 
 def minilm_coreference() -> None:
     import mha_core as mc
-    from mha_core.corpus import write_table
+    from mha_core.corpus.tables import write_table
 
     write_table(mc.coreference_scores(mc.load_model("minilm")), FINDINGS / "minilm_coreference.csv")
 
 
 def smollm2_decoder_heads() -> None:
     import mha_core as mc
-    from mha_core.corpus import write_table
+    from mha_core.corpus.tables import write_table
 
     scores = mc.decoder_head_scores(mc.load_model("smollm2"), seq_len=50, repeats=2, batch=8, seed=0)
     write_table(scores, FINDINGS / "smollm2_decoder_heads.csv")
@@ -147,7 +147,7 @@ def markdown(header: list[str], rows: list[list[str]], right_from: int = 1) -> s
 
 def relation_table(dependency, direction: str) -> str:
     """The best head per relation, chosen on the selection half, with both halves and the held-out test."""
-    from mha_core.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
+    from mha_core.analysis.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
 
     best = best_heldout_heads(dependency, min_count=SHOWN_MIN_COUNT)
     best = best[best["direction"] == direction]
@@ -191,8 +191,8 @@ def relation_table(dependency, direction: str) -> str:
 def whole_corpus_rule(dependency, min_count: int):
     """The rule syntactic roles had before the held-out test, for comparison only: whole-corpus margin >= 0.10
     over the best offset, at least ``min_count`` cases, Wilson interval over cases above the baseline."""
-    from mha_core.roles import SYNTACTIC_MIN_MARGIN
-    from mha_core.stats import wilson_interval
+    from mha_core.analysis.roles import SYNTACTIC_MIN_MARGIN
+    from mha_core.analysis.stats import wilson_interval
 
     low, _ = wilson_interval(dependency["accuracy"], dependency["count"])
     return dependency[
@@ -204,7 +204,7 @@ def whole_corpus_rule(dependency, min_count: int):
 
 def rule_comparison(name: str, dependency, heads) -> list[str]:
     """What the whole-corpus rule and the held-out test name, at the roles' count and at a lower one."""
-    from mha_core.roles import SYNTACTIC_MIN_COUNT, syntactic_tests
+    from mha_core.analysis.roles import SYNTACTIC_MIN_COUNT, syntactic_tests
 
     rows = []
     for min_count in (SYNTACTIC_MIN_COUNT, SHOWN_MIN_COUNT):
@@ -231,7 +231,7 @@ def rule_comparison(name: str, dependency, heads) -> list[str]:
 
 
 def stability(dependency) -> str:
-    from mha_core.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
+    from mha_core.analysis.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
 
     best = best_heldout_heads(dependency, min_count=SYNTACTIC_MIN_COUNT)
     parts = []
@@ -245,7 +245,7 @@ def design_effect(dependency) -> str:
     """How much wider an interval over sentences is than one that takes every case as an independent draw."""
     import numpy as np
 
-    from mha_core.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
+    from mha_core.analysis.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
 
     best = best_heldout_heads(dependency, min_count=SYNTACTIC_MIN_COUNT)
     accuracy = best["heldout_accuracy"]
@@ -254,11 +254,11 @@ def design_effect(dependency) -> str:
 
 
 def role_counts(heads) -> str:
-    from mha_core.roles import ROLE_FAMILIES
+    from mha_core.analysis.roles import ROLE_GROUPS
 
     family = heads["primary_role"].str.split(":").str[0]
     counts = family.value_counts()
-    return ", ".join(f"{counts.get(name, 0)} {name}" for name in ROLE_FAMILIES if counts.get(name, 0))
+    return ", ".join(f"{counts.get(name, 0)} {name}" for name in ROLE_GROUPS if counts.get(name, 0))
 
 
 def layer_table(heads) -> str:
@@ -276,14 +276,14 @@ def layer_table(heads) -> str:
 def report() -> None:
     import pandas as pd
 
-    from mha_core.roles import (
+    from mha_core.analysis.roles import (
         DELIMITER_MIN_MASS,
         POSITIONAL_MIN_SHARE,
         SINK_MIN_MASS,
         SYNTACTIC_ALPHA,
         syntactic_tests,
     )
-    from mha_core.stats import holm_adjusted
+    from mha_core.analysis.stats import holm_adjusted
 
     comparison = []
     for name in ("minilm", "mpnet"):

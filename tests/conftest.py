@@ -96,9 +96,9 @@ def artifacts_dir() -> Path:
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """A fresh profile cache (``HEADSCOPE_CACHE_DIR``) and an empty in-memory one; the profiles folder."""
-    from mha_core import corpus
+    from mha_core.corpus import profiling
 
     monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path))
-    corpus.clear_memory_cache()
+    profiling.clear_memory_cache()
     yield tmp_path / "profiles"
-    corpus.clear_memory_cache()
+    profiling.clear_memory_cache()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
-from mha_core.metrics import METRIC_DESCRIPTIONS
+from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from ui.state import DEFAULT_TEXT, PROFILE_SENTENCES
 
 

@@ -8,7 +8,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from mha_core.alignment import IDENTICAL_ATOL, NoAlignment, align_runs, layer_difference
+from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, align_runs, layer_difference
 from mha_core.run import AttentionRun
 from tests.conftest import ATTENTION_ATOL, require
 

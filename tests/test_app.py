@@ -246,7 +246,7 @@ def test_core_engine_shows_its_difference_and_layer_code(minilm):
     # The layer code that ran is shown, read from the engine itself.
     import inspect
 
-    from mha_core.families import FAMILIES
+    from mha_core.engine.registry import FAMILIES
 
     assert inspect.getsource(FAMILIES["bert"].layer) in next(c.value for c in app.code)
     np.testing.assert_allclose(

@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from mha_core import stats
-from mha_core.errors import HeadscopeError
-from mha_core.roles import (
+from mha_core.analysis import stats
+from mha_core.analysis.roles import (
     SYNTACTIC_ALPHA,
     SYNTACTIC_MIN_COUNT,
     SYNTACTIC_MIN_MARGIN,
@@ -21,7 +20,7 @@ from mha_core.roles import (
     head_roles,
     syntactic_tests,
 )
-from mha_core.syntax import (
+from mha_core.analysis.syntax import (
     BASELINE_OFFSETS,
     HELDOUT,
     SELECTION,
@@ -30,6 +29,7 @@ from mha_core.syntax import (
     split_half,
     ud_ewt_dev,
 )
+from mha_core.errors import HeadscopeError
 
 FLOAT64 = dict(rtol=1e-12, atol=1e-15)  # the same sums in another order: float64 rounding only
 

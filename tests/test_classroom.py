@@ -366,7 +366,7 @@ def test_the_classroom_model_list_is_one_fact_in_the_server_the_banner_and_the_d
     prints, and docs/classroom.md all come from (or are checked against) ``sources.CLASSROOM_MODELS``."""
     import subprocess
 
-    from mha_core.sources import CLASSROOM_MODELS, EMBEDDED_MODELS
+    from mha_core.models.sources import CLASSROOM_MODELS, EMBEDDED_MODELS
     from ui.state import ServerSettings
 
     assert set(CLASSROOM_MODELS) < set(EMBEDDED_MODELS) and "mpnet" not in CLASSROOM_MODELS

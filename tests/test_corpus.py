@@ -13,25 +13,18 @@ import pandas as pd
 import pytest
 from test_syntax import SAMPLE, build_run, row, sample_runs
 
-from mha_core import corpus
-from mha_core.corpus import (
-    CORPUS_SPREADS,
-    LABEL_COLUMNS,
-    LabelTally,
-    ShardCache,
-    compute_shard,
-    coreference_scores,
-    finish_profile,
-    load_coreference,
-    mean_metrics,
-    merge_parts,
-    plan_shards,
-    profile,
-    read_corpus,
-)
+from mha_core.analysis.metrics import head_metrics
+from mha_core.analysis.syntax import dependency_scores, load_conllu, ud_ewt_dev
+from mha_core.corpus import measure, profiling, reading, storage
+from mha_core.corpus import parts as corpus_parts
+from mha_core.corpus import shards as corpus_shards
+from mha_core.corpus.coreference import coreference_scores, load_coreference
+from mha_core.corpus.measure import compute_shard
+from mha_core.corpus.parts import CORPUS_SPREADS, LABEL_COLUMNS, LabelTally, mean_metrics, merge_parts
+from mha_core.corpus.profiling import finish_profile, profile
+from mha_core.corpus.reading import read_corpus
+from mha_core.corpus.shards import ShardCache, plan_shards
 from mha_core.errors import HeadscopeError
-from mha_core.metrics import head_metrics
-from mha_core.syntax import dependency_scores, load_conllu, ud_ewt_dev
 from tests.conftest import METRIC_TOL, require
 
 
@@ -91,7 +84,7 @@ def test_batched_profile_equals_per_sentence_path_on_the_same_batches(minilm, mo
     # padded forward passes (run_batch groups the same lengths) and measures it alone. With ``split`` every
     # batch of unequal lengths is measured in parts trimmed to their own longest sentence.
     if split:
-        monkeypatch.setattr(corpus, "MEASURE_SPLIT_MIN_SAVING", 1)
+        monkeypatch.setattr(measure, "MEASURE_SPLIT_MIN_SAVING", 1)
     sentences = ud_ewt_dev(20)
     result = profile(minilm, sentences, batch_size=8, cache=False)
     runs = minilm.run_batch([sentence.words for sentence in sentences], batch_size=8)
@@ -132,21 +125,21 @@ def test_weights_fingerprint_ignores_thread_count_and_sees_one_changed_weight(mi
     try:
         for threads in (1, 4):
             torch.set_num_threads(threads)
-            corpus._fingerprints.clear()
-            prints.append(corpus.weights_fingerprint(minilm))
+            storage._fingerprints.clear()
+            prints.append(storage.weights_fingerprint(minilm))
         weight = minilm.hf_model.encoder.layer[3].attention.self.query.weight
         with torch.no_grad():
             old = weight[5, 7].item()
             weight[5, 7] = torch.nextafter(weight[5, 7], torch.tensor(1.0))
-            corpus._fingerprints.clear()
-            changed = corpus.weights_fingerprint(minilm)
+            storage._fingerprints.clear()
+            changed = storage.weights_fingerprint(minilm)
             weight[5, 7] = old
     finally:
         torch.set_num_threads(before)
-        corpus._fingerprints.clear()
+        storage._fingerprints.clear()
     assert prints[0] == prints[1]
     assert changed != prints[0]
-    assert corpus.weights_fingerprint(minilm) == prints[0]
+    assert storage.weights_fingerprint(minilm) == prints[0]
 
 
 @pytest.mark.slow  # loads MiniLM
@@ -158,7 +151,7 @@ def test_second_profile_is_a_cache_hit_without_running_the_model(minilm, cache_d
     assert len(list((cache_dir / "shards").glob("*/*.npz"))) == 1  # three sentences: one shard
     offline = CachedOnly(minilm)
     from_memory = profile(offline, sentences)
-    corpus.clear_memory_cache()
+    profiling.clear_memory_cache()
     from_disk = profile(offline, sentences)
     for again in (from_memory, from_disk):
         assert again.from_cache
@@ -184,13 +177,13 @@ def counted_shards(monkeypatch):
         computed.append(shard.index)
         return compute_shard(model, shard, *args, **kwargs)
 
-    monkeypatch.setattr(corpus, "compute_shard", counting)
+    monkeypatch.setattr(profiling, "compute_shard", counting)
     return computed
 
 
 def forget_results(cache_dir):
     """Forget the finished profiles (memory and disk) but keep the shards: only the shard cache can answer."""
-    corpus.clear_memory_cache()
+    profiling.clear_memory_cache()
     shutil.rmtree(cache_dir / "results")
 
 
@@ -202,13 +195,13 @@ def assert_same_profile(result, expected):
 
 def test_a_batch_is_measured_in_parts_only_when_that_spares_much_padding():
     # The last batch of the benchmark: seven sentences of 47 to 63 tokens padded to one of 90.
-    parts = corpus._measured_parts([47, 48, 52, 52, 56, 61, 63, 90], 72)
+    parts = measure._measured_parts([47, 48, 52, 52, 56, 61, 63, 90], 72)
     assert [part.tolist() for part in parts] == [[0, 1, 2, 3, 4, 5, 6], [7]]
     # Similar lengths: one part, rows in batch order.
     even = [39, 39, 40, 40, 41, 42, 43, 45]
-    assert [part.tolist() for part in corpus._measured_parts(even, 72)] == [list(range(8))]
+    assert [part.tolist() for part in measure._measured_parts(even, 72)] == [list(range(8))]
     # Unsorted rows: each part lists its rows by length; together they cover the batch once.
-    parts = corpus._measured_parts([90, 5, 6, 90, 7], 72)
+    parts = measure._measured_parts([90, 5, 6, 90, 7], 72)
     assert [part.tolist() for part in parts] == [[1, 2, 4], [0, 3]]
 
 
@@ -259,7 +252,7 @@ def test_parts_merge_in_corpus_order_whatever_order_they_come_in(minilm):
     assert_same_profile(finish_profile(merge_parts(shuffled), "minilm"), in_order)
     assert_same_profile(in_order, profile(minilm, sentences, batch_size=4, shard_size=5, cache=False))
     # A part survives its file format, and the pickling a process pool or Ray would use, exactly.
-    again = corpus.ProfilePart.from_arrays(parts[1].to_arrays(), start=parts[1].start)
+    again = corpus_parts.ProfilePart.from_arrays(parts[1].to_arrays(), start=parts[1].start)
     assert_same_profile(finish_profile(merge_parts([parts[0], again, parts[2]]), "minilm"), in_order)
     shipped = [pickle.loads(pickle.dumps(part)) for part in parts]
     assert_same_profile(finish_profile(merge_parts(shipped), "minilm"), in_order)
@@ -303,7 +296,7 @@ def test_a_stopped_profile_resumes_from_its_finished_shards(minilm, cache_dir, c
         profile(minilm, sentences, batch_size=2, shard_size=3, progress=stop_after_two_shards)
     assert counted_shards == [0, 1]
     assert len(list((cache_dir / "shards").glob("*/*.npz"))) == 2
-    assert corpus.shards_in_cache(minilm, sentences, batch_size=2, shard_size=3) == (2, 4)
+    assert corpus_shards.shards_in_cache(minilm, sentences, batch_size=2, shard_size=3) == (2, 4)
     assert not (cache_dir / "results").exists()  # no result of a stopped profile
 
     calls = []
@@ -321,7 +314,7 @@ def test_a_stopped_profile_resumes_from_its_finished_shards(minilm, cache_dir, c
     assert_same_profile(resumed, uninterrupted)
 
     # Other settings are other shards: nothing is shared with batch size 3.
-    assert corpus.shards_in_cache(minilm, sentences, batch_size=3, shard_size=3) == (0, 4)
+    assert corpus_shards.shards_in_cache(minilm, sentences, batch_size=3, shard_size=3) == (0, 4)
 
 
 @pytest.mark.slow  # loads MiniLM
@@ -360,15 +353,15 @@ def test_a_damaged_shard_file_is_computed_again(minilm, cache_dir, counted_shard
 
 @pytest.mark.slow  # loads MiniLM
 def test_memory_cache_keeps_only_the_most_recently_used_profiles(minilm, cache_dir):
-    corpora = [[f"Sentence number {i} is here."] for i in range(corpus.MEMORY_CACHE_ENTRIES + 2)]
+    corpora = [[f"Sentence number {i} is here."] for i in range(profiling.MEMORY_CACHE_ENTRIES + 2)]
     for sentences in corpora:
         profile(minilm, sentences)
-    assert len(corpus._memory_cache) == corpus.MEMORY_CACHE_ENTRIES
+    assert len(profiling._memory_cache) == profiling.MEMORY_CACHE_ENTRIES
     # The oldest was dropped from memory; the disk still has it, and reading it makes it the most recent.
     offline = CachedOnly(minilm)
     assert profile(offline, corpora[0]).from_cache
-    assert len(corpus._memory_cache) == corpus.MEMORY_CACHE_ENTRIES
-    newest_key = next(reversed(corpus._memory_cache))
+    assert len(profiling._memory_cache) == profiling.MEMORY_CACHE_ENTRIES
+    newest_key = next(reversed(profiling._memory_cache))
     assert newest_key == ShardCache(minilm).result_key(plan_shards(corpora[0]))
 
 
@@ -492,7 +485,8 @@ def test_coreference_scores_on_minilm(minilm):
 
 
 def test_head_table_names_roles_only_from_frequent_relations():
-    from mha_core.corpus import ProfileResult, head_table
+    from mha_core.corpus.profiling import ProfileResult
+    from mha_core.corpus.tables import head_table
 
     units = ["[CLS]", "The", "cat", "sat", ".", "[SEP]"]
     run = build_run(units, [1] * 6, [[[row(units)] * 6, [row(units)] * 6]])  # 1 layer x 2 heads, uniform
@@ -538,7 +532,8 @@ def test_head_table_names_roles_only_from_frequent_relations():
 
 @pytest.mark.slow  # loads MiniLM
 def test_roles_from_a_profile_rest_on_its_sentences(minilm):
-    from mha_core.roles import head_roles, mean_interval
+    from mha_core.analysis.roles import head_roles
+    from mha_core.analysis.stats import mean_interval
 
     result = profile(minilm, ud_ewt_dev(30), batch_size=8, cache=False)
     roles = head_roles(None, metrics=result.metrics)
@@ -554,9 +549,9 @@ def test_a_corpus_that_is_not_utf8_text_is_refused_with_its_name(tmp_path):
     binary = tmp_path / "weights.bin"
     binary.write_bytes(bytes(range(256)) * 8)
     with pytest.raises(HeadscopeError, match=r"the corpus 'weights\.bin' is not UTF-8 text \(byte 128"):
-        corpus.open_corpus(binary)  # the start is checked when the corpus is opened, before any slow work
+        reading.open_corpus(binary)  # the start is checked when the corpus is opened, before any slow work
     late = tmp_path / "late.txt"
     late.write_bytes(b"The cat sat.\n" * 10_000 + b"\xff\xfe broken\n")  # past the first 64 KB
-    sentences = corpus.open_corpus(late)
+    sentences = reading.open_corpus(late)
     with pytest.raises(HeadscopeError, match=r"'late\.txt' is not UTF-8 text"):
         list(sentences)

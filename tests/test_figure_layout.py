@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mha_core.metrics import METRIC_DESCRIPTIONS
+from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from ui import figures
 from ui.figures.causal import head_score_map, pruning_figure, token_change_bars
 from ui.figures.common import AXIS_TITLE_CHARS, LEGEND_ROOM, axis_title
@@ -34,7 +34,7 @@ def test_layer_head_maps_end_at_their_outer_cells(shape):
         {
             "layer": np.repeat(np.arange(num_layers), num_heads),
             "head": np.tile(np.arange(num_heads), num_layers),
-            "family": "sink",
+            "group": "sink",
             "role": "sink",
             "source": "sentence",
             "evidence": "",

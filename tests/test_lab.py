@@ -9,24 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
+from mha_core.analysis.roles import detection_score, prefix_matching_score, previous_token_pattern
 from mha_core.errors import HeadscopeError
-from mha_core.lab import (
-    HISTORY_COLUMNS,
-    IGNORE,
-    Lab,
-    LabConfig,
-    LabModel,
-    history_frame,
-    induction_batch,
-    largest_batch,
-    masked_loss,
-    phase_change_step,
-    positional_batch,
-    role_appearance,
-    role_scores,
-    training_loss,
-)
-from mha_core.roles import detection_score, prefix_matching_score, previous_token_pattern
+from mha_core.lab import Lab, LabConfig, LabModel, history_frame, phase_change_step, role_appearance
+from mha_core.lab.model import masked_loss, training_loss
+from mha_core.lab.tasks import IGNORE, induction_batch, largest_batch, positional_batch, role_scores
+from mha_core.lab.training import HISTORY_COLUMNS
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +218,7 @@ def test_cli_prints_scores_and_writes_the_long_csv_and_a_checkpoint(tmp_path, ca
 
 
 def test_a_lab_run_is_an_attention_run_the_views_and_metrics_take(grown):
-    from mha_core.metrics import head_metrics
+    from mha_core.analysis.metrics import head_metrics
 
     run = grown.run(0)
     np.testing.assert_allclose(run.attentions, grown.evaluate()["attentions"][0], atol=1e-6)

@@ -8,12 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from mha_core.metrics import (
-    classical_mds,
-    head_distances,
-    head_metrics,
-    semantic_scores,
-)
+from mha_core.analysis.metrics import classical_mds, head_distances, head_metrics, semantic_scores
 from mha_core.run import AttentionRun, is_punctuation
 
 N = 10

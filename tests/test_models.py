@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import mha_core as mc
-from mha_core import sources
 from mha_core.errors import EngineNotSupported, InputTextError, ModelLoadError
-from mha_core.tokens import TokenDisplay, byte_level_decoder, visible
+from mha_core.models import sources
+from mha_core.models.tokens import TokenDisplay, byte_level_decoder, visible
 from tests.conftest import ATTENTION_ATOL, require
 from tests.model_fixtures import BUILDERS, build_tiny_bert, build_tiny_gpt2, build_tiny_mamba
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import mha_core as mc
-from mha_core import sources
 from mha_core.errors import ModelLoadError
+from mha_core.models import sources
 from tests.conftest import ENGINE_ATOL, require
 
 

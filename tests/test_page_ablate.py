@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import mha_core
-from mha_core import causal
+from mha_core.corpus import reading
+from mha_core.interventions import experiments
 from tests.conftest import ENGINE_ATOL, METRIC_TOL, require
 from tests.page_helpers import open_app, plotly_elements, rerun, widget
 from tests.test_app import grid_gaps, tiles_of
@@ -65,7 +66,7 @@ def test_encoder_page_shows_output_change_and_importance(minilm):
     next(b for b in app.button if b.key == "ablate_importance_run").click()
     rerun(app)
     assert not app.error
-    texts = causal.corpus_texts(mha_core.ud_ewt_dev(2))
+    texts = reading.corpus_texts(mha_core.ud_ewt_dev(2))
     importance = mha_core.head_importance(minilm, texts)
     assert importance.attrs["method"] == "ablation"
     curve = mha_core.pruning_curve(minilm, texts, "importance", importance=importance, steps=10)
@@ -103,9 +104,9 @@ def test_roles_page_causal_column(minilm):
     semantic = mha_core.semantic_scores(run, minilm.input_embeddings(run.metadata["token_ids"]))
     roles = mha_core.head_roles(run, metrics=metrics, semantic=semantic)
     primary = mha_core.primary_roles(roles, run.num_layers, run.num_heads)
-    expected = causal.family_ablation(minilm, TEXT, primary)
+    expected = experiments.role_group_ablation(minilm, TEXT, primary)
     shown = next(d for d in app.dataframe if "change" in d.value.columns).value
-    assert shown["family"].tolist() == expected["family"].tolist()
+    assert shown["group"].tolist() == expected["group"].tolist()
     np.testing.assert_allclose(shown["change"].to_numpy(), expected["change"].to_numpy(), **METRIC_TOL)
 
 
@@ -118,8 +119,8 @@ def test_induction_experiment_from_the_page():
     rerun(app)
     assert not app.error
     bars = plotly_elements(app)["ablate_induction_chart"]["data"][0]
-    expected = causal.summarize_experiment(
-        causal.induction_experiment(mha_core.load_model("smollm2"), top_k=5, random_draws=2)
+    expected = experiments.summarize_experiment(
+        experiments.induction_experiment(mha_core.load_model("smollm2"), top_k=5, random_draws=2)
     )
     assert list(bars["x"]) == expected["condition"].tolist() == ["none", "top 5 induction", "5 random"]
     np.testing.assert_allclose(bars["y"], expected["loss_repeated_half"], atol=1e-4, rtol=1e-4)

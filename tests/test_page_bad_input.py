@@ -82,7 +82,7 @@ def test_a_decoder_runs_marks_control_characters_and_one_token_texts(tiny_llama,
 
 
 def test_a_damaged_checkpoint_is_refused_once_per_state_of_its_files(tmp_path, monkeypatch):
-    from mha_core import models
+    from mha_core.models import loading
     from tests.model_fixtures import build_tiny_bert
 
     folder = build_tiny_bert(tmp_path / "damaged")
@@ -90,13 +90,13 @@ def test_a_damaged_checkpoint_is_refused_once_per_state_of_its_files(tmp_path, m
     good = weights.read_bytes()
     weights.write_bytes(b"\x00" * 7)
     loads = []
-    real_load = models._load_model
+    real_load = loading._load_model
 
     def counted(name, progress, download):
         loads.append(name)
         return real_load(name, progress, download)
 
-    monkeypatch.setattr(models, "_load_model", counted)
+    monkeypatch.setattr(loading, "_load_model", counted)
     app = open_app("explore", {"model": str(folder), "text": "the cat sat"})
     shown = messages(app, "error")
     assert any("incomplete checkpoint" in text and "model.safetensors is damaged" in text for text in shown), shown

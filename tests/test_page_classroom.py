@@ -88,16 +88,16 @@ def test_tutorial_example_step_by_step():
     example = mc.worked_example()
     assert_figures_match(charts, example)
     assert heatmap(charts, "cls_q")[0, 0] == 20.4
-    np.testing.assert_array_equal(heatmap(charts, "cls_seed_printed"), seed_example.SEED_PRINTED["Q1"])
+    np.testing.assert_array_equal(heatmap(charts, "cls_tutorial_printed"), seed_example.TUTORIAL_PRINTED["Q1"])
     np.testing.assert_allclose(
-        heatmap(charts, "cls_seed_difference"), example.q[0] - seed_example.SEED_PRINTED["Q1"], atol=1e-9
+        heatmap(charts, "cls_tutorial_difference"), example.q[0] - seed_example.TUTORIAL_PRINTED["Q1"], atol=1e-9
     )
     counts = next(d.value for d in app.dataframe if "multiplications" in d.value.columns)
     assert counts["multiplications"].tolist() == [768, 128, 32, 32, 128, 256]
     assert any("768 + 128 + 128 + 256 = 1280" in latex.value for latex in app.latex)
     assert any("1152" in warning.value for warning in app.warning)
-    discrepancies = next(d.value for d in app.dataframe if "seed_value" in d.value.columns)
-    assert len(discrepancies) == len(mc.seed_discrepancies())
+    discrepancies = next(d.value for d in app.dataframe if "printed_value" in d.value.columns)
+    assert len(discrepancies) == len(mc.printed_discrepancies())
     trace = next(d.value for d in app.dataframe if "axes" in d.value.columns)
     assert trace.set_index("tensor").loc["Q", "shape"] == "[1, 2, 4, 4]"
     assert any("1350.72" in latex.value for latex in app.latex)
@@ -110,12 +110,14 @@ def test_tutorial_example_step_by_step():
 
 def test_printed_matrix_choice_and_head_two():
     app = run_classroom({"numbers": "tutorial"}, cls_printed="V1")
-    np.testing.assert_array_equal(heatmap(plotly_elements(app), "cls_seed_printed"), seed_example.SEED_PRINTED["V1"])
+    np.testing.assert_array_equal(
+        heatmap(plotly_elements(app), "cls_tutorial_printed"), seed_example.TUTORIAL_PRINTED["V1"]
+    )
     app = run_classroom({"numbers": "tutorial"}, cls_head=1)
     charts = plotly_elements(app)
     assert_figures_match(charts, mc.worked_example(), head=1)
     np.testing.assert_allclose(heatmap(charts, "cls_w_k"), seed_example.CHOSEN_W2_K, rtol=0, atol=1e-12)
-    assert "cls_seed_printed" not in charts  # the seed prints values for head 1 only
+    assert "cls_tutorial_printed" not in charts  # the seed prints values for head 1 only
 
 
 def test_score_and_causal_controls_change_the_numbers():
@@ -141,8 +143,8 @@ def test_random_example_controls():
     charts = plotly_elements(app)
     example = mc.random_example(6, 12, 3, 7, "dot", True)
     assert_figures_match(charts, example, head=2)
-    assert "cls_seed_printed" not in charts
-    assert not any("seed_value" in d.value.columns for d in app.dataframe)
+    assert "cls_tutorial_printed" not in charts
+    assert not any("printed_value" in d.value.columns for d in app.dataframe)
 
 
 def test_impossible_settings_show_a_message_not_a_traceback():

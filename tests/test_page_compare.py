@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from mha_core.alignment import align_runs, layer_difference
+from mha_core.analysis.alignment import align_runs, layer_difference
 from tests.conftest import ATTENTION_ATOL, require
 from tests.page_helpers import plotly_elements, rerun, run_page
 from tests.test_alignment import reference_word_layer, spans_of

@@ -81,7 +81,8 @@ def test_rotary_model_says_vectors_are_rotated(tiny_llama):
 
 
 def test_corpus_search_lists_the_nearest_tokens(tiny_bert):
-    from mha_core import search, syntax
+    from mha_core.analysis import syntax
+    from mha_core.interventions import search
 
     app = run_page(PAGE, {"model": tiny_bert, "text": TEXT}, deeper_search_kind="attention", deeper_search_size=50)
     app.toggle(key="deeper_search").set_value(True)

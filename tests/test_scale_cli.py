@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 import torch
 
-from mha_core import corpus
 from mha_core.__main__ import main
+from mha_core.analysis.syntax import ud_ewt_dev
+from mha_core.corpus import profiling, tables
 from mha_core.models import load_model
-from mha_core.syntax import ud_ewt_dev
 from tests.conftest import METRIC_TOL, require
 
 
@@ -63,7 +63,9 @@ def test_ray_cli_writes_the_same_parquet_table_as_the_local_cli(tmp_path, minilm
     assert "12/12" in local_output.err and "3 of 3 shards done" in local_output.err  # the bar, shard by shard
     local = pd.read_parquet(tmp_path / "local.parquet")
     assert len(local) == 72 and "primary_role" in local
-    expected = corpus.head_table(corpus.profile(load_model("minilm"), texts, batch_size=4, shard_size=5, cache=False))
+    expected = tables.head_table(
+        profiling.profile(load_model("minilm"), texts, batch_size=4, shard_size=5, cache=False)
+    )
     pd.testing.assert_frame_equal(local, expected, check_exact=False, **METRIC_TOL)
 
     command = profile_command(corpus_path, tmp_path / "ray.parquet", "--executor", "ray", "--workers", "1")

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import mha_core as mc
-from mha_core import search
 from mha_core.errors import HeadscopeError
+from mha_core.interventions import search
 from tests.conftest import ATTENTION_ATOL
 from tests.model_fixtures import CORPUS, build_tiny_bert
 

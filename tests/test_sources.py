@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import mha_core as mc
-from mha_core import sources
 from mha_core.errors import InputTextError, ModelLoadError, quoted, redact_paths
+from mha_core.models import sources
 from tests.model_fixtures import build_tiny_bert
 
 # ---- code never runs from a checkpoint -------------------------------------------------------------

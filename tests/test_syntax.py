@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha_core.errors import HeadscopeError, InputTextError
-from mha_core.run import AttentionRun
-from mha_core.syntax import (
+from mha_core.analysis.syntax import (
     best_dependency_heads,
     dependency_scores,
     load_conllu,
@@ -15,6 +13,8 @@ from mha_core.syntax import (
     ud_ewt_dev,
     word_argmax,
 )
+from mha_core.errors import HeadscopeError, InputTextError
+from mha_core.run import AttentionRun
 
 SAMPLE = """# sent_id = s1
 # text = The cat sat.
@@ -234,7 +234,7 @@ def test_full_relations_keep_subtypes(sample):
 def test_accumulators_of_separate_sentences_merge_and_survive_their_arrays(sample):
     import pandas as pd
 
-    from mha_core.syntax import DependencyAccumulator
+    from mha_core.analysis.syntax import DependencyAccumulator
 
     sentences, runs = sample
     first, second = DependencyAccumulator(), DependencyAccumulator()

@@ -44,7 +44,7 @@ def test_the_classroom_answers_are_the_pages_answers():
     assert f"the projections, {counts['projections']} of the {example.total_matmul_multiplications}" in DOC
     # Head 2: every word after the first looks at the word before it.
     assert [int(np.argmax(row)) for row in example.weights[1, 1:]] == list(range(len(names) - 1))
-    assert f"disagree with the arithmetic in {len(mc.seed_discrepancies())} places" in DOC
+    assert f"disagree with the arithmetic in {len(mc.printed_discrepancies())} places" in DOC
     # The exit question's row is the words example's row of "sat" in head 1.
     row = example.weights[0, sat]
     assert "weights " + ", ".join(f"{w:.3f}" for w in row) + "." in DOC and abs(row.sum() - 1) < 1e-12
@@ -73,7 +73,7 @@ def test_the_explore_section_is_what_minilm_shows(minilm):
 def test_the_roles_section_is_what_the_roles_page_shows(minilm):
     run = minilm.run(SENTENCE)
     primary = mc.primary_roles(mc.head_roles(run), run.num_layers, run.num_heads)
-    sinks = int((primary["family"] == "sink").sum())
+    sinks = int((primary["group"] == "sink").sum())
     assert f"MiniLM's heads are *sinks* ({sinks} of {run.num_layers * run.num_heads})" in DOC
     assert 0.4 <= sinks / 72 <= 0.6  # "about half"
     app = open_app("roles", {"text": SENTENCE})
@@ -84,7 +84,7 @@ def test_the_roles_section_is_what_the_roles_page_shows(minilm):
     for size in (100, default):
         profile = mc.profile(minilm, mc.ud_ewt_dev(size), batch_size=16)
         roles = mc.head_roles(None, metrics=profile.metrics, dependency=profile.dependency)
-        syntactic = roles[roles["family"] == "syntactic"]
+        syntactic = roles[roles["group"] == "syntactic"]
         named[size] = sorted(zip(syntactic["layer"], syntactic["head"], syntactic["role"]))
     assert named[100] == []
     assert named[default] == [
@@ -109,6 +109,6 @@ def test_the_decoder_and_compare_section(minilm):
 
 
 def test_the_class_server_offers_what_the_doc_says():
-    from mha_core.sources import CLASSROOM_MODELS
+    from mha_core.models.sources import CLASSROOM_MODELS
 
     assert CLASSROOM_MODELS == ("minilm", "smollm2") and "A class server offers MiniLM and SmolLM2" in DOC

@@ -27,30 +27,30 @@ def softmax_rows(scores):
 
 
 def test_inputs_are_the_seeds_printed_matrices():
-    assert we.SEED_X[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
-    assert we.SEED_X[3].tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
-    assert we.SEED_W1_Q[0].tolist() == [0.1, 0.2, 0.3, 0.4] and we.SEED_W1_Q[7].tolist() == [0.8, 0.9, 1.0, 1.1]
-    assert we.SEED_W1_K[0].tolist() == [0.2, 0.1, 0.4, 0.3] and we.SEED_W1_K[7].tolist() == [0.9, 0.8, 1.1, 1.0]
-    assert we.SEED_W1_V[0].tolist() == [0.3, 0.4, 0.1, 0.2] and we.SEED_W1_V[7].tolist() == [1.0, 1.1, 0.8, 0.9]
-    assert we.SEED_W2_Q[0].tolist() == [0.2, 0.4, 0.1, 0.3] and we.SEED_W2_Q[7].tolist() == [0.9, 1.1, 0.8, 1.0]
-    assert we.SEED_W_O[0].tolist() == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
-    assert we.SEED_W_O[7].tolist() == [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5]
+    assert we.TUTORIAL_X[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert we.TUTORIAL_X[3].tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
+    assert we.TUTORIAL_W1_Q[0].tolist() == [0.1, 0.2, 0.3, 0.4] and we.TUTORIAL_W1_Q[7].tolist() == [0.8, 0.9, 1.0, 1.1]
+    assert we.TUTORIAL_W1_K[0].tolist() == [0.2, 0.1, 0.4, 0.3] and we.TUTORIAL_W1_K[7].tolist() == [0.9, 0.8, 1.1, 1.0]
+    assert we.TUTORIAL_W1_V[0].tolist() == [0.3, 0.4, 0.1, 0.2] and we.TUTORIAL_W1_V[7].tolist() == [1.0, 1.1, 0.8, 0.9]
+    assert we.TUTORIAL_W2_Q[0].tolist() == [0.2, 0.4, 0.1, 0.3] and we.TUTORIAL_W2_Q[7].tolist() == [0.9, 1.1, 0.8, 1.0]
+    assert we.TUTORIAL_W_O[0].tolist() == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    assert we.TUTORIAL_W_O[7].tolist() == [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5]
 
 
 def test_chosen_head_two_matrices_follow_head_one():
     # Head 1: W_1^K and W_1^V are W_1^Q with permuted columns; head 2 gets the same permutations.
-    np.testing.assert_array_equal(we.SEED_W1_Q[:, we.KEY_COLUMNS], we.SEED_W1_K)
-    np.testing.assert_array_equal(we.SEED_W1_Q[:, we.VALUE_COLUMNS], we.SEED_W1_V)
+    np.testing.assert_array_equal(we.TUTORIAL_W1_Q[:, we.KEY_COLUMNS], we.TUTORIAL_W1_K)
+    np.testing.assert_array_equal(we.TUTORIAL_W1_Q[:, we.VALUE_COLUMNS], we.TUTORIAL_W1_V)
     assert we.CHOSEN_W2_K[0].tolist() == [0.4, 0.2, 0.3, 0.1]
     assert we.CHOSEN_W2_V[0].tolist() == [0.1, 0.3, 0.2, 0.4]
 
 
 def test_projections_are_x_times_w(example):
-    x = we.SEED_X
-    np.testing.assert_allclose(example.q[0], x @ we.SEED_W1_Q, atol=1e-12)
-    np.testing.assert_allclose(example.k[0], x @ we.SEED_W1_K, atol=1e-12)
-    np.testing.assert_allclose(example.v[0], x @ we.SEED_W1_V, atol=1e-12)
-    np.testing.assert_allclose(example.q[1], x @ we.SEED_W2_Q, atol=1e-12)
+    x = we.TUTORIAL_X
+    np.testing.assert_allclose(example.q[0], x @ we.TUTORIAL_W1_Q, atol=1e-12)
+    np.testing.assert_allclose(example.k[0], x @ we.TUTORIAL_W1_K, atol=1e-12)
+    np.testing.assert_allclose(example.v[0], x @ we.TUTORIAL_W1_V, atol=1e-12)
+    np.testing.assert_allclose(example.q[1], x @ we.TUTORIAL_W2_Q, atol=1e-12)
     np.testing.assert_allclose(example.k[1], x @ we.CHOSEN_W2_K, atol=1e-12)
     np.testing.assert_allclose(example.v[1], x @ we.CHOSEN_W2_V, atol=1e-12)
     assert example.q[0, 0, 0] == pytest.approx(20.4)  # the seed prints 22.0
@@ -73,7 +73,7 @@ def test_scores_weights_heads_concat_output(example):
     np.testing.assert_allclose(example.heads, heads, atol=1e-9)
     concat = np.concatenate([heads[0], heads[1]], axis=1)
     np.testing.assert_allclose(example.concat, concat, atol=1e-9)
-    np.testing.assert_allclose(example.output, concat @ we.SEED_W_O, atol=1e-9)
+    np.testing.assert_allclose(example.output, concat @ we.TUTORIAL_W_O, atol=1e-9)
     np.testing.assert_allclose(
         example.output[0], [145.32, 177.48, 209.64, 241.8, 273.96, 306.12, 338.28, 370.44], atol=1e-9
     )
@@ -115,7 +115,7 @@ def test_operation_counts(example):
         "output_projection": 256,
     }
     assert example.total_matmul_multiplications == 1280
-    seed = example.operation_counts.set_index("step")["seed_count"]
+    seed = example.operation_counts.set_index("step")["printed_count"]
     assert seed["projections"] == 768 and seed["scores"] == 128 and seed["output_projection"] == 256
     assert seed.isna()["weighted_values"]
 
@@ -132,31 +132,31 @@ def test_matmul_count_equals_torch_flop_counter(config):
 
 
 def test_discrepancies_with_the_seed():
-    frame = mc.seed_discrepancies()
+    frame = mc.printed_discrepancies()
     entries = frame[frame["index"].notna()]
     q1 = entries[entries["quantity"] == "Q1"].set_index("index")
-    assert q1.loc[[(0, 0)], "seed_value"].item() == 22.0
+    assert q1.loc[[(0, 0)], "printed_value"].item() == 22.0
     assert q1.loc[[(0, 0)], "true_value"].item() == pytest.approx(20.4)
     assert (2, 3) not in q1.index  # the one entry the seed gets right: 43.2
     summary = we.discrepancy_summary(frame).set_index("quantity")
     assert summary["wrong_entries"].to_dict() == {"Q1": 15, "K1": 15, "V1": 16}
     assert summary.loc["V1", "max_abs_error"] == pytest.approx(4.2)
-    for name, printed in we.SEED_PRINTED.items():
+    for name, printed in we.TUTORIAL_PRINTED.items():
         rows = entries[entries["quantity"] == name]
-        for (row, col), seed_value in zip(rows["index"], rows["seed_value"]):
-            assert printed[row, col] == seed_value
+        for (row, col), printed_value in zip(rows["index"], rows["printed_value"]):
+            assert printed[row, col] == printed_value
     total = frame.set_index("quantity").loc["count: total"]
-    assert (total["seed_value"], total["true_value"]) == (1152.0, 1280.0)
+    assert (total["printed_value"], total["true_value"]) == (1152.0, 1280.0)
     attention = frame.set_index("quantity").loc["count: attention"]
-    assert (attention["seed_value"], attention["true_value"]) == (128.0, 256.0)
+    assert (attention["printed_value"], attention["true_value"]) == (128.0, 256.0)
     assert "twice" in frame.set_index("quantity").loc["scaling applied twice", "note"]
 
 
 def test_discrepancies_need_the_seed_example():
     with pytest.raises(ValueError, match="seed"):
-        mc.seed_discrepancies(mc.random_example())
+        mc.printed_discrepancies(mc.random_example())
     assert mc.random_example().discrepancies.empty
-    assert len(mc.worked_example().discrepancies) == len(mc.seed_discrepancies()) == 49
+    assert len(mc.worked_example().discrepancies) == len(mc.printed_discrepancies()) == 49
 
 
 @pytest.mark.parametrize("score", mc.SCORE_FUNCTIONS)

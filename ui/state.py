@@ -24,10 +24,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from mha_core import sources
+from mha_core.analysis import metrics, syntax
+from mha_core.corpus.reading import corpus_texts
 from mha_core.errors import HeadscopeError, ModelLoadError, quoted
-from mha_core.models import DEFAULT_MODEL, ENGINES
-from mha_core.tokens import visible_text
+from mha_core.interventions import experiments, search
+from mha_core.interventions.importance import head_importance, pruning_curve
+from mha_core.models import DEFAULT_MODEL, ENGINES, sources
+from mha_core.models.tokens import visible_text
 from ui import address
 from ui.budget import (
     RUN_PEAK_FACTOR,
@@ -198,7 +201,6 @@ def configure_process() -> None:
 def _warm_up_kernels() -> None:
     """Once per server: the head metrics' compiled kernel is readied in the background, so the first visitor's
     page does not wait for it (4 s on a machine's first start, 0.5 s on later ones)."""
-    from mha_core import metrics
 
     threading.Thread(target=metrics.warm_up, name="headscope-warm-up", daemon=True).start()
 
@@ -575,9 +577,8 @@ def run_with_norms(run):
 
 
 def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentences: int):
-    """``mha_core.search`` index of the first ``max_sentences`` UD English EWT dev sentences, built once per
+    """``mha_core.interventions.search`` index of the first ``max_sentences`` UD English EWT dev sentences, built once per
     (model, layer, head, kind) in a compute slot with a progress bar, and kept in the shared cache."""
-    from mha_core import search, syntax
 
     model = get_model(model_name)
     head = head if kind == "attention" else 0  # a representation belongs to the layer, not to a head
@@ -667,7 +668,7 @@ def sentence_analysis(model_name: str, run):
 def corpus_profile(model_name: str, max_sentences: int):
     """(metrics, dependency, coreference) over the first ``max_sentences`` UD EWT dev sentences."""
     import mha_core
-    from mha_core.syntax import ud_ewt_dev
+    from mha_core.analysis.syntax import ud_ewt_dev
 
     model = get_model(model_name)
     sentences = ud_ewt_dev(max_sentences=max_sentences)
@@ -706,7 +707,7 @@ def get_ablated_run(
     heads: tuple[tuple[int, int], ...],
     ablation: str,
 ):
-    """The run with ``heads`` ablated (``mha_core.causal``), with its losses, cached like ``get_run``
+    """The run with ``heads`` ablated (``mha_core.interventions``), with its losses, cached like ``get_run``
     (``heads=()``: the unablated run with its losses)."""
     model = get_model(model_name)
     bos = model.default_bos if bos is None else bool(bos)
@@ -731,14 +732,13 @@ def get_ablated_run(
 @st.cache_data(show_spinner=False, max_entries=8)
 def induction_table(model_name: str, top_k: int, draws: int, role: str, ablation: str):
     """``mha_core.induction_experiment``: top-k heads of a role vs k random heads on repeated random tokens."""
-    from mha_core import causal
 
     scores = decoder_scores(model_name)
     model = get_model(model_name)
 
     def compute(job: Job):
         with job_slot(job):
-            return causal.induction_experiment(
+            return experiments.induction_experiment(
                 model,
                 top_k=top_k,
                 random_draws=draws,
@@ -757,18 +757,17 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
     """(importance, pruning curves: importance order and ``seeds`` random orders) over UD EWT dev sentences."""
     import pandas as pd
 
-    from mha_core import causal
-    from mha_core.syntax import ud_ewt_dev
+    from mha_core.analysis.syntax import ud_ewt_dev
 
     model = get_model(model_name)
-    texts = causal.corpus_texts(ud_ewt_dev(sentences))
+    texts = corpus_texts(ud_ewt_dev(sentences))
 
     def compute(job: Job):
         with job_slot(job):
-            importance = causal.head_importance(model, texts, method=method, progress=job.progress)
+            importance = head_importance(model, texts, method=method, progress=job.progress)
             curves = pd.concat(
                 [
-                    causal.pruning_curve(
+                    pruning_curve(
                         model,
                         texts,
                         order,
@@ -788,15 +787,14 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
 
 
 def role_ablation(model_name: str, run, primary):
-    """For each role family of ``primary`` (``mha_core.primary_roles``): what ablating all its heads does to
-    this sentence (``mha_core.causal.family_ablation``), cached with the run."""
-    from mha_core import causal
+    """For each role group of ``primary`` (``mha_core.primary_roles``): what ablating all its heads does to
+    this sentence (``mha_core.interventions.experiments.role_group_ablation``), cached with the run."""
 
     model = get_model(model_name)
     return computed_from(
         run,
-        f"role-ablation-{hash(tuple(map(tuple, primary[['layer', 'head', 'family']].astype(str).to_numpy())))}",
-        lambda: in_slot(lambda: causal.family_ablation(model, run.text, primary)),
+        f"role-ablation-{hash(tuple(map(tuple, primary[['layer', 'head', 'group']].astype(str).to_numpy())))}",
+        lambda: in_slot(lambda: experiments.role_group_ablation(model, run.text, primary)),
     )
 
 

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import numpy as np
 import streamlit as st
 
-from mha_core.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
+from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
 from mha_core.errors import EmptyTextError, EngineNotSupported, HeadscopeError, InputTextError, redact_paths
-from mha_core.tokens import visible_text
+from mha_core.models.tokens import visible_text
 from ui import address, figures, headview, state
 from ui.jobs import BEAT_S
 
@@ -873,7 +873,7 @@ def difference_view(
     left_run, right_run, left_layer: int, right_layer: int, key: str, titles: tuple[str, str], title: str | None = None
 ) -> bool:
     """One layer of each run as one difference map (left minus right) on a fixed colour scale, over the tokens
-    or words both share (``mha_core.alignment``), with a note on what was compared; "identical within 1e-6"
+    or words both share (``mha_core.analysis.alignment``), with a note on what was compared; "identical within 1e-6"
     instead of a map of rounding. False (and a notice) where no token or word of one stands for one of the
     other: the caller shows the two side by side. ``title``: the map's own title (default: the two layers)."""
     try:
@@ -1005,7 +1005,7 @@ def engine_note(run) -> None:
 def layer_source_code(family: str) -> str | None:
     """The from-scratch engine's own code for ``family``: its layer function and the helpers it calls,
     as the family registry names them; None for a family the engine does not replay."""
-    from mha_core.families import FAMILIES
+    from mha_core.engine.registry import FAMILIES
 
     entry = FAMILIES.get(family)
     if entry is None:

@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 
 from ui.figures.common import base_layout, layer_head_axes, plotly_text, with_axis_room
 
-# One colour per role family; "none" stays pale so the heads that do something stand out.
-FAMILY_COLORS = {
+# One colour per role group; "none" stays pale so the heads that do something stand out.
+ROLE_GROUP_COLORS = {
     "syntactic": "#2f9e44",
     "coreference": "#ae3ec9",
     "decoder": "#e8590c",
@@ -21,15 +21,15 @@ FAMILY_COLORS = {
     "broad": "#66d9e8",
     "none": "#f1f3f5",
 }
-OTHER_COLOR = "#adb5bd"  # a family this table does not know yet
+OTHER_COLOR = "#adb5bd"  # a role group this table does not know yet
 
 
-def family_codes(primary, num_layers: int, num_heads: int, families: Sequence[str]) -> np.ndarray:
-    """``[L, H]`` index into ``families`` (the last one is "no role") of each head's primary role family."""
-    none = len(families) - 1
+def role_group_codes(primary, num_layers: int, num_heads: int, groups: Sequence[str]) -> np.ndarray:
+    """``[L, H]`` index into ``groups`` (the last one is "no role") of each head's primary role group."""
+    none = len(groups) - 1
     codes = np.full((num_layers, num_heads), none, dtype=np.int64)
     codes[primary["layer"].to_numpy(int), primary["head"].to_numpy(int)] = [
-        families.index(f) if f in families else none for f in primary["family"]
+        groups.index(f) if f in groups else none for f in primary["group"]
     ]
     return codes
 
@@ -43,25 +43,25 @@ def discrete_colorscale(colors: list[str]) -> list[list]:
     return scale
 
 
-def role_map(primary, num_layers: int, num_heads: int, families: Sequence[str], title: str | None = None) -> go.Figure:
-    """Layers x heads coloured by each head's primary role family (``families``, most specific first, "no
+def role_map(primary, num_layers: int, num_heads: int, groups: Sequence[str], title: str | None = None) -> go.Figure:
+    """Layers x heads coloured by each head's primary role group (``groups``, most specific first, "no
     role" last), as ONE heatmap trace; above it one invisible marker per head carries the hover (role,
     score with its interval, where the evidence comes from, the evidence) and makes the head clickable
     (``customdata[:2]`` = layer, head). A letter marks where each role's evidence comes from."""
-    codes = family_codes(primary, num_layers, num_heads, families)
+    codes = role_group_codes(primary, num_layers, num_heads, groups)
     fig = go.Figure(
         go.Heatmap(
             z=codes,
             x=list(range(num_heads)),
             y=list(range(num_layers)),
             hoverinfo="skip",
-            colorscale=discrete_colorscale([FAMILY_COLORS.get(f, OTHER_COLOR) for f in families]),
+            colorscale=discrete_colorscale([ROLE_GROUP_COLORS.get(f, OTHER_COLOR) for f in groups]),
             zmin=-0.5,
-            zmax=len(families) - 0.5,
+            zmax=len(groups) - 0.5,
             xgap=2,
             ygap=2,
             colorbar=dict(
-                title=dict(text="role"), tickvals=list(range(len(families))), ticktext=list(families), thickness=14
+                title=dict(text="role"), tickvals=list(range(len(groups))), ticktext=list(groups), thickness=14
             ),
         )
     )
@@ -116,15 +116,15 @@ def _score_text(row) -> str:
     return text
 
 
-def head_layout_map(table, families: Sequence[str], color_by: str = "layer", title: str | None = None) -> go.Figure:
-    """The classical-MDS map of heads (one point each; ``table``: layer, head, x, y, role, family); coloured
-    by layer (one trace) or by role family (one trace per family, so the legend names them).
+def head_layout_map(table, groups: Sequence[str], color_by: str = "layer", title: str | None = None) -> go.Figure:
+    """The classical-MDS map of heads (one point each; ``table``: layer, head, x, y, role, group); coloured
+    by layer (one trace) or by role group (one trace per group, so the legend names them).
     ``customdata`` = (layer, head)."""
     hover = "layer %{customdata[0]} head %{customdata[1]}<br>%{text}<extra></extra>"
     fig = go.Figure()
     if color_by == "role":
-        for family in families:
-            part = table[table["family"] == family]
+        for group in groups:
+            part = table[table["group"] == group]
             if part.empty:
                 continue
             fig.add_trace(
@@ -132,12 +132,12 @@ def head_layout_map(table, families: Sequence[str], color_by: str = "layer", tit
                     x=part["x"],
                     y=part["y"],
                     mode="markers",
-                    name=family,
+                    name=group,
                     text=[plotly_text(r) for r in part["role"]],
                     customdata=part[["layer", "head"]].to_numpy(),
                     hovertemplate=hover,
                     marker=dict(
-                        size=10, color=FAMILY_COLORS.get(family, OTHER_COLOR), line=dict(width=0.5, color="#343a40")
+                        size=10, color=ROLE_GROUP_COLORS.get(group, OTHER_COLOR), line=dict(width=0.5, color="#343a40")
                     ),
                 )
             )

@@ -1,0 +1,129 @@
+"""The GPT-2 family: pre-LayerNorm decoders with learned positions (GPT-2, DistilGPT2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..attention import MultiHeadAttention
+from .blocks import (
+    ACTIVATIONS,
+    CoreModel,
+    Dense,
+    HeadVectors,
+    Norm,
+    as_float32,
+    attention_from,
+    layer_norm,
+    mha_head_vectors,
+    norm_from,
+    run_layers,
+)
+from .family import Family
+
+
+@dataclass
+class Gpt2LayerWeights:
+    attention_norm: Norm
+    attention: MultiHeadAttention
+    ffn_norm: Norm
+    ffn_up: Dense
+    activation: Callable[[torch.Tensor], torch.Tensor]
+    ffn_down: Dense
+
+
+def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch.Tensor | None, edit=None):
+    """One pre-LayerNorm decoder layer (GPT-2, DistilGPT2).
+
+    x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens.
+    Returns the layer's output and its attention weights [batch, heads, n, n].
+    """
+    # Masked (causal) self-attention on the normalised input: token i sees tokens 0..i only.
+    attended, weights = layer.attention(
+        layer_norm(x, layer.attention_norm), causal=True, key_padding_mask=key_padding_mask, edit_heads=edit
+    )
+    x = x + attended  # residual connection ("pre-LN": the norm is inside the branch)
+
+    # Feed-forward network on the normalised sum, added back to the residual stream.
+    hidden = layer.activation(layer.ffn_up(layer_norm(x, layer.ffn_norm)))
+    x = x + layer.ffn_down(hidden)
+    return x, weights
+
+
+def gpt2_embeddings(
+    word: torch.Tensor, position: torch.Tensor, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None
+):
+    """Token + learned absolute position embeddings (segments, if any, reuse the token table)."""
+    x = word[input_ids] + position[torch.arange(input_ids.shape[1], device=input_ids.device)]
+    return x if token_type_ids is None else x + word[token_type_ids]
+
+
+def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
+    x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
+    # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
+    return run_layers(core.layers, gpt2_layer, x, key_padding_mask, progress=progress, **passes)
+
+
+def read_gpt2(base, config, family: Family) -> CoreModel:
+    activation = ACTIVATIONS[family.activation_of(config)]
+    d = config.hidden_size
+    layers = []
+    for index, block in enumerate(base.h):
+        # Conv1D stores weights as [in, out]; nn.Linear layout is the transpose.
+        w_q, w_k, w_v = block.attn.c_attn.weight.t().split(d, dim=0)
+        b_q, b_k, b_v = block.attn.c_attn.bias.split(d)
+        if config.scale_attn_by_inverse_layer_idx:
+            # Scores divided by (layer index + 1): the same as dividing the query projection.
+            w_q, b_q = w_q / (index + 1), b_q / (index + 1)
+        attention = attention_from(
+            d,
+            config.num_attention_heads,
+            w_q,
+            w_k,
+            w_v,
+            block.attn.c_proj.weight.t(),
+            b_q,
+            b_k,
+            b_v,
+            block.attn.c_proj.bias,
+            score="scaled" if config.scale_attn_weights else "dot",
+        )
+        mlp = block.mlp
+        layers.append(
+            Gpt2LayerWeights(
+                norm_from(block.ln_1),
+                attention,
+                norm_from(block.ln_2),
+                Dense(as_float32(mlp.c_fc.weight).t(), as_float32(mlp.c_fc.bias)),
+                activation,
+                Dense(as_float32(mlp.c_proj.weight).t(), as_float32(mlp.c_proj.bias)),
+            )
+        )
+    embeddings = (as_float32(base.wte.weight), as_float32(base.wpe.weight))
+    return CoreModel("gpt2", embeddings, layers, config.max_position_embeddings)
+
+
+def gpt2_head_vectors(core: CoreModel, layer: Gpt2LayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
+    return mha_head_vectors(layer.attention, layer_norm(x, layer.attention_norm), None, True, values_only)
+
+
+FAMILY = Family(
+    name="gpt2",
+    model_types=("gpt2",),
+    summary="pre-LayerNorm decoder with learned positions: GPT-2, DistilGPT2",
+    causal=True,
+    positions="learned absolute position vectors added to the token vectors",
+    read=read_gpt2,
+    forward=gpt2_attentions,
+    layer=gpt2_layer,
+    heads=gpt2_head_vectors,
+    helpers=(gpt2_embeddings, layer_norm),
+    activation_of=lambda config: config.activation_function,
+    output_projections=lambda base: [block.attn.c_proj for block in base.h],
+    lm_head="causal",
+    head_weight_prefixes=("lm_head.",),
+    head_of=lambda lm_model: lm_model.lm_head,
+    final_norm_of=lambda base: base.ln_f,
+)

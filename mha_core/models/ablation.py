@@ -1,0 +1,154 @@
+"""Which heads, and the edits that ablate them (zero or mean), for either engine.
+
+Head h of layer l contributes Concat(head_1, ..., head_H) W^O through its slice ``[h * d_k, (h + 1) * d_k)``
+of the output projection's input (``o_proj`` / ``attention.output.dense`` / ``c_proj``, named per family in
+``mha_core.engine``). An ablation is a function of that input (an "edit"): zero ablation sets the slice to 0;
+mean ablation replaces it by its mean over a reference set of texts (``head_means``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..analysis.syntax import ud_ewt_dev
+from ..errors import HeadscopeError
+from .outputs import padded
+
+if TYPE_CHECKING:
+    from .loaded import LoadedModel
+
+ABLATIONS = ("zero", "mean")
+
+
+# Mean ablation replaces a head's output by its mean over these texts: the first sentences of the shipped
+# UD English EWT dev split (a stated, fixed reference, so two runs ablate with the same values).
+MEAN_REFERENCE_SENTENCES = 32
+
+
+class AblationError(HeadscopeError, ValueError):
+    """A bad ablation request: a head that does not exist, an unknown ablation kind."""
+
+
+# ---- which heads, and the edits that ablate them ----------------------------------------------------
+def check_heads(model: LoadedModel, heads) -> list[tuple[int, int]]:
+    """``[(layer, head), ...]`` validated against the model, duplicates removed, in the given order."""
+    checked: list[tuple[int, int]] = []
+    for item in heads or ():
+        try:
+            layer, head = (int(v) for v in item)
+        except (TypeError, ValueError):
+            raise AblationError(f"Name each head as (layer, head), got {item!r}.") from None
+        if not (0 <= layer < model.num_layers and 0 <= head < model.num_heads):
+            raise AblationError(
+                f"Head ({layer}, {head}) does not exist: {model.name!r} has layers 0-{model.num_layers - 1} "
+                f"and heads 0-{model.num_heads - 1}."
+            )
+        if (layer, head) not in checked:
+            checked.append((layer, head))
+    return checked
+
+
+def reference_texts(count: int = MEAN_REFERENCE_SENTENCES) -> list[str]:
+    """The texts mean ablation averages over (``MEAN_REFERENCE_SENTENCES`` UD EWT dev sentences)."""
+    return [" ".join(sentence.words) for sentence in ud_ewt_dev(count)]
+
+
+def head_means(model: LoadedModel, texts: Sequence[str] | None = None, batch_size: int = 16) -> torch.Tensor:
+    """Each layer's Concat(heads) averaged over every real token of ``texts``: float32 ``[layers, width]``.
+
+    ``texts`` default to ``reference_texts()``. Cached on the model per reference set.
+    """
+    texts = tuple(reference_texts() if texts is None else texts)
+    if not texts:
+        raise AblationError("Mean ablation needs at least one reference text.")
+    cached = model._head_means.get(texts)
+    if cached is not None:
+        return cached
+    projections = model.output_projections()
+    sums: list[torch.Tensor | None] = [None] * len(projections)
+    count = 0
+    mask_holder: dict = {}
+
+    def recorder(layer: int):
+        def hook(module, args):
+            concat = args[0].float()
+            weights = mask_holder["mask"][..., None].to(concat.dtype)
+            total = (concat * weights).sum(dim=(0, 1))
+            sums[layer] = total if sums[layer] is None else sums[layer] + total
+
+        return hook
+
+    encoded = [model.encode(text) for text in texts]
+    with model._forward_lock:
+        handles = [p.register_forward_pre_hook(recorder(i)) for i, p in enumerate(projections)]
+        try:
+            for start in range(0, len(encoded), batch_size):
+                ids, mask, types = padded(model, encoded[start : start + batch_size])
+                mask_holder["mask"] = mask
+                count += int(mask.sum())
+                with torch.inference_mode():
+                    model.hf_model(**model._inputs(ids, mask, types))
+        finally:
+            for handle in handles:
+                handle.remove()
+    means = torch.stack([total / count for total in sums])
+    model._head_means[texts] = means
+    return means
+
+
+def head_edits(
+    model: LoadedModel, heads, ablation: str = "zero", reference: Sequence[str] | None = None
+) -> dict | None:
+    """``{layer: edit}`` that ablate ``heads`` (zero or mean), for either engine; None when there are none."""
+    if ablation not in ABLATIONS:
+        raise AblationError(f"Unknown ablation {ablation!r}: use one of {', '.join(ABLATIONS)}.")
+    heads = check_heads(model, heads)
+    if not heads:
+        return None
+    projections = model.output_projections()
+    means = head_means(model, reference) if ablation == "mean" else None
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    edits = {}
+    for layer, layer_heads in by_layer.items():
+        width = _concat_width(projections[layer])
+        head_dim = width // model.num_heads
+        keep = torch.ones(width, dtype=torch.bool)
+        for head in layer_heads:
+            keep[head * head_dim : (head + 1) * head_dim] = False
+        replacement = torch.zeros(width) if means is None else means[layer]
+        edits[layer] = _replace(keep, replacement)
+    return edits
+
+
+def _replace(keep: torch.Tensor, replacement: torch.Tensor):
+    def edit(concat: torch.Tensor) -> torch.Tensor:
+        return torch.where(keep.to(concat.device), concat, replacement.to(concat.device, concat.dtype))
+
+    return edit
+
+
+def _concat_width(projection) -> int:
+    """The input width of an output projection: ``nn.Linear.in_features`` or a GPT-2 ``Conv1D``'s rows."""
+    width = getattr(projection, "in_features", None)
+    return int(width) if width is not None else int(projection.weight.shape[0])
+
+
+# ---- small helpers shared by the command line and the app -----------------------------------------
+def parse_heads(spec: str) -> list[tuple[int, int]]:
+    """``"3.2, 20.5"`` or ``"L3H2 L20H5"`` -> ``[(3, 2), (20, 5)]``."""
+    heads = []
+    for item in re.split(r"[\s,;]+", spec.strip()):
+        if not item:
+            continue
+        match = re.fullmatch(r"(?:[Ll](\d+)[Hh](\d+))|(?:(\d+)[.:/](\d+))", item)
+        if match is None:
+            raise AblationError(f"Name heads as layer.head (3.2) or L3H2, got {item!r}.")
+        numbers = [int(g) for g in match.groups() if g is not None]
+        heads.append((numbers[0], numbers[1]))
+    return heads

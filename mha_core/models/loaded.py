@@ -1,0 +1,566 @@
+"""The loaded model: tokenizing, running both engines, and every head's attention as an ``AttentionRun``."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..analysis.norms import norm_based_attention
+from ..engine import registry as families
+from ..engine.core import core_attentions
+from ..errors import EngineNotSupported, HeadscopeError, ModelLoadError, quoted
+from ..progress import Progress, progress_part
+from ..run import AttentionRun
+from .ablation import MEAN_REFERENCE_SENTENCES, check_heads, head_edits
+from .capture import AttentionBuffer, attention_recorders, captured_attentions
+from .outputs import losses_wanted, padded, run_outputs
+from .tokens import EncodedText, TextEncoder, TokenDisplay
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+ENGINES = ("transformers", "core")
+
+
+# Attentions take layers x heads x n x n x 4 bytes per text (SmolLM2 at 512 tokens: 283 MB), so runs
+# are capped at this many tokens even where the model's positions go further.
+MAX_TOKENS_CAP = 512
+
+
+class LoadedModel:
+    """A model ready for extraction: ``run``, ``run_batch``, ``run_ids`` give ``AttentionRun``s."""
+
+    def __init__(self, name: str, hf_model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase):
+        self.name = name
+        self.warnings: list[str] = []  # what the user should know about this checkpoint (see sources)
+        # ``hf_model`` is always the base model (its layers are what every other step reads); a checkpoint
+        # loaded with its language-model head keeps the whole model as ``lm_model`` beside it.
+        base = getattr(hf_model, "base_model", hf_model)
+        self._family_entry = families.FAMILY_OF_MODEL_TYPE.get(hf_model.config.model_type)
+        head = self._family_entry.head_of(hf_model) if base is not hf_model and self._family_entry else None
+        self.lm_model = hf_model if head is not None else None
+        self._lm_head = head
+        # "causal" (next-token head), "masked" (MLM head) or None (a sentence encoder without a head).
+        self.lm_head_kind = self._family_entry.lm_head if head is not None else None
+        self.hf_model = base
+        self.tokenizer = tokenizer
+        config = base.config
+        self.model_type = config.model_type
+        self.family = families.family_name(self.model_type)
+        self._head_means: dict = {}  # mean-ablation values, per reference set (models.ablation.head_means)
+        self._forward_params = set(inspect.signature(hf_model.forward).parameters)
+        self._uses_token_types = (
+            "token_type_ids" in getattr(tokenizer, "model_input_names", ()) and "token_type_ids" in self._forward_params
+        )
+        positions = getattr(config, "max_position_embeddings", None) or MAX_TOKENS_CAP
+        tokenizer_limit = getattr(tokenizer, "model_max_length", None) or positions
+        # RoBERTa-style position tables reserve padding_idx + 1 rows that no token can use.
+        padding_idx = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 1
+        family = families.FAMILY_OF_MODEL_TYPE.get(self.model_type)
+        reserved = padding_idx + 1 if family and self.model_type in family.positions_after_padding else 0
+        self.max_tokens = int(min(positions - reserved, tokenizer_limit, MAX_TOKENS_CAP))
+        self.display = TokenDisplay(tokenizer)
+        self._special_ids = set(tokenizer.all_special_ids)
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # Measured, not looked up: layers, heads and causality come from the attentions of a short probe.
+        self.is_causal = False
+        # One forward pass at a time uses the hooks on shared modules (capture, ablation); re-entrant because
+        # an ablated pass holds it around the capture, which takes it too.
+        self._forward_lock = threading.RLock()
+        self._recorders: list = []
+        probe_ids = torch.tensor([self._probe_ids(4)], dtype=torch.long)
+        probe = self._transformers_attentions(probe_ids)[0]
+        # Hooked capture is used only where it reproduces output_attentions exactly.
+        self._recorders = attention_recorders(hf_model)
+        if len(self._recorders) != probe.shape[0] or not torch.equal(
+            self._transformers_attentions(probe_ids)[0], probe
+        ):
+            self._recorders = []
+        self.num_layers, self.num_heads = int(probe.shape[0]), int(probe.shape[1])
+        self.is_causal = bool(torch.all(torch.triu(probe, diagonal=1) == 0))
+        self.encoder = TextEncoder(
+            tokenizer, self.display, self.max_tokens, self._uses_token_types, self.is_causal, name
+        )
+        # Decoders begin with their BOS token by default, where the tokenizer has one and does not add it
+        # itself: without it the first word of the text takes the place of the attention sink.
+        self.bos_token = tokenizer.bos_token if self.is_causal and not self.encoder.adds_bos else None
+        if self.encoder.bos_token_id is None:
+            self.bos_token = None
+        self.default_bos = self.bos_token is not None
+
+    def encode(
+        self, text_or_words: str | Sequence[str], text_pair: str | None = None, bos: bool | None = None
+    ) -> EncodedText:
+        """Tokenize a text (or a list of pre-split words, joined by spaces), truncating to ``max_tokens``.
+        ``bos``: begin with the BOS token (None: ``default_bos``, True for decoders whose tokenizer has one)."""
+        return self.encoder.encode(text_or_words, text_pair, self.default_bos if bos is None else bos)
+
+    def __repr__(self) -> str:
+        return (
+            f"LoadedModel({self.name!r}, family={self.family!r}, {self.num_layers} layers x {self.num_heads} heads, "
+            f"causal={self.is_causal}, max_tokens={self.max_tokens}, lm_head={self.lm_head_kind})"
+        )
+
+    @property
+    def has_lm_head(self) -> bool:
+        """True when the checkpoint's language-model head is loaded: ``token_losses`` can be computed."""
+        return self._lm_head is not None
+
+    @property
+    def head_description(self) -> str:
+        """The head in words, for people."""
+        return {
+            "causal": "a causal language-model head: each token's loss is -log p(next token)",
+            "masked": "a masked language-model head: each token's loss is measured with that token masked",
+        }.get(self.lm_head_kind, "no language-model head (a sentence encoder): ablation is measured as output change")
+
+    def output_projections(self) -> list[torch.nn.Module]:
+        """Each layer's attention output projection (``o_proj`` / ``attention.output.dense`` / ``c_proj``)."""
+        projections = self._family_entry.output_projections(self.hf_model) if self._family_entry else []
+        if len(projections) != getattr(self, "num_layers", len(projections)) or not projections:
+            raise HeadscopeError(
+                f"Head ablation needs each layer's attention output projection, which Headscope does not know for "
+                f"{self.model_type!r} models. Supported: {families.supported_types()}."
+            )
+        return projections
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head applied to final hidden states ``[..., d]`` -> float32 logits ``[..., vocab]``."""
+        if self._lm_head is None:
+            raise HeadscopeError(f"{self.name!r} has no language-model head: {self.head_description}.")
+        return self._lm_head(hidden).float()
+
+    @contextmanager
+    def _edits_applied(self, edits: dict | None):
+        """Forward pre-hooks that pass each layer's Concat(heads) through ``edits[layer]`` (transformers engine).
+
+        Holds the model's forward lock either way: hooks live on shared modules, so no other thread's pass
+        may run while they are on, nor an unedited pass see another thread's edits."""
+        if not edits:
+            with self._forward_lock:
+                yield
+            return
+        projections = self.output_projections()
+
+        def pre_hook(edit):
+            return lambda module, args: (edit(args[0]), *args[1:])
+
+        with self._forward_lock:
+            handles = [projections[layer].register_forward_pre_hook(pre_hook(edit)) for layer, edit in edits.items()]
+            try:
+                yield
+            finally:
+                for handle in handles:
+                    handle.remove()
+
+    def final_hidden(
+        self, engine: str, input_ids, attention_mask=None, token_type_ids=None, edits: dict | None = None
+    ) -> torch.Tensor:
+        """The hidden states the LM head reads, ``[B, n, d]`` (after any final norm), from one forward pass."""
+        if engine == "core":
+            outputs: dict = {}
+            self._core_attentions(input_ids, attention_mask, token_type_ids, None, edits, outputs)
+            return outputs["hidden"]
+        inputs = self._inputs(input_ids, attention_mask, token_type_ids)
+        with self._edits_applied(edits), torch.inference_mode():
+            return self.hf_model(**inputs).last_hidden_state.float()
+
+    def _probe_ids(self, count: int) -> list[int]:
+        ordinary = [
+            i
+            for i in range(min(len(self.tokenizer), 4 * count + len(self._special_ids) + 4))
+            if i not in self._special_ids
+        ]
+        return ordinary[-count:]
+
+    # ---- forward passes ----
+    def _transformers_attentions(
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        progress: Progress | None = None,
+        edits: dict | None = None,
+        outputs: dict | None = None,
+        layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
+    ) -> torch.Tensor:
+        """``[batch, layers, heads, n, n]`` from the transformers model.
+
+        Each layer's weights are copied into one preallocated tensor as the layer computes them
+        (``capture.captured_attentions``), so no second copy is ever held; models whose attention modules
+        cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
+        ``progress(done, total, message)`` is called as each layer finishes (hooked path only).
+        ``edits``: ``{layer: function}`` applied to that layer's Concat(heads) (head ablation);
+        ``outputs``: a dict that receives ``"hidden"``, the final hidden states of the same pass.
+        ``layer_inputs``, when given a list, receives each layer's input hidden states (from the same pass).
+        ``out``: memory to reuse for the result (hooked path only; see ``AttentionBuffer``).
+        """
+        inputs = self._inputs(input_ids, attention_mask, token_type_ids, hidden_states=layer_inputs is not None)
+        with self._edits_applied(edits):
+            return self._transformers_pass(inputs, progress, outputs, layer_inputs, out)
+
+    def _inputs(self, input_ids, attention_mask=None, token_type_ids=None, hidden_states: bool = False) -> dict:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
+        if hidden_states:
+            inputs["output_hidden_states"] = True
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        if "use_cache" in self._forward_params:
+            inputs["use_cache"] = False
+        return inputs
+
+    def _transformers_pass(
+        self,
+        inputs: dict,
+        progress: Progress | None,
+        outputs: dict | None,
+        layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
+    ) -> torch.Tensor:
+        keep_output = outputs is not None or layer_inputs is not None  # the output is kept only when needed
+        if self._recorders:
+            model_output: dict | None = {} if keep_output else None
+            captured = captured_attentions(
+                self.hf_model, self._recorders, inputs, self._forward_lock, progress, model_output, out
+            )
+            if captured is not None:
+                if keep_output:
+                    self._keep_outputs(model_output["model"], captured.shape[1], outputs, layer_inputs)
+                return captured
+        with torch.inference_mode():
+            result = self.hf_model(**inputs, output_attentions=True)
+            layers = list(result.attentions or ())
+            if not layers or any(layer is None for layer in layers):
+                raise ModelLoadError(
+                    f"{self.name!r} returned no attention weights (attention implementation "
+                    f"{getattr(self.hf_model.config, '_attn_implementation', '?')!r}). Headscope loads models with "
+                    "attn_implementation='eager'; sdpa and flash attention do not return weights."
+                )
+            self._keep_outputs(result, len(layers), outputs, layer_inputs)
+            return torch.stack(layers, dim=1)
+
+    def _keep_outputs(self, output, num_layers: int, outputs: dict | None, layer_inputs: list | None) -> None:
+        """``outputs["hidden"]``: the final hidden states; ``layer_inputs``: each layer's input
+        (``hidden_states[l]`` for l < L; the last entry is the final output)."""
+        if outputs is not None:
+            outputs["hidden"] = output.last_hidden_state.float()
+        if layer_inputs is None:
+            return
+        hidden = list(getattr(output, "hidden_states", None) or ())
+        if len(hidden) != num_layers + 1:
+            raise EngineNotSupported(
+                f"{self.name!r} returned {len(hidden)} hidden states for {num_layers} layers; "
+                "norm-based attention and the neuron view need each layer's input."
+            )
+        layer_inputs.extend(hidden[:num_layers])
+
+    def _attentions(
+        self,
+        engine: str,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        progress: Progress | None = None,
+        edits: dict | None = None,
+        outputs: dict | None = None,
+        layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
+    ):
+        """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine.
+
+        ``edits`` (head ablation) apply to both engines; ``outputs`` receives the engine's final hidden states;
+        ``layer_inputs`` (a list) the engine's own input hidden states of each layer; ``out``: memory the
+        transformers attentions may reuse.
+        """
+        if engine not in ENGINES:
+            raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
+        # The core engine runs both (it reports its difference from transformers): two passes of progress.
+        pass_count = 1 if engine == "transformers" else 2
+        reference = self._transformers_attentions(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            progress_part(progress, 0, pass_count),
+            edits,
+            outputs if engine == "transformers" else None,
+            layer_inputs if engine == "transformers" else None,
+            out if pass_count == 1 else None,
+        )
+        if engine == "transformers":
+            return reference, None
+        core = self._core_attentions(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            progress_part(progress, 1, pass_count),
+            edits,
+            outputs,
+            layer_inputs,
+        )
+        if tuple(core.shape) != tuple(reference.shape):
+            raise EngineNotSupported(
+                f"The from-scratch engine gave attentions of shape {tuple(core.shape)}, "
+                f"transformers {tuple(reference.shape)}."
+            )
+        return core.to(torch.float32), reference
+
+    def _core_attentions(self, input_ids, attention_mask, token_type_ids, progress, edits, outputs, layer_inputs=None):
+        """The from-scratch engine's attentions; ``outputs["hidden"]`` gets its final hidden states, after the
+        checkpoint's final norm (GPT-2 ``ln_f``, Llama ``norm``), which the LM head reads."""
+        with torch.inference_mode():
+            core = core_attentions(
+                self.hf_model,
+                input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                progress=progress,
+                edits=edits,
+                outputs=outputs,
+                layer_inputs=layer_inputs,
+            )
+            if outputs is not None and self._family_entry is not None:
+                final_norm = self._family_entry.final_norm_of(self.hf_model)
+                if final_norm is not None:
+                    outputs["hidden"] = final_norm(outputs["hidden"]).float()
+        return core
+
+    def _make_run(
+        self,
+        encoded: EncodedText,
+        attentions: torch.Tensor,
+        engine: str,
+        max_abs_diff: float | None,
+        token_losses: np.ndarray | None = None,
+        output_change: float | None = None,
+        token_output_change: np.ndarray | None = None,
+        metadata_extra: dict | None = None,
+        **metadata,
+    ) -> AttentionRun:
+        return AttentionRun(
+            token_losses=token_losses,
+            output_change=output_change,
+            token_output_change=token_output_change,
+            model_name=self.name,
+            family=self.family,
+            is_causal=self.is_causal,
+            tokens=self.display.display(encoded.raw_tokens, encoded.word_ids),
+            raw_tokens=encoded.raw_tokens,
+            attentions=attentions.numpy(),
+            special_mask=encoded.special_mask,
+            word_ids=encoded.word_ids,
+            words=encoded.words,
+            segment_ids=encoded.segment_ids,
+            engine=engine,
+            text=encoded.text,
+            text_pair=encoded.text_pair,
+            truncated=encoded.truncated,
+            num_input_tokens=encoded.num_input_tokens,
+            max_abs_diff=max_abs_diff,
+            metadata={
+                "token_ids": encoded.input_ids,
+                "model_type": self.model_type,
+                "max_tokens": self.max_tokens,
+                "bos": encoded.added_bos,
+                **(metadata_extra or {}),
+                **metadata,
+            },
+        )
+
+    # ---- public API ----
+    def run(
+        self,
+        text_or_words: str | Sequence[str],
+        text_pair: str | None = None,
+        engine: str = "transformers",
+        progress: Progress | None = None,
+        bos: bool | None = None,
+        ablate: Sequence[tuple[int, int]] | None = None,
+        ablation: str = "zero",
+        norms: bool = False,
+        out: AttentionBuffer | None = None,
+        losses: bool | None = None,
+    ) -> AttentionRun:
+        """Attention of every layer and head for one text (or a list of pre-split words).
+
+        ``progress(done, total, message)`` is called as layers finish; it may raise to stop the run.
+        ``bos``: begin with the BOS token (None: the model's default, ``default_bos``).
+        ``ablate``: heads ``[(layer, head), ...]`` whose output is zeroed (``ablation="zero"``) or replaced by
+        its mean over a reference set (``"mean"``) before the output projection (``models.ablation``).
+        ``losses``: the run carries ``token_losses`` where the model has a head, ``output_change`` (ablated
+        runs) where it has none; None (the default): for ablated runs only, since a plain run's losses cost
+        the LM head over every position (causal) or one forward pass per token (masked).
+        ``norms``: also norm-based attention (Kobayashi et al. 2020), ``run.norms`` ``[L, H, n, n]``
+        with ``run.value_norms`` and ``run.output_norms`` (``mha_core.analysis.norms.norm_based_attention``).
+        ``out``: an ``AttentionBuffer`` the run's attentions may live in, for a caller that is done with
+        one run before the next (the next run with the same buffer overwrites them); saves faulting in
+        fresh memory for every long run.
+        """
+        encoded = self.encode(text_or_words, text_pair, bos)
+        return self._run_encoded(
+            encoded, engine, progress, ablate=ablate, ablation=ablation, norms=norms, out=out, losses=losses
+        )
+
+    def layer_inputs(self, token_ids: Sequence[int], engine: str = "transformers") -> tuple[torch.Tensor, list]:
+        """``(attentions [1, L, H, n, n], each layer's input hidden states [1, n, d])`` of one engine's pass."""
+        encoded = self.encoder.encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
+        inputs: list = []
+        attentions, _ = self._attentions(engine, torch.tensor([encoded.input_ids]), layer_inputs=inputs)
+        return attentions, inputs
+
+    def _run_encoded(
+        self,
+        encoded: EncodedText,
+        engine: str,
+        progress: Progress | None = None,
+        ablate=None,
+        ablation: str = "zero",
+        norms: bool = False,
+        out: AttentionBuffer | None = None,
+        losses: bool | None = None,
+        **metadata,
+    ) -> AttentionRun:
+        edits = head_edits(self, ablate, ablation)
+        input_ids = torch.tensor([encoded.input_ids])
+        token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
+        # The final hidden states are kept only for the losses: without them the pass may stop at the last
+        # layer's attention (capture.captured_attentions).
+        outputs: dict | None = {} if losses_wanted(self, losses, edits) else None
+        layer_inputs: list | None = [] if norms else None
+        attentions, reference = self._attentions(
+            engine, input_ids, None, token_type_ids, progress, edits, outputs, layer_inputs, out
+        )
+        max_abs_diff = None if reference is None else float((attentions - reference).abs().max())
+        hidden = None if outputs is None else outputs["hidden"]
+        extra = run_outputs(self, engine, input_ids, None, token_type_ids, hidden, [encoded], edits)
+        run = self._make_run(
+            encoded,
+            attentions[0],
+            engine,
+            max_abs_diff,
+            **extra[0],
+            **self._ablation_metadata(ablate, ablation),
+            **metadata,
+        )
+        if norms:
+            by_norm, value_norms, output_norms = norm_based_attention(self.hf_model, attentions, layer_inputs)
+            run.norms, run.value_norms, run.output_norms = by_norm[0], value_norms[0], output_norms[0]
+        return run
+
+    def _ablation_metadata(self, ablate, ablation: str) -> dict:
+        heads = check_heads(self, ablate)
+        if not heads:
+            return {}
+        described = {"ablated": [list(h) for h in heads], "ablation": ablation}
+        if ablation == "mean":
+            described["ablation_reference"] = f"mean over {MEAN_REFERENCE_SENTENCES} UD EWT dev sentences"
+        return {"metadata_extra": described}
+
+    def run_ids(
+        self,
+        token_ids: Sequence[int],
+        engine: str = "transformers",
+        progress: Progress | None = None,
+        ablate: Sequence[tuple[int, int]] | None = None,
+        ablation: str = "zero",
+        losses: bool | None = None,
+    ) -> AttentionRun:
+        """Attention for already-tokenized input, taken as is (no special tokens added); ``losses`` as in ``run``."""
+        encoded = self.encoder.encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
+        return self._run_encoded(
+            encoded, engine, progress, ablate=ablate, ablation=ablation, losses=losses, from_ids=True
+        )
+
+    def run_batch(
+        self,
+        texts: Sequence[str | Sequence[str]],
+        engine: str = "transformers",
+        batch_size: int = 16,
+        bos: bool | None = None,
+        ablate: Sequence[tuple[int, int]] | None = None,
+        ablation: str = "zero",
+        losses: bool | None = None,
+    ) -> list[AttentionRun]:
+        """One run per text, computed in padded, masked batches of similar lengths.
+
+        Each run is trimmed to its own tokens and equals ``run(text)`` to float rounding (1e-5);
+        ``losses`` as in ``run``.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        edits = head_edits(self, ablate, ablation)
+        described = self._ablation_metadata(ablate, ablation)
+        encoded = [self.encode(text, bos=bos) for text in texts]
+        runs: list[AttentionRun | None] = [None] * len(encoded)
+        # Sorting by length keeps the padding, and so the wasted work, small.
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            items = [encoded[i] for i in chunk]
+            outputs: dict | None = {} if losses_wanted(self, losses, edits) else None
+            attentions, reference = self.forward_encoded(items, engine, edits, outputs)
+            ids, mask, types = padded(self, items)
+            hidden = None if outputs is None else outputs["hidden"]
+            extra = run_outputs(self, engine, ids, mask, types, hidden, items, edits)
+            for row, i in enumerate(chunk):
+                n = len(encoded[i])
+                own = attentions[row, :, :, :n, :n].contiguous()
+                diff = None if reference is None else float((own - reference[row, :, :, :n, :n]).abs().max())
+                runs[i] = self._make_run(encoded[i], own, engine, diff, **extra[row], **described)
+        return runs
+
+    def forward_encoded(
+        self,
+        encoded: Sequence[EncodedText],
+        engine: str = "transformers",
+        edits: dict | None = None,
+        outputs: dict | None = None,
+        layer_inputs: list | None = None,
+        out: AttentionBuffer | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One padded, masked forward pass over encoded texts: ``(attentions [B, L, H, n, n], reference or None)``.
+
+        n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
+        are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
+        as its trimmed run in every metric. ``edits``/``outputs``: head ablation and the final hidden states
+        (see ``_attentions``); ``layer_inputs`` (a list) receives each layer's input hidden states;
+        ``out``: an ``AttentionBuffer`` to reuse (the next pass with it overwrites these attentions).
+        """
+        width = max(len(item) for item in encoded)
+        input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        token_type_ids = torch.zeros((len(encoded), width), dtype=torch.long) if self._uses_token_types else None
+        for row, item in enumerate(encoded):
+            n = len(item)
+            input_ids[row, :n] = torch.tensor(item.input_ids)
+            attention_mask[row, :n] = 1
+            if token_type_ids is not None:
+                token_type_ids[row, :n] = torch.tensor(item.token_type_ids)
+        attentions, reference = self._attentions(
+            engine, input_ids, attention_mask, token_type_ids, None, edits, outputs, layer_inputs, out
+        )
+        weights = attentions.numpy()  # the same memory, written through numpy: a slice costs far less than in torch
+        for row, item in enumerate(encoded):  # only the padded parts are written
+            if len(item) < width:
+                weights[row, :, :, len(item) :] = 0.0  # padding query rows
+                weights[row, :, :, :, len(item) :] = 0.0  # padding key columns
+        return attentions, reference
+
+    def input_embeddings(self, token_ids: Sequence[int]) -> np.ndarray:
+        """The model's own input token embeddings, float32 ``[n, d]`` (no positions, no LayerNorm)."""
+        ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64).reshape(-1))
+        with torch.inference_mode():
+            return self.hf_model.get_input_embeddings()(ids).to(torch.float32).numpy().copy()
+
+    def position_embeddings(self) -> np.ndarray | None:
+        """The learned absolute position table ``[max_positions, d]`` (BERT, GPT-2), or None (rotary models)."""
+        for name, module in self.hf_model.named_modules():
+            if name.split(".")[-1] in ("position_embeddings", "wpe") and isinstance(module, torch.nn.Embedding):
+                return module.weight.detach().to(torch.float32).numpy().copy()
+        return None
