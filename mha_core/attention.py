@@ -247,19 +247,17 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         causal: bool = False,
         key_padding_mask: torch.Tensor | None = None,
-        head_mask: torch.Tensor | None = None,
-        edit_heads=None,
+        edit=None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns ``(output [batch, n_q, d_model], weights [batch, heads, n_q, n_k])``.
 
-        ``edit_heads``: a function applied to Concat(heads) ``[batch, n_q, heads * d_k]``, the input of the
-        output projection, before it is projected (head ablation, importance gates: ``mha_core.interventions``).
+        ``edit``: a function of the heads' outputs ``z = [batch, n_q, heads, d_k]`` before Concat and W^O, which
+        returns z edited (``mha_core.edits``: zero or mean ablation, the Lab's head mask, importance gates,
+        patching). The weights are returned unedited.
 
         ``key``/``value`` default to ``query`` (self-attention); ``value`` defaults to ``key``.
         ``mask`` broadcasts to ``[batch, heads, n_q, n_k]`` (bool keep-mask or additive float);
         ``key_padding_mask`` is ``[batch, n_k]`` bool, True for real tokens.
-        ``head_mask`` (``[heads]`` or ``[batch, heads]``) multiplies each head's output before the
-        Concat and W^O: 0 zero-ablates a head (its weights are still returned), 1 keeps it.
         Unbatched ``[n, d_model]`` input gives ``[n, d_model]`` and ``[heads, n_q, n_k]``.
         """
         if key is None:
@@ -288,16 +286,9 @@ class MultiHeadAttention(nn.Module):
                 mask = mask.masked_fill(~pad, float("-inf"))
         q, k, v = self.project(query, key, value)
         heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, score=self.score)
-        if head_mask is not None:
-            if head_mask.shape[-1] != self.num_heads or head_mask.dim() > 2:
-                raise ValueError(
-                    f"head_mask must be [heads] or [batch, heads] with heads={self.num_heads}, "
-                    f"got shape {tuple(head_mask.shape)}"
-                )
-            heads = heads * head_mask.to(heads.dtype).reshape(-1, self.num_heads, 1, 1)
+        if edit is not None:
+            heads = edit(heads.transpose(1, 2)).transpose(1, 2)  # z = [batch, n_q, heads, d_k], as mha_core.edits
         merged = self.merge_heads(heads)
-        if edit_heads is not None:
-            merged = edit_heads(merged)
         out = linear(merged, self.out_proj.weight, self.out_proj.bias)
         if unbatched:
             return out[0], weights[0]

@@ -52,7 +52,7 @@ def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch
     Returns the layer's output and its attention weights [batch, heads, n, n].
     """
     # Multi-head self-attention: every token looks at every real token, in both directions.
-    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask, edit_heads=edit)
+    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask, edit=edit)
 
     # Residual connection, then LayerNorm ("post-LN": the norm comes after the sum).
     x = layer_norm(x + attended, layer.attention_norm)

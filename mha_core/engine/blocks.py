@@ -141,7 +141,7 @@ def run_layers(
 
     ``progress(done, total, message)`` after each layer (it may raise to stop the pass there);
     ``record``, when given, receives each layer's input (what ``head_vectors`` projects);
-    ``edits``: ``{layer: function}`` applied to that layer's Concat(heads) (``mha_core.interventions``);
+    ``edits``: ``{layer: edit}`` (``mha_core.edits``), applied to that layer's heads' outputs before W^O;
     ``outputs``: a dict that receives ``"hidden"``, the residual stream after the last layer.
     """
     weights = []

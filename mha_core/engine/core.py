@@ -89,7 +89,7 @@ def core_attentions(
     Weights in the rows of padding tokens are not meaningful; columns of padding tokens are 0.
     ``progress(done, total, message)`` is called after every layer; ``layer_inputs``, when given a list,
     receives each layer's input hidden states ``[batch, n, d]`` (for ``head_vectors``);
-    ``edits``: ``{layer: function of Concat(heads)}``, e.g. head ablation (``mha_core.interventions``);
+    ``edits``: ``{layer: edit}`` (``mha_core.edits``: a function of the heads' outputs before W^O), e.g. ablation;
     ``outputs``: a dict that receives ``"hidden"``, the residual stream after the last layer (before any final norm).
     """
     core = core_model(hf_model)

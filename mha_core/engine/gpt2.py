@@ -42,7 +42,7 @@ def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch
     """
     # Masked (causal) self-attention on the normalised input: token i sees tokens 0..i only.
     attended, weights = layer.attention(
-        layer_norm(x, layer.attention_norm), causal=True, key_padding_mask=key_padding_mask, edit_heads=edit
+        layer_norm(x, layer.attention_norm), causal=True, key_padding_mask=key_padding_mask, edit=edit
     )
     x = x + attended  # residual connection ("pre-LN": the norm is inside the branch)
 

@@ -78,9 +78,9 @@ def llama_layer(
 
     mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
     heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=True)
+    if edit is not None:  # mha_core.edits: a function of z = [batch, n, heads, head_dim], before W^O
+        heads = edit(heads.transpose(1, 2)).transpose(1, 2)
     concat = heads.transpose(1, 2).reshape(batch, n, -1)
-    if edit is not None:  # head ablation: the heads' slices of Concat(heads), the input of W^O
-        concat = edit(concat)
     x = x + layer.output(concat)  # Concat(heads) W^O, residual
 
     # SwiGLU feed-forward: a SiLU-gated product of two projections, projected back.

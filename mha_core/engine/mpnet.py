@@ -31,7 +31,7 @@ def mpnet_layer(
     position_bias: [1, heads, n, n], added to q.k / sqrt(d_k) before the softmax (an additive mask).
     Returns the layer's output and its attention weights [batch, heads, n, n].
     """
-    attended, weights = layer.attention(x, mask=position_bias, key_padding_mask=key_padding_mask, edit_heads=edit)
+    attended, weights = layer.attention(x, mask=position_bias, key_padding_mask=key_padding_mask, edit=edit)
     x = layer_norm(x + attended, layer.attention_norm)  # residual, then post-LN, as in BERT
     hidden = layer.activation(layer.ffn_up(x))
     x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)

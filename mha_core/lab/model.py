@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import MultiHeadAttention
+from ..edits import Edit, scale_heads
 from ..errors import HeadscopeError
 from ..positional import sinusoidal_encoding
 from .config import LabConfig
@@ -26,8 +27,8 @@ class LabBlock(nn.Module):
                 nn.Linear(config.d_model, 4 * config.d_model), nn.GELU(), nn.Linear(4 * config.d_model, config.d_model)
             )
 
-    def forward(self, x: torch.Tensor, head_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        attended, weights = self.attention(self.attention_norm(x), causal=True, head_mask=head_mask)
+    def forward(self, x: torch.Tensor, edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        attended, weights = self.attention(self.attention_norm(x), causal=True, edit=edit)
         x = x + attended
         if self.mlp is not None:
             x = x + self.mlp(self.mlp_norm(x))
@@ -59,7 +60,8 @@ class LabModel(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """``ids [B, n]`` -> ``(logits [B, n, vocab], [weights [B, H, n, n] per layer])``.
 
-        ``head_mask [L, H]``: 0 zero-ablates a head's output (its slice of the Concat), 1 keeps it.
+        ``head_mask [L, H]``: each head's output times its factor (``mha_core.edits.scale_heads``): 0 zero-ablates
+        it, 1 keeps it.
         ``offsets [B]`` (training): sequence b reads the position rows ``offsets[b] ... offsets[b] + n - 1``
         (at most ``position_offsets``); none = rows ``0 ... n - 1``.
         """
@@ -74,7 +76,7 @@ class LabModel(nn.Module):
                 x = x + self.position[offsets[:, None] + torch.arange(n)]
         weights = []
         for layer, block in enumerate(self.blocks):
-            x, layer_weights = block(x, None if head_mask is None else head_mask[layer])
+            x, layer_weights = block(x, None if head_mask is None else scale_heads(head_mask[layer]))
             weights.append(layer_weights)
         return self.unembed(self.final_norm(x)), weights
 

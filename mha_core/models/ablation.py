@@ -2,8 +2,8 @@
 
 Head h of layer l contributes Concat(head_1, ..., head_H) W^O through its slice ``[h * d_k, (h + 1) * d_k)``
 of the output projection's input (``o_proj`` / ``attention.output.dense`` / ``c_proj``, named per family in
-``mha_core.engine``). An ablation is a function of that input (an "edit"): zero ablation sets the slice to 0;
-mean ablation replaces it by its mean over a reference set of texts (``head_means``).
+``mha_core.engine``). An ablation is an edit of the heads' outputs (``mha_core.edits``): zero ablation sets a
+head's output to 0; mean ablation replaces it by its mean over a reference set of texts (``head_means``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..analysis.syntax import ud_ewt_dev
+from ..edits import replace_heads, zero_heads
 from ..errors import HeadscopeError
 from .outputs import padded
 
@@ -109,34 +110,16 @@ def head_edits(
     heads = check_heads(model, heads)
     if not heads:
         return None
-    projections = model.output_projections()
     means = head_means(model, reference) if ablation == "mean" else None
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
-    edits = {}
-    for layer, layer_heads in by_layer.items():
-        width = _concat_width(projections[layer])
-        head_dim = width // model.num_heads
-        keep = torch.ones(width, dtype=torch.bool)
-        for head in layer_heads:
-            keep[head * head_dim : (head + 1) * head_dim] = False
-        replacement = torch.zeros(width) if means is None else means[layer]
-        edits[layer] = _replace(keep, replacement)
-    return edits
-
-
-def _replace(keep: torch.Tensor, replacement: torch.Tensor):
-    def edit(concat: torch.Tensor) -> torch.Tensor:
-        return torch.where(keep.to(concat.device), concat, replacement.to(concat.device, concat.dtype))
-
-    return edit
-
-
-def _concat_width(projection) -> int:
-    """The input width of an output projection: ``nn.Linear.in_features`` or a GPT-2 ``Conv1D``'s rows."""
-    width = getattr(projection, "in_features", None)
-    return int(width) if width is not None else int(projection.weight.shape[0])
+    if means is None:
+        return {layer: zero_heads(layer_heads) for layer, layer_heads in by_layer.items()}
+    return {
+        layer: replace_heads(layer_heads, means[layer].reshape(model.num_heads, -1))
+        for layer, layer_heads in by_layer.items()
+    }
 
 
 # ---- small helpers shared by the command line and the app -----------------------------------------

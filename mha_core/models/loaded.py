@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..analysis.norms import norm_based_attention
+from ..edits import concat_pre_hook, forward_pre_hooks
 from ..engine import registry as families
 from ..engine.core import core_attentions
 from ..errors import EngineNotSupported, HeadscopeError, ModelLoadError, quoted
@@ -138,7 +139,8 @@ class LoadedModel:
 
     @contextmanager
     def _edits_applied(self, edits: dict | None):
-        """Forward pre-hooks that pass each layer's Concat(heads) through ``edits[layer]`` (transformers engine).
+        """Each layer's ``edits[layer]`` (``mha_core.edits``) applied, in the transformers engine, to the input of
+        its output projection, Concat(heads), seen as ``z = [batch, n, heads, d_head]``.
 
         Holds the model's forward lock either way: hooks live on shared modules, so no other thread's pass
         may run while they are on, nor an unedited pass see another thread's edits."""
@@ -147,17 +149,9 @@ class LoadedModel:
                 yield
             return
         projections = self.output_projections()
-
-        def pre_hook(edit):
-            return lambda module, args: (edit(args[0]), *args[1:])
-
-        with self._forward_lock:
-            handles = [projections[layer].register_forward_pre_hook(pre_hook(edit)) for layer, edit in edits.items()]
-            try:
-                yield
-            finally:
-                for handle in handles:
-                    handle.remove()
+        hooks = [(projections[layer], concat_pre_hook(edit, self.num_heads)) for layer, edit in edits.items()]
+        with self._forward_lock, forward_pre_hooks(hooks):
+            yield
 
     def final_hidden(
         self, engine: str, input_ids, attention_mask=None, token_type_ids=None, edits: dict | None = None
@@ -197,7 +191,7 @@ class LoadedModel:
         (``capture.captured_attentions``), so no second copy is ever held; models whose attention modules
         cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
         ``progress(done, total, message)`` is called as each layer finishes (hooked path only).
-        ``edits``: ``{layer: function}`` applied to that layer's Concat(heads) (head ablation);
+        ``edits``: ``{layer: edit}`` (``mha_core.edits``) on that layer's heads' outputs (head ablation);
         ``outputs``: a dict that receives ``"hidden"``, the final hidden states of the same pass.
         ``layer_inputs``, when given a list, receives each layer's input hidden states (from the same pass).
         ``out``: memory to reuse for the result (hooked path only; see ``AttentionBuffer``).
