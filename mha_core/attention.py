@@ -199,7 +199,7 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """A copy of a ``torch.nn.MultiheadAttention`` (its ``batch_first`` does not matter: ours is batch-first)."""
-        if not module._qkv_same_embed_dim:
+        if module.in_proj_weight is None:  # separate q, k, v projections: kdim or vdim != embed_dim
             raise ValueError("from_torch supports nn.MultiheadAttention with kdim == vdim == embed_dim only")
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")

@@ -338,7 +338,7 @@ class DependencyAccumulator:
         self.totals: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         self.num_sentences = 0
 
-    def _shape_of(self, name: str) -> tuple[int, ...]:
+    def shape_of(self, name: str) -> tuple[int, ...]:
         sizes = {"heads": tuple(self.shape or (0, 0)), "offsets": (len(BASELINE_OFFSETS),)}
         return (2, *(size for part in _TOTALS[name].split(", ") if part for size in sizes[part]))
 
@@ -457,13 +457,13 @@ class DependencyAccumulator:
         for index, (key, half) in enumerate(zip((cells // 2).tolist(), (cells % 2).tolist())):
             key = int(used_keys[key])
             name = ("parent", labels[key]) if key < num_labels else ("child", labels[key - num_labels])
-            totals = self._totals_of(name)
+            totals = self.totals_of(name)
             for total, values in sums.items():
                 totals[total][half] += values[index]
 
-    def _totals_of(self, key: tuple[str, str]) -> dict[str, np.ndarray]:
+    def totals_of(self, key: tuple[str, str]) -> dict[str, np.ndarray]:
         if key not in self.totals:
-            self.totals[key] = {name: np.zeros(self._shape_of(name), dtype=np.int64) for name in _TOTALS}
+            self.totals[key] = {name: np.zeros(self.shape_of(name), dtype=np.int64) for name in _TOTALS}
         return self.totals[key]
 
     def merge(self, other: DependencyAccumulator) -> None:
@@ -474,7 +474,7 @@ class DependencyAccumulator:
             raise HeadscopeError("runs from models of different sizes cannot be scored together")
         self.shape = self.shape or other.shape
         for key, sums in other.totals.items():
-            totals = self._totals_of(key)
+            totals = self.totals_of(key)
             for name, values in sums.items():
                 totals[name] += values
         self.num_sentences += other.num_sentences
@@ -490,7 +490,7 @@ class DependencyAccumulator:
         }
         for name in _TOTALS:
             arrays[name] = np.array([self.totals[key][name] for key in keys], dtype=np.int64).reshape(
-                len(keys), *self._shape_of(name)
+                len(keys), *self.shape_of(name)
             )
         return arrays
 
@@ -505,13 +505,13 @@ class DependencyAccumulator:
         accumulator.shape = shape or None
         keys = arrays["keys"]
         if keys.shape != (len(keys), 2) or any(
-            arrays[name].shape != (len(keys), *accumulator._shape_of(name)) for name in _TOTALS
+            arrays[name].shape != (len(keys), *accumulator.shape_of(name)) for name in _TOTALS
         ):
             raise ValueError("dependency counts of inconsistent shapes")
         for index, (direction, relation) in enumerate(keys.tolist()):
             if direction not in DIRECTIONS:
                 raise ValueError(f"unknown direction {direction!r}")
-            totals = accumulator._totals_of((str(direction), str(relation)))
+            totals = accumulator.totals_of((str(direction), str(relation)))
             for name in _TOTALS:
                 totals[name] += arrays[name][index].astype(np.int64)
         return accumulator

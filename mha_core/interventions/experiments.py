@@ -14,6 +14,7 @@ import torch
 from ..analysis.roles import DECODER_SCORES, decoder_scores_from_attention, repeated_random_tokens
 from ..errors import HeadscopeError
 from ..models.ablation import AblationError, check_heads, head_edits
+from ..models.forward import ForwardPass
 from ..models.outputs import next_token_losses
 from ..progress import Progress, report
 from ..run import per_head_frame
@@ -110,7 +111,7 @@ def induction_experiment(
     offset = ids.shape[1] - 2 * seq_len  # 1 with a BOS
     rows = []
     for index, (name, draw, heads) in enumerate(conditions):
-        hidden = model.final_hidden("transformers", ids, None, None, head_edits(model, heads, ablation))
+        hidden = model.hidden_states(ForwardPass(ids, edits=head_edits(model, heads, ablation)))
         with torch.inference_mode():
             losses = next_token_losses(model.logits(hidden), ids)  # loss i predicts token i + 1
         first = losses[:, offset : offset + seq_len - 1].mean()

@@ -15,8 +15,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..edits import scale_heads
 from ..errors import HeadscopeError
 from ..models.ablation import AblationError, check_heads, head_edits
+from ..models.forward import ForwardPass
 from ..models.outputs import masked_token_losses, next_token_losses, output_change, padded
 from ..progress import Progress, report
 from ..run import per_head_frame
@@ -47,7 +49,7 @@ class LossProbe:
         self.kind = model.lm_head_kind or "output_change"
         self.base = None
         if self.kind == "output_change":
-            self.base = [model.final_hidden(engine, *batch) for batch in self.batches]
+            self.base = [model.hidden_states(batch, engine) for batch in self.batches]
 
     @property
     def measure(self) -> str:
@@ -59,16 +61,16 @@ class LossProbe:
 
     def per_text(self, edits: dict | None = None) -> np.ndarray:
         values = []
-        for index, ((ids, mask, types), items) in enumerate(zip(self.batches, self.encoded)):
+        for index, (batch, items) in enumerate(zip(self.batches, self.encoded)):
+            ids, mask, types = batch.input_ids, batch.attention_mask, batch.token_type_ids
             if self.kind == "masked":
                 for row, item in enumerate(items):
                     row_types = None if types is None else types[row, : len(item)]
-                    losses = masked_token_losses(
-                        self.model, self.engine, item.input_ids, row_types, item.special_mask, edits
-                    )
+                    text = ForwardPass(torch.tensor(item.input_ids), token_type_ids=row_types, edits=edits)
+                    losses = masked_token_losses(self.model, self.engine, text, item.special_mask)
                     values.append(float(np.nanmean(losses)) if np.isfinite(losses).any() else 0.0)
                 continue
-            hidden = self.model.final_hidden(self.engine, ids, mask, types, edits)
+            hidden = self.model.hidden_states(batch.with_changes(edits=edits), self.engine)
             if self.kind == "causal":
                 with torch.inference_mode():
                     losses = next_token_losses(self.model.logits(hidden), ids) * mask[:, 1:]
@@ -94,20 +96,9 @@ def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: P
         raise AblationError("gradient importance needs a language-model head")
     if batch_size < 1:
         raise AblationError(f"batch_size must be at least 1, got {batch_size}")
-    projections = model.output_projections()
+    model.output_projections()  # fails clearly for a model whose heads cannot be edited
     num_layers, num_heads = model.num_layers, model.num_heads
     total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
-    current: dict[str, torch.Tensor] = {}  # this batch's gates [texts, L, H]
-
-    def gate(layer: int):
-        def hook(module, args):
-            concat = args[0]  # [rows, n, H * d]; a masked LM's rows are copies of one text, which share its gates
-            head_dim = concat.shape[-1] // num_heads
-            scale = current["gates"][:, layer].repeat_interleave(head_dim, dim=-1)[:, None, :]
-            return (concat * scale.to(concat.dtype), *args[1:])
-
-        return hook
-
     encoded = [model.encode(text) for text in texts]
     if model.lm_head_kind == "causal":
         encoded = [item for item in encoded if len(item) >= 2]  # one token predicts nothing
@@ -115,34 +106,30 @@ def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: P
         batches = [encoded[i : i + batch_size] for i in range(0, len(encoded), batch_size)]
     else:
         batches = [[item] for item in encoded]  # each text is already a batch of its masked copies
-    with model._forward_lock:
-        handles = [p.register_forward_pre_hook(gate(i)) for i, p in enumerate(projections)]
-        try:
-            with torch.enable_grad():
-                done = 0
-                for batch in batches:
-                    gates = torch.ones(len(batch), num_layers, num_heads, requires_grad=True)
-                    current["gates"] = gates
-                    loss = _batch_loss(model, batch)
-                    done += len(batch)
-                    if loss is None:
-                        continue
-                    # The texts of a batch do not interact, so d(sum of losses)/d(text b's gates) = dL_b/dxi.
-                    (gradient,) = torch.autograd.grad(loss, gates)
-                    total += gradient.abs().double().sum(dim=0)
-                    report(progress, done, len(encoded), f"importance: text {done} of {len(encoded)}")
-        finally:
-            current.clear()
-            for handle in handles:
-                handle.remove()
+    done = 0
+    for batch in batches:
+        # One row of gates per text; a masked LM's rows are copies of one text, which share its gates.
+        gates = torch.ones(len(batch), num_layers, num_heads, requires_grad=True)
+        edits = {layer: scale_heads(gates[:, layer]) for layer in range(num_layers)}
+        with torch.enable_grad(), model.edits_applied(edits):
+            loss = _batch_loss(model, batch)
+            done += len(batch)
+            if loss is None:
+                continue
+            # The texts of a batch do not interact, so d(sum of losses)/d(text b's gates) = dL_b/dxi.
+            (gradient,) = torch.autograd.grad(loss, gates)
+        total += gradient.abs().double().sum(dim=0)
+        report(progress, done, len(encoded), f"importance: text {done} of {len(encoded)}")
     return total.numpy()
 
 
 def _batch_loss(model: LoadedModel, batch) -> torch.Tensor | None:
-    """The sum of each text's mean token loss (causal head), or one text's mean masked-token loss (MLM head)."""
+    """The sum of each text's mean token loss (causal head), or one text's mean masked-token loss (MLM head),
+    with gradients (the caller applies the gates)."""
     if model.lm_head_kind == "causal":
-        ids, mask, types = padded(model, batch)
-        hidden = model.hf_model(**model._inputs(ids, mask, types)).last_hidden_state
+        forward = padded(model, batch)
+        ids, mask = forward.input_ids, forward.attention_mask
+        hidden = model.hf_model(**model.model_inputs(forward)).last_hidden_state
         losses = next_token_losses(model.logits(hidden), ids) * mask[:, 1:]
         return (losses.sum(1) / mask[:, 1:].sum(1)).sum()
     (item,) = batch
@@ -154,7 +141,7 @@ def _batch_loss(model: LoadedModel, batch) -> torch.Tensor | None:
     rows, where = torch.arange(len(positions)), torch.tensor(positions)
     copies[rows, where] = model.tokenizer.mask_token_id
     types = None if item.token_type_ids is None else torch.tensor([item.token_type_ids]).repeat(len(positions), 1)
-    hidden = model.hf_model(**model._inputs(copies, None, types)).last_hidden_state
+    hidden = model.hf_model(**model.model_inputs(ForwardPass(copies, token_type_ids=types))).last_hidden_state
     return F.cross_entropy(model.logits(hidden[rows, where]), ids[0, where])
 
 

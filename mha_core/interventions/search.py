@@ -56,10 +56,9 @@ def token_vectors(model, encoded: Sequence, layer: int, head: int, kind: str, ba
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths: little padding
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        inputs: list = []
-        attentions, _ = model.forward_encoded(
-            [encoded[i] for i in chunk], "transformers", layer_inputs=inputs if kind == "representation" else None
-        )
+        items = [encoded[i] for i in chunk]
+        result = model.encoded_pass(items, keep_layer_inputs=kind == "representation")
+        attentions, inputs = result.attentions, result.layer_inputs
         for row, i in enumerate(chunk):
             n = len(encoded[i])
             if kind == "representation":

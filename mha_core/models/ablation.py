@@ -66,38 +66,34 @@ def head_means(model: LoadedModel, texts: Sequence[str] | None = None, batch_siz
     texts = tuple(reference_texts() if texts is None else texts)
     if not texts:
         raise AblationError("Mean ablation needs at least one reference text.")
-    cached = model._head_means.get(texts)
+    cached = model.head_means_cache.get(texts)
     if cached is not None:
         return cached
-    projections = model.output_projections()
-    sums: list[torch.Tensor | None] = [None] * len(projections)
+    sums: list[torch.Tensor | None] = [None] * model.num_layers
     count = 0
-    mask_holder: dict = {}
+    current: dict = {}  # this batch's attention mask
 
-    def recorder(layer: int):
-        def hook(module, args):
-            concat = args[0].float()
-            weights = mask_holder["mask"][..., None].to(concat.dtype)
+    def summing(layer: int):
+        def edit(z: torch.Tensor) -> torch.Tensor:  # records, leaves z as it is
+            concat = z.float().reshape(*z.shape[:2], -1)
+            weights = current["mask"][..., None].to(concat.dtype)
             total = (concat * weights).sum(dim=(0, 1))
             sums[layer] = total if sums[layer] is None else sums[layer] + total
+            return z
 
-        return hook
+        return edit
 
     encoded = [model.encode(text) for text in texts]
-    with model._forward_lock:
-        handles = [p.register_forward_pre_hook(recorder(i)) for i, p in enumerate(projections)]
-        try:
-            for start in range(0, len(encoded), batch_size):
-                ids, mask, types = padded(model, encoded[start : start + batch_size])
-                mask_holder["mask"] = mask
-                count += int(mask.sum())
-                with torch.inference_mode():
-                    model.hf_model(**model._inputs(ids, mask, types))
-        finally:
-            for handle in handles:
-                handle.remove()
+    edits = {layer: summing(layer) for layer in range(model.num_layers)}
+    with model.edits_applied(edits):
+        for start in range(0, len(encoded), batch_size):
+            forward = padded(model, encoded[start : start + batch_size])
+            current["mask"] = forward.attention_mask
+            count += int(forward.attention_mask.sum())
+            with torch.inference_mode():
+                model.hf_model(**model.model_inputs(forward))
     means = torch.stack([total / count for total in sums])
-    model._head_means[texts] = means
+    model.head_means_cache[texts] = means
     return means
 
 

@@ -15,30 +15,11 @@ import threading
 
 import torch
 
-from ..progress import Progress, report
+from ..edits import forward_hooks
+from ..progress import report
+from .forward import AttentionBuffer, ForwardPass
 
-
-class AttentionBuffer:
-    """Memory for the attentions of one forward pass after another, reused from pass to pass.
-
-    A new ``[batch, layers, heads, n, n]`` tensor is new memory, which the kernel faults in and zeroes
-    page by page on first write: at n = 512 that costs more than copying the weights into memory already
-    touched. A caller that is done with one pass's attentions before the next (a profile measures each
-    batch and drops it) passes the same buffer to each: every tensor it hands out is overwritten by the
-    next. Not shared between threads: each caller makes its own.
-    """
-
-    def __init__(self):
-        self._storage = torch.empty(0, dtype=torch.float32)
-
-    def tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """A float32 tensor of ``shape`` in the buffer's memory (grown, never shrunk, when it is too small)."""
-        size = 1
-        for dimension in shape:
-            size *= int(dimension)
-        if self._storage.numel() < size:
-            self._storage = torch.empty(size, dtype=torch.float32)
-        return self._storage[:size].view(shape)
+__all__ = ["AttentionBuffer", "attention_recorders", "captured_attentions"]
 
 
 class _AllCaptured(Exception):
@@ -73,24 +54,20 @@ def attention_recorders(hf_model) -> list[tuple[torch.nn.Module, int]]:
 
 
 def captured_attentions(
-    hf_model,
-    recorders: list[tuple[torch.nn.Module, int]],
-    inputs: dict,
-    lock: threading.Lock,
-    progress: Progress | None = None,
-    outputs: dict | None = None,
-    out: AttentionBuffer | None = None,
-) -> torch.Tensor | None:
-    """Attentions copied by forward hooks on the ``recorders``, or None if a layer gave none.
+    hf_model, recorders: list[tuple[torch.nn.Module, int]], inputs: dict, lock: threading.Lock, forward: ForwardPass
+) -> tuple[torch.Tensor | None, object]:
+    """``(attentions copied by forward hooks on the recorders, the model's own output)``; the attentions are None
+    if a layer gave none.
 
     Hooks live on shared modules, so ``lock`` (one per model) lets one forward pass at a time use them.
-    ``outputs``: a dict that receives the model's own output as ``"model"`` (final and, when asked for,
-    per-layer hidden states); without it the pass stops once every layer's weights are captured.
-    ``out``: the memory to copy into (see ``AttentionBuffer``); None: a new tensor.
+    ``forward.progress`` is told after each layer; ``forward.out`` is the memory to copy into (see
+    ``AttentionBuffer``; None: a new tensor). When the pass keeps nothing of the model's output
+    (``forward.keeps_output``) it stops once every layer's weights are captured, and the output is None.
     """
     layer_count = len(recorders)
     captured: dict = {"layers": set()}
-    stop_early = outputs is None
+    stop_early = not forward.keeps_output
+    out, progress = forward.out, forward.progress
 
     def recorder(layer: int, index: int):
         def hook(module, args, output):
@@ -108,18 +85,13 @@ def captured_attentions(
 
         return hook
 
-    with lock:
-        handles = [
-            module.register_forward_hook(recorder(layer, index)) for layer, (module, index) in enumerate(recorders)
-        ]
+    output = None
+    hooks = [(module, recorder(layer, index)) for layer, (module, index) in enumerate(recorders)]
+    with lock, forward_hooks(hooks):
         try:
             with torch.inference_mode():
                 output = hf_model(**inputs)
-            if outputs is not None:
-                outputs["model"] = output
         except _AllCaptured:
             pass
-        finally:
-            for handle in handles:
-                handle.remove()
-    return captured["all"] if len(captured["layers"]) == layer_count else None
+    attentions = captured["all"] if len(captured["layers"]) == layer_count else None
+    return attentions, (output if forward.keeps_output else None)

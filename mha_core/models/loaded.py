@@ -19,7 +19,8 @@ from ..errors import EngineNotSupported, HeadscopeError, ModelLoadError, quoted
 from ..progress import Progress, progress_part
 from ..run import AttentionRun
 from .ablation import MEAN_REFERENCE_SENTENCES, check_heads, head_edits
-from .capture import AttentionBuffer, attention_recorders, captured_attentions
+from .capture import attention_recorders, captured_attentions
+from .forward import AttentionBuffer, ForwardPass, PassResult
 from .outputs import losses_wanted, padded, run_outputs
 from .tokens import EncodedText, TextEncoder, TokenDisplay
 
@@ -137,8 +138,26 @@ class LoadedModel:
             raise HeadscopeError(f"{self.name!r} has no language-model head: {self.head_description}.")
         return self._lm_head(hidden).float()
 
+    # ---- what the library's other modules use: the lock, the model's inputs, the edits, the mean cache ----
+    @property
+    def forward_lock(self) -> threading.RLock:
+        """The lock a forward pass holds while hooks are on the model's shared modules (use it with ``with``).
+
+        Re-entrant: an edited pass holds it around the capture of attentions, which takes it too."""
+        return self._forward_lock
+
+    @property
+    def uses_token_types(self) -> bool:
+        """Whether the model takes ``token_type_ids`` (segment ids of sentence pairs)."""
+        return self._uses_token_types
+
+    @property
+    def head_means_cache(self) -> dict:
+        """Mean-ablation values per reference set of texts (filled by ``models.ablation.head_means``)."""
+        return self._head_means
+
     @contextmanager
-    def _edits_applied(self, edits: dict | None):
+    def edits_applied(self, edits: dict | None):
         """Each layer's ``edits[layer]`` (``mha_core.edits``) applied, in the transformers engine, to the input of
         its output projection, Concat(heads), seen as ``z = [batch, n, heads, d_head]``.
 
@@ -153,17 +172,30 @@ class LoadedModel:
         with self._forward_lock, forward_pre_hooks(hooks):
             yield
 
+    def model_inputs(self, forward: ForwardPass, hidden_states: bool = False) -> dict:
+        """The keyword arguments of the transformers model for ``forward``'s tokens."""
+        inputs = {"input_ids": forward.input_ids, "attention_mask": forward.attention_mask, "return_dict": True}
+        if hidden_states:
+            inputs["output_hidden_states"] = True
+        if forward.token_type_ids is not None:
+            inputs["token_type_ids"] = forward.token_type_ids
+        if "use_cache" in self._forward_params:
+            inputs["use_cache"] = False
+        return inputs
+
     def final_hidden(
         self, engine: str, input_ids, attention_mask=None, token_type_ids=None, edits: dict | None = None
     ) -> torch.Tensor:
         """The hidden states the LM head reads, ``[B, n, d]`` (after any final norm), from one forward pass."""
+        forward = ForwardPass(input_ids, attention_mask, token_type_ids, edits=edits)
+        return self.hidden_states(forward, engine)
+
+    def hidden_states(self, forward: ForwardPass, engine: str = "transformers") -> torch.Tensor:
+        """``final_hidden`` of a ``ForwardPass``: the hidden states the LM head reads, ``[B, n, d]``."""
         if engine == "core":
-            outputs: dict = {}
-            self._core_attentions(input_ids, attention_mask, token_type_ids, None, edits, outputs)
-            return outputs["hidden"]
-        inputs = self._inputs(input_ids, attention_mask, token_type_ids)
-        with self._edits_applied(edits), torch.inference_mode():
-            return self.hf_model(**inputs).last_hidden_state.float()
+            return self._core_pass(forward.with_changes(keep_hidden=True)).hidden
+        with self.edits_applied(forward.edits), torch.inference_mode():
+            return self.hf_model(**self.model_inputs(forward)).last_hidden_state.float()
 
     def _probe_ids(self, count: int) -> list[int]:
         ordinary = [
@@ -174,156 +206,100 @@ class LoadedModel:
         return ordinary[-count:]
 
     # ---- forward passes ----
-    def _transformers_attentions(
-        self,
-        input_ids,
-        attention_mask=None,
-        token_type_ids=None,
-        progress: Progress | None = None,
-        edits: dict | None = None,
-        outputs: dict | None = None,
-        layer_inputs: list | None = None,
-        out: AttentionBuffer | None = None,
-    ) -> torch.Tensor:
-        """``[batch, layers, heads, n, n]`` from the transformers model.
+    def run_pass(self, forward: ForwardPass, engine: str = "transformers") -> PassResult:
+        """One forward pass of an engine: its attentions ``[B, L, H, n, n]`` and what ``forward`` asks to keep.
+
+        ``forward.edits`` (head ablation) apply to both engines. The core engine runs transformers too and
+        returns its attentions as ``reference`` (the run reports the difference); its progress is two parts.
+        """
+        if engine not in ENGINES:
+            raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
+        if engine == "transformers":
+            return self._transformers_pass(forward)
+        reference = self._transformers_pass(
+            forward.with_changes(
+                progress=progress_part(forward.progress, 0, 2), keep_hidden=False, keep_layer_inputs=False, out=None
+            )
+        ).attentions
+        result = self._core_pass(forward.part(1, 2))
+        if tuple(result.attentions.shape) != tuple(reference.shape):
+            raise EngineNotSupported(
+                f"The from-scratch engine gave attentions of shape {tuple(result.attentions.shape)}, "
+                f"transformers {tuple(reference.shape)}."
+            )
+        result.attentions, result.reference = result.attentions.to(torch.float32), reference
+        return result
+
+    def _transformers_attentions(self, input_ids) -> torch.Tensor:
+        """``[batch, layers, heads, n, n]`` from the transformers model (the probe at loading)."""
+        return self._transformers_pass(ForwardPass(input_ids)).attentions
+
+    def _transformers_pass(self, forward: ForwardPass) -> PassResult:
+        """The transformers model's pass.
 
         Each layer's weights are copied into one preallocated tensor as the layer computes them
         (``capture.captured_attentions``), so no second copy is ever held; models whose attention modules
         cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
-        ``progress(done, total, message)`` is called as each layer finishes (hooked path only).
-        ``edits``: ``{layer: edit}`` (``mha_core.edits``) on that layer's heads' outputs (head ablation);
-        ``outputs``: a dict that receives ``"hidden"``, the final hidden states of the same pass.
-        ``layer_inputs``, when given a list, receives each layer's input hidden states (from the same pass).
-        ``out``: memory to reuse for the result (hooked path only; see ``AttentionBuffer``).
+        ``forward.progress`` is called as each layer finishes and ``forward.out`` reused (hooked path only).
         """
-        inputs = self._inputs(input_ids, attention_mask, token_type_ids, hidden_states=layer_inputs is not None)
-        with self._edits_applied(edits):
-            return self._transformers_pass(inputs, progress, outputs, layer_inputs, out)
-
-    def _inputs(self, input_ids, attention_mask=None, token_type_ids=None, hidden_states: bool = False) -> dict:
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
-        if hidden_states:
-            inputs["output_hidden_states"] = True
-        if token_type_ids is not None:
-            inputs["token_type_ids"] = token_type_ids
-        if "use_cache" in self._forward_params:
-            inputs["use_cache"] = False
-        return inputs
-
-    def _transformers_pass(
-        self,
-        inputs: dict,
-        progress: Progress | None,
-        outputs: dict | None,
-        layer_inputs: list | None = None,
-        out: AttentionBuffer | None = None,
-    ) -> torch.Tensor:
-        keep_output = outputs is not None or layer_inputs is not None  # the output is kept only when needed
-        if self._recorders:
-            model_output: dict | None = {} if keep_output else None
-            captured = captured_attentions(
-                self.hf_model, self._recorders, inputs, self._forward_lock, progress, model_output, out
-            )
-            if captured is not None:
-                if keep_output:
-                    self._keep_outputs(model_output["model"], captured.shape[1], outputs, layer_inputs)
-                return captured
-        with torch.inference_mode():
-            result = self.hf_model(**inputs, output_attentions=True)
-            layers = list(result.attentions or ())
-            if not layers or any(layer is None for layer in layers):
-                raise ModelLoadError(
-                    f"{self.name!r} returned no attention weights (attention implementation "
-                    f"{getattr(self.hf_model.config, '_attn_implementation', '?')!r}). Headscope loads models with "
-                    "attn_implementation='eager'; sdpa and flash attention do not return weights."
+        inputs = self.model_inputs(forward, hidden_states=forward.keep_layer_inputs)
+        with self.edits_applied(forward.edits):
+            if self._recorders:
+                captured, output = captured_attentions(
+                    self.hf_model, self._recorders, inputs, self._forward_lock, forward
                 )
-            self._keep_outputs(result, len(layers), outputs, layer_inputs)
-            return torch.stack(layers, dim=1)
+                if captured is not None:
+                    return self._kept(forward, captured, output)
+            with torch.inference_mode():
+                result = self.hf_model(**inputs, output_attentions=True)
+                layers = list(result.attentions or ())
+                if not layers or any(layer is None for layer in layers):
+                    raise ModelLoadError(
+                        f"{self.name!r} returned no attention weights (attention implementation "
+                        f"{getattr(self.hf_model.config, '_attn_implementation', '?')!r}). Headscope loads models "
+                        "with attn_implementation='eager'; sdpa and flash attention do not return weights."
+                    )
+                return self._kept(forward, torch.stack(layers, dim=1), result)
 
-    def _keep_outputs(self, output, num_layers: int, outputs: dict | None, layer_inputs: list | None) -> None:
-        """``outputs["hidden"]``: the final hidden states; ``layer_inputs``: each layer's input
-        (``hidden_states[l]`` for l < L; the last entry is the final output)."""
-        if outputs is not None:
-            outputs["hidden"] = output.last_hidden_state.float()
-        if layer_inputs is None:
-            return
-        hidden = list(getattr(output, "hidden_states", None) or ())
-        if len(hidden) != num_layers + 1:
-            raise EngineNotSupported(
-                f"{self.name!r} returned {len(hidden)} hidden states for {num_layers} layers; "
-                "norm-based attention and the neuron view need each layer's input."
-            )
-        layer_inputs.extend(hidden[:num_layers])
+    def _kept(self, forward: ForwardPass, attentions: torch.Tensor, output) -> PassResult:
+        """The pass's result with what ``forward`` keeps of the model's output: the final hidden states, and each
+        layer's input (``hidden_states[l]`` for l < L; the last entry is the final output)."""
+        result = PassResult(attentions)
+        if forward.keep_hidden:
+            result.hidden = output.last_hidden_state.float()
+        if forward.keep_layer_inputs:
+            num_layers = attentions.shape[1]
+            hidden = list(getattr(output, "hidden_states", None) or ())
+            if len(hidden) != num_layers + 1:
+                raise EngineNotSupported(
+                    f"{self.name!r} returned {len(hidden)} hidden states for {num_layers} layers; "
+                    "norm-based attention and the neuron view need each layer's input."
+                )
+            result.layer_inputs = hidden[:num_layers]
+        return result
 
-    def _attentions(
-        self,
-        engine: str,
-        input_ids,
-        attention_mask=None,
-        token_type_ids=None,
-        progress: Progress | None = None,
-        edits: dict | None = None,
-        outputs: dict | None = None,
-        layer_inputs: list | None = None,
-        out: AttentionBuffer | None = None,
-    ):
-        """``(attentions [B, L, H, n, n], transformers reference or None)`` for an engine.
-
-        ``edits`` (head ablation) apply to both engines; ``outputs`` receives the engine's final hidden states;
-        ``layer_inputs`` (a list) the engine's own input hidden states of each layer; ``out``: memory the
-        transformers attentions may reuse.
-        """
-        if engine not in ENGINES:
-            raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
-        # The core engine runs both (it reports its difference from transformers): two passes of progress.
-        pass_count = 1 if engine == "transformers" else 2
-        reference = self._transformers_attentions(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            progress_part(progress, 0, pass_count),
-            edits,
-            outputs if engine == "transformers" else None,
-            layer_inputs if engine == "transformers" else None,
-            out if pass_count == 1 else None,
-        )
-        if engine == "transformers":
-            return reference, None
-        core = self._core_attentions(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            progress_part(progress, 1, pass_count),
-            edits,
-            outputs,
-            layer_inputs,
-        )
-        if tuple(core.shape) != tuple(reference.shape):
-            raise EngineNotSupported(
-                f"The from-scratch engine gave attentions of shape {tuple(core.shape)}, "
-                f"transformers {tuple(reference.shape)}."
-            )
-        return core.to(torch.float32), reference
-
-    def _core_attentions(self, input_ids, attention_mask, token_type_ids, progress, edits, outputs, layer_inputs=None):
-        """The from-scratch engine's attentions; ``outputs["hidden"]`` gets its final hidden states, after the
-        checkpoint's final norm (GPT-2 ``ln_f``, Llama ``norm``), which the LM head reads."""
+    def _core_pass(self, forward: ForwardPass) -> PassResult:
+        """The from-scratch engine's pass; its hidden states are taken after the checkpoint's final norm (GPT-2
+        ``ln_f``, Llama ``norm``), which the LM head reads."""
+        outputs: dict | None = {} if forward.keep_hidden else None
+        layer_inputs: list | None = [] if forward.keep_layer_inputs else None
         with torch.inference_mode():
-            core = core_attentions(
+            attentions = core_attentions(
                 self.hf_model,
-                input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                progress=progress,
-                edits=edits,
+                forward.input_ids,
+                attention_mask=forward.attention_mask,
+                token_type_ids=forward.token_type_ids,
+                progress=forward.progress,
+                edits=forward.edits,
                 outputs=outputs,
                 layer_inputs=layer_inputs,
             )
-            if outputs is not None and self._family_entry is not None:
+            hidden = None if outputs is None else outputs["hidden"]
+            if hidden is not None and self._family_entry is not None:
                 final_norm = self._family_entry.final_norm_of(self.hf_model)
                 if final_norm is not None:
-                    outputs["hidden"] = final_norm(outputs["hidden"]).float()
-        return core
+                    hidden = final_norm(hidden).float()
+        return PassResult(attentions, None, hidden, layer_inputs)
 
     def _make_run(
         self,
@@ -404,9 +380,8 @@ class LoadedModel:
     def layer_inputs(self, token_ids: Sequence[int], engine: str = "transformers") -> tuple[torch.Tensor, list]:
         """``(attentions [1, L, H, n, n], each layer's input hidden states [1, n, d])`` of one engine's pass."""
         encoded = self.encoder.encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
-        inputs: list = []
-        attentions, _ = self._attentions(engine, torch.tensor([encoded.input_ids]), layer_inputs=inputs)
-        return attentions, inputs
+        result = self.run_pass(ForwardPass(torch.tensor([encoded.input_ids]), keep_layer_inputs=True), engine)
+        return result.attentions, result.layer_inputs
 
     def _run_encoded(
         self,
@@ -421,18 +396,21 @@ class LoadedModel:
         **metadata,
     ) -> AttentionRun:
         edits = head_edits(self, ablate, ablation)
-        input_ids = torch.tensor([encoded.input_ids])
-        token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
-        # The final hidden states are kept only for the losses: without them the pass may stop at the last
-        # layer's attention (capture.captured_attentions).
-        outputs: dict | None = {} if losses_wanted(self, losses, edits) else None
-        layer_inputs: list | None = [] if norms else None
-        attentions, reference = self._attentions(
-            engine, input_ids, None, token_type_ids, progress, edits, outputs, layer_inputs, out
+        forward = ForwardPass(
+            torch.tensor([encoded.input_ids]),
+            token_type_ids=torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None,
+            edits=edits,
+            progress=progress,
+            # The final hidden states are kept only for the losses: without them the pass may stop at the last
+            # layer's attention (capture.captured_attentions).
+            keep_hidden=losses_wanted(self, losses, edits),
+            keep_layer_inputs=norms,
+            out=out,
         )
+        result = self.run_pass(forward, engine)
+        attentions, reference = result.attentions, result.reference
         max_abs_diff = None if reference is None else float((attentions - reference).abs().max())
-        hidden = None if outputs is None else outputs["hidden"]
-        extra = run_outputs(self, engine, input_ids, None, token_type_ids, hidden, [encoded], edits)
+        extra = run_outputs(self, engine, forward, result.hidden, [encoded])
         run = self._make_run(
             encoded,
             attentions[0],
@@ -443,7 +421,7 @@ class LoadedModel:
             **metadata,
         )
         if norms:
-            by_norm, value_norms, output_norms = norm_based_attention(self.hf_model, attentions, layer_inputs)
+            by_norm, value_norms, output_norms = norm_based_attention(self.hf_model, attentions, result.layer_inputs)
             run.norms, run.value_norms, run.output_norms = by_norm[0], value_norms[0], output_norms[0]
         return run
 
@@ -497,11 +475,10 @@ class LoadedModel:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             items = [encoded[i] for i in chunk]
-            outputs: dict | None = {} if losses_wanted(self, losses, edits) else None
-            attentions, reference = self.forward_encoded(items, engine, edits, outputs)
-            ids, mask, types = padded(self, items)
-            hidden = None if outputs is None else outputs["hidden"]
-            extra = run_outputs(self, engine, ids, mask, types, hidden, items, edits)
+            keep_hidden = losses_wanted(self, losses, edits)
+            result = self.encoded_pass(items, engine, edits=edits, keep_hidden=keep_hidden)
+            attentions, reference = result.attentions, result.reference
+            extra = run_outputs(self, engine, padded(self, items).with_changes(edits=edits), result.hidden, items)
             for row, i in enumerate(chunk):
                 n = len(encoded[i])
                 own = attentions[row, :, :, :n, :n].contiguous()
@@ -523,28 +500,36 @@ class LoadedModel:
         n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
         are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
         as its trimmed run in every metric. ``edits``/``outputs``: head ablation and the final hidden states
-        (see ``_attentions``); ``layer_inputs`` (a list) receives each layer's input hidden states;
+        (see ``run_pass``); ``layer_inputs`` (a list) receives each layer's input hidden states;
         ``out``: an ``AttentionBuffer`` to reuse (the next pass with it overwrites these attentions).
         """
-        width = max(len(item) for item in encoded)
-        input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        token_type_ids = torch.zeros((len(encoded), width), dtype=torch.long) if self._uses_token_types else None
-        for row, item in enumerate(encoded):
-            n = len(item)
-            input_ids[row, :n] = torch.tensor(item.input_ids)
-            attention_mask[row, :n] = 1
-            if token_type_ids is not None:
-                token_type_ids[row, :n] = torch.tensor(item.token_type_ids)
-        attentions, reference = self._attentions(
-            engine, input_ids, attention_mask, token_type_ids, None, edits, outputs, layer_inputs, out
+        result = self.encoded_pass(
+            encoded,
+            engine,
+            edits=edits,
+            keep_hidden=outputs is not None,
+            keep_layer_inputs=layer_inputs is not None,
+            out=out,
         )
-        weights = attentions.numpy()  # the same memory, written through numpy: a slice costs far less than in torch
+        if outputs is not None:
+            outputs["hidden"] = result.hidden
+        if layer_inputs is not None:
+            layer_inputs.extend(result.layer_inputs)
+        return result.attentions, result.reference
+
+    def encoded_pass(self, encoded: Sequence[EncodedText], engine: str = "transformers", **settings) -> PassResult:
+        """``forward_encoded`` as a ``PassResult``: one padded, masked pass over ``encoded`` whose attentions have
+        each text's padding rows and columns exactly 0. ``settings``: the ``ForwardPass`` fields beyond the
+        tokens (``edits``, ``progress``, ``keep_hidden``, ``keep_layer_inputs``, ``out``)."""
+        forward = padded(self, encoded).with_changes(**settings)
+        result = self.run_pass(forward, engine)
+        width = forward.input_ids.shape[1]
+        weights = result.attentions.numpy()  # the same memory, written through numpy: a slice costs far less
         for row, item in enumerate(encoded):  # only the padded parts are written
             if len(item) < width:
                 weights[row, :, :, len(item) :] = 0.0  # padding query rows
                 weights[row, :, :, :, len(item) :] = 0.0  # padding key columns
-        return attentions, reference
+        return result
 
     def input_embeddings(self, token_ids: Sequence[int]) -> np.ndarray:
         """The model's own input token embeddings, float32 ``[n, d]`` (no positions, no LayerNorm)."""

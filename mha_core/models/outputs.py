@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import HeadscopeError
+from .forward import ForwardPass
 
 if TYPE_CHECKING:
     from .loaded import LoadedModel
@@ -25,18 +26,19 @@ if TYPE_CHECKING:
 
 
 # ---- losses ---------------------------------------------------------------------------------------
-def padded(model: LoadedModel, encoded: Sequence[EncodedText]):
-    """``(input_ids, attention_mask, token_type_ids or None)``, right-padded to the longest text."""
+def padded(model: LoadedModel, encoded: Sequence[EncodedText]) -> ForwardPass:
+    """A pass over the texts right-padded to the longest: ``input_ids``, ``attention_mask``, ``token_type_ids``
+    (None when the model takes none)."""
     width = max(len(item) for item in encoded)
     ids = torch.full((len(encoded), width), model.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    types = torch.zeros((len(encoded), width), dtype=torch.long) if model._uses_token_types else None
+    types = torch.zeros((len(encoded), width), dtype=torch.long) if model.uses_token_types else None
     for row, item in enumerate(encoded):
         ids[row, : len(item)] = torch.tensor(item.input_ids)
         mask[row, : len(item)] = 1
         if types is not None:
             types[row, : len(item)] = torch.tensor(item.token_type_ids)
-    return ids, mask, types
+    return ForwardPass(ids, mask, types)
 
 
 def next_token_losses(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
@@ -60,14 +62,14 @@ def chunked_next_token_losses(
     return torch.cat(losses).numpy().copy() if losses else np.zeros(0, dtype=np.float32)
 
 
-def masked_token_losses(
-    model: LoadedModel, engine: str, input_ids, token_type_ids, special_mask, edits=None
-) -> np.ndarray:
+def masked_token_losses(model: LoadedModel, engine: str, text: ForwardPass, special_mask) -> np.ndarray:
     """Each non-special token's loss with that token replaced by the mask token: float32 ``[n]``, NaN at specials.
 
-    One batch of k copies of the text, copy j with its j-th non-special token masked (k forward passes' work).
+    ``text``: one text's pass (``input_ids``, ``token_type_ids``, ``edits``; no padding). One batch of k copies
+    of the text, copy j with its j-th non-special token masked (k forward passes' work).
     """
-    ids = torch.as_tensor(input_ids).reshape(-1)
+    ids = torch.as_tensor(text.input_ids).reshape(-1)
+    token_type_ids = text.token_type_ids
     losses = np.full(len(ids), np.nan, dtype=np.float32)
     positions = [i for i, special in enumerate(special_mask) if not special]
     mask_id = model.tokenizer.mask_token_id
@@ -79,7 +81,8 @@ def masked_token_losses(
     copies[rows, where] = mask_id
     types = None if token_type_ids is None else torch.as_tensor(token_type_ids).reshape(1, -1).repeat(len(positions), 1)
     with torch.inference_mode():
-        hidden = model.final_hidden(engine, copies, None, types, edits)[rows, where]
+        copied = ForwardPass(copies, token_type_ids=types, edits=text.edits)
+        hidden = model.hidden_states(copied, engine)[rows, where]
         per_token = F.cross_entropy(model.logits(hidden), ids[where], reduction="none")
     losses[positions] = per_token.numpy()
     return losses
@@ -108,19 +111,19 @@ def losses_wanted(model: LoadedModel, losses: bool | None, edits: dict | None) -
 
 
 def run_outputs(
-    model: LoadedModel,
-    engine: str,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    token_type_ids: torch.Tensor | None,
-    hidden: torch.Tensor | None,
-    encoded: Sequence[EncodedText],
-    edits: dict | None,
+    model: LoadedModel, engine: str, forward: ForwardPass, hidden: torch.Tensor | None, encoded: Sequence[EncodedText]
 ) -> list[dict]:
     """What each run of a batch reports besides attention, when it was asked for (``losses_wanted``):
     ``token_losses`` (models with a head) or, for ablated runs of encoders without one, ``output_change`` and
-    ``token_output_change``. ``hidden``: the pass's final hidden states (None when nothing is reported)."""
+    ``token_output_change``. ``forward``: the batch's pass; ``hidden``: its final hidden states (None when
+    nothing is reported)."""
     rows: list[dict] = [{} for _ in encoded]
+    input_ids, attention_mask, token_type_ids, edits = (
+        forward.input_ids,
+        forward.attention_mask,
+        forward.token_type_ids,
+        forward.edits,
+    )
     if hidden is None:
         return rows
     if model.lm_head_kind == "causal":
@@ -131,11 +134,10 @@ def run_outputs(
     elif model.lm_head_kind == "masked":
         for row, item in enumerate(encoded):
             types = None if token_type_ids is None else token_type_ids[row, : len(item)]
-            rows[row]["token_losses"] = masked_token_losses(
-                model, engine, item.input_ids, types, item.special_mask, edits
-            )
+            text = ForwardPass(torch.tensor(item.input_ids), token_type_ids=types, edits=edits)
+            rows[row]["token_losses"] = masked_token_losses(model, engine, text, item.special_mask)
     elif edits:
-        base = model.final_hidden(engine, input_ids, attention_mask, token_type_ids)
+        base = model.hidden_states(ForwardPass(input_ids, attention_mask, token_type_ids), engine)
         sentence, tokens = output_change(base, hidden, attention_mask)
         for row, item in enumerate(encoded):
             rows[row]["output_change"] = float(sentence[row])

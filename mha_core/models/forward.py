@@ -1,0 +1,86 @@
+"""One description of a forward pass: what it takes (``ForwardPass``) and what it gives back (``PassResult``).
+
+Every pass of a ``LoadedModel`` (a run, a batch of runs, the losses, the neuron view's layer inputs) is one
+``ForwardPass`` handed to ``LoadedModel.run_pass``; the engines, the capture of attentions and the losses read
+the same object instead of a list of keywords.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..progress import Progress, progress_part
+
+
+class AttentionBuffer:
+    """Memory for the attentions of one forward pass after another, reused from pass to pass.
+
+    A new ``[batch, layers, heads, n, n]`` tensor is new memory, which the kernel faults in and zeroes
+    page by page on first write: at n = 512 that costs more than copying the weights into memory already
+    touched. A caller that is done with one pass's attentions before the next (a profile measures each
+    batch and drops it) passes the same buffer to each: every tensor it hands out is overwritten by the
+    next. Not shared between threads: each caller makes its own.
+    """
+
+    def __init__(self):
+        self._storage = torch.empty(0, dtype=torch.float32)
+
+    def tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A float32 tensor of ``shape`` in the buffer's memory (grown, never shrunk, when it is too small)."""
+        size = 1
+        for dimension in shape:
+            size *= int(dimension)
+        if self._storage.numel() < size:
+            self._storage = torch.empty(size, dtype=torch.float32)
+        return self._storage[:size].view(shape)
+
+
+@dataclass(frozen=True)
+class ForwardPass:
+    """What one forward pass takes and what it keeps.
+
+    ``input_ids`` ``[batch, n]``; ``attention_mask`` ``[batch, n]`` (1 for real tokens) or None; ``token_type_ids``
+    ``[batch, n]`` or None; ``edits``: ``{layer: edit}`` (``mha_core.edits``) on the heads' outputs;
+    ``progress(done, total, message)`` after each layer; ``keep_hidden``: keep the final hidden states (after
+    any final norm: what the LM head reads); ``keep_layer_inputs``: keep each layer's input hidden states;
+    ``out``: memory the attentions may reuse (``capture.AttentionBuffer``).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor | None = None
+    token_type_ids: torch.Tensor | None = None
+    edits: dict | None = None
+    progress: Progress | None = None
+    keep_hidden: bool = False
+    keep_layer_inputs: bool = False
+    out: AttentionBuffer | None = None
+
+    @property
+    def keeps_output(self) -> bool:
+        """Whether anything of the model's output beyond the attentions is kept."""
+        return self.keep_hidden or self.keep_layer_inputs
+
+    def part(self, index: int, parts: int) -> ForwardPass:
+        """The same pass reporting its progress as part ``index`` of ``parts`` (the core engine runs two)."""
+        return replace(self, progress=progress_part(self.progress, index, parts))
+
+    def with_changes(self, **changes) -> ForwardPass:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+@dataclass
+class PassResult:
+    """What a forward pass gives back.
+
+    ``attentions`` float32 ``[batch, layers, heads, n, n]``; ``reference``: transformers' attentions when the core
+    engine ran (it reports its difference from them), else None; ``hidden``: the final hidden states when kept;
+    ``layer_inputs``: each layer's input ``[batch, n, d]`` when kept.
+    """
+
+    attentions: torch.Tensor
+    reference: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
+    layer_inputs: list | None = None
