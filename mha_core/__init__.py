@@ -1,9 +1,9 @@
 """Headscope's library: multi-head attention from scratch, model extraction, head metrics and roles.
 
-Never imports streamlit or plotly. The public API (DESIGN.md) is what ``__all__`` lists.
+Never imports streamlit or plotly. The public API is what ``__all__`` lists; README.md shows it in use.
 """
 
-from . import errors
+from . import edits, errors
 
 # Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
 from .analysis.flow import attention_flow, attention_rollout
@@ -29,6 +29,9 @@ from .attention import (
 from .corpus.coreference import coreference_scores, load_coreference
 from .corpus.profiling import ProfileResult, profile
 from .corpus.reading import open_corpus, read_corpus
+
+# One way to edit a head: functions of every head's output before the output projection, in both engines.
+from .edits import replace_heads, scale_heads, zero_heads
 
 # The from-scratch engine: every layer of a checkpoint recomputed with the code above.
 from .engine import registry as families
@@ -99,9 +102,13 @@ __all__ = [
     "softmax_saturation",
     "worked_example",
     # causal evidence
+    "edits",
     "head_importance",
     "induction_experiment",
     "pruning_curve",
+    "replace_heads",
+    "scale_heads",
+    "zero_heads",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",
