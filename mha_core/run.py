@@ -8,16 +8,14 @@ it came from transformers, the from-scratch engine or a file.
 
 from __future__ import annotations
 
+import io
 import json
 import unicodedata
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    import pandas as pd
+import pandas as pd
 
 FORMAT_VERSION = 1
 
@@ -80,7 +78,6 @@ def head_indices(num_layers: int, num_heads: int) -> tuple[np.ndarray, np.ndarra
 def per_head_frame(num_layers: int, num_heads: int, **columns) -> pd.DataFrame:
     """A table with one row per (layer, head), in layer-major order, and the given columns
     (each ``[L, H]``, ``[L*H]`` or a scalar)."""
-    import pandas as pd
 
     layer, head = head_indices(num_layers, num_heads)
     flat = {name: (np.asarray(value).reshape(-1) if np.ndim(value) > 1 else value) for name, value in columns.items()}
@@ -201,7 +198,6 @@ class AttentionRun:
 
     def head_frame(self, layer: int, head: int) -> pd.DataFrame:
         """One head as a table: a row per query token, a column per key token (positions keep names unique)."""
-        import pandas as pd
 
         labels = [f"{i}:{t}" for i, t in enumerate(self.tokens)]
         return pd.DataFrame(self.attentions[layer, head], index=pd.Index(labels, name="query \\ key"), columns=labels)
@@ -276,7 +272,6 @@ class AttentionRun:
     # ---- persistence -------------------------------------------------------------------
     def to_npz_bytes(self) -> bytes:
         """The run as a portable ``.npz`` (arrays + a JSON header; no pickle)."""
-        import io
 
         header = {k: v for k, v in asdict(self).items() if k not in _ARRAY_FIELDS + _OPTIONAL_ARRAYS}
         for name in ("token_losses", "token_output_change"):  # small optional arrays: JSON lists (NaN kept)

@@ -262,8 +262,21 @@ def compute_example(
         concat=concat[0].numpy(),
         output=output[0].numpy(),
         module_output=module_output[0].numpy(),
-        dimension_trace=_dimension_trace(x_batch, q, k, v, scores, weights, heads, concat, output, q_flat),
-        operation_counts=_operation_counts(n, d_model, h, d_k, score, causal, from_tutorial),
+        dimension_trace=_dimension_trace(
+            x=x_batch,
+            q=q,
+            k=k,
+            v=v,
+            scores=scores,
+            weights=weights,
+            heads=heads,
+            concat=concat,
+            output=output,
+            q_flat=q_flat,
+        ),
+        operation_counts=_operation_counts(
+            n=n, d_model=d_model, h=h, d_k=d_k, score=score, causal=causal, from_tutorial=from_tutorial
+        ),
         from_tutorial=from_tutorial,
     )
 

@@ -265,3 +265,16 @@ def test_a_view_and_its_run_cache_their_measurements_apart(minilm, fresh_server)
     np.testing.assert_allclose(word_metrics["entropy"], expected["entropy"], **METRIC_TOL)
     assert not np.allclose(word_metrics["entropy"], token_metrics["entropy"])
     assert state.metrics_for(words) is word_metrics  # cached
+
+
+def test_get_and_put_keep_the_most_recently_used_within_the_budget():
+    cache = ByteBudgetCache(100, size_of=len)
+    cache.put("a", "x" * 40)
+    cache.put("b", "y" * 40)
+    assert cache.get("a") == "x" * 40  # "a" is now the most recent
+    cache.put("c", "z" * 40)  # 120 bytes do not fit: the least recently used, "b", goes
+    assert cache.keys() == ["a", "c"] and cache.get("b") is None and cache.get("b", 0) == 0
+    cache.put("a", "w" * 10)  # replacing an entry counts its new size only
+    assert cache.stats()["bytes"] == 50 and cache.keys() == ["c", "a"]
+    cache.put("big", "v" * 101)  # larger than the whole budget: not kept
+    assert cache.keys() == ["c", "a"]

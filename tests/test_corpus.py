@@ -356,12 +356,12 @@ def test_memory_cache_keeps_only_the_most_recently_used_profiles(minilm, cache_d
     corpora = [[f"Sentence number {i} is here."] for i in range(profiling.MEMORY_CACHE_ENTRIES + 2)]
     for sentences in corpora:
         profile(minilm, sentences)
-    assert len(profiling._memory_cache) == profiling.MEMORY_CACHE_ENTRIES
+    assert len(profiling.memory_cache) == profiling.MEMORY_CACHE_ENTRIES
     # The oldest was dropped from memory; the disk still has it, and reading it makes it the most recent.
     offline = CachedOnly(minilm)
     assert profile(offline, corpora[0]).from_cache
-    assert len(profiling._memory_cache) == profiling.MEMORY_CACHE_ENTRIES
-    newest_key = next(reversed(profiling._memory_cache))
+    assert len(profiling.memory_cache) == profiling.MEMORY_CACHE_ENTRIES
+    newest_key = profiling.memory_cache.keys()[-1]
     assert newest_key == ShardCache(minilm).result_key(plan_shards(corpora[0]))
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_flow
 
 from ..errors import HeadscopeError
 from ..run import AttentionRun
@@ -55,8 +57,6 @@ def attention_flow(
     One max-flow problem per (i, j), solved by ``scipy.sparse.csgraph.maximum_flow`` on integer
     capacities (the tests compare it with networkx's max-flow on the same graph).
     """
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import maximum_flow
 
     n, num_layers = run.num_tokens, run.num_layers
     last = num_layers - 1 if layer is None else int(layer)

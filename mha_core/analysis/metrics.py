@@ -219,17 +219,17 @@ def batch_head_metrics(
     out = np.empty((len(metrics_kernel.FLOAT_COLUMNS), batch, num_layers, num_heads))
     out_int = np.empty((len(metrics_kernel.INT_COLUMNS), batch, num_layers, num_heads), dtype=np.int64)
     real = metrics_kernel.measure_batch(
-        attentions,
-        special.astype(np.float64),
-        sinks.astype(np.float64),
-        np.asarray(punctuation_mask, dtype=bool).astype(np.float64),
-        segment_ids,
-        bool(is_causal),
-        ROW_EPS,
-        TUTORIAL_LOCAL_WINDOW,
-        KOVALEVA_VERTICAL_COLUMNS,
-        out,
-        out_int,
+        attentions=attentions,
+        special=special.astype(np.float64),
+        sinks=sinks.astype(np.float64),
+        punctuation=np.asarray(punctuation_mask, dtype=bool).astype(np.float64),
+        segment_ids=segment_ids,
+        is_causal=bool(is_causal),
+        row_eps=ROW_EPS,
+        local_window=TUTORIAL_LOCAL_WINDOW,
+        vertical_columns=KOVALEVA_VERTICAL_COLUMNS,
+        out=out,
+        out_int=out_int,
     )
     columns = {
         name: values.reshape(batch, num_layers * num_heads) for name, values in zip(metrics_kernel.FLOAT_COLUMNS, out)

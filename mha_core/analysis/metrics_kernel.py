@@ -245,13 +245,13 @@ def measure_batch(
                 for i in range(n):
                     row = attentions[b, layer, head, i]
                     total, x_log_x, on_special, on_sink, on_punctuation, on_segment, distance = _row_sums(
-                        row,
-                        special[b],
-                        sinks[b],
-                        punctuation[b],
-                        segment_ids[b],
-                        i,
-                        column_mass,
+                        row=row,
+                        special=special[b],
+                        sinks=sinks[b],
+                        punctuation=punctuation[b],
+                        segment_ids=segment_ids[b],
+                        i=i,
+                        column_mass=column_mass,
                     )
                     best_key = 0
                     for j in range(1, n):  # the first largest weight, as numpy's argmax

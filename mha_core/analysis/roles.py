@@ -247,13 +247,13 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
     per = "sentences" if corpus else "queries"
     return [
         _role_rows(
-            metrics,
-            np.isin(offset, list(POSITIONAL_OFFSETS)) & (share >= POSITIONAL_MIN_SHARE),
-            lambda r: f"positional:{POSITIONAL_OFFSETS[int(r['argmax_offset'])]}",
-            "positional",
-            share,
-            POSITIONAL_MIN_SHARE,
-            lambda r: (
+            frame=metrics,
+            passed=np.isin(offset, list(POSITIONAL_OFFSETS)) & (share >= POSITIONAL_MIN_SHARE),
+            role=lambda r: f"positional:{POSITIONAL_OFFSETS[int(r['argmax_offset'])]}",
+            group="positional",
+            score=share,
+            threshold=POSITIONAL_MIN_SHARE,
+            evidence=lambda r: (
                 f"argmax at offset {int(r['argmax_offset']):+d} in {r['score']:.0%} of {per} "
                 f"({_interval_text(r, unit=per)}); a random argmax: {r['baseline']:.0%}; "
                 f"needs >= {POSITIONAL_MIN_SHARE:.0%}"
@@ -264,13 +264,13 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             source=source,
         ),
         _role_rows(
-            metrics,
-            sink >= SINK_MIN_MASS,
-            "sink",
-            "sink",
-            sink,
-            SINK_MIN_MASS,
-            lambda r: (
+            frame=metrics,
+            passed=sink >= SINK_MIN_MASS,
+            role="sink",
+            group="sink",
+            score=sink,
+            threshold=SINK_MIN_MASS,
+            evidence=lambda r: (
                 f"{r['score']:.0%} of attention on positions of no content ([CLS], [SEP], BOS or the "
                 f"first token; {_interval_text(r, unit=per)}); even attention: {r['baseline']:.0%}. A no-op "
                 f"or attention sink; needs >= {SINK_MIN_MASS:.0%}"
@@ -281,13 +281,13 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             source=source,
         ),
         _role_rows(
-            metrics,
-            delimiter >= DELIMITER_MIN_MASS,
-            "delimiter",
-            "delimiter",
-            delimiter,
-            DELIMITER_MIN_MASS,
-            lambda r: (
+            frame=metrics,
+            passed=delimiter >= DELIMITER_MIN_MASS,
+            role="delimiter",
+            group="delimiter",
+            score=delimiter,
+            threshold=DELIMITER_MIN_MASS,
+            evidence=lambda r: (
                 f"{r['score']:.0%} of attention on punctuation ({_interval_text(r, unit=per)}); even "
                 f"attention: {r['baseline']:.0%}; needs >= {DELIMITER_MIN_MASS:.0%}"
             ),
@@ -297,13 +297,13 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             source=source,
         ),
         _role_rows(
-            metrics,
-            entropy >= BROAD_MIN_ENTROPY,
-            "broad",
-            "broad",
-            entropy,
-            BROAD_MIN_ENTROPY,
-            lambda r: (
+            frame=metrics,
+            passed=entropy >= BROAD_MIN_ENTROPY,
+            role="broad",
+            group="broad",
+            score=entropy,
+            threshold=BROAD_MIN_ENTROPY,
+            evidence=lambda r: (
                 f"normalised entropy {r['score']:.2f} (1 = even over the visible keys; "
                 f"{_interval_text(r, percent=False, unit=per)}); needs >= {BROAD_MIN_ENTROPY}"
             ),
@@ -336,13 +336,13 @@ def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
         baseline = decoder[f"{name}_uniform"].to_numpy(float) if f"{name}_uniform" in decoder else np.nan
         out.append(
             _role_rows(
-                decoder,
-                score >= cutoff,
-                f"decoder:{name}",
-                "decoder",
-                score,
-                cutoff,
-                lambda r, label=label, cutoff=cutoff: (
+                frame=decoder,
+                passed=score >= cutoff,
+                role=f"decoder:{name}",
+                group="decoder",
+                score=score,
+                threshold=cutoff,
+                evidence=lambda r, label=label, cutoff=cutoff: (
                     f"{label} score {r['score']:.2f} on repeated random tokens "
                     f"({_interval_text(r, percent=False, unit='sequences')}); even attention: "
                     f"{r['baseline']:.2f}; needs >= {cutoff:.2f}"
@@ -463,13 +463,13 @@ def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
 
     return [
         _role_rows(
-            tests,
-            tests["named"].to_numpy(bool),
-            lambda r: f"syntactic:{r['relation']}:{r['direction']}",
-            "syntactic",
-            accuracy,
-            baseline + SYNTACTIC_MIN_MARGIN,
-            evidence,
+            frame=tests,
+            passed=tests["named"].to_numpy(bool),
+            role=lambda r: f"syntactic:{r['relation']}:{r['direction']}",
+            group="syntactic",
+            score=accuracy,
+            threshold=baseline + SYNTACTIC_MIN_MARGIN,
+            evidence=evidence,
             n=tests["heldout_count"].to_numpy(float),
             baseline=baseline,
             ci=(accuracy - Z_95 * error, accuracy + Z_95 * error),
@@ -508,13 +508,13 @@ def _coreference_roles(coreference: pd.DataFrame) -> list[pd.DataFrame]:
 
     return [
         _role_rows(
-            coreference,
-            passed,
-            "coreference",
-            "coreference",
-            score,
-            threshold,
-            evidence,
+            frame=coreference,
+            passed=passed,
+            role="coreference",
+            group="coreference",
+            score=score,
+            threshold=threshold,
+            evidence=evidence,
             n=count,
             baseline=baseline,
             ci=wilson_interval(score, count),
@@ -530,13 +530,13 @@ def _semantic_roles(semantic: pd.DataFrame) -> list[pd.DataFrame]:
     passed = (correlation >= SEMANTIC_MIN_CORRELATION) & (sentences >= SEMANTIC_MIN_SENTENCES)
     return [
         _role_rows(
-            semantic,
-            passed,
-            "semantic",
-            "semantic",
-            correlation,
-            SEMANTIC_MIN_CORRELATION,
-            lambda r: (
+            frame=semantic,
+            passed=passed,
+            role="semantic",
+            group="semantic",
+            score=correlation,
+            threshold=SEMANTIC_MIN_CORRELATION,
+            evidence=lambda r: (
                 f"Pearson r = {r['score']:.2f} (95% CI {r['ci_low']:.2f} to {r['ci_high']:.2f}, "
                 f"{int(r['n'])} pairs) between its weights and the cosine similarity of the tokens' "
                 f"input embeddings; needs >= {SEMANTIC_MIN_CORRELATION} over >= "

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import conllu
 import numpy as np
 import pandas as pd
 
@@ -128,7 +129,6 @@ def _read_text(path_or_text) -> str:
 
 def load_conllu(path_or_text: str | Path) -> list[Sentence]:
     """Sentences of a CoNLL-U file (a path) or string; multiword-token ranges and empty nodes are skipped."""
-    import conllu
 
     try:
         token_lists = conllu.parse(_read_text(path_or_text))
@@ -140,7 +140,6 @@ def load_conllu(path_or_text: str | Path) -> list[Sentence]:
 
 def iter_conllu(path: str | Path) -> Iterator[Sentence]:
     """The sentences of a CoNLL-U file one at a time, parsed as the file is read (never all in memory)."""
-    import conllu
 
     with open(path, encoding="utf-8") as handle:
         token_lists = conllu.parse_incr(handle)
@@ -192,7 +191,7 @@ def ud_ewt_dev(max_sentences: int | None = None) -> list[Sentence]:
 
 @functools.lru_cache(maxsize=1)
 def _spacy_pipeline():
-    import spacy
+    import spacy  # spacy: a large package, loaded only to parse free text
 
     try:
         return spacy.load(SPACY_MODEL)
@@ -548,12 +547,12 @@ class DependencyAccumulator:
         def standard_error(total, squares, cross, sums):
             expand = (len(keys), 1, 1)
             return stats.ratio_standard_error(
-                total,
-                squares,
-                cross,
-                sums["count"].reshape(expand),
-                sums["count_squares"].reshape(expand),
-                sums["sentences"].reshape(expand),
+                total=total,
+                squares=squares,
+                cross=cross,
+                count=sums["count"].reshape(expand),
+                count_squares=sums["count_squares"].reshape(expand),
+                clusters=sums["sentences"].reshape(expand),
             )
 
         best = whole["baseline"].argmax(axis=1)  # nearest offset first: ties go to the nearer one

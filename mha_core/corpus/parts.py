@@ -119,7 +119,14 @@ class MetricTotals:
                 kept = np.where(present, values, 0.0)
                 sums[name], squares[name] = kept.sum(axis=0), (kept * kept).sum(axis=0)
                 counts[name] = present.sum(axis=0).astype(np.int64)
-        return cls(num_sentences, tuple(columns), sums, counts, labels, squares)
+        return cls(
+            num_sentences=num_sentences,
+            columns=tuple(columns),
+            sums=sums,
+            counts=counts,
+            labels=labels,
+            squares=squares,
+        )
 
     @classmethod
     def merged(cls, totals: Sequence[MetricTotals]) -> MetricTotals:
@@ -142,7 +149,14 @@ class MetricTotals:
         counts = {name: np.sum([other.counts[name] for other in totals], axis=0) for name in first.counts}
         sizes = [other.num_sentences for other in totals]
         labels = {name: LabelTally.merged([other.labels[name] for other in totals], sizes) for name in first.labels}
-        return cls(int(sum(sizes)), first.columns, added("sums"), counts, labels, added("squares"))
+        return cls(
+            num_sentences=int(sum(sizes)),
+            columns=first.columns,
+            sums=added("sums"),
+            counts=counts,
+            labels=labels,
+            squares=added("squares"),
+        )
 
     def means(self) -> dict[str, np.ndarray]:
         """Column -> ``[heads]``: numeric columns averaged over the sentences with a value (NaN if none),
@@ -190,12 +204,12 @@ class MetricTotals:
         }
         numeric = [name for name in columns if name not in labels]
         return cls(
-            int(arrays["num_sentences"]),
-            columns,
-            {name: arrays[f"sum.{name}"] for name in numeric},
-            {name: arrays[f"count.{name}"] for name in numeric},
-            labels,
-            {name: arrays[f"squares.{name}"] for name in numeric},
+            num_sentences=int(arrays["num_sentences"]),
+            columns=columns,
+            sums={name: arrays[f"sum.{name}"] for name in numeric},
+            counts={name: arrays[f"count.{name}"] for name in numeric},
+            labels=labels,
+            squares={name: arrays[f"squares.{name}"] for name in numeric},
         )
 
 

@@ -7,8 +7,6 @@ import contextlib
 import json
 import shutil
 import tempfile
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +16,7 @@ import pandas as pd
 
 from ..analysis.metrics import METRIC_COLUMNS
 from ..analysis.syntax import Sentence
+from ..cache import ByteBudgetCache
 from ..errors import HeadscopeError
 from ..progress import Progress, report
 from ..run import per_head_frame
@@ -62,10 +61,8 @@ class ProfileResult:
         )
 
 
-_memory_cache: OrderedDict[str, ProfileResult] = OrderedDict()
-
-
-_memory_lock = threading.Lock()  # the app profiles from several sessions' threads
+# Finished results kept in memory: a few small tables, so each counts as one unit of the budget.
+memory_cache = ByteBudgetCache(MEMORY_CACHE_ENTRIES, size_of=lambda result: 1)
 
 
 def finish_profile(part: ProfilePart, model_name: str, from_cache: bool = False) -> ProfileResult:
@@ -89,23 +86,15 @@ def finish_profile(part: ProfilePart, model_name: str, from_cache: bool = False)
 
 # ---- finished results: memory (a few, least recently used dropped) and disk -------------------
 def clear_memory_cache() -> None:
-    with _memory_lock:
-        _memory_cache.clear()
+    memory_cache.clear()
 
 
 def _remember(key: str, result: ProfileResult) -> None:
-    with _memory_lock:
-        _memory_cache[key] = result.copy(from_cache=False)
-        _memory_cache.move_to_end(key)
-        while len(_memory_cache) > MEMORY_CACHE_ENTRIES:
-            _memory_cache.popitem(last=False)
+    memory_cache.put(key, result.copy(from_cache=False))
 
 
 def _load_result(key: str) -> ProfileResult | None:
-    with _memory_lock:
-        remembered = _memory_cache.get(key)
-        if remembered is not None:
-            _memory_cache.move_to_end(key)
+    remembered = memory_cache.get(key)
     if remembered is not None:
         return remembered.copy(from_cache=True)
     folder = profile_cache_dir() / "results" / key
@@ -246,7 +235,15 @@ def profile(
                 yield shard
 
     if executor == "local" or len(in_cache) == num_shards:  # nothing to compute: no cluster to start
-        computed = _local_parts(model, to_compute(), batch_size, progress, lambda: done, total, num_shards)
+        computed = _local_parts(
+            model=model,
+            shards=to_compute(),
+            batch_size=batch_size,
+            progress=progress,
+            done_before=lambda: done,
+            total=total,
+            num_shards=num_shards,
+        )
     else:
         from .ray_executor import model_reference, ray_parts  # the Ray executor: imports ray
 

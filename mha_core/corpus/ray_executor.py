@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ..errors import HeadscopeError
 from ..models.loading import load_model
 from .measure import compute_shard
@@ -59,7 +61,7 @@ def model_reference(model) -> ModelReference:
 
 def require_ray():
     try:
-        import ray
+        import ray  # ray: imported only when a Ray profile runs
     except ImportError as exc:
         raise HeadscopeError("the ray executor needs Ray: pip install 'ray==2.60.0' (see requirements.txt)") from exc
     return ray
@@ -69,7 +71,6 @@ class ShardWorker:
     """A Ray actor (``ray.remote(ShardWorker)``): one model, loaded once; computes shards with ``compute_shard``."""
 
     def __init__(self, reference: ModelReference, threads: int, before_shard: Callable | None = None):
-        import torch
 
         torch.set_num_threads(threads)
         self.model = load_model(reference.name, download=False)
@@ -182,7 +183,7 @@ def _schedule(ray, actors: list, shards: Iterator, batch_size: int) -> Iterator[
 
 def _get(ray, refs):
     """``ray.get``, with an error the library raises (a HeadscopeError in a worker comes back as one)."""
-    from ray.exceptions import RayActorError
+    from ray.exceptions import RayActorError  # ray: imported only when a Ray profile runs
 
     try:
         return ray.get(refs)

@@ -3,11 +3,12 @@ shipped UD English EWT dev split."""
 
 from __future__ import annotations
 
+import codecs
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..analysis.syntax import Sentence, ud_ewt_dev
+from ..analysis.syntax import Sentence, iter_conllu, ud_ewt_dev
 from ..errors import HeadscopeError, InputTextError
 
 # ---- corpora --------------------------------------------------------------------------------
@@ -46,7 +47,6 @@ class CorpusFile:
     def _check_text_start(self) -> None:
         """A text or CoNLL-U corpus must be UTF-8: its first 64 KB are checked here, before any slow work (a
         binary file given by mistake), and the rest as it is read."""
-        import codecs
 
         try:
             with open(self.path, "rb") as handle:
@@ -70,8 +70,6 @@ class CorpusFile:
 
     def _sentences(self) -> Iterator[Sentence | str]:
         if self.suffix == ".conllu":
-            from ..analysis.syntax import iter_conllu
-
             yield from iter_conllu(self.path)
             return
         if self.suffix in TABLE_SUFFIXES:
@@ -92,11 +90,11 @@ class CorpusFile:
         """pyarrow record batches of a table's ``columns`` (None: all), a few thousand rows at a time."""
         try:
             if self.suffix == ".parquet":
-                import pyarrow.parquet as pq
+                import pyarrow.parquet as pq  # pyarrow: only for Parquet corpora
 
                 yield from pq.ParquetFile(self.path).iter_batches(batch_size=TABLE_BATCH_ROWS, columns=columns)
                 return
-            import pyarrow.csv as pacsv
+            import pyarrow.csv as pacsv  # pyarrow: only for CSV corpora
 
             reader = pacsv.open_csv(
                 self.path,
@@ -111,7 +109,7 @@ class CorpusFile:
 
     def _table_column(self, column: str | None) -> str:
         if self.suffix == ".parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # pyarrow: only for Parquet corpora
 
             try:
                 names = list(pq.read_schema(self.path).names)

@@ -80,7 +80,7 @@ def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_ty
 
 def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     x = bert_embeddings(core.embeddings, input_ids, token_type_ids)
-    return run_layers(core.layers, bert_layer, x, key_padding_mask, progress=progress, **passes)
+    return run_layers(core.layers, bert_layer, x, (key_padding_mask,), progress=progress, **passes)
 
 
 def read_bert(base, config, family: Family) -> CoreModel:
@@ -115,7 +115,12 @@ def read_bert(base, config, family: Family) -> CoreModel:
         )
         layers.append(
             BertLayerWeights(
-                attention, norm_from(norms[0]), dense_from(ffn[0]), activation, dense_from(ffn[1]), norm_from(norms[1])
+                attention=attention,
+                attention_norm=norm_from(norms[0]),
+                ffn_up=dense_from(ffn[0]),
+                activation=activation,
+                ffn_down=dense_from(ffn[1]),
+                output_norm=norm_from(norms[1]),
             )
         )
     # RoBERTa's first padding_idx + 1 position rows are never used by a real token.

@@ -131,13 +131,16 @@ def run_layers(
     layers,
     layer_fn,
     x,
-    *args,
+    layer_args: tuple = (),
+    *,
     progress: Progress | None = None,
     record: list | None = None,
     edits: dict | None = None,
     outputs: dict | None = None,
 ) -> torch.Tensor:
     """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``.
+
+    Each layer is ``layer_fn(x, layer, *layer_args, edit=...)`` (the masks and position tables it shares).
 
     ``progress(done, total, message)`` after each layer (it may raise to stop the pass there);
     ``record``, when given, receives each layer's input (what ``head_vectors`` projects);
@@ -149,7 +152,7 @@ def run_layers(
     for index, layer in enumerate(layers):
         if record is not None:
             record.append(x)
-        x, layer_weights = layer_fn(x, layer, *args, edit=edits.get(index))
+        x, layer_weights = layer_fn(x, layer, *layer_args, edit=edits.get(index))
         weights.append(layer_weights)
         report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
     if outputs is not None:
@@ -190,4 +193,12 @@ def mha_head_vectors(
         v = attention.split_heads(linear(h, attention.W_v, b_v))
     else:
         q, k, v = attention.project(h, h, h)
-    return HeadVectors(q, k, v, attention.out_proj.weight, attention.score, bias, causal)
+    return HeadVectors(
+        query=q,
+        key=k,
+        value=v,
+        output_weight=attention.out_proj.weight,
+        score=attention.score,
+        score_bias=bias,
+        causal=causal,
+    )

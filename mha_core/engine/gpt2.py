@@ -63,7 +63,7 @@ def gpt2_embeddings(
 def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
     # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
-    return run_layers(core.layers, gpt2_layer, x, key_padding_mask, progress=progress, **passes)
+    return run_layers(core.layers, gpt2_layer, x, (key_padding_mask,), progress=progress, **passes)
 
 
 def read_gpt2(base, config, family: Family) -> CoreModel:
@@ -78,27 +78,27 @@ def read_gpt2(base, config, family: Family) -> CoreModel:
             # Scores divided by (layer index + 1): the same as dividing the query projection.
             w_q, b_q = w_q / (index + 1), b_q / (index + 1)
         attention = attention_from(
-            d,
-            config.num_attention_heads,
-            w_q,
-            w_k,
-            w_v,
-            block.attn.c_proj.weight.t(),
-            b_q,
-            b_k,
-            b_v,
-            block.attn.c_proj.bias,
+            d_model=d,
+            num_heads=config.num_attention_heads,
+            w_q=w_q,
+            w_k=w_k,
+            w_v=w_v,
+            w_o=block.attn.c_proj.weight.t(),
+            b_q=b_q,
+            b_k=b_k,
+            b_v=b_v,
+            b_o=block.attn.c_proj.bias,
             score="scaled" if config.scale_attn_weights else "dot",
         )
         mlp = block.mlp
         layers.append(
             Gpt2LayerWeights(
-                norm_from(block.ln_1),
-                attention,
-                norm_from(block.ln_2),
-                Dense(as_float32(mlp.c_fc.weight).t(), as_float32(mlp.c_fc.bias)),
-                activation,
-                Dense(as_float32(mlp.c_proj.weight).t(), as_float32(mlp.c_proj.bias)),
+                attention_norm=norm_from(block.ln_1),
+                attention=attention,
+                ffn_norm=norm_from(block.ln_2),
+                ffn_up=Dense(as_float32(mlp.c_fc.weight).t(), as_float32(mlp.c_fc.bias)),
+                activation=activation,
+                ffn_down=Dense(as_float32(mlp.c_proj.weight).t(), as_float32(mlp.c_proj.bias)),
             )
         )
     embeddings = (as_float32(base.wte.weight), as_float32(base.wpe.weight))

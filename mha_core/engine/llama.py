@@ -92,7 +92,7 @@ def llama_layer(
 def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     cos, sin = rotary_angles(input_ids.shape[1], *core.rope)
     x = core.embeddings[input_ids]  # Llama adds no position vector: position is in the rotation
-    return run_layers(core.layers, llama_layer, x, key_padding_mask, cos, sin, progress=progress, **passes)
+    return run_layers(core.layers, llama_layer, x, (key_padding_mask, cos, sin), progress=progress, **passes)
 
 
 def rope_parameters(config) -> dict:
@@ -113,7 +113,9 @@ def read_llama(base, config, family: Family) -> CoreModel:
     else:
         # Scaled variants (linear, llama3, yarn) reshape the frequency table from the config;
         # the table is a constant of the checkpoint, read from transformers like a weight.
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        from transformers.modeling_rope_utils import (
+            ROPE_INIT_FUNCTIONS,  # transformers' rope table: only for scaled rotary positions
+        )
 
         inverse_frequency, amplitude = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config, None)
     device = base.embed_tokens.weight.device
@@ -123,19 +125,19 @@ def read_llama(base, config, family: Family) -> CoreModel:
         a, mlp = block.self_attn, block.mlp
         layers.append(
             LlamaLayerWeights(
-                norm_from(block.input_layernorm),
-                dense_from(a.q_proj),
-                dense_from(a.k_proj),
-                dense_from(a.v_proj),
-                dense_from(a.o_proj),
-                config.num_attention_heads,
-                config.num_key_value_heads,
-                head_dim,
-                norm_from(block.post_attention_layernorm),
-                dense_from(mlp.gate_proj),
-                dense_from(mlp.up_proj),
-                dense_from(mlp.down_proj),
-                activation,
+                attention_norm=norm_from(block.input_layernorm),
+                query=dense_from(a.q_proj),
+                key=dense_from(a.k_proj),
+                value=dense_from(a.v_proj),
+                output=dense_from(a.o_proj),
+                num_heads=config.num_attention_heads,
+                num_kv_heads=config.num_key_value_heads,
+                head_dim=head_dim,
+                ffn_norm=norm_from(block.post_attention_layernorm),
+                ffn_gate=dense_from(mlp.gate_proj),
+                ffn_up=dense_from(mlp.up_proj),
+                ffn_down=dense_from(mlp.down_proj),
+                activation=activation,
             )
         )
     rope_table = (inverse_frequency.float().to(device), float(amplitude))
@@ -155,12 +157,22 @@ def llama_head_vectors(core: CoreModel, layer: LlamaLayerWeights, x: torch.Tenso
     group = layer.num_heads // layer.num_kv_heads
     v = layer.value(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2).repeat_interleave(group, 1)
     if values_only:
-        return HeadVectors(None, None, v, layer.output.weight, "scaled", None, True)
+        return HeadVectors(
+            query=None,
+            key=None,
+            value=v,
+            output_weight=layer.output.weight,
+            score="scaled",
+            score_bias=None,
+            causal=True,
+        )
     q = layer.query(h).view(batch, n, layer.num_heads, layer.head_dim).transpose(1, 2)
     k = layer.key(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
     cos, sin = rotary_angles(n, *core.rope)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin).repeat_interleave(group, dim=1)
-    return HeadVectors(q, k, v, layer.output.weight, "scaled", None, True)
+    return HeadVectors(
+        query=q, key=k, value=v, output_weight=layer.output.weight, score="scaled", score_bias=None, causal=True
+    )
 
 
 def _llama_check(config) -> str | None:

@@ -47,7 +47,7 @@ def mpnet_position_bias(core: CoreModel, n: int) -> torch.Tensor:
 def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
     x = bert_embeddings(core.embeddings, input_ids, None)  # MPNet has no segment embeddings
     position_bias = mpnet_position_bias(core, input_ids.shape[1])  # [1, heads, n, n]
-    return run_layers(core.layers, mpnet_layer, x, key_padding_mask, position_bias, progress=progress, **passes)
+    return run_layers(core.layers, mpnet_layer, x, (key_padding_mask, position_bias), progress=progress, **passes)
 
 
 def read_mpnet(base, config, family: Family) -> CoreModel:
@@ -73,12 +73,12 @@ def read_mpnet(base, config, family: Family) -> CoreModel:
         )
         layers.append(
             BertLayerWeights(
-                attention,
-                norm_from(block.attention.LayerNorm),
-                dense_from(block.intermediate.dense),
-                activation,
-                dense_from(block.output.dense),
-                norm_from(block.output.LayerNorm),
+                attention=attention,
+                attention_norm=norm_from(block.attention.LayerNorm),
+                ffn_up=dense_from(block.intermediate.dense),
+                activation=activation,
+                ffn_down=dense_from(block.output.dense),
+                output_norm=norm_from(block.output.LayerNorm),
             )
         )
     # transformers' MPNetEncoder.compute_position_bias buckets with its defaults (32 buckets, distance 128).

@@ -105,7 +105,13 @@ def induction_experiment(
     tokenizer = model.tokenizer
     ids = torch.as_tensor(
         repeated_random_tokens(
-            len(tokenizer), seq_len, 2, batch, seed, tokenizer.all_special_ids, model.encoder.bos_token_id
+            vocab_size=len(tokenizer),
+            seq_len=seq_len,
+            repeats=2,
+            batch=batch,
+            seed=seed,
+            excluded_ids=tokenizer.all_special_ids,
+            bos_id=model.encoder.bos_token_id,
         )
     )
     offset = ids.shape[1] - 2 * seq_len  # 1 with a BOS

@@ -118,12 +118,14 @@ def build_corpus_index(
     progress: Progress | None = None,
 ) -> CorpusIndex:
     """Index every non-special token of ``sentences`` (lists of words, e.g. UD trees' ``words``)."""
-    from sklearn.neighbors import NearestNeighbors
+    from sklearn.neighbors import NearestNeighbors  # scikit-learn: only for corpus search
 
     if not sentences:
         raise HeadscopeError("The corpus to search has no sentences.")
     encoded = [model.encode(list(words)) for words in sentences]
-    vectors = token_vectors(model, encoded, layer, head, kind, batch_size, progress)
+    vectors = token_vectors(
+        model=model, encoded=encoded, layer=layer, head=head, kind=kind, batch_size=batch_size, progress=progress
+    )
     keep, sentence_of, position_of, shown = [], [], [], []
     for index, (item, item_vectors) in enumerate(zip(encoded, vectors)):
         shown.append(model.display.display(item.raw_tokens, item.word_ids))
@@ -134,7 +136,15 @@ def build_corpus_index(
     matrix = np.stack(keep).astype(np.float32)
     neighbours = NearestNeighbors(metric=METRICS[kind], algorithm="brute").fit(matrix)
     return CorpusIndex(
-        model.name, layer, head, kind, matrix, np.array(sentence_of), np.array(position_of), shown, neighbours
+        model_name=model.name,
+        layer=layer,
+        head=head,
+        kind=kind,
+        vectors=matrix,
+        sentence=np.array(sentence_of),
+        position=np.array(position_of),
+        sentences=shown,
+        neighbours=neighbours,
     )
 
 

@@ -4,13 +4,14 @@ Head h of layer l contributes Concat(head_1, ..., head_H) W^O through its slice 
 of the output projection's input (``o_proj`` / ``attention.output.dense`` / ``c_proj``, named per family in
 ``mha_core.engine``). An ablation is an edit of the heads' outputs (``mha_core.edits``): zero ablation sets a
 head's output to 0; mean ablation replaces it by its mean over a reference set of texts (``head_means``).
+
+``model`` is a ``LoadedModel`` (``models.loaded``, which imports this module, so it is not imported here).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,9 +19,6 @@ from ..analysis.syntax import ud_ewt_dev
 from ..edits import replace_heads, zero_heads
 from ..errors import HeadscopeError
 from .outputs import padded
-
-if TYPE_CHECKING:
-    from .loaded import LoadedModel
 
 ABLATIONS = ("zero", "mean")
 
@@ -35,7 +33,7 @@ class AblationError(HeadscopeError, ValueError):
 
 
 # ---- which heads, and the edits that ablate them ----------------------------------------------------
-def check_heads(model: LoadedModel, heads) -> list[tuple[int, int]]:
+def check_heads(model, heads) -> list[tuple[int, int]]:
     """``[(layer, head), ...]`` validated against the model, duplicates removed, in the given order."""
     checked: list[tuple[int, int]] = []
     for item in heads or ():
@@ -58,7 +56,7 @@ def reference_texts(count: int = MEAN_REFERENCE_SENTENCES) -> list[str]:
     return [" ".join(sentence.words) for sentence in ud_ewt_dev(count)]
 
 
-def head_means(model: LoadedModel, texts: Sequence[str] | None = None, batch_size: int = 16) -> torch.Tensor:
+def head_means(model, texts: Sequence[str] | None = None, batch_size: int = 16) -> torch.Tensor:
     """Each layer's Concat(heads) averaged over every real token of ``texts``: float32 ``[layers, width]``.
 
     ``texts`` default to ``reference_texts()``. Cached on the model per reference set.
@@ -97,9 +95,7 @@ def head_means(model: LoadedModel, texts: Sequence[str] | None = None, batch_siz
     return means
 
 
-def head_edits(
-    model: LoadedModel, heads, ablation: str = "zero", reference: Sequence[str] | None = None
-) -> dict | None:
+def head_edits(model, heads, ablation: str = "zero", reference: Sequence[str] | None = None) -> dict | None:
     """``{layer: edit}`` that ablate ``heads`` (zero or mean), for either engine; None when there are none."""
     if ablation not in ABLATIONS:
         raise AblationError(f"Unknown ablation {ablation!r}: use one of {', '.join(ABLATIONS)}.")

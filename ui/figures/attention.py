@@ -291,12 +291,18 @@ def tiled_heatmap(
     if targets is not None:
         notes = [strongest_link(values[r, c], y_tokens, x_tokens) for r in range(num_rows) for c in range(num_cols)]
         heatmap["hoverinfo"] = "skip"
-        data.append(_tile_targets(grid, x_cats, y_cats, np.asarray(targets), target_hover, notes))
+        data.append(
+            _tile_targets(
+                grid=grid, x_cats=x_cats, y_cats=y_cats, targets=np.asarray(targets), hover=target_hover, notes=notes
+            )
+        )
         layout.update(hoverdistance=-1, clickmode="event+select")
 
     if show_token_ticks is None:
         show_token_ticks = max(n, m) <= TOKEN_TICK_LIMIT and num_cols * m <= 4 * TOKEN_TICK_LIMIT
-    xaxis, yaxis = _token_axes(grid, x_cats, y_cats, x_tokens, y_tokens, show_token_ticks)
+    xaxis, yaxis = _token_axes(
+        grid=grid, x_cats=x_cats, y_cats=y_cats, x_tokens=x_tokens, y_tokens=y_tokens, show=show_token_ticks
+    )
     if height is None:
         # Plot area = chart width less the token labels and the colour bar (about 150 px).
         height = int(min(1600, max(260, 100 + (width_hint - 150) * full.shape[0] / full.shape[1])))
