@@ -15,7 +15,7 @@ from .analysis.roles import best_heldout_heads, head_roles, primary_roles, synta
 # Dependency trees and the Clark et al. dependency accuracy.
 from .analysis.syntax import Sentence, best_dependency_heads, dependency_scores, load_conllu, parse_text, ud_ewt_dev
 
-# The from-scratch attention (seeds 000, 002, 004) and the data type every step passes on.
+# The from-scratch attention (course notes 000, 002, 004) and the data type every step passes on.
 from .attention import (
     SCORE_FUNCTIONS,
     MultiHeadAttention,
@@ -48,11 +48,11 @@ from .lab import Lab, LabConfig, train_lab
 # Model loading and extraction.
 from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, load_model
 
-# Positional encoding (seed 001).
+# Positional encoding (course notes 001).
 from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
 from .run import AttentionRun
 
-# The worked example of seed 000, computed for real.
+# The worked example of course notes 000, computed for real.
 from .walkthrough import (
     WorkedExample,
     printed_discrepancies,

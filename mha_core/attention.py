@@ -20,7 +20,7 @@ SCORE_FUNCTIONS = ("dot", "scaled", "cosine")
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, score: str = "scaled") -> torch.Tensor:
-    """Similarity of every query with every key, ``[..., n_query, n_key]`` (seed 002, section 4.1).
+    """Similarity of every query with every key, ``[..., n_query, n_key]`` (course notes 002, section 4.1).
 
     dot:    Q K^T
     scaled: Q K^T / sqrt(d_k)   (keeps the score variance near 1 as d_k grows)

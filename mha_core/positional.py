@@ -1,4 +1,4 @@
-"""Sinusoidal positional encoding (seed 001) and its relative-shift property.
+"""Sinusoidal positional encoding (course notes 001) and its relative-shift property.
 
     PE[pos, 2i]     = sin(pos / 10000^(2i / d_model))
     PE[pos, 2i + 1] = cos(pos / 10000^(2i / d_model))
@@ -49,7 +49,7 @@ def channel_wavelengths(d_model: int) -> np.ndarray:
 
 
 def sinusoidal_encoding(num_positions: int, d_model: int) -> np.ndarray:
-    """``[num_positions, d_model]`` float64: sin on even channels, cos on odd channels (seed 001).
+    """``[num_positions, d_model]`` float64: sin on even channels, cos on odd channels (course notes 001).
 
     With an odd ``d_model`` the last channel is the sine of the last pair; its cosine partner is
     simply dropped, so every channel keeps the formula above.

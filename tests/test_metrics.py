@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from mha_core.analysis.metrics import classical_mds, head_distances, head_metrics, semantic_scores
+from mha_core.analysis.metrics import classical_mds, connected_groups, head_distances, head_metrics, semantic_scores
 from mha_core.run import AttentionRun, is_punctuation
 
 N = 10
@@ -295,3 +295,18 @@ def test_sampled_queries_average_over_the_chosen_rows_only():
         )
         per_row.append(head_distances(row_run).distances)
     np.testing.assert_allclose(sampled.distances, np.mean(per_row, axis=0), rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_connected_groups_against_networkx(seed):
+    import networkx as nx
+
+    rng = np.random.default_rng(seed)
+    upper = np.triu(rng.random((12, 12)) < 0.12, k=1)
+    close = upper | upper.T
+    graph = nx.Graph()
+    graph.add_nodes_from(range(12))
+    graph.add_edges_from(zip(*np.nonzero(upper)))
+    expected = sorted(sorted(component) for component in nx.connected_components(graph) if len(component) >= 2)
+    assert connected_groups(close) == expected
+    assert connected_groups(np.zeros((3, 3), dtype=bool)) == []

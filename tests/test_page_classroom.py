@@ -117,7 +117,7 @@ def test_printed_matrix_choice_and_head_two():
     charts = plotly_elements(app)
     assert_figures_match(charts, mc.worked_example(), head=1)
     np.testing.assert_allclose(heatmap(charts, "cls_w_k"), seed_example.CHOSEN_W2_K, rtol=0, atol=1e-12)
-    assert "cls_tutorial_printed" not in charts  # the seed prints values for head 1 only
+    assert "cls_tutorial_printed" not in charts  # the course notes print values for head 1 only
 
 
 def test_score_and_causal_controls_change_the_numbers():

@@ -1,4 +1,4 @@
-"""Sinusoidal positional encoding (seed 001) and the relative-shift property PE[p + k] = PE[p] @ M_k."""
+"""Sinusoidal positional encoding (course notes 001) and the relative-shift property PE[p + k] = PE[p] @ M_k."""
 
 from __future__ import annotations
 

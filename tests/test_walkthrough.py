@@ -1,4 +1,4 @@
-"""Seed 000, section 3.2: every intermediate, the operation counts and the seed's discrepancies."""
+"""Course notes 000, section 3.2: every intermediate, the operation counts and the course notes' discrepancies."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_projections_are_x_times_w(example):
     np.testing.assert_allclose(example.q[1], x @ we.TUTORIAL_W2_Q, atol=1e-12)
     np.testing.assert_allclose(example.k[1], x @ we.CHOSEN_W2_K, atol=1e-12)
     np.testing.assert_allclose(example.v[1], x @ we.CHOSEN_W2_V, atol=1e-12)
-    assert example.q[0, 0, 0] == pytest.approx(20.4)  # the seed prints 22.0
+    assert example.q[0, 0, 0] == pytest.approx(20.4)  # the course notes print 22.0
     np.testing.assert_allclose(example.q[0, 0], [20.4, 24.0, 27.6, 31.2], atol=1e-12)
     np.testing.assert_allclose(example.k[0, 3], [37.2, 31.2, 49.2, 43.2], atol=1e-12)
     np.testing.assert_allclose(example.v[0, 3], [43.2, 49.2, 31.2, 37.2], atol=1e-12)
@@ -137,7 +137,7 @@ def test_discrepancies_with_the_seed():
     q1 = entries[entries["quantity"] == "Q1"].set_index("index")
     assert q1.loc[[(0, 0)], "printed_value"].item() == 22.0
     assert q1.loc[[(0, 0)], "true_value"].item() == pytest.approx(20.4)
-    assert (2, 3) not in q1.index  # the one entry the seed gets right: 43.2
+    assert (2, 3) not in q1.index  # the one entry the course notes get right: 43.2
     summary = we.discrepancy_summary(frame).set_index("quantity")
     assert summary["wrong_entries"].to_dict() == {"Q1": 15, "K1": 15, "V1": 16}
     assert summary.loc["V1", "max_abs_error"] == pytest.approx(4.2)

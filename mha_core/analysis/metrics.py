@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 from ..run import AttentionRun, head_indices, per_head_frame
 
@@ -404,18 +406,11 @@ def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
 
 
 def connected_groups(close: np.ndarray) -> list[list[int]]:
-    """Connected components (size >= 2) of a symmetric boolean adjacency matrix."""
-    count = close.shape[0]
-    labels = np.arange(count)
-    adjacency = close | np.eye(count, dtype=bool)
-    while True:
-        # Each node takes the smallest label among its neighbours until nothing changes.
-        updated = np.where(adjacency, labels[None, :], count).min(axis=1)
-        if np.array_equal(updated, labels):
-            break
-        labels = updated
+    """Connected components (size >= 2) of a symmetric boolean adjacency matrix, each in ascending order,
+    ordered by their first member."""
+    _, labels = connected_components(csr_matrix(np.asarray(close, dtype=bool)), directed=False)
     groups = [np.flatnonzero(labels == label).tolist() for label in np.unique(labels)]
-    return [group for group in groups if len(group) >= 2]
+    return sorted((group for group in groups if len(group) >= 2), key=lambda group: group[0])
 
 
 def head_distances(
