@@ -314,7 +314,7 @@ def chromium_launch_options() -> dict:
 
 @contextlib.contextmanager
 def chromium_page(width: int = 1500, height: int = 1100):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # playwright: only the browser tests and bench use it
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())

@@ -111,7 +111,7 @@ def _component():
     """The registered component (once per process): HTML, CSS and JS read from ``assets/``."""
     global _COMPONENT
     if _COMPONENT is None:
-        import streamlit as st
+        import streamlit as st  # streamlit: pack and unpack import without it
 
         _COMPONENT = st.components.v2.component(
             "headscope_head_view",
@@ -139,7 +139,7 @@ def show(data: dict, key: str, on_pick=None):
     """Mount the view; ``on_pick(pick)`` runs when the visitor switches in it (``parse_pick``'s dict)."""
 
     def picked() -> None:
-        import streamlit as st
+        import streamlit as st  # streamlit: pack and unpack import without it
 
         pick = parse_pick((st.session_state.get(key) or {}).get("pick"))
         if on_pick is not None and pick is not None:
