@@ -78,9 +78,9 @@ def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_ty
     return x if emb.projection is None else emb.projection(x)
 
 
-def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
+def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
     x = bert_embeddings(core.embeddings, input_ids, token_type_ids)
-    return run_layers(core.layers, bert_layer, x, (key_padding_mask,), progress=progress, **passes)
+    return run_layers(core.layers, bert_layer, x, (key_padding_mask,), progress=progress, **edits_and_records)
 
 
 def read_bert(base, config, family: Family) -> CoreModel:

@@ -60,10 +60,10 @@ def gpt2_embeddings(
     return x if token_type_ids is None else x + word[token_type_ids]
 
 
-def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
+def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
     x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
     # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
-    return run_layers(core.layers, gpt2_layer, x, (key_padding_mask,), progress=progress, **passes)
+    return run_layers(core.layers, gpt2_layer, x, (key_padding_mask,), progress=progress, **edits_and_records)
 
 
 def read_gpt2(base, config, family: Family) -> CoreModel:

@@ -89,10 +89,10 @@ def llama_layer(
     return x, weights
 
 
-def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
+def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
     cos, sin = rotary_angles(input_ids.shape[1], *core.rope)
     x = core.embeddings[input_ids]  # Llama adds no position vector: position is in the rotation
-    return run_layers(core.layers, llama_layer, x, (key_padding_mask, cos, sin), progress=progress, **passes)
+    return run_layers(core.layers, llama_layer, x, (key_padding_mask, cos, sin), progress=progress, **edits_and_records)
 
 
 def rope_parameters(config) -> dict:

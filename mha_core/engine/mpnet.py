@@ -44,10 +44,12 @@ def mpnet_position_bias(core: CoreModel, n: int) -> torch.Tensor:
     return bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]
 
 
-def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **passes):
+def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
     x = bert_embeddings(core.embeddings, input_ids, None)  # MPNet has no segment embeddings
     position_bias = mpnet_position_bias(core, input_ids.shape[1])  # [1, heads, n, n]
-    return run_layers(core.layers, mpnet_layer, x, (key_padding_mask, position_bias), progress=progress, **passes)
+    return run_layers(
+        core.layers, mpnet_layer, x, (key_padding_mask, position_bias), progress=progress, **edits_and_records
+    )
 
 
 def read_mpnet(base, config, family: Family) -> CoreModel:

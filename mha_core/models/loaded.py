@@ -16,7 +16,7 @@ from ..edits import concat_pre_hook, forward_pre_hooks
 from ..engine import registry as families
 from ..engine.core import core_attentions
 from ..errors import EngineNotSupported, HeadscopeError, ModelLoadError, quoted
-from ..progress import Progress, progress_part
+from ..progress import Progress
 from ..run import AttentionRun
 from .ablation import MEAN_REFERENCE_SENTENCES, check_heads, head_edits
 from .capture import attention_recorders, captured_attentions
@@ -221,11 +221,9 @@ class LoadedModel:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
         if engine == "transformers":
             return self._transformers_pass(forward)
-        reference = self._transformers_pass(
-            forward.with_changes(
-                progress=progress_part(forward.progress, 0, 2), keep_hidden=False, keep_layer_inputs=False, out=None
-            )
-        ).attentions
+        # The reference pass keeps nothing, and its attentions must not share memory with the core's.
+        reference_pass = forward.part(0, 2).with_changes(keep_hidden=False, keep_layer_inputs=False, out=None)
+        reference = self._transformers_pass(reference_pass).attentions
         result = self._core_pass(forward.part(1, 2))
         if tuple(result.attentions.shape) != tuple(reference.shape):
             raise EngineNotSupported(
