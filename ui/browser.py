@@ -101,7 +101,7 @@ PAGE_STATE_JS = (
 """
 )
 
-SENTENCE_LABEL = "Sentence"  # the sidebar's sentence box (ui/widgets.py)
+SENTENCE_LABEL = "Sentence"  # the sidebar's sentence box (ui/widgets/sidebar.py)
 
 # Every WebSocket the page opens is kept in window.__sockets; while window.__blockSockets is true a new one
 # goes to a closed port (the server is unreachable), so the page keeps trying until it is let through.

@@ -1,6 +1,6 @@
 """Shared-server resources for the app: a cache bounded in bytes, and a gate on concurrent forward passes.
 
-Plain Python (no Streamlit), so both are unit-tested directly. ``ui.state`` holds one of each per
+Plain Python (no Streamlit), so both are unit-tested directly. ``ui.compute`` holds one of each per
 server process.
 
 * ``ByteBudgetCache``: least-recently-used entries, evicted when their total size passes a budget in
@@ -391,3 +391,21 @@ class StopPoint:
         if now - self._last >= self._every_s:
             self._last = now
             self._touch()
+
+
+# ---- what a computation reserves before it starts (``ui.compute.compute``'s ``reserve_bytes``) ------------------
+# Backpropagation keeps every layer's attention and its softmax's input for the backward pass, on top of a
+# forward pass's own peak: head importance by gradient holds about twice a forward pass (an estimate from
+# what autograd saves per layer, not a measurement).
+GRADIENT_PEAK_FACTOR = 2.0
+
+
+def pass_peak_bytes(num_layers: int, num_heads: int, num_tokens: int, batch: int = 1, arrays: int = 1) -> int:
+    """A forward pass's peak memory: ``RUN_PEAK_FACTOR`` x the attention arrays of ``batch`` sequences of
+    ``num_tokens`` (``arrays`` = 2 with norm-based attention, which holds the norms' array beside it)."""
+    return int(RUN_PEAK_FACTOR * arrays * batch * attention_bytes(num_layers, num_heads, num_tokens))
+
+
+def layer_inputs_bytes(num_layers: int, num_tokens: int, width: int) -> int:
+    """Every layer's float32 input ``[n, width]`` kept beside a pass (the neuron view reads them)."""
+    return 4 * (int(num_layers) + 1) * int(num_tokens) * int(width)
