@@ -17,8 +17,7 @@ import pytest
 
 from tests.conftest import require
 from tests.page_links import LINKS, PageLink
-from ui.address import MAX_TEXT_CHARS
-from ui.browser import (
+from tools.browser import (
     PAGE_STATE_JS,
     SENTENCE_LABEL,
     WIDGET_VALUES_JS,
@@ -27,6 +26,7 @@ from ui.browser import (
     head_view_js,
     start_streamlit,
 )
+from ui.address import MAX_TEXT_CHARS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

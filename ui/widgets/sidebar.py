@@ -32,7 +32,7 @@ def _heartbeat() -> None:
     session.presence().beat()
 
 
-SENTENCE_LABEL = "Sentence"  # also ui.browser.SENTENCE_LABEL, which the browser tests type into
+SENTENCE_LABEL = "Sentence"  # also tools.browser.SENTENCE_LABEL, which the browser tests type into
 
 
 def sentence_boxes(place: str = "sidebar") -> None:

@@ -1,6 +1,7 @@
 """Drive the app in Debian Chromium: start `streamlit run app.py` on a free loopback port, open pages with Playwright.
 
-Shared by tests/test_browser.py, bench/browser.py and bench/classroom.py. The JavaScript snippets
+Shared by the browser tests and the benchmarks (tests/test_browser*.py, bench/); kept out of the installed `ui`
+package, so it is imported from the repository root (`python -m bench.browser`, pytest). The JavaScript snippets
 (``*_JS`` and the ``*_js`` functions) work with Playwright's sync and async APIs alike.
 """
 
