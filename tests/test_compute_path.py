@@ -308,3 +308,11 @@ def test_compute_reserves_the_peak_and_takes_a_slot_before_the_work(monkeypatch)
     with pytest.raises(ValueError):
         compute.compute(("bad",), failing, model=model, reserve_bytes=99, stoppable=False)
     assert shared.cache.reserved_bytes == 0 and shared.gate.held == 0  # released on failure too
+
+
+@pytest.mark.parametrize("name", ["compute", "session", "settings", "address", "budget"])
+def test_the_app_state_draws_nothing(name):
+    """The state modules hold and compute; drawing is left to ui.widgets and ui.figures, which import them."""
+    tree = ast.parse((ROOT / "ui" / f"{name}.py").read_text(encoding="utf-8"))
+    imported = set(_aliases(tree).values())
+    assert not {m for m in imported if m.split(".")[0] == "plotly" or m.startswith(("ui.widgets", "ui.figures"))}
