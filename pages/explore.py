@@ -1,6 +1,6 @@
 """Explore: every head of a layer with one head enlarged (as a heatmap or as lines), or the whole model at once.
 
-Both views are one component drawn in the browser (ui/headview.py, assets/headview.js). The page's body is a
+Both views are one component drawn in the browser (ui/headview/: headview.js). The page's body is a
 fragment that also draws the sidebar's sentence boxes, so Enter reruns the body only; inside it, the view's own
 fragment reruns alone when the visitor switches a layer, a head or the view. In both, the view is drawn first
 and the controls and notes above it after (into containers placed above it), so the browser paints the view

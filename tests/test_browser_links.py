@@ -172,7 +172,7 @@ def test_presentation_mode_reaches_the_head_view_without_a_reload(warm_server, a
         page.goto(url + "/explore?text=The+cat+sat+on+the+mat.")
         page.wait_for_function(head_view_js(12, "cat"), timeout=SETTLE_S * 1000)
         before = page.evaluate(HEAD_VIEW_FONTS_JS)
-        assert before == {"label": 12.0, "title": 20.0, "token": 12.0}  # assets/headview.css at scale 1
+        assert before == {"label": 12.0, "title": 20.0, "token": 12.0}  # ui/headview/headview.css at scale 1
         page.evaluate("() => { window.headscopeSamePage = true; }")  # gone if the page reloads
         sidebar = page.locator('[data-testid="stSidebar"]')
         sidebar.get_by_text("Presentation mode", exact=True).click()

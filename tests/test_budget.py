@@ -245,7 +245,7 @@ def test_a_page_of_the_longest_text_sends_a_bounded_payload(minilm, fresh_server
     sizes = {element.key: len(element.proto.spec) for element in app.get("plotly_chart")}
     sizes.update({element.proto.id: len(element.proto.json) for element in app.get("bidi_component")})
     head_view = [key for key in sizes if str(key).endswith("-head_view")]
-    assert len(head_view) == 1, sizes  # the canvas head view (ui/headview.py)
+    assert len(head_view) == 1, sizes  # the canvas head view (ui/headview/)
     assert sum(sizes.values()) <= PAGE_PAYLOAD_MAX_BYTES, sizes
     assert sizes[head_view[0]] < 12 * 512 * 512 * 4  # fewer bytes than the layer's 12 heads in float32 alone
 
