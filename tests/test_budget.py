@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import METRIC_TOL, require
 from tests.page_helpers import open_app
-from ui.budget import RUN_PEAK_FACTOR, ByteBudgetCache, attention_bytes, runs_budget
+from ui.budget import RUN_PEAK_FACTOR, ByteBudgetCache, attention_bytes, run_peak_bytes, runs_budget
 
 MB = 1 << 20
 TEXT = "The cat sat on the mat because it was tired."
@@ -187,15 +187,14 @@ def live_runs() -> list:
 
 
 @pytest.mark.slow
-def test_a_run_reserves_its_estimated_peak(minilm, fresh_server):
-    compute = fresh_server
+def test_a_run_reserves_its_estimated_peak(minilm):
     bos = minilm.default_bos
     n = len(minilm.encode(TEXT, None, bos).input_ids)
-    estimate = compute.run_peak_bytes(minilm, TEXT, None, bos)
+    estimate = run_peak_bytes(minilm, TEXT, None, bos)
     run = minilm.run(TEXT)
     assert run.attentions.nbytes == attention_bytes(minilm.num_layers, minilm.num_heads, n) == 6 * 12 * n * n * 4
     assert estimate == int(RUN_PEAK_FACTOR * run.attentions.nbytes)
-    assert compute.run_peak_bytes(minilm, "\u200b", None, bos) == 0  # the run itself will refuse this text
+    assert run_peak_bytes(minilm, "\u200b", None, bos) == 0  # the run itself will refuse this text
 
 
 @pytest.mark.slow

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from mha_core.errors import HeadscopeError
+
 POLL_S = 0.25  # how often a waiting session checks whether it has been stopped
 
 # Working memory of a forward pass, as a multiple of its attention array (layers x heads x n^2 float32).
@@ -409,3 +411,20 @@ def pass_peak_bytes(num_layers: int, num_heads: int, num_tokens: int, batch: int
 def layer_inputs_bytes(num_layers: int, num_tokens: int, width: int) -> int:
     """Every layer's float32 input ``[n, width]`` kept beside a pass (the neuron view reads them)."""
     return 4 * (int(num_layers) + 1) * int(num_tokens) * int(width)
+
+
+def run_peak_bytes(model, text: str, text_pair: str | None, bos: bool, arrays: int = 1) -> int:
+    """What a forward pass of ``model`` on this text holds at its peak (``RUN_PEAK_FACTOR`` x its attention
+    array; ``arrays`` = 2 with norm-based attention): reserved in the budget before the pass starts."""
+    try:
+        num_tokens = len(model.encode(text, text_pair, bos).input_ids)
+    except HeadscopeError:  # the run itself will say what is wrong with the text
+        return 0
+    return pass_peak_bytes(model.num_layers, model.num_heads, num_tokens, arrays=arrays)
+
+
+def batch_peak_bytes(model, items, batch_size: int, factor: float = 1.0) -> int:
+    """A batched pass over ``items`` (texts or lists of words) at its peak: ``batch_size`` sequences padded to
+    the longest item's tokens (at most the model's limit), times ``factor``."""
+    longest = max((len(model.encode(item).input_ids) for item in items), default=0)
+    return int(factor * pass_peak_bytes(model.num_layers, model.num_heads, longest, batch=batch_size))

@@ -41,8 +41,10 @@ from ui.budget import (
     ByteBudgetCache,
     ComputeGate,
     StopPoint,
+    batch_peak_bytes,
     layer_inputs_bytes,
     pass_peak_bytes,
+    run_peak_bytes,
     runs_budget,
 )
 from ui.jobs import BEAT_S, Job
@@ -299,24 +301,6 @@ def use_model(wanted: str) -> tuple[str, HeadscopeError | None]:
         return previous, error
     st.session_state["_last_good_model"] = wanted
     return wanted, None
-
-
-# ---- peak memory estimates -------------------------------------------------------------------------------
-def run_peak_bytes(model, text: str, text_pair: str | None, bos: bool, arrays: int = 1) -> int:
-    """What a forward pass of ``model`` on this text holds at its peak (``RUN_PEAK_FACTOR`` x its attention
-    array; ``arrays`` = 2 with norm-based attention): reserved in the budget before the pass starts."""
-    try:
-        num_tokens = len(model.encode(text, text_pair, bos).input_ids)
-    except HeadscopeError:  # the run itself will say what is wrong with the text
-        return 0
-    return pass_peak_bytes(model.num_layers, model.num_heads, num_tokens, arrays=arrays)
-
-
-def batch_peak_bytes(model, items, batch_size: int, factor: float = 1.0) -> int:
-    """A batched pass over ``items`` (texts or lists of words) at its peak: ``batch_size`` sequences padded to
-    the longest item's tokens (at most the model's limit), times ``factor``."""
-    longest = max((len(model.encode(item).input_ids) for item in items), default=0)
-    return int(factor * pass_peak_bytes(model.num_layers, model.num_heads, longest, batch=batch_size))
 
 
 # ---- runs and what is computed from them ---------------------------------------------------------
