@@ -18,9 +18,11 @@ st.set_page_config(
 )
 
 from mha_core.errors import quoted  # noqa: E402
-from ui import shell, state, widgets  # noqa: E402  (set_page_config must come first)
+from ui import address, session, shell  # noqa: E402  (set_page_config must come first)
+from ui.settings import configure_process, settings  # noqa: E402
+from ui.widgets import charts, messages, sidebar  # noqa: E402
 
-state.configure_process()
+configure_process()
 
 # (file, title, icon, url path); the root address opens the first existing one.
 PAGES = [
@@ -59,9 +61,9 @@ root = st.Page(lambda: None, title="Headscope", url_path="start", default=True, 
 # (client.showSidebarNavigation = false hides that list, and with it any automatic menu).
 navigation = st.navigation([root, *pages.values()], position="hidden")
 if navigation is root:
-    wanted_page = state.query_value("page")
+    wanted_page = address.query_value("page")
     if wanted_page is not None and wanted_page not in pages:
-        state.link_notice(f"there is no page {quoted(wanted_page)}; showing {available[0][3]}.")
+        address.link_notice(f"there is no page {quoted(wanted_page)}; showing {available[0][3]}.")
     link = {key: st.query_params.get_all(key) for key in st.query_params if key != "page"}
     st.switch_page(pages.get(wanted_page, pages[available[0][3]]), query_params=link)
 with st.sidebar:
@@ -69,18 +71,18 @@ with st.sidebar:
         st.page_link(page)
     st.divider()
 
-with widgets.error_display():
-    widgets.sidebar(sentence_in_page=navigation.url_path in SENTENCE_IN_PAGE)
-if not state.has_selection():  # the sidebar failed (its message is shown): nothing to show a page for
+with messages.error_display():
+    sidebar.sidebar(sentence_in_page=navigation.url_path in SENTENCE_IN_PAGE)
+if not session.has_selection():  # the sidebar failed (its message is shown): nothing to show a page for
     st.stop()
-if state.settings().classroom:
-    widgets.join_class_panel()
+if settings().classroom:
+    sidebar.join_class_panel()
 with st.sidebar.expander("About Headscope"):
-    st.markdown(widgets.INTRO + "\n\n" + PAGE_GUIDE)
+    st.markdown(messages.INTRO + "\n\n" + PAGE_GUIDE)
 
-state.write_query(page=navigation.url_path)
-widgets.show_link_notices()
-widgets.presentation_styles()
-widgets.keep_alive()  # before the page: a page may end the run (st.stop)
-with widgets.error_display(), shell.page_in_app():
+address.write_query(page=navigation.url_path)
+messages.show_link_notices()
+charts.presentation_styles()
+sidebar.keep_alive()  # before the page: a page may end the run (st.stop)
+with messages.error_display(), shell.page_in_app():
     navigation.run()

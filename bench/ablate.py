@@ -12,7 +12,7 @@ machine is shared: ratios travel, absolute seconds do not):
 Prints a markdown table: seconds, the reference's seconds, the ratio to the reference, the time
 against its budget (scaled to 500 sentences), and the process CPU seconds (all threads), which a
 crowded machine inflates less than wall-clock time. Usage:
-python bench/ablate.py [--sentences N] [--threads T] [--rounds R]
+python -m bench.ablate [--sentences N] [--threads T] [--rounds R]
 """
 
 from __future__ import annotations

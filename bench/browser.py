@@ -1,11 +1,11 @@
 """Browser timings: pressing Enter in the sentence box until the view is drawn, in Debian Chromium.
 
-    python bench/browser.py [--repeats 5]
+    python -m bench.browser [--repeats 5]
 
 One ``streamlit run app.py`` server, one browser, warm (each model loaded and one sentence run
 before timing). Each timed repeat types a new sentence (a different marker word, so no cached run
 is reused) and waits until the figure holding that word is drawn: for the head view, all heads of
-layer 0 labelled and painted (``ui.browser.head_view_js``); for the model view, every layer and head. Also
+layer 0 labelled and painted (``tools.browser.head_view_js``); for the model view, every layer and head. Also
 counts the bytes the server sent over the websocket for that rerun (the whole page update).
 Prints one table of medians; goals: head view <= 1.0 s and model view <= 2.0 s at 128 tokens.
 """
@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from ui.browser import (  # noqa: E402
+from tools.browser import (  # noqa: E402
     chromium_page,
     head_view_js,
     model_view_js,

@@ -1,6 +1,6 @@
 """Classroom load: one server in classroom mode, many browser sessions at once, in Debian Chromium.
 
-    python bench/classroom.py [--sessions 1,10,30] [--json PATH] [--quick] [--parts ...]
+    python -m bench.classroom [--sessions 1,10,30] [--json PATH] [--quick] [--parts ...]
 
 A teacher starts the app (``HEADSCOPE_CLASSROOM=1``, bound to 0.0.0.0 as ``scripts/app.sh --classroom``
 does, a fresh temporary ``HEADSCOPE_CACHE_DIR``) and thirty students open the link at once. All traffic
@@ -16,7 +16,7 @@ concurrency  For N sessions (``--sessions``): all open the link together, the br
              session types its own ~20-token MiniLM sentence and they press Enter together. Measured:
              errors (not drawn in time, exceptions, st.error boxes, a traceback), cross-talk (a figure
              with another session's marker, or without its own once drawn), median and p95 time from
-             Enter until the Explore head view is completely drawn (``ui.browser.head_view_js``) and
+             Enter until the Explore head view is completely drawn (``tools.browser.head_view_js``) and
              until its data arrived over the websocket (the server's share of that time), the
              server's CPU seconds per interaction (psutil, the server process and its children, from
              just before Enter until every session is idle again), the browser's CPU per interaction,
@@ -68,7 +68,7 @@ from urllib.parse import urlencode
 
 import psutil
 
-from ui.browser import (
+from tools.browser import (
     APP_IDLE_JS,
     HEAD_VIEW_TOKENS_JS,
     PAGE_PROBLEMS_JS,

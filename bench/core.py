@@ -8,7 +8,7 @@ interleaved round by round so that machine load hits them alike, all under torch
   torch         nn.MultiheadAttention(need_weights=False) (fused scaled_dot_product_attention)
 
 Prints a markdown table of medians and the ratios core / torch+w (goal <= 1.0) and
-core / torch (goal <= 1.10). Usage: python bench/core.py [--rounds N] [--threads T]
+core / torch (goal <= 1.10). Usage: python -m bench.core [--rounds N] [--threads T]
 """
 
 from __future__ import annotations

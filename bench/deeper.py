@@ -11,7 +11,7 @@ load hits them alike:
 Prints medians of wall-clock and of CPU time (``time.process_time``: on a machine shared with other
 work, CPU time is what the process itself spent, while wall time also counts the waits for a core),
 and the ratios run / bare forward (goal <= 1.10) and (norms extra + rollout) / bare forward
-(goal <= 0.25) on both. Usage: python bench/deeper.py [--rounds N] [--threads T]
+(goal <= 0.25) on both. Usage: python -m bench.deeper [--rounds N] [--threads T]
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ Table 1 also counts minor page faults per call (medians): with glibc's default m
 contestant's large temporaries come from memory already touched depends on what the contestants
 before it allocated and freed (the heap is trimmed, blocks above the dynamic mmap threshold are
 returned), so run the table a second time with the heap fixed to see the compute alone:
-``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 python bench/extract.py --speed-only``.
+``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 python -m bench.extract --speed-only``.
 
-Usage: python bench/extract.py [--rounds N] [--threads T] [--speed-only] [--lengths N ...]
+Usage: python -m bench.extract [--rounds N] [--threads T] [--speed-only] [--lengths N ...]
 """
 
 from __future__ import annotations

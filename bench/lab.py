@@ -9,7 +9,7 @@
    lab needs to show heads) and without (``need_weights=False``, the fused SDPA path, "torch"). Training
    steps are timed in interleaved rounds; printed: medians and the ratios lab / torch (goal <= 1.10).
 
-Usage: python bench/lab.py [--limit-s 60] [--rounds 15] [--steps-per-round 20] [--threads 1]
+Usage: python -m bench.lab [--limit-s 60] [--rounds 15] [--steps-per-round 20] [--threads 1]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Cost of the head metrics against the model's own forward pass; profiling throughput.
 
-    python bench/metrics.py [--repeats 3] [--sentences 200] [--skip-profile | --profile-only] [--threads T]
+    python -m bench.metrics [--repeats 3] [--sentences 200] [--skip-profile | --profile-only] [--threads T]
 
 Part 1: every metric of a 12 x 12-head run (random BertConfig, bert-base sizes) at n = 128 and 512,
 against one transformers forward pass of the same input (eager attention, attentions returned).

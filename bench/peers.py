@@ -1,16 +1,16 @@
 """Headscope against BertViz: the same sentence, the same model, the same headless Chromium, end to end.
 
     pip install --no-deps -r requirements-bench.txt      # BertViz 1.4.1 and IPython, once
-    python bench/peers.py [--repeats 5] [--cases head:20,model:20,head:128,model:128] [--json PATH]
+    python -m bench.peers [--repeats 5] [--cases head:20,model:20,head:128,model:128] [--json PATH]
                           [--baseline DIR] [--long-repeats K]
 
 MiniLM (6 layers x 12 heads). Contestants, in ONE Chromium (each its own page), alternating every round
 (the order rotates from round to round, so load from other processes hits them alike):
 
 headscope  this checkout's ``streamlit run app.py`` (started as tests and bench/browser.py start it,
-           ``ui.browser.start_streamlit``), warm: the model loaded and one sentence drawn before timing.
+           ``tools.browser.start_streamlit``), warm: the model loaded and one sentence drawn before timing.
            Timed from Enter in the sentence box until the whole Explore view is drawn. Head view (drawn
-           in the browser, ui/headview.py): ``ui.browser.head_view_js``, i.e. the component painted the
+           in the browser, ui/headview/): ``tools.browser.head_view_js``, i.e. the component painted the
            sentence holding this round's marker word (its ``data-drawn`` names the sentence's data, the
            layer and the head, and is set after every canvas is painted), every head's canvas labelled
            with the layer, the enlarged head painted and its rows and columns labelled with the tokens;
@@ -70,9 +70,9 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import psutil
-from browser import sentence  # bench/browser.py, beside this script: a sentence of exactly n tokens
 
-from ui.browser import (
+from bench.browser import sentence  # a sentence of exactly n tokens
+from tools.browser import (
     APP_IDLE_JS,
     SENTENCE_LABEL,
     chromium_launch_options,
@@ -233,14 +233,14 @@ def painted_since_noted(predicate: str) -> str:
 
 
 def headscope_canvas_js(num_heads: int, layer: int, marker: str) -> str:
-    """Explore's head view drawn in the browser (ui/headview.py): ``ui.browser.head_view_js`` (every head's
+    """Explore's head view drawn in the browser (ui/headview/): ``tools.browser.head_view_js`` (every head's
     canvas painted with the sentence holding ``marker`` and labelled with ``layer``, the enlarged head
     painted and its rows and columns labelled with the sentence's tokens), painted since noted."""
     return painted_since_noted(head_view_js(num_heads, marker, layer))
 
 
 def headscope_model_js(num_layers: int, num_heads: int, marker: str) -> str:
-    """Explore's model view drawn in the browser (ui/headview.py): ``ui.browser.model_view_js`` (every tile
+    """Explore's model view drawn in the browser (ui/headview/): ``tools.browser.model_view_js`` (every tile
     painted with the sentence holding ``marker``, every layer and head labelled), painted since noted."""
     return painted_since_noted(model_view_js(num_layers, num_heads, marker))
 
@@ -326,7 +326,7 @@ class Headscope:
     num_layers: int
     num_heads: int
     charts: int = 2  # Plotly charts in the head view (3 before the enlarged head showed its heatmap OR its lines)
-    canvas: bool = True  # the head view drawn in the browser (ui/headview.py); False: Plotly (``charts``)
+    canvas: bool = True  # the head view drawn in the browser (ui/headview/); False: Plotly (``charts``)
     plotly_model: bool = False  # the model view is a Plotly chart (checkouts before ui/headview.py drew it)
     markers: list[str] = field(default_factory=lambda: list(MARKERS))
 
@@ -564,7 +564,7 @@ def js_split(profile: dict, lo: float, hi: float) -> dict[str, float]:
                 if "/PlotlyChart." in url:
                     part = "Plotly"
                 elif url.startswith(("blob:", "data:")):
-                    part = "head view component"  # assets/headview.js, loaded by Streamlit as a module
+                    part = "head view component"  # ui/headview/headview.js, loaded by Streamlit as a module
                 else:
                     part = "Streamlit + React"
             node_id = parent.get(node_id)

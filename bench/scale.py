@@ -1,6 +1,6 @@
 """Profiles at scale: Ray against in-process at equal cores, and the numbers a scale-out projection rests on.
 
-    python bench/scale.py [--sentences 400] [--shard-size 50] [--repeats 2]
+    python -m bench.scale [--sentences 400] [--shard-size 50] [--repeats 2]
 
 Table 1, at equal cores (1, and this machine's 2): ``profile(executor="local")`` with torch at C threads
 against C Ray actors with one torch thread each (as ``profile(executor="ray", workers=C)``), on the same UD EWT dev sentences

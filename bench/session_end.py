@@ -1,11 +1,11 @@
 """How soon a session's long work stops once its browser tab closes (issue goal: within 5 s).
 
-    python bench/session_end.py [--rounds 3]
+    python -m bench.session_end [--rounds 3]
 
 One ``streamlit run app.py`` server and Debian Chromium. Each round starts a piece of long work in a new tab
 (a Lab training of 3000 steps; the Ablate page's head importance), checks that the server is busy, closes the
 tab, and measures on the server process (psutil): the seconds from the close until the server's CPU falls to
-idle (``ui.browser.IDLE_CPU_PER_S`` over a 0.5 s window; the reading ends with that window, so it is at most
+idle (``tools.browser.IDLE_CPU_PER_S`` over a 0.5 s window; the reading ends with that window, so it is at most
 0.5 s late), and the CPU-seconds it spent meanwhile. Before the session heartbeat (``ui.jobs``), a training
 ran on until the session TTL (30 s): about 27 s and 4-8 CPU-seconds.
 """
@@ -19,7 +19,7 @@ import time
 
 import psutil
 
-from ui.browser import (
+from tools.browser import (
     IDLE_CPU_PER_S,
     chromium_page,
     cpu_rate,

@@ -11,8 +11,10 @@ from mha_core.interventions.experiments import summarize_experiment
 from mha_core.interventions.importance import IMPORTANCE_METHODS
 from mha_core.models.ablation import MEAN_REFERENCE_SENTENCES, parse_heads
 from mha_core.models.outputs import loss_table
-from ui import address, shell, state, widgets
+from ui import address, compute, session, shell
 from ui.figures.causal import condition_bars, head_score_map, pruning_figure, token_change_bars
+from ui.settings import settings
+from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -30,8 +32,8 @@ def parse_name(name: str) -> tuple[int, int]:
 
 def toggle_clicked() -> None:
     """A click on the heads map adds that head to the ablated set, or removes it."""
-    widgets.select_clicked_head(MAP_KEY)
-    clicked = widgets.clicked_head(MAP_KEY)
+    pickers.select_clicked_head(MAP_KEY)
+    clicked = pickers.clicked_head(MAP_KEY)
     if clicked is None or clicked[0] is None:
         return
     name = head_name(*clicked)
@@ -42,13 +44,13 @@ def toggle_clicked() -> None:
 def map_scores(run, model_name: str) -> dict[str, tuple[str, np.ndarray]]:
     """The scores the heads map can be coloured by, by name (as in the link): their label and values. This
     sentence's measurements, decoder scores on repeated random tokens (decoders), and importance once computed."""
-    metrics = state.metrics_for(run)
+    metrics = compute.metrics_for(run)
     options = {
         "sink_mass": ("sink mass (this sentence)", metrics["sink_mass"].to_numpy()),
         "normalized_entropy": ("normalised entropy (this sentence)", metrics["normalized_entropy"].to_numpy()),
     }
     if run.is_causal:
-        decoder = state.decoder_scores(model_name)
+        decoder = compute.decoder_scores(model_name)
         for name in DECODER_SCORES:
             options[name] = (f"{name.replace('_', ' ')} score (repeated random tokens)", decoder[name].to_numpy())
     importance = st.session_state.get("ablate_importance", {}).get(model_name)
@@ -64,26 +66,26 @@ st.caption(
     "experiment: its slice of the attention output (the input of the output projection) is set to 0, or to "
     "its mean over reference sentences, and the model runs again. What the model loses is the head's causal effect."
 )
-selection = state.selection()
-run = widgets.current_run()
+selection = session.selection()
+run = sidebar.current_run()
 if run is None:
     st.stop()
-model = widgets.current_model()
+model = sidebar.current_model()
 if model is None:
     st.stop()
-st.caption(f"{widgets.md_escape(selection.model)} has {model.head_description}.")
+st.caption(f"{messages.md_escape(selection.model)} has {model.head_description}.")
 
-with widgets.error_display():
+with messages.error_display():
     # 1. Pick heads: click the map, or take the strongest heads of a score.
     st.subheader("1. Pick heads")
     scores = map_scores(run, selection.model)
     names = [head_name(layer, head) for layer in range(run.num_layers) for head in range(run.num_heads)]
     # The heads to ablate: the map below marks them before their box is drawn.
-    widgets.url_setting(HEADS_KEY, "heads", [], address.choices(names))
+    pickers.url_setting(HEADS_KEY, "heads", [], address.choices(names))
     st.session_state[HEADS_KEY] = [h for h in st.session_state[HEADS_KEY] if h in names]
     cols = st.columns([3, 1, 1])
     labels = {name: label for name, (label, _) in scores.items()}
-    colour = widgets.url_select(
+    colour = pickers.url_select(
         cols[0].selectbox,
         "Colour the map by (and pick by)",
         labels,
@@ -92,22 +94,22 @@ with widgets.error_display():
         format_func=labels.get,
     )
     label, values = scores[colour]
-    top_k = widgets.url_number(
+    top_k = pickers.url_number(
         cols[1].number_input, "How many", 1, len(names), key="ablate_top_k", url_key="top", default=min(5, len(names))
     )
     if cols[2].button("Pick the strongest", key="ablate_pick_top"):
         order = np.argsort(-values.reshape(-1), kind="stable")[: int(top_k)]
         st.session_state[HEADS_KEY] = [names[i] for i in order]
     chosen = [parse_name(name) for name in st.session_state[HEADS_KEY]]
-    widgets.show_chart(
+    charts.show_chart(
         head_score_map(values, chosen, label=label.split(" (")[0], title="Click a head to add or remove it (x)"),
         key=MAP_KEY,
         filename="headscope-ablate-map",
         on_select=toggle_clicked,
         selection_mode="points",
     )
-    widgets.url_multiselect("Heads to ablate", names, key=HEADS_KEY, url_key="heads", default=[])
-    ablation = widgets.url_select(
+    pickers.url_multiselect("Heads to ablate", names, key=HEADS_KEY, url_key="heads", default=[])
+    ablation = pickers.url_select(
         st.radio,
         "Ablation",
         ABLATION_LABELS,
@@ -128,7 +130,7 @@ with widgets.error_display():
     if not chosen:
         st.info("Pick at least one head above to see what ablating it does.")
     else:
-        after = state.get_ablated_run(
+        after = compute.get_ablated_run(
             selection.model,
             run.engine,
             selection.text,
@@ -139,7 +141,7 @@ with widgets.error_display():
         )
         before = run  # plain runs carry no losses: the unablated run with them, cached like the ablated one
         if after.token_losses is not None:
-            before = state.get_ablated_run(
+            before = compute.get_ablated_run(
                 selection.model, run.engine, selection.text, run.text_pair, selection.bos, (), ablation
             )
         table = loss_table(before, after)
@@ -160,7 +162,7 @@ with widgets.error_display():
                 if model.lm_head_kind == "causal"
                 else "loss of each token when it is masked (nats)"
             )
-            widgets.show_chart(
+            charts.show_chart(
                 token_change_bars(
                     table["token"].tolist(),
                     table["loss_after"].to_numpy(),
@@ -173,7 +175,7 @@ with widgets.error_display():
             st.caption(f"Per token: the {what}, before (grey) and after (red).")
         else:
             st.metric("Output change (cosine distance of the sentence embedding)", f"{after.output_change:.4g}")
-            widgets.show_chart(
+            charts.show_chart(
                 token_change_bars(
                     table["token"].tolist(), table["output_change"].to_numpy(), label="output change (1 - cos)"
                 ),
@@ -187,7 +189,7 @@ with widgets.error_display():
         st.dataframe(table, hide_index=True, width="stretch")
         first = min(layer for layer, _ in chosen)
         if first + 1 < run.num_layers:
-            layer = widgets.url_number(
+            layer = pickers.url_number(
                 st.slider,
                 "Attention of a later layer",
                 first + 1,
@@ -200,7 +202,7 @@ with widgets.error_display():
                 f"Layer {layer}: attention after ablation minus before (red: more attention after, blue: less). "
                 f"Layers up to {first} are unchanged."
             )
-            widgets.difference_view(
+            views.difference_view(
                 after,
                 run,
                 layer,
@@ -220,13 +222,13 @@ with widgets.error_display():
                 "score are ablated, and, as the control, k random heads in several draws."
             )
             cols = st.columns(4)
-            role = widgets.url_select(
+            role = pickers.url_select(
                 cols[0].selectbox, "Role score", DECODER_SCORES, key="ablate_role", url_key="role", default="induction"
             )
-            k = widgets.url_number(
+            k = pickers.url_number(
                 cols[1].number_input, "k heads", 1, len(names), key="ablate_k", url_key="k", default=min(5, len(names))
             )
-            draws = widgets.url_number(
+            draws = pickers.url_number(
                 cols[2].number_input, "Random draws", 2, 20, key="ablate_draws", url_key="draws", default=4
             )
             if cols[3].button("Run", key="ablate_induction_run", type="primary"):
@@ -238,10 +240,10 @@ with widgets.error_display():
                 )
             setting = st.session_state.get("ablate_induction", {}).get(selection.model)
             if setting:
-                frame = state.induction_table(selection.model, *setting)
+                frame = compute.induction_table(selection.model, *setting)
                 summary = summarize_experiment(frame)
                 st.dataframe(summary, hide_index=True, width="stretch")
-                widgets.show_chart(
+                charts.show_chart(
                     condition_bars(
                         summary, label="loss on the repeated half (nats)", title="Loss on the repeated half"
                     ),
@@ -260,9 +262,9 @@ with widgets.error_display():
             "they go; the control removes them in random orders. Models without a head use the output change, "
             "and the loss change when each head alone is ablated as importance."
         )
-        config = state.settings()
+        config = settings()
         cols = st.columns(4)
-        sentences = widgets.url_number(
+        sentences = pickers.url_number(
             cols[0].number_input,
             "UD EWT dev sentences",
             2,
@@ -271,10 +273,10 @@ with widgets.error_display():
             url_key="sentences",
             default=min(20, config.max_profile_sentences),
         )
-        method = widgets.url_select(
+        method = pickers.url_select(
             cols[1].selectbox, "Method", IMPORTANCE_METHODS, key="ablate_method", url_key="method"
         )
-        seeds = widgets.url_number(
+        seeds = pickers.url_number(
             cols[2].number_input, "Random orders", 1, 10, key="ablate_seeds", url_key="orders", default=3
         )
         if cols[3].button("Compute", key="ablate_importance_run", type="primary"):
@@ -285,13 +287,13 @@ with widgets.error_display():
             )
         setting = st.session_state.get("ablate_importance_settings", {}).get(selection.model)
         if setting:
-            importance, curves = state.importance_and_pruning(selection.model, *setting, 10)
+            importance, curves = compute.importance_and_pruning(selection.model, *setting, 10)
             st.session_state.setdefault("ablate_importance", {})[selection.model] = importance
             st.caption(
                 f"{importance.attrs['method']} importance over {importance.attrs['texts']} sentences, "
                 f"measured on the {importance.attrs['loss']}. The heads map above can now be coloured by it."
             )
-            widgets.show_chart(
+            charts.show_chart(
                 pruning_figure(
                     curves, label=curves.attrs.get("measure", "loss"), title="Pruning: importance vs random order"
                 ),
@@ -304,7 +306,7 @@ with widgets.error_display():
             st.download_button(
                 "Importance (CSV)",
                 importance.to_csv(index=False).encode(),
-                f"headscope-{widgets.model_slug(selection.model)}-importance.csv",
+                f"headscope-{downloads.model_slug(selection.model)}-importance.csv",
                 "text/csv",
                 key="ablate_importance_csv",
             )

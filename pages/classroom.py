@@ -12,8 +12,9 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import address, shell, state, widgets
+from ui import address, compute, shell
 from ui.figures import teaching
+from ui.widgets import charts, messages, pickers
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -27,13 +28,13 @@ SOURCES = {
 }
 # In presentation mode this folds away, so the step itself fills the screen.
 with st.expander(
-    "The numbers, the head to follow, the settings", expanded=not widgets.presenting(), icon=":material/tune:"
+    "The numbers, the head to follow, the settings", expanded=not charts.presenting(), icon=":material/tune:"
 ):
-    source = widgets.url_choice("Numbers", SOURCES, key="cls_source", url_key="numbers")
+    source = pickers.url_choice("Numbers", SOURCES, key="cls_source", url_key="numbers")
     st.markdown("**Sizes, score function, causal mask**")
     cols = st.columns(4)
     random_numbers = source == "random"
-    seq_len = widgets.url_number(
+    seq_len = pickers.url_number(
         cols[0].slider,
         "Sequence length",
         2,
@@ -43,7 +44,7 @@ with st.expander(
         default=4,
         disabled=not random_numbers,
     )
-    d_model = widgets.url_select(
+    d_model = pickers.url_select(
         cols[1].select_slider,
         "d_model",
         [4, 8, 12, 16, 24, 32, 64, 128, 256, 512],
@@ -52,7 +53,7 @@ with st.expander(
         default=8,
         disabled=not random_numbers,
     )
-    num_heads = widgets.url_select(
+    num_heads = pickers.url_select(
         cols[2].select_slider,
         "Heads",
         [1, 2, 3, 4, 6, 8],
@@ -61,7 +62,7 @@ with st.expander(
         default=2,
         disabled=not random_numbers,
     )
-    seed = widgets.url_number(
+    seed = pickers.url_number(
         cols[3].number_input,
         "Random seed",
         0,
@@ -72,7 +73,7 @@ with st.expander(
         disabled=not random_numbers,
     )
     cols = st.columns([3, 2])
-    score = widgets.url_select(
+    score = pickers.url_select(
         cols[0].radio,
         "Score function",
         mc.SCORE_FUNCTIONS,
@@ -82,7 +83,7 @@ with st.expander(
         horizontal=True,
         format_func=teaching.SCORE_LABELS.get,
     )
-    causal = widgets.url_toggle(
+    causal = pickers.url_toggle(
         "Causal mask (a token sees only itself and earlier tokens)", "cls_causal", "causal", container=cols[1]
     )
     st.caption(
@@ -106,13 +107,13 @@ with st.expander(
             example = mc.readable_example(score=score, causal=causal)
     except ValueError as error:
         st.error(
-            f"These settings do not work: {widgets.md_escape(error)}. Pick a number of heads that divides d_model."
+            f"These settings do not work: {messages.md_escape(error)}. Pick a number of heads that divides d_model."
         )
         st.stop()
 
     names = example.token_labels
     features = example.notes.get("features")
-    head = widgets.url_select(
+    head = pickers.url_select(
         st.selectbox,
         "Head to follow",
         range(example.num_heads),
@@ -144,7 +145,7 @@ def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols:
     """A matrix with its numbers, rows and columns named by the example where it can."""
     row_names = names if rows == "tokens" else (features if rows == "features" else None)
     col_names = names if cols == "tokens" else (features if cols == "features" else None)
-    widgets.show_chart(
+    charts.show_chart(
         teaching.matrix_figure(
             values,
             title,
@@ -160,7 +161,7 @@ def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols:
 
 # ---- the steps ---------------------------------------------------------------------------------------------
 def step_inputs() -> None:
-    widgets.explain(
+    messages.explain(
         "Each row of X is one token. The weight matrices are what a model learns; here they are fixed numbers so "
         "that everyone in the room gets the same answers."
     )
@@ -198,7 +199,7 @@ def step_inputs() -> None:
 
 
 def step_projections() -> None:
-    widgets.explain(
+    messages.explain(
         "A query says what a token is looking for, a key says what it offers, a value is what it hands over when "
         "chosen. Each is the token's vector times a weight matrix."
     )
@@ -213,7 +214,7 @@ def step_projections() -> None:
             matrix(values[head], f"{name}_{h}", f"cls_{name.lower()}")
     if example.from_tutorial and head == 0:
         st.subheader("What the tutorial prints for head 1")
-        printed_name = widgets.url_select(
+        printed_name = pickers.url_select(
             st.radio, "Matrix", walkthrough.TUTORIAL_PRINTED, key="cls_printed", url_key="printed", horizontal=True
         )
         printed = walkthrough.TUTORIAL_PRINTED[printed_name]
@@ -232,12 +233,12 @@ def step_projections() -> None:
     top = int(np.argmax(np.linalg.norm(example.q[head], axis=1)))
     ask(
         f"Which token's query in head {h} is the longest vector (asks the loudest question)?",
-        f"**{widgets.md_escape(names[top])}**, length {np.linalg.norm(example.q[head, top]):.3g}.",
+        f"**{messages.md_escape(names[top])}**, length {np.linalg.norm(example.q[head, top]):.3g}.",
     )
 
 
 def step_scores() -> None:
-    widgets.explain(
+    messages.explain(
         {
             "dot": "The dot product of a query and a key: large when they point the same way. It grows with the "
             "number of dimensions d_k, so with many dimensions the scores get huge.",
@@ -264,14 +265,14 @@ def step_scores() -> None:
             )
 
     ask(
-        f"In head {h}, which key will **{widgets.md_escape(names[focus])}** score highest?",
-        f"**{widgets.md_escape(names[best])}**, with score {example.scores[head, focus, best]:.3g}.",
+        f"In head {h}, which key will **{messages.md_escape(names[focus])}** score highest?",
+        f"**{messages.md_escape(names[best])}**, with score {example.scores[head, focus, best]:.3g}.",
         scores_matrix,
     )
 
 
 def step_softmax() -> None:
-    widgets.explain(
+    messages.explain(
         "Softmax turns each row of scores into positive weights that add up to 1: how much of its attention a token "
         "gives to every other token. A big gap between scores makes one weight near 1."
     )
@@ -279,7 +280,7 @@ def step_softmax() -> None:
     top = float(example.weights[head, focus].max())
 
     def weights_figure() -> None:
-        widgets.show_chart(teaching.weights_figure(example.weights, example.keep_mask, names=names), key="cls_weights")
+        charts.show_chart(teaching.weights_figure(example.weights, example.keep_mask, names=names), key="cls_weights")
         if example.is_one_hot:
             st.warning(
                 "Every row is (almost) one-hot: the scores differ by far more than 1, so softmax gives nearly all "
@@ -287,7 +288,7 @@ def step_softmax() -> None:
             )
 
     ask(
-        f"Will **{widgets.md_escape(names[focus])}** give its top key in head {h} more or less than half of its "
+        f"Will **{messages.md_escape(names[focus])}** give its top key in head {h} more or less than half of its "
         "attention?",
         f"**{'More' if top > 0.5 else 'Less'}**: {top:.2f} of it. The rest is spread over the other "
         f"{len(visible_keys) - 1} visible tokens.",
@@ -296,22 +297,22 @@ def step_softmax() -> None:
 
 
 def step_weighted_values() -> None:
-    widgets.explain("Each token's new vector is the average of the value vectors, weighted by its attention.")
+    messages.explain("Each token's new vector is the average of the value vectors, weighted by its attention.")
     st.latex(
         rf"\mathrm{{head}}_{h} = A_{h} V_{h} \qquad [{example.seq_len} \times {example.seq_len}] \cdot "
         rf"[{example.seq_len} \times {example.d_k}] = [{example.seq_len} \times {example.d_k}]"
     )
     source_token = int(np.argmax(example.weights[head, focus]))
     ask(
-        f"Whose value vector contributes most to **{widgets.md_escape(names[focus])}**'s new vector in head {h}?",
-        f"**{widgets.md_escape(names[source_token])}**'s: it carries weight "
+        f"Whose value vector contributes most to **{messages.md_escape(names[focus])}**'s new vector in head {h}?",
+        f"**{messages.md_escape(names[source_token])}**'s: it carries weight "
         f"{example.weights[head, focus, source_token]:.2f}.",
         lambda: matrix(example.heads[head], f"head_{h}", "cls_head_output"),
     )
 
 
 def step_output() -> None:
-    widgets.explain(
+    messages.explain(
         "The heads' outputs are laid side by side, giving each token one long vector again; W^O mixes "
         "what the heads found and brings it back to d_model numbers per token."
     )
@@ -333,7 +334,7 @@ def step_output() -> None:
 
 
 def step_shapes_and_counts() -> None:
-    widgets.explain(
+    messages.explain(
         "The batch axis holds several sentences at once (here one). Splitting into heads is only a reshape: no "
         "numbers change, they are regrouped. Counting multiplications shows where the work is: the projections "
         "grow with d_model squared, the scores and the weighted values with the sequence length squared."
@@ -378,18 +379,18 @@ def step_shapes_and_counts() -> None:
 
 
 def step_scaling() -> None:
-    widgets.explain(
+    messages.explain(
         "With random queries and keys, a dot product over d_k dimensions has spread about the square root of d_k. "
         "Without scaling, the scores of a big head are so far apart that softmax picks one key and ignores the rest "
         "(and learning stalls, because the weights stop changing). Scaling keeps the weights spread out at any "
         "size; cosine similarity stays bounded."
     )
-    table = state.saturation_table(16)
+    table = compute.saturation_table(16)
     unscaled = table[(table["score"] == "dot") & (table["d_k"] == table["d_k"].max())]["max_weight"].iloc[0]
     ask(
         f"Without dividing by sqrt(d_k), how large is the biggest weight of a row at d_k = {table['d_k'].max()}?",
         f"About **{unscaled:.2f}**: nearly one-hot. With the scaling it stays far below that.",
-        lambda: widgets.show_chart(teaching.saturation_figure(table, 16), key="cls_saturation"),
+        lambda: charts.show_chart(teaching.saturation_figure(table, 16), key="cls_saturation"),
     )
 
 
@@ -405,7 +406,7 @@ STEPS = [
 ]
 
 # ---- one step per screen -----------------------------------------------------------------------------------
-all_steps = widgets.url_toggle("All steps on one page", "cls_all", "all")
+all_steps = pickers.url_toggle("All steps on one page", "cls_all", "all")
 if all_steps:
     for title, draw in STEPS:
         st.header(title)
@@ -413,7 +414,7 @@ if all_steps:
     st.stop()
 
 
-widgets.url_setting("cls_step", "step", 1, address.number(1, len(STEPS)))
+pickers.url_setting("cls_step", "step", 1, address.number(1, len(STEPS)))
 
 
 def move(by: int) -> None:
@@ -427,7 +428,7 @@ progress.progress(number / len(STEPS), text=f"Step {number} of {len(STEPS)}")
 forward.button(
     "Next", key="cls_next", on_click=move, args=(1,), disabled=number == len(STEPS), icon=":material/arrow_forward:"
 )
-widgets.keep_in_url("cls_step", "step", 1)
+pickers.keep_in_url("cls_step", "step", 1)
 title, draw = STEPS[number - 1]
 st.header(title)
 draw()

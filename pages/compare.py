@@ -5,7 +5,10 @@ import pandas as pd
 import streamlit as st
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
-from ui import figures, shell, state, widgets
+from mha_core.models import DEFAULT_MODEL, ENGINES
+from ui import compute, figures, session, shell
+from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices
+from ui.widgets import charts, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -14,16 +17,16 @@ CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "pre
 
 st.title("Compare")
 MODES = {"layers": "Layer vs layer", "sentences": "Sentence vs sentence", "models": "Model vs model"}
-mode = widgets.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
-selection = state.selection()
-run = widgets.current_run()
+mode = pickers.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
+selection = session.selection()
+run = sidebar.current_run()
 if run is None:
     st.stop()
 
 
 def metric_curves(runs_by_name: dict, key: str) -> None:
     """Per-layer curves of one head measurement, one line per run."""
-    metric = widgets.url_select(
+    metric = pickers.url_select(
         st.selectbox,
         "Per-layer summary",
         CURVES,
@@ -31,8 +34,8 @@ def metric_curves(runs_by_name: dict, key: str) -> None:
         url_key="summary",
         format_func=METRIC_DESCRIPTIONS.get,
     )
-    tables = [state.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
-    widgets.show_chart(
+    tables = [compute.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
+    charts.show_chart(
         figures.layer_curves(
             pd.concat(tables, ignore_index=True),
             metric,
@@ -46,14 +49,14 @@ def metric_curves(runs_by_name: dict, key: str) -> None:
 
 def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tuple[str, str], key: str) -> None:
     """The two layers side by side, or their difference (left minus right) as one grid."""
-    if widgets.url_toggle(
+    if pickers.url_toggle(
         "Show the difference (left − right)",
         f"{key}_difference",
         "diff",
         help="One map of left minus right: red where the left attends more, blue where the right does. "
         "Position by position where the two have the same tokens or one tokenizer and one length; word by word "
         "for one text through two tokenizers.",
-    ) and widgets.difference_view(left_run, right_run, left_layer, right_layer, f"{key}_difference_grid", titles):
+    ) and views.difference_view(left_run, right_run, left_layer, right_layer, f"{key}_difference_grid", titles):
         return
     left, right = st.columns(2)
     for column, side_run, layer, title, side in (
@@ -61,23 +64,23 @@ def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tup
         (right, right_run, right_layer, titles[1], "right"),
     ):
         with column:
-            st.markdown(f"**{widgets.md_escape(title)}**")
-            widgets.head_view(side_run, layer, key=f"{key}_{side}", columns=3, width_hint=480)
+            st.markdown(f"**{messages.md_escape(title)}**")
+            views.head_view(side_run, layer, key=f"{key}_{side}", columns=3, width_hint=480)
 
 
 if mode == "sentences":
     st.caption("The same model reads two sentences; the same layer of each, side by side.")
-    other_text = widgets.url_text(
+    other_text = pickers.url_text(
         "Second sentence to compare",
         key="compare_text",
         url_key="text2",
         default="The cat sat on the mat because it was hungry.",
         what="second sentence to compare",
     )
-    other = widgets.run_for(selection.model, selection.engine, other_text, bos=selection.bos)
+    other = sidebar.run_for(selection.model, selection.engine, other_text, bos=selection.bos)
     if other is None:
         st.stop()
-    layer = widgets.select_layer(run.num_layers)
+    layer = pickers.select_layer(run.num_layers)
     compared(run, other, layer, layer, (f"A: {selection.text}", f"B: {other_text}"), key="cmp_sentences")
     metric_curves({"A": run, "B": other}, key="cmp_sentences")
 
@@ -87,53 +90,53 @@ elif mode == "models":
         "how exactly Headscope's own layer code reproduces the library: their difference is float32 rounding."
     )
     cols = st.columns(2)
-    offered = {key: label for key, label in state.model_choices().items() if key != state.OTHER_MODEL}
-    other_model = widgets.url_select(
+    offered = {key: label for key, label in model_choices().items() if key != OTHER_MODEL}
+    other_model = pickers.url_select(
         cols[0].selectbox,
         "Second model",
         offered,
         key="compare_model",
         url_key="model2",
-        default=list(offered)[1 if selection.model == state.DEFAULT_MODEL and len(offered) > 1 else 0],
+        default=list(offered)[1 if selection.model == DEFAULT_MODEL and len(offered) > 1 else 0],
         format_func=offered.get,
     )
-    other_engine = widgets.url_select(
+    other_engine = pickers.url_select(
         cols[1].radio,
         "Second engine",
-        state.ENGINES,
+        ENGINES,
         key="compare_engine",
         url_key="engine2",
         horizontal=True,
-        format_func=state.ENGINE_LABELS.get,
+        format_func=ENGINE_LABELS.get,
     )
-    with widgets.error_display():
-        other = widgets.run_for(other_model, other_engine, selection.text, selection.text_pair, notices=False)
+    with messages.error_display():
+        other = sidebar.run_for(other_model, other_engine, selection.text, selection.text_pair, notices=False)
     if other is None:
         st.stop()
     for candidate in (run, other):
-        widgets.engine_note(candidate)
+        messages.engine_note(candidate)
     if other.model_name == run.model_name and other.engine == run.engine:
         st.info("Both sides are the same model and engine: pick another model or engine to compare.")
     cols = st.columns(2)
-    left_layer = widgets.select_layer(run.num_layers, label=f"Layer of {run.model_name}", container=cols[0])
+    left_layer = pickers.select_layer(run.num_layers, label=f"Layer of {run.model_name}", container=cols[0])
     # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
-    right_layer = widgets.select_layer(
+    right_layer = pickers.select_layer(
         other.num_layers,
         label=f"Layer of {other.model_name}",
         key="compare_other_layer",
         url_key="layer2",
         container=cols[1],
     )
-    names = [f"{r.model_name} ({state.ENGINE_LABELS[r.engine]})" for r in (run, other)]
+    names = [f"{r.model_name} ({ENGINE_LABELS[r.engine]})" for r in (run, other)]
     compared(run, other, left_layer, right_layer, (names[0], names[1]), key="cmp_models")
     metric_curves(dict(zip(names, (run, other))), key="cmp_models")
 
 else:
     st.caption("Two layers of the same run, every head of each, side by side.")
     cols = st.columns(2)
-    layer_a = widgets.select_layer(run.num_layers, label="Left layer", container=cols[0])
+    layer_a = pickers.select_layer(run.num_layers, label="Left layer", container=cols[0])
     # Opens on the first layer against the last: the contrast a reader comes for.
-    layer_b = widgets.select_layer(
+    layer_b = pickers.select_layer(
         run.num_layers,
         label="Right layer",
         key="compare_layer_b",

@@ -6,8 +6,9 @@ import streamlit as st
 import mha_core as mc
 from mha_core.errors import HeadscopeError
 from mha_core.interventions import search
-from ui import shell, state, widgets
+from ui import compute, shell
 from ui.figures import deeper as figures
+from ui.widgets import charts, messages, pickers, sidebar
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -21,19 +22,18 @@ st.markdown(
     "choose *mpnet* in the sidebar) is the size of the models in Clark et al. 2019."
 )
 
-run = widgets.current_run()
+run = sidebar.current_run()
 if run is None:
     st.stop()
-model = state.get_model(state.selection().model)
 tokens = run.tokens
 
 # ---- 1. rollout and flow ------------------------------------------------------------------------------
 st.subheader("1. Attention rollout: what each token's representation draws on")
-rollout = state.computed_from(run, "rollout", lambda: mc.attention_rollout(run))
-layer = widgets.select_layer(
+rollout = compute.computed_from(run, "rollout", lambda: mc.attention_rollout(run))
+layer = pickers.select_layer(
     run.num_layers, label="After layer", key="deeper_layer", url_key="deeper_layer", default=run.num_layers - 1
 )
-widgets.show_chart(
+charts.show_chart(
     figures.token_matrix(rollout[layer], tokens, f"Rollout after layer {layer}"),
     key="deeper_rollout",
     filename="headscope-rollout",
@@ -43,11 +43,11 @@ st.caption(
     "residual connection), rows renormalised, and the layers multiplied: R_l = A_l R_(l-1). Row i: the input "
     "tokens token i draws on after this layer."
 )
-if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and widgets.url_toggle(
+if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and pickers.url_toggle(
     "Also compute attention flow (max-flow)", "deeper_flow", "flow"
 ):
-    flow = state.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))
-    widgets.show_chart(
+    flow = compute.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))
+    charts.show_chart(
         figures.token_matrix(flow, tokens, f"Attention flow after layer {layer}", colorbar="flow"),
         key="deeper_flow_chart",
         filename="headscope-flow",
@@ -60,15 +60,15 @@ if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and widgets.url_toggle(
 
 # ---- 2. norm-based attention ----------------------------------------------------------------------------
 st.subheader("2. Weight against norm: ||α f(x)||")
-head = widgets.select_head(run.num_heads, key="deeper_head", url_key="deeper_head")
+head = pickers.select_head(run.num_heads, key="deeper_head", url_key="deeper_head")
 
 
 try:
-    normed = state.run_with_norms(run)
+    normed = compute.run_with_norms(run)
 except HeadscopeError as error:
-    st.error(widgets.public_message(error))
+    st.error(messages.public_message(error))
     st.stop()
-widgets.show_chart(
+charts.show_chart(
     figures.weights_and_norms(
         normed.attentions[layer, head], normed.norms[layer, head], tokens, f"Layer {layer}, head {head}"
     ),
@@ -93,7 +93,7 @@ with st.expander("Per-head value and output norms"):
 
 # ---- 3. the neuron view -----------------------------------------------------------------------------------
 st.subheader("3. Neuron view: why this head attends where it does")
-query = widgets.url_select(
+query = pickers.url_select(
     st.selectbox,
     "Query token",
     range(run.num_tokens),
@@ -102,10 +102,7 @@ query = widgets.url_select(
     default=min(1, run.num_tokens - 1),
     format_func=lambda i: f"{i}: {tokens[i]}",
 )
-token_ids = run.metadata["token_ids"]
-view = state.computed_from(
-    run, f"neuron-{layer}-{head}-{query}", lambda: mc.neuron_view(model, token_ids, layer, head, query, run.engine)
-)
+view = compute.neuron_view(run, layer, head, query)
 if view.rotated:
     st.info(
         "This model uses rotary positions: the query and key vectors shown are after the rotation, as the score "
@@ -113,12 +110,12 @@ if view.rotated:
     )
 if np.any(view.bias):
     st.caption("MPNet adds a learned bias by relative position to each score: score = q·k / √d + bias.")
-widgets.show_chart(
+charts.show_chart(
     figures.neuron_products(view.tokens, view.products, view.visible, f"q × k, query {query}: {tokens[query]}"),
     key="deeper_neuron_products",
     filename="headscope-neuron",
 )
-widgets.show_chart(
+charts.show_chart(
     figures.neuron_scores(view.tokens, view.scores, view.weights, view.visible, "Scores and softmax"),
     key="deeper_neuron_scores",
     filename="headscope-neuron-scores",
@@ -132,12 +129,12 @@ st.caption(
 # ---- 4. corpus search -----------------------------------------------------------------------------------------
 st.subheader("4. Search a corpus for tokens like this one")
 st.markdown(
-    f"The UD English EWT dev sentences, searched for the tokens nearest to **{widgets.md_escape(tokens[query])}** "
+    f"The UD English EWT dev sentences, searched for the tokens nearest to **{messages.md_escape(tokens[query])}** "
     f"(token {query}): by the **representation** layer {layer} reads, or by the **attention pattern** of head "
     f"{layer}-{head} (its weight by offset from the token and on special tokens)."
 )
 left, right = st.columns(2)
-kind = widgets.url_select(
+kind = pickers.url_select(
     left.radio,
     "Compare tokens by",
     search.KINDS,
@@ -146,7 +143,7 @@ kind = widgets.url_select(
     format_func={"representation": "representation (cosine)", "attention": "attention pattern"}.get,
     horizontal=True,
 )
-size = widgets.url_select(
+size = pickers.url_select(
     right.select_slider,
     "Sentences searched",
     [50, 100, 200, 500],
@@ -154,15 +151,11 @@ size = widgets.url_select(
     url_key="searched",
     default=100,
 )
-if widgets.url_toggle(
+if pickers.url_toggle(
     "Search the corpus", "deeper_search", "search", help="Indexing takes a few seconds the first time."
 ):
-    index = state.corpus_index(run.model_name, layer, head, kind, size)
-    vector = state.computed_from(
-        run,
-        f"search-{kind}-{layer}-{head}-{query}",
-        lambda: search.query_vector(model, token_ids, query, layer, head, kind),
-    )
+    index = compute.corpus_index(run.model_name, layer, head, kind, size)
+    vector = compute.search_vector(run, query, layer, head, kind)
     found = index.search(vector, k=10)
     st.dataframe(found[["rank", "distance", "left", "token", "right"]], hide_index=True)
     st.caption(

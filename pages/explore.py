@@ -1,6 +1,6 @@
 """Explore: every head of a layer with one head enlarged (as a heatmap or as lines), or the whole model at once.
 
-Both views are one component drawn in the browser (ui/headview.py, assets/headview.js). The page's body is a
+Both views are one component drawn in the browser (ui/headview/: headview.js). The page's body is a
 fragment that also draws the sidebar's sentence boxes, so Enter reruns the body only; inside it, the view's own
 fragment reruns alone when the visitor switches a layer, a head or the view. In both, the view is drawn first
 and the controls and notes above it after (into containers placed above it), so the browser paints the view
@@ -8,7 +8,8 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, figures, headview, shell, state, widgets
+from ui import address, compute, figures, headview, session, shell
+from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -17,25 +18,25 @@ shell.in_app()  # a page's own address opened on a new server: run it inside app
 SINK_NOTE_SHARE = 0.25
 
 st.title("Explore")
-st.markdown(widgets.INTRO)
+st.markdown(messages.INTRO)
 with st.expander("What am I looking at?", icon=":material/help:"):
-    st.markdown(widgets.FIRST_TEN_MINUTES)
+    st.markdown(messages.FIRST_TEN_MINUTES)
 
 
 def explore_run(notices: bool = True):
     """The run this page shows: a model trained on the Lab page (when the visitor opened it here), else
     the sidebar's selection (from the shared cache)."""
-    lab = state.lab_run()
-    return lab if lab is not None else widgets.current_run(notices=notices)
+    lab = session.lab_run()
+    return lab if lab is not None else sidebar.current_run(notices=notices)
 
 
-if state.lab_run() is not None:
+if session.lab_run() is not None:
     st.info(
         "Showing the model you trained on the Lab page, on its fixed example (tokens are numbers). "
         "The sidebar's model and sentence come back with the button below.",
         icon=":material/science:",
     )
-    st.button("Back to the sidebar's model", on_click=state.close_lab_run, key="explore_close_lab")
+    st.button("Back to the sidebar's model", on_click=session.close_lab_run, key="explore_close_lab")
 
 
 @st.fragment
@@ -43,10 +44,10 @@ def explore_body(sentence_slot) -> None:
     """Everything the sentence decides, with the sentence boxes drawn into their place in the sidebar
     (``sentence_slot``; None when the sidebar draws them): Enter reruns this fragment only."""
     if sentence_slot is None:
-        with widgets.error_display():
+        with messages.error_display():
             explore_view()
         return
-    with widgets.sentences_in_page(sentence_slot, place="explore"), widgets.error_display():
+    with sidebar.sentences_in_page(sentence_slot, place="explore"), messages.error_display():
         explore_view()
 
 
@@ -55,21 +56,21 @@ def explore_view() -> None:
     if run is None:
         return
     header = st.container()  # filled after the view is drawn, shown above it
-    words, hide_special = widgets.view_settings(run)
+    words, hide_special = pickers.view_settings(run)
     view_section(words, hide_special)
     with header:
-        st.caption(widgets.md_escape(run.summary()))
-        widgets.engine_note(run)
-        widgets.view_toggles(run)  # the same values as view_settings above
-        view = widgets.shaped_run(run, words, hide_special)
+        st.caption(messages.md_escape(run.summary()))
+        messages.engine_note(run)
+        pickers.view_toggles(run)  # the same values as view_settings above
+        view = views.shaped_run(run, words, hide_special)
         notes = []
         if view.is_causal:
             notes.append("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
-        if widgets.figure_options(view)["segment_ids"] is not None:
+        if views.figure_options(view)["segment_ids"] is not None:
             notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
         if notes:
             st.caption(" ".join(notes))
-        sinks = state.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
+        sinks = compute.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
         if sinks.mean() >= SINK_NOTE_SHARE:
             st.info(
                 f"{sinks.sum()} of the {sinks.size} heads put most of their attention on a token of no content "
@@ -96,15 +97,15 @@ def view_section(words: bool, hide_special: bool) -> None:
     run = explore_run(notices=False)
     if run is None:
         return
-    view = widgets.shaped_run(run, words, hide_special)
-    widgets.url_setting("explore_view", "view", "head", address.choice(headview.VIEWS))
-    widgets.url_setting("head_shape", "shape", "heatmap", address.choice(headview.SHAPES))
+    view = views.shaped_run(run, words, hide_special)
+    pickers.url_setting("explore_view", "view", "head", address.choice(headview.VIEWS))
+    pickers.url_setting("head_shape", "shape", "heatmap", address.choice(headview.SHAPES))
     mode, shape = st.session_state["explore_view"], st.session_state["head_shape"]
-    layer = widgets.select_layer(view.num_layers, draw=False)
-    head = widgets.select_head(view.num_heads, draw=False)
-    widgets.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=take_pick)
-    widgets.keep_in_url("explore_view", "view", "head")
-    widgets.keep_in_url("head_shape", "shape", "heatmap")
+    layer = pickers.select_layer(view.num_layers, draw=False)
+    head = pickers.select_head(view.num_heads, draw=False)
+    views.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=take_pick)
+    pickers.keep_in_url("explore_view", "view", "head")
+    pickers.keep_in_url("head_shape", "shape", "heatmap")
     if mode == "model":
         return
     st.caption(
@@ -115,8 +116,8 @@ def view_section(words: bool, hide_special: bool) -> None:
     )
     if shape == "lines":
         lines_view(view, layer, head)
-    widgets.downloads(view, layer, head)
-    source = widgets.layer_source_code(run.family) if run.engine == "core" else None
+    downloads.downloads(view, layer, head)
+    source = views.layer_source_code(run.family) if run.engine == "core" else None
     if source:
         with st.expander("The from-scratch layer code that computed these weights"):
             st.code(source, language="python")
@@ -129,7 +130,7 @@ def lines_view(view, layer: int, head: int) -> None:
     tokens = [ALL, *range(view.num_tokens)]
     # The widgets below keep their functions for the session's life: they see the tokens, not the run.
     names = list(view.tokens)
-    focus = widgets.url_select(
+    focus = pickers.url_select(
         side.selectbox,
         "Focus on query token",
         tokens,
@@ -140,12 +141,12 @@ def lines_view(view, layer: int, head: int) -> None:
     )
     focus = None if focus == ALL else focus
     with chart:
-        widgets.show_chart(
+        charts.show_chart(
             figures.attention_lines(
                 view.attentions[layer, head],
                 view.tokens,
                 focus=focus,
-                segment_ids=widgets.figure_options(view)["segment_ids"],
+                segment_ids=views.figure_options(view)["segment_ids"],
             ),
             key="lines_view",
             filename=f"headscope-layer{layer}-head{head}-lines",
@@ -160,4 +161,4 @@ def lines_view(view, layer: int, head: int) -> None:
     )
 
 
-explore_body(state.sentence_slot())
+explore_body(session.sentence_slot())

@@ -6,9 +6,11 @@ import streamlit as st
 
 from mha_core.errors import HeadscopeError
 from mha_core.lab import POSITIONS, ROLE_THRESHOLD, TASKS, LabConfig, task_roles
-from ui import figures, shell, state, widgets
+from ui import compute, figures, session, shell
 from ui.figures import lab as lab_figures
 from ui.lab_runner import LabRunner, appearance_table
+from ui.settings import lab_slots
+from ui.widgets import charts, messages, pickers
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -82,19 +84,19 @@ st.markdown(
 )
 
 left, middle, right = st.columns(3)
-task = widgets.url_select(left.selectbox, "Task", TASKS, key="lab_task", url_key="task", format_func=TASK_LABELS.get)
-size = widgets.url_select(
+task = pickers.url_select(left.selectbox, "Task", TASKS, key="lab_task", url_key="task", format_func=TASK_LABELS.get)
+size = pickers.url_select(
     middle.selectbox, "Model size", SIZES, key="lab_size", url_key="size", format_func=SIZE_LABELS.get
 )
-total_steps = widgets.url_select(
+total_steps = pickers.url_select(
     right.select_slider, "Training steps", STEP_CHOICES, key="lab_steps", url_key="steps", default=1000
 )
 left, middle, right = st.columns(3)
-positions = widgets.url_select(
+positions = pickers.url_select(
     left.selectbox, "Positional encoding", POSITIONS, key="lab_positions", url_key="encoding"
 )
-seed = widgets.url_number(middle.number_input, "Seed", 0, 10_000, key="lab_seed", url_key="seed", default=0, step=1)
-offset = widgets.url_number(
+seed = pickers.url_number(middle.number_input, "Seed", 0, 10_000, key="lab_seed", url_key="seed", default=0, step=1)
+offset = pickers.url_number(
     right.number_input,
     "k (positional task)",
     1,
@@ -116,7 +118,7 @@ except HeadscopeError as error:
 runner: LabRunner | None = st.session_state.get(RUNNER)
 untouched = runner is not None and runner.status == "new"
 if runner is None or (untouched and (runner.config != config or runner.total_steps != total_steps)):
-    runner = st.session_state[RUNNER] = LabRunner(config, total_steps, state.lab_slots(), presence=state.presence())
+    runner = st.session_state[RUNNER] = LabRunner(config, total_steps, lab_slots(), presence=session.presence())
 settings_differ = runner.config != config or runner.total_steps != total_steps
 
 
@@ -150,7 +152,7 @@ if settings_differ:
     buttons[3].caption("The settings above changed: press **Reset** to train a new model with them.")
 if runner.message:
     st.warning(runner.message)
-widgets.explain(WATCH_FOR[runner.config.task])
+messages.explain(WATCH_FOR[runner.config.task])
 
 
 @st.fragment(run_every=POLL_S if runner.running else None)
@@ -174,7 +176,7 @@ def live_view(was_running: bool) -> None:
         st.caption("The curves appear here as soon as training starts.")
         return
     config = runner.config
-    widgets.show_chart(
+    charts.show_chart(
         lab_figures.loss_curve(
             snapshot.history,
             snapshot.phase_step if config.task == "induction" else None,
@@ -188,14 +190,14 @@ def live_view(was_running: bool) -> None:
     roles = task_roles(config)
     for column, role in zip(st.columns(len(roles)), roles):
         with column:
-            widgets.show_chart(
+            charts.show_chart(
                 lab_figures.score_curves(snapshot.history, role, threshold=ROLE_THRESHOLD),
                 key=f"lab_scores_{role}",
                 filename=f"headscope-lab-{role}",
             )
     st.dataframe(appearance_table(snapshot.appearance, ROLE_THRESHOLD), hide_index=True, key="lab_appearance")
     if snapshot.attention is not None:
-        widgets.show_chart(
+        charts.show_chart(
             figures.model_grid(
                 snapshot.attention,
                 snapshot.tokens,
@@ -219,7 +221,7 @@ if runner.lab.records and not runner.running:
     last_role = task_roles(runner.config)[-1]
     best = scores.sort_values(last_role, kind="stable").iloc[-1]
     left, right = st.columns(2)
-    layer = widgets.url_number(
+    layer = pickers.url_number(
         left.number_input,
         "Layer",
         0,
@@ -228,7 +230,7 @@ if runner.lab.records and not runner.running:
         url_key="off_layer",
         default=int(best["layer"]),
     )
-    head = widgets.url_number(
+    head = pickers.url_number(
         right.number_input,
         "Head",
         0,
@@ -249,7 +251,7 @@ if runner.lab.records and not runner.running:
         delta_color="inverse",
     )
     if st.button("Open this model in Explore", key="lab_open_explore", icon=":material/grid_view:"):
-        state.open_lab_in_explore(runner.lab)
+        compute.open_lab_in_explore(runner.lab)
         st.switch_page(st.Page(Path(__file__).with_name("explore.py"), url_path="explore"))
     st.caption(
         "Explore then shows this model's heads on the fixed example, with its head view, lines and downloads. "

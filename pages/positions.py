@@ -4,8 +4,9 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import positional
-from ui import shell, widgets
+from ui import shell
 from ui.figures import teaching
+from ui.widgets import charts, messages, pickers, sidebar
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -17,10 +18,10 @@ st.markdown(
 )
 
 left, right = st.columns(2)
-num_positions = widgets.url_number(
+num_positions = pickers.url_number(
     left.slider, "Positions", 8, 512, key="pe_positions", url_key="positions", default=100, step=1
 )
-d_model = widgets.url_select(
+d_model = pickers.url_select(
     right.select_slider,
     "d_model (dimensions)",
     [8, 16, 32, 64, 128, 256, 512],
@@ -33,10 +34,10 @@ wavelengths = positional.channel_wavelengths(d_model)
 
 st.subheader("1. Waves: one frequency per pair of dimensions")
 default_channels = sorted({0, 1, d_model // 4, d_model // 2, d_model - 2})
-channels = widgets.url_multiselect(
+channels = pickers.url_multiselect(
     "Dimensions to draw", range(d_model), key="pe_channels", url_key="dims", default=default_channels
 )
-widgets.show_chart(teaching.waves_figure(pe, channels, wavelengths), key="pe_waves", filename="headscope-pe-waves")
+charts.show_chart(teaching.waves_figure(pe, channels, wavelengths), key="pe_waves", filename="headscope-pe-waves")
 st.caption(
     f"Dimension 0 repeats every {wavelengths[0]:.2f} positions; dimension {d_model - 2} every "
     f"{wavelengths[d_model - 2]:,.0f}. A popular tutorial says low dimensions are the slow (low-frequency) ones; its own "
@@ -44,14 +45,14 @@ st.caption(
 )
 
 st.subheader("2. Every position at once")
-widgets.show_chart(teaching.encoding_heatmap(pe), key="pe_heatmap", filename="headscope-pe-heatmap")
+charts.show_chart(teaching.encoding_heatmap(pe), key="pe_heatmap", filename="headscope-pe-heatmap")
 st.caption(
     "Each row is one position's vector. Left columns flicker from row to row (fast waves); right columns "
     "barely change (slow waves). Together they give every position a different pattern, like the hands of a clock."
 )
 
 st.subheader("3. How similar are two positions?")
-metric = widgets.url_select(
+metric = pickers.url_select(
     st.radio,
     "Similarity",
     positional.SIMILARITY_METRICS,
@@ -62,7 +63,7 @@ metric = widgets.url_select(
 )
 left, right = st.columns(2)
 with left:
-    widgets.show_chart(
+    charts.show_chart(
         teaching.similarity_curve(
             mc.similarity_by_distance(pe, metric), "Similarity against distance (sinusoidal)", metric
         ),
@@ -70,7 +71,7 @@ with left:
         filename="headscope-pe-similarity",
     )
 with right:
-    widgets.show_chart(
+    charts.show_chart(
         teaching.similarity_heatmap(mc.position_similarity(pe, metric), f"PE[p] . PE[q] ({metric})"),
         key="pe_similarity_matrix",
         filename="headscope-pe-similarity-matrix",
@@ -91,11 +92,11 @@ st.latex(
     r"\quad \omega_i = 10000^{-2i/d}"
 )
 left, right = st.columns(2)
-p = widgets.url_number(left.number_input, "Position p", 0, 100_000, key="pe_p", url_key="p", default=5, step=1)
-k = widgets.url_number(right.number_input, "Offset k", -int(p), 100_000, key="pe_k", url_key="k", default=3, step=1)
-with widgets.error_display():
+p = pickers.url_number(left.number_input, "Position p", 0, 100_000, key="pe_p", url_key="p", default=5, step=1)
+k = pickers.url_number(right.number_input, "Offset k", -int(p), 100_000, key="pe_k", url_key="k", default=3, step=1)
+with messages.error_display():
     check = positional.relative_shift_check(int(p), int(k), d_model)
-    widgets.show_chart(
+    charts.show_chart(
         teaching.shift_figure(check["pe_p_plus_k"], check["pe_p_times_m_k"], int(p), int(k)),
         key="pe_shift",
         filename="headscope-pe-shift",
@@ -106,8 +107,8 @@ with widgets.error_display():
     st.caption("The difference is rounding error only (float64): the same M_k works for every p.")
 
 st.subheader("5. Learned positions in the model in use")
-model = widgets.current_model()
-name = widgets.md_escape(model.name) if model is not None else ""
+model = sidebar.current_model()
+name = messages.md_escape(model.name) if model is not None else ""
 if model is not None:
     table = model.position_embeddings()
     if table is None:
@@ -118,7 +119,7 @@ if model is not None:
             "two tokens depends on their distance. There is no table of vectors to compare here."
         )
     else:
-        count = widgets.url_number(
+        count = pickers.url_number(
             st.slider,
             "Positions to compare",
             2,
@@ -135,20 +136,20 @@ if model is not None:
         )
         left, right = st.columns(2)
         with left:
-            widgets.show_chart(
+            charts.show_chart(
                 teaching.similarity_curve(
                     mc.similarity_by_distance(sinusoidal, metric), "Sinusoidal (the formula)", metric
                 ),
                 key="pe_model_sinusoidal",
             )
         with right:
-            widgets.show_chart(
+            charts.show_chart(
                 teaching.similarity_curve(
                     mc.similarity_by_distance(learned, metric), f"Learned ({model.name})", metric
                 ),
                 key="pe_model_learned",
             )
-        widgets.show_chart(
+        charts.show_chart(
             teaching.similarity_heatmap(
                 mc.position_similarity(learned, metric), f"Learned position vectors of {model.name} ({metric})"
             ),

@@ -11,8 +11,10 @@ import mha_core
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.analysis.roles import ROLE_GROUPS
 from mha_core.errors import HeadscopeError
-from ui import figures, shell, state, widgets
+from ui import compute, figures, session, shell
 from ui.figures.roles import head_layout_map, role_map
+from ui.settings import PROFILE_SENTENCES, settings
+from ui.widgets import charts, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -65,7 +67,7 @@ HELDOUT_TABLE = {
 
 def select_from_chart(chart_key: str) -> None:
     """A click on the role map or the MDS map selects that head (both carry [layer, head] first)."""
-    widgets.select_clicked_head(chart_key)
+    pickers.select_clicked_head(chart_key)
 
 
 def profile_controls(run, model_name: str) -> None:
@@ -75,16 +77,16 @@ def profile_controls(run, model_name: str) -> None:
             "Scores every head on sentences of the UD English EWT dev split (gold trees) and, for decoders, "
             "on repeated random tokens. Results are cached per model."
         )
-        config = state.settings()
+        config = settings()
         cols = st.columns([2, 1])
-        sentences = widgets.url_number(
+        sentences = pickers.url_number(
             cols[0].number_input,
             "Sentences",
             10,
             config.max_profile_sentences,
             key="roles_profile_sentences",
             url_key="sentences",
-            default=min(state.PROFILE_SENTENCES, config.max_profile_sentences),
+            default=min(PROFILE_SENTENCES, config.max_profile_sentences),
             step=10,
         )
         if config.classroom:
@@ -93,29 +95,29 @@ def profile_controls(run, model_name: str) -> None:
                 "and one runs at a time."
             )
         # Asked for until it is done: a run stopped meanwhile (a connection lost for a moment) leaves the
-        # profile going in the background, and the next run waits for it again (state.background).
+        # profile going in the background, and the next run waits for it again (compute.background).
         wanted = st.session_state.setdefault("roles_profile_wanted", {})
         if cols[1].button("Profile heads", key="roles_profile_button", type="primary"):
             wanted[model_name] = int(sentences)
         if model_name not in wanted:
             return
         # A class shares the cores: one profile at a time on a classroom server.
-        lock = state.shared().profile_lock if config.classroom else contextlib.nullcontext()
+        lock = compute.shared().profile_lock if config.classroom else contextlib.nullcontext()
         if config.classroom and not lock.acquire(blocking=False):
             wanted.pop(model_name)
             st.warning("Another visitor's corpus profile is running on this server. Try again in a minute.")
             return
         try:
-            state.corpus_profile(model_name, wanted[model_name])
+            compute.corpus_profile(model_name, wanted[model_name])
             st.session_state.setdefault("roles_profile", {})[model_name] = wanted.pop(model_name)
             if run.is_causal:
-                state.decoder_scores(model_name)
+                compute.decoder_scores(model_name)
                 st.session_state.setdefault("roles_decoder", {})[model_name] = True
         except Exception as error:  # not Streamlit's stop of this run: the profile goes on for the next run
             wanted.pop(model_name, None)
             if not isinstance(error, HeadscopeError):
                 raise
-            st.error(widgets.public_message(error))
+            st.error(messages.public_message(error))
         finally:
             if config.classroom:
                 lock.release()
@@ -127,8 +129,8 @@ def roles_of(run, model_name: str, metrics: pd.DataFrame, semantic: pd.DataFrame
     dependency = coreference = decoder = None
     sentences = st.session_state.get("roles_profile", {}).get(model_name)
     if sentences is not None:
-        corpus_metrics, dependency, coreference = state.corpus_profile(model_name, sentences)
-        source = widgets.url_select(
+        corpus_metrics, dependency, coreference = compute.corpus_profile(model_name, sentences)
+        source = pickers.url_select(
             st.radio,
             "Positional, delimiter and broad roles from",
             ROLE_SOURCES,
@@ -141,7 +143,7 @@ def roles_of(run, model_name: str, metrics: pd.DataFrame, semantic: pd.DataFrame
         if source == "corpus":
             metrics = corpus_metrics
     if st.session_state.get("roles_decoder", {}).get(model_name):
-        decoder = state.decoder_scores(model_name)
+        decoder = compute.decoder_scores(model_name)
     roles = mha_core.head_roles(
         run, metrics=metrics, dependency=dependency, coreference=coreference, decoder=decoder, semantic=semantic
     )
@@ -152,8 +154,8 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
     """One head: its roles with score, threshold and evidence, its attention, every measurement."""
     st.subheader("Evidence for one head")
     cols = st.columns(2)
-    layer = widgets.select_layer(run.num_layers, container=cols[0])
-    head = widgets.select_head(run.num_heads, container=cols[1])
+    layer = pickers.select_layer(run.num_layers, container=cols[0])
+    head = pickers.select_head(run.num_heads, container=cols[1])
     own = roles[(roles["layer"] == layer) & (roles["head"] == head)]
     if own.empty:
         st.info(f"Layer {layer} head {head}: no role passes its threshold on this evidence.")
@@ -174,13 +176,13 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
             st.caption(f"**{role}**: {evidence}")
     left, right = st.columns([3, 2])
     with left:
-        widgets.show_chart(
+        charts.show_chart(
             figures.head_heatmap(
                 run.attentions[layer, head],
                 run.tokens,
                 run.tokens,
                 title=f"Layer {layer} head {head} on the current sentence",
-                **widgets.figure_options(run),
+                **views.figure_options(run),
             ),
             key="roles_head_heatmap",
             filename=f"headscope-layer{layer}-head{head}",
@@ -206,13 +208,13 @@ st.caption(
 )
 with st.expander("What the words mean", icon=":material/menu_book:"):
     st.markdown(GLOSSARY)
-selection = state.selection()
-run = widgets.current_run()
+selection = session.selection()
+run = sidebar.current_run()
 if run is None:
     st.stop()
 
-with widgets.error_display():
-    metrics, semantic, distances = state.sentence_analysis(selection.model, run)
+with messages.error_display():
+    metrics, semantic, distances = compute.sentence_analysis(selection.model, run)
     profile_controls(run, selection.model)
     roles, primary, dependency = roles_of(run, selection.model, metrics, semantic)
 
@@ -224,7 +226,7 @@ with widgets.error_display():
         "would give; a syntactic role only when it holds on sentences it was not chosen on (table below)."
     )
     st.caption(" · ".join(f"{group}: {counts.get(group, 0)}" for group in ROLE_GROUPS if counts.get(group, 0)))
-    widgets.show_chart(
+    charts.show_chart(
         role_map(
             primary,
             run.num_layers,
@@ -238,8 +240,8 @@ with widgets.error_display():
         selection_mode="points",
     )
 
-    if widgets.url_toggle("Causal column: ablate each role's heads on this sentence", "roles_causal", "causal"):
-        effect = state.role_ablation(selection.model, run, primary)
+    if pickers.url_toggle("Causal column: ablate each role's heads on this sentence", "roles_causal", "causal"):
+        effect = compute.role_ablation(selection.model, run, primary)
         st.caption(
             "All heads of a role zero-ablated at once (Ablate page, mha_core.interventions): how much the "
             f"{effect['measure'].iloc[0] if len(effect) else 'loss'} of this sentence rises. A role whose heads "
@@ -258,7 +260,7 @@ with widgets.error_display():
             f"over every head, relation and direction tried (relations with >= {mha_core.analysis.roles.SYNTACTIC_MIN_COUNT}"
             " cases)."
         )
-        min_count = widgets.url_number(
+        min_count = pickers.url_number(
             st.number_input,
             "Minimum examples per relation",
             1,
@@ -281,20 +283,20 @@ with widgets.error_display():
         )
 
     st.subheader("Map of heads")
-    color_by = widgets.url_select(
+    color_by = pickers.url_select(
         st.radio, "Colour by", ["layer", "role"], key="roles_color_by", url_key="colour_by", horizontal=True
     )
     st.caption(
         "Classical MDS of the Jensen-Shannon distances between heads (Clark et al. 2019): heads that "
         "attend alike sit close together."
     )
-    if run.num_tokens > state.DISTANCE_MAX_QUERIES:
+    if run.num_tokens > compute.DISTANCE_MAX_QUERIES:
         st.caption(
-            f"{run.num_tokens} tokens: distances are averaged over {state.DISTANCE_MAX_QUERIES} evenly "
+            f"{run.num_tokens} tokens: distances are averaged over {compute.DISTANCE_MAX_QUERIES} evenly "
             "spaced query tokens to keep this page fast."
         )
     table = distances.layout_frame().merge(primary[["layer", "head", "role", "group"]], on=["layer", "head"])
-    widgets.show_chart(
+    charts.show_chart(
         head_layout_map(table, ROLE_GROUPS, color_by=color_by, title="Heads placed by how alike they attend"),
         key=LAYOUT_KEY,
         filename="headscope-head-map",
@@ -308,7 +310,7 @@ with widgets.error_display():
         st.caption(f"No collapse: no two heads are closer than {distances.collapse_threshold} bit.")
 
     st.subheader("Per-layer curves")
-    widgets.show_chart(
+    charts.show_chart(
         figures.layer_curves(
             distances.layer_spread(),
             "distance_to_layer",
@@ -323,7 +325,7 @@ with widgets.error_display():
         for c in metrics.columns
         if c not in ("layer", "head", "num_queries") and pd.api.types.is_numeric_dtype(metrics[c])
     ]
-    measure = widgets.url_select(
+    measure = pickers.url_select(
         st.selectbox,
         "Measurement",
         numeric,
@@ -332,7 +334,7 @@ with widgets.error_display():
         default="normalized_entropy",
         format_func=lambda name: METRIC_DESCRIPTIONS.get(name, name),
     )
-    widgets.show_chart(
+    charts.show_chart(
         figures.layer_curves(metrics, measure, label=METRIC_DESCRIPTIONS.get(measure, measure)),
         key="roles_curve",
         filename=f"headscope-{measure}",

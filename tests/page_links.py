@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
-from ui.state import DEFAULT_TEXT, PROFILE_SENTENCES
+from ui.address import DEFAULT_TEXT
+from ui.settings import PROFILE_SENTENCES
 
 
 @dataclass(frozen=True)

@@ -426,7 +426,7 @@ def test_unknown_model_keeps_the_previous_one(minilm):
 
 def test_unexpected_errors_become_one_line():
     def page():
-        from ui.widgets import error_display
+        from ui.widgets.messages import error_display
 
         with error_display():
             raise RuntimeError("internal detail that must not leak as a traceback")

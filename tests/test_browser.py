@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import ROOT, require
-from ui.browser import (
+from tools.browser import (
     chromium_available,
     chromium_page,
     head_view_js,

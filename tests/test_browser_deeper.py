@@ -9,7 +9,7 @@ import pytest
 
 import mha_core as mc
 from tests.conftest import require
-from ui.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
+from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

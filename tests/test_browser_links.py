@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import require
 from tests.page_links import LINKS, PageLink
-from ui.browser import (
+from tools.browser import (
     PAGE_STATE_JS,
     SENTENCE_LABEL,
     WIDGET_VALUES_JS,
@@ -26,7 +26,7 @@ from ui.browser import (
     head_view_js,
     start_streamlit,
 )
-from ui.state import MAX_TEXT_CHARS
+from ui.address import MAX_TEXT_CHARS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -172,7 +172,7 @@ def test_presentation_mode_reaches_the_head_view_without_a_reload(warm_server, a
         page.goto(url + "/explore?text=The+cat+sat+on+the+mat.")
         page.wait_for_function(head_view_js(12, "cat"), timeout=SETTLE_S * 1000)
         before = page.evaluate(HEAD_VIEW_FONTS_JS)
-        assert before == {"label": 12.0, "title": 20.0, "token": 12.0}  # assets/headview.css at scale 1
+        assert before == {"label": 12.0, "title": 20.0, "token": 12.0}  # ui/headview/headview.css at scale 1
         page.evaluate("() => { window.headscopeSamePage = true; }")  # gone if the page reloads
         sidebar = page.locator('[data-testid="stSidebar"]')
         sidebar.get_by_text("Presentation mode", exact=True).click()
@@ -182,7 +182,7 @@ def test_presentation_mode_reaches_the_head_view_without_a_reload(warm_server, a
         )
         page.wait_for_function(head_view_js(12, "cat"), timeout=SETTLE_S * 1000)
         after = page.evaluate(HEAD_VIEW_FONTS_JS)
-        # ui/widgets.py PRESENTATION_SCALE = 1.6: the CSS sizes times 1.6, and the token labels' font computed by
+        # ui/widgets/charts.py PRESENTATION_SCALE = 1.6: the CSS sizes times 1.6, and the token labels' font computed by
         # the script, round(12 * 1.6) px.
         assert after == pytest.approx({"label": 19.2, "title": 32.0, "token": 19.0}, abs=0.01)
         assert page.evaluate("() => window.headscopeSamePage === true")

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tests.conftest import require
-from ui.browser import (
+from tools.browser import (
     DROP_CONNECTION_JS,
     IDLE_CPU_PER_S,
     LAB_POINTS_JS,

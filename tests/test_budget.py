@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import METRIC_TOL, require
 from tests.page_helpers import open_app
-from ui.budget import RUN_PEAK_FACTOR, ByteBudgetCache, attention_bytes, runs_budget
+from ui.budget import RUN_PEAK_FACTOR, ByteBudgetCache, attention_bytes, run_peak_bytes, runs_budget
 
 MB = 1 << 20
 TEXT = "The cat sat on the mat because it was tired."
@@ -162,13 +162,13 @@ def test_runs_get_seven_eighths_of_the_server_budget():
 # ---- with the app ------------------------------------------------------------------------------------
 @pytest.fixture
 def fresh_server(monkeypatch):
-    from ui import state
+    from ui import compute
 
     for name in ("HEADSCOPE_CLASSROOM", "HEADSCOPE_ALLOWED_MODELS", "HEADSCOPE_CACHE_BUDGET_MB"):
         monkeypatch.delenv(name, raising=False)
-    state.reset_server_state()
-    yield state
-    state.reset_server_state()
+    compute.reset_server_state()
+    yield compute
+    compute.reset_server_state()
 
 
 @pytest.fixture(scope="module")
@@ -187,15 +187,14 @@ def live_runs() -> list:
 
 
 @pytest.mark.slow
-def test_a_run_reserves_its_estimated_peak(minilm, fresh_server):
-    state = fresh_server
+def test_a_run_reserves_its_estimated_peak(minilm):
     bos = minilm.default_bos
     n = len(minilm.encode(TEXT, None, bos).input_ids)
-    estimate = state.run_peak_bytes(minilm, TEXT, None, bos)
+    estimate = run_peak_bytes(minilm, TEXT, None, bos)
     run = minilm.run(TEXT)
     assert run.attentions.nbytes == attention_bytes(minilm.num_layers, minilm.num_heads, n) == 6 * 12 * n * n * 4
     assert estimate == int(RUN_PEAK_FACTOR * run.attentions.nbytes)
-    assert state.run_peak_bytes(minilm, "\u200b", None, bos) == 0  # the run itself will refuse this text
+    assert run_peak_bytes(minilm, "\u200b", None, bos) == 0  # the run itself will refuse this text
 
 
 @pytest.mark.slow
@@ -203,12 +202,12 @@ def test_no_session_keeps_its_run_once_the_page_is_drawn(minilm, fresh_server):
     """Explore drawn (head view fragment, download buttons): once the cache lets the run go, nothing of the
     session holds it. Before, the fragment kept the page's globals and the download buttons' callables
     kept the run, for as long as the session lived."""
-    state = fresh_server
+    compute = fresh_server
     before = {id(run) for run in live_runs()}
     app = open_app(query={"text": TEXT, "model": "minilm"})
-    assert not app.exception and state.shared().cache.stats()["entries"] >= 1
+    assert not app.exception and compute.shared().cache.stats()["entries"] >= 1
     assert any(getattr(run, "text", None) == TEXT for run in live_runs() if id(run) not in before)
-    state.shared().cache.clear()
+    compute.shared().cache.clear()
     left = [run for run in live_runs() if id(run) not in before and run.text == TEXT]
     assert left == [], f"{len(left)} run(s) of the drawn page still in memory"
     assert app.session_state["_state_initialised"]  # the session itself is still there
@@ -216,19 +215,19 @@ def test_no_session_keeps_its_run_once_the_page_is_drawn(minilm, fresh_server):
 
 @pytest.mark.slow
 def test_a_download_gets_its_run_back_once_it_has_left_memory(minilm, fresh_server):
-    state = fresh_server
+    compute = fresh_server
     key = ("run", "minilm", "transformers", TEXT, None, minilm.default_bos)
     run = minilm.run(TEXT)
     run.metadata["cache_key"] = key
     view = run.to_words()
     expected_npz, expected_csv = view.to_npz_bytes(), view.head_frame(2, 3).to_csv().encode()
-    npz = state.deferred(view, lambda v: v.to_npz_bytes())
-    csv = state.deferred(view, lambda v: v.head_frame(2, 3).to_csv().encode())
+    npz = compute.deferred(view, lambda v: v.to_npz_bytes())
+    csv = compute.deferred(view, lambda v: v.head_frame(2, 3).to_csv().encode())
     assert npz() == expected_npz  # still in memory: the same view
     del run, view
     assert [r for r in live_runs() if r.text == TEXT] == []  # the callables do not hold it
     assert csv() == expected_csv and len(npz()) == len(expected_npz)  # made again through the cache
-    assert state.shared().cache.stats()["entries"] == 1
+    assert compute.shared().cache.stats()["entries"] == 1
 
 
 # What one page sends for the longest text: the head view shows its first tokens only (``widgets.first_tokens``);
@@ -245,7 +244,7 @@ def test_a_page_of_the_longest_text_sends_a_bounded_payload(minilm, fresh_server
     sizes = {element.key: len(element.proto.spec) for element in app.get("plotly_chart")}
     sizes.update({element.proto.id: len(element.proto.json) for element in app.get("bidi_component")})
     head_view = [key for key in sizes if str(key).endswith("-head_view")]
-    assert len(head_view) == 1, sizes  # the canvas head view (ui/headview.py)
+    assert len(head_view) == 1, sizes  # the canvas head view (ui/headview/)
     assert sum(sizes.values()) <= PAGE_PAYLOAD_MAX_BYTES, sizes
     assert sizes[head_view[0]] < 12 * 512 * 512 * 4  # fewer bytes than the layer's 12 heads in float32 alone
 
@@ -253,18 +252,18 @@ def test_a_page_of_the_longest_text_sends_a_bounded_payload(minilm, fresh_server
 @pytest.mark.slow
 def test_a_view_and_its_run_cache_their_measurements_apart(minilm, fresh_server):
     """A word-level view keeps its run's key; metrics of the view are not the run's metrics."""
-    state = fresh_server
+    compute = fresh_server
     text = "Unbelievably, the tokenizer splits words."
     run = minilm.run(text)
     run.metadata["cache_key"] = ("run", "minilm", "transformers", text, None, minilm.default_bos)
     words = run.to_words()
     assert words.num_tokens < run.num_tokens
-    token_metrics, word_metrics = state.metrics_for(run), state.metrics_for(words)
+    token_metrics, word_metrics = compute.metrics_for(run), compute.metrics_for(words)
     assert len(token_metrics) == len(word_metrics) == minilm.num_layers * minilm.num_heads
     expected = __import__("mha_core").head_metrics(words)
     np.testing.assert_allclose(word_metrics["entropy"], expected["entropy"], **METRIC_TOL)
     assert not np.allclose(word_metrics["entropy"], token_metrics["entropy"])
-    assert state.metrics_for(words) is word_metrics  # cached
+    assert compute.metrics_for(words) is word_metrics  # cached
 
 
 def test_get_and_put_keep_the_most_recently_used_within_the_budget():

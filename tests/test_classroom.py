@@ -204,7 +204,7 @@ def test_estimate_bytes_counts_a_run_by_its_arrays():
 @pytest.fixture
 def server(monkeypatch):
     """A fresh server configuration for each test, from the environment the test sets."""
-    from ui import state
+    from ui import compute
 
     def configure(**env):
         for name in (
@@ -218,12 +218,12 @@ def server(monkeypatch):
             monkeypatch.delenv(name, raising=False)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        state.reset_server_state()
-        return state
+        compute.reset_server_state()
+        return compute
 
     yield configure
     monkeypatch.undo()
-    state.reset_server_state()
+    compute.reset_server_state()
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +254,7 @@ def assert_no_server_path(app: AppTest, *allowed: str) -> None:
 
 @pytest.mark.slow
 def test_classroom_mode_offers_the_classroom_models_and_the_class_link(minilm, server):
-    state = server(HEADSCOPE_CLASSROOM="1", HEADSCOPE_PUBLIC_URL="http://10.0.0.5:8501/")
+    compute = server(HEADSCOPE_CLASSROOM="1", HEADSCOPE_PUBLIC_URL="http://10.0.0.5:8501/")
     app = start(text=TEXT)
     assert app.selectbox(key="model_choice").options == [
         "all-MiniLM-L6-v2 (embedded encoder, 6 x 12 heads)",
@@ -264,11 +264,11 @@ def test_classroom_mode_offers_the_classroom_models_and_the_class_link(minilm, s
     refused = start(text=TEXT, model="mpnet")
     assert any("does not offer" in m for m in messages(refused)), messages(refused)
     with pytest.raises(Exception, match="does not offer"):
-        state.get_model("mpnet")
+        compute.get_model("mpnet")
     expander = next(e for e in app.sidebar.expander if e.label == "Join this class")
     assert any("http://10.0.0.5:8501/" in c.value for c in expander.code)
     assert len(app.get("image")) == 1  # the QR code, drawn on the server as a PNG
-    from ui.widgets import qr_png
+    from ui.widgets.sidebar import qr_png
 
     assert qr_png("http://10.0.0.5:8501/")[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -276,7 +276,7 @@ def test_classroom_mode_offers_the_classroom_models_and_the_class_link(minilm, s
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["bert-base-uncased", "/etc", "../../etc/passwd", "smollm2", "x" * 100_000])
 def test_a_link_to_a_model_the_server_does_not_offer_is_refused_without_touching_it(minilm, server, model, tmp_path):
-    state = server(HEADSCOPE_ALLOWED_MODELS="minilm")
+    compute = server(HEADSCOPE_ALLOWED_MODELS="minilm")
     app = start(model=model, text=TEXT)
     said = " ".join(messages(app))
     assert "does not offer" in said or "more than any model name" in said
@@ -286,7 +286,7 @@ def test_a_link_to_a_model_the_server_does_not_offer_is_refused_without_touching
         head_view_data(app)["enlarged_head"], minilm.run(TEXT).attentions[0, 0], rtol=0, atol=0.5 / 255 + ATTENTION_ATOL
     )
     with pytest.raises(Exception, match=r"does not offer|No model has a name"):
-        state.get_model(model)
+        compute.get_model(model)
 
 
 @pytest.mark.slow
@@ -351,12 +351,12 @@ def test_every_link_parameter_is_checked_with_a_message_not_an_exception(minilm,
 
 @pytest.mark.slow
 def test_runs_stay_within_the_byte_budget(minilm, server):
-    state = server(HEADSCOPE_CACHE_BUDGET_MB="1")
+    compute = server(HEADSCOPE_CACHE_BUDGET_MB="1")
     app = start(text=TEXT)
     for index in range(8):  # about 40 tokens each: 6 x 12 x 40 x 40 x 4 bytes = 0.46 MB a run
         app.text_input(key="text").set_value(f"Sentence number {index} is " + "about a cat on a mat " * 6).run()
         assert not app.exception
-    stats = state.shared().cache.stats()
+    stats = compute.shared().cache.stats()
     assert stats["used_bytes"] <= stats["budget_bytes"] == (1 << 20) - (1 << 17)  # 7/8 of it for runs
     assert stats["evictions"] > 0 and stats["entries"] >= 2
 
@@ -367,7 +367,7 @@ def test_the_classroom_model_list_is_one_fact_in_the_server_the_banner_and_the_d
     import subprocess
 
     from mha_core.models.sources import CLASSROOM_MODELS, EMBEDDED_MODELS
-    from ui.state import ServerSettings
+    from ui.settings import ServerSettings
 
     assert set(CLASSROOM_MODELS) < set(EMBEDDED_MODELS) and "mpnet" not in CLASSROOM_MODELS
     monkeypatch.delenv("HEADSCOPE_ALLOWED_MODELS", raising=False)

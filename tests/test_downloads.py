@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mha_core.run import AttentionRun
-from ui.widgets import download_name, model_slug, slug
+from ui.widgets.downloads import download_name, model_slug, slug
 
 
 def run_of(model_name: str, text: str, engine: str = "transformers", text_pair: str | None = None) -> AttentionRun:

@@ -94,7 +94,7 @@ def test_colour_bars_sit_in_a_fixed_margin_and_the_grid_can_leave_its_out():
     assert big.layout.margin.r == 144 and big.data[0].colorbar.tickfont.size == 19
 
 
-# ---- the canvas head view's data (ui/headview.py) -----------------------------------------------------
+# ---- the canvas head view's data (ui/headview/) -----------------------------------------------------
 def test_head_view_data_decodes_to_the_weights_within_half_a_step():
     from ui import headview
 

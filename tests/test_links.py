@@ -12,7 +12,7 @@ from tests.conftest import require
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
 from tests.page_helpers import open_app, rerun, run_page, widget
 from tests.page_links import LINKS, PageLink
-from ui.state import MAX_TEXT_CHARS
+from ui.address import MAX_TEXT_CHARS
 
 pytestmark = pytest.mark.slow
 

@@ -49,9 +49,9 @@ def expected_for(model, text):
 
 def test_role_map_is_one_trace_with_the_library_roles(page, minilm):
     from mha_core.analysis.roles import ROLE_GROUPS
+    from ui.address import DEFAULT_TEXT
     from ui.figures import plotly_text
     from ui.figures.roles import role_group_codes
-    from ui.state import DEFAULT_TEXT
 
     run, _, roles, primary = expected_for(minilm, DEFAULT_TEXT)
     role_map = next(
@@ -79,7 +79,7 @@ def test_role_map_is_one_trace_with_the_library_roles(page, minilm):
 
 def test_mds_map_and_diversity_curve_match_head_distances(page, minilm):
     import mha_core
-    from ui.state import DEFAULT_TEXT
+    from ui.address import DEFAULT_TEXT
 
     run = minilm.run(DEFAULT_TEXT)
     distances = mha_core.head_distances(run)
@@ -94,7 +94,7 @@ def test_mds_map_and_diversity_curve_match_head_distances(page, minilm):
 
 
 def test_selecting_a_head_shows_its_attention_and_roles(page, minilm):
-    from ui.state import DEFAULT_TEXT
+    from ui.address import DEFAULT_TEXT
 
     run, metrics, roles, _ = expected_for(minilm, DEFAULT_TEXT)
     target = roles[roles["layer"] > 0].iloc[0]  # a head with a role, away from the default (0, 0)
@@ -137,8 +137,8 @@ def test_an_empty_sentence_gives_a_message_not_a_traceback(minilm):
 
 def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
     import mha_core
+    from ui.address import DEFAULT_TEXT
     from ui.figures.roles import role_group_codes
-    from ui.state import DEFAULT_TEXT
 
     # Enough sentences for a syntactic role to hold on the held-out half after Holm's correction.
     page.number_input(key="roles_profile_sentences").set_value(300).run()

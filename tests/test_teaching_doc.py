@@ -13,7 +13,7 @@ import mha_core as mc
 from tests.conftest import ENGINE_ATOL, ROOT, require
 from tests.page_helpers import open_app, widget
 from tests.test_examples import query_key_claim
-from ui.state import PROFILE_SENTENCES
+from ui.settings import PROFILE_SENTENCES
 
 pytestmark = pytest.mark.slow
 

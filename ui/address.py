@@ -1,6 +1,7 @@
-"""Values read from a page address, checked one way for each kind of setting. Plain Python (no Streamlit).
+"""A page's address: its query parameters, what was wrong with the link a session opened, and the parsers
+that check every value read from it.
 
-A link is text anyone can write, so every value a page takes from it goes through one of these parsers;
+The parsers are plain Python (tested directly). A link is text anyone can write, so every value a page takes from it goes through one of these parsers;
 each returns the setting's value or raises ``ValueError`` whose message says what the setting takes
 (shown as "the link's x=... is not <message>"). Numbers are ASCII digits only, with an optional minus
 sign, at most ``MAX_DIGITS`` of them: ``str.isdigit`` accepts a superscript two that ``int`` refuses, and
@@ -10,6 +11,17 @@ sign, at most ``MAX_DIGITS`` of them: ``str.isdigit`` accepts a superscript two 
 from __future__ import annotations
 
 import re
+
+import streamlit as st
+
+from mha_core.errors import quoted
+from mha_core.models import DEFAULT_MODEL, ENGINES
+from mha_core.models.tokens import visible_text
+from ui.settings import OTHER_MODEL, model_choices
+
+DEFAULT_TEXT = "The cat sat on the mat because it was tired."
+MAX_TEXT_CHARS = 4000  # the model truncates to its own token limit; this only bounds what a URL can carry
+MAX_MODEL_CHARS = 200  # longer than any hub id or sensible folder
 
 MAX_DIGITS = 9
 LARGEST = 10**MAX_DIGITS - 1  # the largest number a link may hold, for settings without their own bound
@@ -83,3 +95,83 @@ def flag(raw: str) -> bool:
 
 def format_flag(value: bool) -> str:
     return "1" if value else "0"
+
+
+# ---- the page's query parameters ------------------------------------------------------------------
+def query_value(key: str, default: str | None = None) -> str | None:
+    value = st.query_params.get(key)
+    return default if value is None else str(value)
+
+
+def write_query(**values) -> None:
+    """Set query parameters; None or "" removes one (so the URL stays short)."""
+    for key, value in values.items():
+        if value is None or value == "":
+            if key in st.query_params:
+                del st.query_params[key]
+        elif st.query_params.get(key) != str(value):
+            st.query_params[key] = str(value)
+
+
+def link_notice(message: str) -> None:
+    """Keep a note of what was wrong with the link this session opened (``take_link_notices``)."""
+    st.session_state.setdefault("_link_notices", []).append(message)
+
+
+def take_link_notices() -> list[str]:
+    """The notes kept so far, once."""
+    return st.session_state.pop("_link_notices", None) or []
+
+
+def link_index(key: str) -> int | None:
+    """A layer or head number the link asked for, once (checked against the model's size where drawn)."""
+    return st.session_state.pop(f"_{key}_from_link", None)
+
+
+def _text_from_query(key: str, label: str) -> str:
+    value = query_value(key, DEFAULT_TEXT if key == "text" else "") or ""
+    if len(value) > MAX_TEXT_CHARS:
+        link_notice(f"the {label} had {len(value):,} characters; the first {MAX_TEXT_CHARS:,} are kept.")
+        value = value[:MAX_TEXT_CHARS]
+    if value and not visible_text(value):
+        link_notice(f"the {label} holds only invisible characters (zero-width spaces, marks), so it is empty.")
+        value = ""
+    return value
+
+
+def init_from_query() -> None:
+    """On a session's first run, the URL decides the sidebar's starting values; every value is checked."""
+    if st.session_state.get("_state_initialised"):
+        return
+    st.session_state["_state_initialised"] = True
+    model = (query_value("model", DEFAULT_MODEL) or DEFAULT_MODEL).strip()
+    if len(model) > MAX_MODEL_CHARS:
+        link_notice(f"the model name had {len(model):,} characters, more than any model name; showing {DEFAULT_MODEL}.")
+        model = DEFAULT_MODEL
+    choices = model_choices()
+    if model.lower() in choices:
+        st.session_state["model_choice"] = model.lower()
+    elif OTHER_MODEL in choices:
+        st.session_state["model_choice"] = OTHER_MODEL
+        st.session_state["model_other"] = model
+    else:  # a model this server does not offer: say so where the user looks, keep a working one
+        link_notice(f"this server does not offer the model {quoted(model)}; showing {DEFAULT_MODEL}.")
+        st.session_state["model_choice"] = next(iter(choices))
+    engine = query_value("engine", "transformers")
+    if engine not in ENGINES:
+        link_notice(f"there is no engine {quoted(engine)} (only {', '.join(ENGINES)}); using transformers.")
+        engine = "transformers"
+    st.session_state["engine"] = engine
+    st.session_state["text"] = _text_from_query("text", "sentence")
+    st.session_state["pair"] = _text_from_query("pair", "second sentence")
+    for key in ("layer", "head"):
+        value = query_value(key)
+        if value is None:
+            continue
+        try:
+            number = whole_number(value)
+        except ValueError:
+            link_notice(f"the {key} {quoted(value)} is not a {key} number; showing {key} 0.")
+            continue
+        st.session_state[f"_{key}"] = number
+        st.session_state[f"_{key}_from_link"] = number

@@ -1,6 +1,6 @@
 """Shared-server resources for the app: a cache bounded in bytes, and a gate on concurrent forward passes.
 
-Plain Python (no Streamlit), so both are unit-tested directly. ``ui.state`` holds one of each per
+Plain Python (no Streamlit), so both are unit-tested directly. ``ui.compute`` holds one of each per
 server process.
 
 * ``ByteBudgetCache`` (``mha_core.cache``): least-recently-used entries, evicted when their total size passes a budget in
@@ -27,8 +27,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
 # The cache itself is plain library code (mha_core.cache); the app's modules import it from here.
 from mha_core.cache import POLL_S, ByteBudgetCache, c_library, estimate_bytes, release_memory  # noqa: F401
+from mha_core.errors import HeadscopeError
 
 # Working memory of a forward pass, as a multiple of its attention array (layers x heads x n^2 float32).
 # Measured on SmolLM2 at 512 tokens (30 x 9 heads, 270 MB of attention): the pass peaks 408 MB above
@@ -146,3 +149,38 @@ class StopPoint:
         if now - self._last >= self._every_s:
             self._last = now
             self._touch()
+
+
+# ---- what a computation reserves before it starts (``ui.compute.compute``'s ``reserve_bytes``) ------------------
+# Backpropagation keeps every layer's attention and its softmax's input for the backward pass, on top of a
+# forward pass's own peak: head importance by gradient holds about twice a forward pass (an estimate from
+# what autograd saves per layer, not a measurement).
+GRADIENT_PEAK_FACTOR = 2.0
+
+
+def pass_peak_bytes(num_layers: int, num_heads: int, num_tokens: int, batch: int = 1, arrays: int = 1) -> int:
+    """A forward pass's peak memory: ``RUN_PEAK_FACTOR`` x the attention arrays of ``batch`` sequences of
+    ``num_tokens`` (``arrays`` = 2 with norm-based attention, which holds the norms' array beside it)."""
+    return int(RUN_PEAK_FACTOR * arrays * batch * attention_bytes(num_layers, num_heads, num_tokens))
+
+
+def layer_inputs_bytes(num_layers: int, num_tokens: int, width: int) -> int:
+    """Every layer's float32 input ``[n, width]`` kept beside a pass (the neuron view reads them)."""
+    return 4 * (int(num_layers) + 1) * int(num_tokens) * int(width)
+
+
+def run_peak_bytes(model, text: str, text_pair: str | None, bos: bool, arrays: int = 1) -> int:
+    """What a forward pass of ``model`` on this text holds at its peak (``RUN_PEAK_FACTOR`` x its attention
+    array; ``arrays`` = 2 with norm-based attention): reserved in the budget before the pass starts."""
+    try:
+        num_tokens = len(model.encode(text, text_pair, bos).input_ids)
+    except HeadscopeError:  # the run itself will say what is wrong with the text
+        return 0
+    return pass_peak_bytes(model.num_layers, model.num_heads, num_tokens, arrays=arrays)
+
+
+def batch_peak_bytes(model, items, batch_size: int, factor: float = 1.0) -> int:
+    """A batched pass over ``items`` (texts or lists of words) at its peak: ``batch_size`` sequences padded to
+    the longest item's tokens (at most the model's limit), times ``factor``."""
+    longest = max((len(model.encode(item).input_ids) for item in items), default=0)
+    return int(factor * pass_peak_bytes(model.num_layers, model.num_heads, longest, batch=batch_size))

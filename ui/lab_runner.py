@@ -78,7 +78,7 @@ class LabRunner:
     ):
         self.config, self.total_steps, self.slots = config, int(total_steps), slots
         self.score_every = int(score_every)
-        self.presence = presence if presence is not None else Presence()  # the session's (ui.state.presence)
+        self.presence = presence if presence is not None else Presence()  # the session's (ui.session.presence)
         self.lab = Lab(config)
         self.status = "new"
         self.message = ""

@@ -1,10 +1,12 @@
-// Headscope's attention views (ui/headview.py), drawn on canvases. The head view: a layer's heads as small
+// Headscope's attention views (ui/headview/), drawn on canvases. The head view: a layer's heads as small
 // canvases and one head enlarged; the model view: every layer x head at once. The data holds every layer of
 // the sentence (one byte a weight), so the layer slider, a click on a head and the switch between the two
 // views redraw here at once; the choice goes back to the server as component state ("pick", for the link).
 // Tokens are user text: they only ever go into textContent, attributes or canvas pixels, never HTML.
 // After painting, the root gets data-drawn="<sig>:<layer>:<head>" (head view) or "<sig>:model" (model
 // view); tests and benchmarks wait for it.
+// The pure parts (colour scale, weights, layout, picks) are exported by name too, for node's test runner
+// (tests/js/headview.test.mjs); Streamlit uses the default export.
 
 function lookupTable(colorscale) {
   const stops = colorscale.map(([at, hex]) => [at, [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16))]);
@@ -39,15 +41,16 @@ function el(tag, className, text) {
   return node;
 }
 
-// One head's n x n weights painted into an n x n canvas (CSS scales it up, pixelated).
-function paint(canvas, s, layer, head) {
+// Where head (layer, head)'s n x n bytes start in the sentence's data (only the layers sent are in it).
+function headOffset(s, layer, head) {
+  return (s.layerIndex.get(layer) * s.heads + head) * s.n * s.n;
+}
+
+// One head's weights as RGBA pixels, row by row: the colour scale's colour of each byte, the masked
+// colour above the diagonal of a causal model.
+function headPixels(s, layer, head, px = new Uint8ClampedArray(s.n * s.n * 4)) {
   const n = s.n;
-  if (canvas.width !== n) canvas.width = n;
-  if (canvas.height !== n) canvas.height = n;
-  const ctx = canvas.getContext("2d");
-  const image = ctx.createImageData(n, n);
-  const px = image.data;
-  const offset = ((s.layerIndex.get(layer) * s.heads + head) * n) * n;
+  const offset = headOffset(s, layer, head);
   for (let i = 0; i < n; i++) {
     for (let j = 0; j < n; j++) {
       const p = (i * n + j) * 4;
@@ -64,18 +67,33 @@ function paint(canvas, s, layer, head) {
       px[p + 3] = 255;
     }
   }
+  return px;
+}
+
+// One head's n x n weights painted into an n x n canvas (CSS scales it up, pixelated).
+function paint(canvas, s, layer, head) {
+  const n = s.n;
+  if (canvas.width !== n) canvas.width = n;
+  if (canvas.height !== n) canvas.height = n;
+  const ctx = canvas.getContext("2d");
+  const image = ctx.createImageData(n, n);
+  headPixels(s, layer, head, image.data);
   ctx.putImageData(image, 0, 0);
 }
 
 function weight(s, layer, head, i, j) {
-  return s.bytes[((s.layerIndex.get(layer) * s.heads + head) * s.n + i) * s.n + j] / s.levels;
+  return s.bytes[headOffset(s, layer, head) + i * s.n + j] / s.levels;
+}
+
+// The cell [query i, key j] of an n x n square drawn in ``box`` under the point (x, y), or null outside it.
+function cellIndex(box, n, x, y) {
+  const j = Math.floor(((x - box.left) / box.width) * n);
+  const i = Math.floor(((y - box.top) / box.height) * n);
+  return i >= 0 && i < n && j >= 0 && j < n ? [i, j] : null;
 }
 
 function cellAt(canvas, n, event) {
-  const box = canvas.getBoundingClientRect();
-  const j = Math.floor(((event.clientX - box.left) / box.width) * n);
-  const i = Math.floor(((event.clientY - box.top) / box.height) * n);
-  return i >= 0 && i < n && j >= 0 && j < n ? [i, j] : null;
+  return cellIndex(canvas.getBoundingClientRect(), n, event.clientX, event.clientY);
 }
 
 function hoverText(s, layer, head, i, j) {
@@ -140,9 +158,18 @@ function savePng(s) {
   link.click();
 }
 
-// The visitor's choice (layer, head, view) goes back to the server in one state value: one rerun.
+// The visitor's choice: the layer, head, view and shape of the server's data or of what is shown here.
+function pickOf(source) {
+  return { layer: source.layer, head: source.head, view: source.view, shape: source.shape };
+}
+
+function samePick(a, b) {
+  return a.layer === b.layer && a.head === b.head && a.view === b.view && a.shape === b.shape;
+}
+
+// The visitor's choice goes back to the server in one state value: one rerun.
 function sendPick(s) {
-  s.pending = { layer: s.layer, head: s.head, view: s.view, shape: s.shape };
+  s.pending = pickOf(s);
   s.setStateValue("pick", s.pending);
 }
 
@@ -274,13 +301,18 @@ function colorBar(s) {
 
 // The enlarged head: the heatmap with token labels on both axes (rows: queries, columns: keys) and a
 // colour bar. Built once per sentence; repainted per head.
+// The enlarged head's size: up to 96 tokens with their labels, cells of 9 to 28 px in about 560 px; longer
+// inputs without labels, cells of at least 3 px in about 640 px; label font from the cell and the text scale.
+function bigLayout(n, textScale) {
+  const labelled = n <= 96;
+  const cell = labelled ? Math.min(28, Math.max(9, Math.floor(560 / n))) : Math.max(3, Math.floor(640 / n));
+  return { labelled, cell, side: cell * n, font: Math.round(Math.max(7, Math.min(12, cell - 2)) * textScale) };
+}
+
 function layoutBig(s) {
   s.big.replaceChildren();
   const n = s.n;
-  const labelled = n <= 96;
-  const cell = labelled ? Math.min(28, Math.max(9, Math.floor(560 / n))) : Math.max(3, Math.floor(640 / n));
-  const side = cell * n;
-  const font = Math.round(Math.max(7, Math.min(12, cell - 2)) * s.textScale);
+  const { labelled, cell, side, font } = bigLayout(n, s.textScale);
   s.big.style.setProperty("--hs-side", `${side}px`);
   s.big.style.setProperty("--hs-cell", `${cell}px`);
   s.big.style.setProperty("--hs-font", `${font}px`);
@@ -333,15 +365,22 @@ function layoutBig(s) {
 
 // The model view: one small canvas a head, layers as rows (as columns when a model has more layers than
 // heads, e.g. SmolLM2's 30 x 9, so the grid is wider than tall). Built once per sentence.
-function layoutModel(s) {
-  s.model.replaceChildren();
-  const across = s.layers > s.heads;
-  const rows = across ? s.heads : s.layers;
-  const cols = across ? s.layers : s.heads;
+// The model view's grid: a row per layer and a column per head, or a column per layer when there are more
+// layers than heads (so the grid is wider than tall); tiles of 22 to 96 px in about 900 px.
+function modelLayout(layers, heads) {
+  const across = layers > heads;
+  const rows = across ? heads : layers;
+  const cols = across ? layers : heads;
   const tile = Math.max(22, Math.min(96, Math.floor(900 / cols) - 6));
-  s.model.style.gridTemplateColumns = `auto repeat(${cols}, ${tile}px)`;
   const rowNames = Array.from({ length: rows }, (_, r) => (across ? `head ${r}` : `layer ${r}`));
   const colNames = Array.from({ length: cols }, (_, c) => (across ? `L${c}` : `head ${c}`));
+  return { across, rows, cols, tile, rowNames, colNames };
+}
+
+function layoutModel(s) {
+  s.model.replaceChildren();
+  const { across, rows, cols, tile, rowNames, colNames } = modelLayout(s.layers, s.heads);
+  s.model.style.gridTemplateColumns = `auto repeat(${cols}, ${tile}px)`;
   // Column labels as large as the text scale asks, but never wider than their tile (SmolLM2's "L29" over a
   // 24 px tile at 1.6 x text was cut to "L2"): the largest font whose widest label, measured, fits.
   const measure = document.createElement("canvas").getContext("2d");
@@ -511,14 +550,13 @@ export default function (component) {
   s.modelReady = allLayers && (data.view === "model" || data.switchable);
   // The server's choice wins, unless the visitor switched here and the server has not caught up yet.
   const p = s.pending;
-  if (!p || (p.layer === data.layer && p.head === data.head && p.view === data.view && p.shape === data.shape)) {
+  if (!p || samePick(p, data)) {
     s.pending = null;
-    s.layer = data.layer;
-    s.head = data.head;
-    s.view = data.view;
-    s.shape = data.shape;
+    Object.assign(s, pickOf(data));
   }
   // A rerun that changes nothing shown (e.g. the one that puts a switch made here into the link) repaints nothing.
   if (newSentence || rescaled) s.shown = null;
   render(s);
 }
+
+export { bigLayout, cellIndex, decode, headPixels, hexRgb, lookupTable, modelLayout, pickOf, samePick, weight };

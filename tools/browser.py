@@ -1,6 +1,7 @@
 """Drive the app in Debian Chromium: start `streamlit run app.py` on a free loopback port, open pages with Playwright.
 
-Shared by tests/test_browser.py, bench/browser.py and bench/classroom.py. The JavaScript snippets
+Shared by the browser tests and the benchmarks (tests/test_browser*.py, bench/); kept out of the installed `ui`
+package, so it is imported from the repository root (`python -m bench.browser`, pytest). The JavaScript snippets
 (``*_JS`` and the ``*_js`` functions) work with Playwright's sync and async APIs alike.
 """
 
@@ -37,7 +38,7 @@ APP_IDLE_JS = """
       && !document.querySelector('[data-testid="stStatusWidget"]')
 """
 
-# The tokens of the head view (Explore's canvas head view, ui/headview.py) once it is drawn, or null.
+# The tokens of the head view (Explore's canvas head view, ui/headview/) once it is drawn, or null.
 HEAD_VIEW_TOKENS_JS = """
 () => {
   const root = document.querySelector('.hs-headview');
@@ -101,7 +102,7 @@ PAGE_STATE_JS = (
 """
 )
 
-SENTENCE_LABEL = "Sentence"  # the sidebar's sentence box (ui/widgets.py)
+SENTENCE_LABEL = "Sentence"  # the sidebar's sentence box (ui/widgets/sidebar.py)
 
 # Every WebSocket the page opens is kept in window.__sockets; while window.__blockSockets is true a new one
 # goes to a closed port (the server is unreachable), so the page keeps trying until it is let through.
@@ -331,7 +332,7 @@ def wait_for_app(page, timeout_ms: int = 180_000) -> None:
 
 
 def head_view_js(num_heads: int, token: str, layer: int | None = None) -> str:
-    """A JS predicate: Explore's head view (ui/headview.py, assets/headview.js) is drawn with ``token``:
+    """A JS predicate: Explore's head view (ui/headview/headview.js) is drawn with ``token``:
     the sentence holding ``token`` is the one painted (``data-drawn`` is set after every canvas of the
     view is painted, and names the sentence's data), every one of the ``num_heads`` heads is labelled
     with the painted layer (``layer`` if given), and the enlarged head, when shown, labels its rows and
@@ -362,7 +363,7 @@ def head_view_js(num_heads: int, token: str, layer: int | None = None) -> str:
 
 
 def model_view_js(num_layers: int, num_heads: int, token: str) -> str:
-    """A JS predicate: Explore's model view (ui/headview.py) is drawn with ``token``: the sentence holding
+    """A JS predicate: Explore's model view (ui/headview/) is drawn with ``token``: the sentence holding
     ``token`` is the one painted (``data-drawn`` is "<sig>:model" once every tile is painted), each of the
     ``num_layers`` x ``num_heads`` tiles is an n x n canvas, and every layer and head is labelled."""
     return f"""

@@ -2,14 +2,14 @@
 
 The server sends a sentence's attention once (every layer, quantised to one byte a weight, base64)
 with its tokens, the view and the selected layer and head; the component's JavaScript
-(``assets/headview.js``, read from disk: no CDN) draws the head view (the layer's heads as small
+(``headview.js`` and ``headview.css`` beside this file, read at import: no CDN) draws the head view (the layer's heads as small
 canvases and the selected head enlarged) or the model view (every layer x head), and switches layers,
 heads and views in the browser at once. A switch is also sent back as the component's state (``pick``),
 so the server's selection and the link (``?layer=&head=&view=``) follow on a cheap rerun, but the
 redraw never waits for it. Tokens are user text: the JavaScript only ever sets them as ``textContent``
 or draws them on a canvas, never as HTML.
 
-``pack`` and ``unpack`` are plain functions of arrays (tested on numbers); only ``show`` needs Streamlit.
+``pack`` and ``unpack`` are plain functions of arrays (tested on numbers); only ``show`` draws.
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import streamlit as st
 
 from ui.figures.common import ATTENTION_COLORSCALE, MASKED_COLOR, SEGMENT_COLOR
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+HERE = Path(__file__).resolve().parent
+JS = (HERE / "headview.js").read_text(encoding="utf-8")  # an ES module; tests/js/ unit-tests its pure parts
+CSS = (HERE / "headview.css").read_text(encoding="utf-8")
 LEVELS = 255  # a weight w in [0, 1] is sent as round(w * 255): off by at most 0.5 / 255
 
 # Every layer is sent when the whole sentence fits in this many cells (bytes); beyond, only the shown
@@ -108,16 +111,14 @@ _COMPONENT = None
 
 
 def _component():
-    """The registered component (once per process): HTML, CSS and JS read from ``assets/``."""
+    """The registered component (once per process)."""
     global _COMPONENT
     if _COMPONENT is None:
-        import streamlit as st  # streamlit: pack and unpack import without it
-
         _COMPONENT = st.components.v2.component(
             "headscope_head_view",
             html='<div class="hs-headview"></div>',
-            css=(ASSETS / "headview.css").read_text(encoding="utf-8"),
-            js=(ASSETS / "headview.js").read_text(encoding="utf-8"),
+            css=CSS,
+            js=JS,
             isolate_styles=False,  # plain DOM: the page's tests and benchmarks read its data attributes
         )
     return _COMPONENT
@@ -139,8 +140,6 @@ def show(data: dict, key: str, on_pick=None):
     """Mount the view; ``on_pick(pick)`` runs when the visitor switches in it (``parse_pick``'s dict)."""
 
     def picked() -> None:
-        import streamlit as st  # streamlit: pack and unpack import without it
-
         pick = parse_pick((st.session_state.get(key) or {}).get("pick"))
         if on_pick is not None and pick is not None:
             on_pick(pick)

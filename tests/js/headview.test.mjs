@@ -1,0 +1,141 @@
+// Unit tests of the head view's pure parts (ui/headview/headview.js): run by `node --test tests/js/`
+// (scripts/test.sh). The numbers are worked out by hand here, independently of the code under test.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  bigLayout,
+  cellIndex,
+  decode,
+  headPixels,
+  hexRgb,
+  lookupTable,
+  modelLayout,
+  pickOf,
+  samePick,
+  weight,
+} from "../../ui/headview/headview.js";
+
+// What ui/headview.pack sends: round(w * 255) per weight, [layers sent, heads, n, n] in C order, base64.
+function packed(weights) {
+  const bytes = Uint8Array.from(weights.flat(3).map((w) => Math.round(w * 255)));
+  return Buffer.from(bytes).toString("base64");
+}
+
+// Two heads of one layer over three tokens, only layer 4 of the model sent (a long input's head view).
+const HEAD0 = [
+  [1, 0, 0],
+  [0.5, 0.5, 0],
+  [0.2, 0.3, 0.5],
+];
+const HEAD1 = [
+  [0, 0, 1],
+  [0, 1, 0],
+  [1, 0, 0],
+];
+
+function sentence(causal = false) {
+  const bytes = decode(packed([[HEAD0, HEAD1]]));
+  return {
+    bytes,
+    n: 3,
+    heads: 2,
+    levels: 255,
+    causal,
+    layerIndex: new Map([[4, 0]]),
+    lut: lookupTable([
+      [0, "#ffffff"],
+      [1, "#000000"],
+    ]),
+    masked: hexRgb("#d0d0d0"),
+    tokens: ["a", "b", "c"],
+  };
+}
+
+test("decode gives back the bytes packed in base64", () => {
+  assert.deepEqual([...decode(Buffer.from([0, 1, 127, 128, 255]).toString("base64"))], [0, 1, 127, 128, 255]);
+  assert.deepEqual([...decode("")], []);
+});
+
+test("weight unpacks a head's weight from the layers sent, to within half a level", () => {
+  const s = sentence();
+  assert.equal(weight(s, 4, 0, 0, 0), 1);
+  assert.equal(weight(s, 4, 0, 1, 0), 128 / 255); // 0.5 * 255 = 127.5 rounds to 128
+  assert.equal(weight(s, 4, 1, 0, 2), 1);
+  assert.equal(weight(s, 4, 1, 0, 0), 0);
+  for (const [head, grid] of [HEAD0, HEAD1].entries()) {
+    for (let i = 0; i < 3; i++) {
+      for (let j = 0; j < 3; j++) assert.ok(Math.abs(weight(s, 4, head, i, j) - grid[i][j]) <= 0.5 / 255);
+    }
+  }
+});
+
+test("the colour scale interpolates between its stops byte by byte", () => {
+  const grey = lookupTable([
+    [0, "#ffffff"],
+    [1, "#000000"],
+  ]);
+  assert.equal(grey.length, 256 * 3);
+  assert.deepEqual([...grey.slice(0, 3)], [255, 255, 255]);
+  assert.deepEqual([...grey.slice(255 * 3)], [0, 0, 0]);
+  assert.deepEqual([...grey.slice(51 * 3, 51 * 3 + 3)], [204, 204, 204]); // t = 0.2: 255 * 0.8
+  const three = lookupTable([
+    [0, "#ff0000"],
+    [0.5, "#00ff00"],
+    [1, "#0000ff"],
+  ]);
+  assert.deepEqual([...three.slice(0, 3)], [255, 0, 0]);
+  assert.deepEqual([...three.slice(51 * 3, 51 * 3 + 3)], [153, 102, 0]); // t = 0.2: 0.4 of the way to green
+  assert.deepEqual([...three.slice(204 * 3, 204 * 3 + 3)], [0, 102, 153]); // t = 0.8: 0.6 of the way to blue
+  assert.deepEqual(hexRgb("#1f77b4"), [31, 119, 180]);
+});
+
+test("a head's pixels take the colour of each weight, and the masked colour above a causal diagonal", () => {
+  const px = headPixels(sentence(), 4, 0);
+  assert.equal(px.length, 3 * 3 * 4);
+  assert.deepEqual([...px.slice(0, 4)], [0, 0, 0, 255]); // weight 1: black
+  assert.deepEqual([...px.slice(4, 8)], [255, 255, 255, 255]); // weight 0: white
+  assert.deepEqual([...px.slice(3 * 4, 3 * 4 + 4)], [127, 127, 127, 255]); // byte 128: 255 - 128
+  const causal = headPixels(sentence(true), 4, 1);
+  assert.deepEqual([...causal.slice(2 * 4, 2 * 4 + 4)], [208, 208, 208, 255]); // [0, 2] is above the diagonal
+  assert.deepEqual([...causal.slice(6 * 4, 6 * 4 + 4)], [0, 0, 0, 255]); // [2, 0] weight 1, below it
+});
+
+test("the enlarged head's layout labels up to 96 tokens and fits the rest in about 640 px", () => {
+  assert.deepEqual(bigLayout(10, 1), { labelled: true, cell: 28, side: 280, font: 12 });
+  assert.deepEqual(bigLayout(50, 1.6), { labelled: true, cell: 11, side: 550, font: 14 }); // 9 px * 1.6
+  assert.deepEqual(bigLayout(96, 1), { labelled: true, cell: 9, side: 864, font: 7 });
+  assert.deepEqual(bigLayout(200, 1), { labelled: false, cell: 3, side: 600, font: 7 });
+  assert.deepEqual(bigLayout(512, 1), { labelled: false, cell: 3, side: 1536, font: 7 });
+});
+
+test("the model view puts layers across when there are more layers than heads", () => {
+  const minilm = modelLayout(6, 12);
+  assert.equal(minilm.across, false);
+  assert.deepEqual([minilm.rows, minilm.cols, minilm.tile], [6, 12, 69]); // floor(900 / 12) - 6
+  assert.deepEqual(minilm.rowNames, ["layer 0", "layer 1", "layer 2", "layer 3", "layer 4", "layer 5"]);
+  assert.equal(minilm.colNames[11], "head 11");
+  const smollm2 = modelLayout(30, 9);
+  assert.equal(smollm2.across, true);
+  assert.deepEqual([smollm2.rows, smollm2.cols, smollm2.tile], [9, 30, 24]);
+  assert.deepEqual([smollm2.rowNames[8], smollm2.colNames[29]], ["head 8", "L29"]);
+  assert.equal(modelLayout(2, 2).tile, 96); // small models: the largest tile
+  assert.equal(modelLayout(48, 16).tile, 22); // large ones: never below 22 px
+});
+
+test("a point over the enlarged head is the cell under it, or nothing outside", () => {
+  const box = { left: 10, top: 20, width: 100, height: 100 };
+  assert.deepEqual(cellIndex(box, 4, 40, 100), [3, 1]);
+  assert.deepEqual(cellIndex(box, 4, 10, 20), [0, 0]);
+  assert.equal(cellIndex(box, 4, 110, 50), null); // the right edge belongs to the next cell, outside
+  assert.equal(cellIndex(box, 4, 9, 50), null);
+});
+
+test("a pick holds the layer, head, view and shape only, and two picks agree on all four", () => {
+  const data = { layer: 2, head: 3, view: "head", shape: "lines", tokens: ["x"], sig: "abc" };
+  assert.deepEqual(pickOf(data), { layer: 2, head: 3, view: "head", shape: "lines" });
+  assert.ok(samePick(pickOf(data), data));
+  assert.ok(!samePick(pickOf(data), { ...data, head: 4 }));
+  assert.ok(!samePick(pickOf(data), { ...data, view: "model" }));
+  assert.ok(!samePick(pickOf(data), { ...data, shape: "heatmap" }));
+});

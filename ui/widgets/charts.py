@@ -1,0 +1,59 @@
+"""Charts drawn the same way on every page: Headscope's colours (no Streamlit theme), PNG export from the
+modebar (no server, no CDN), and presentation mode's larger text for a projector."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import figures
+
+
+def chart_config(filename: str) -> dict:
+    """Plotly config: PNG export from the modebar (drawn in the browser, no server, no CDN)."""
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
+    }
+
+
+PRESENTATION_SCALE = 1.6  # text in presentation mode: 9 px tick labels become 14 px, readable from the back row
+
+
+def presenting() -> bool:
+    """Presentation mode (the sidebar toggle, ``?present=1``): large text for a projector."""
+    return bool(st.session_state.get("present"))
+
+
+PRESENTATION_CSS = """<style>
+  [data-testid="stMain"] p, [data-testid="stMain"] li, [data-testid="stMain"] label,
+  [data-testid="stCaptionContainer"], [data-testid="stMarkdownContainer"] p { font-size: 1.35rem !important; }
+  [data-testid="stMain"] h1 { font-size: 3rem !important; }
+  [data-testid="stMain"] h2 { font-size: 2.3rem !important; }
+  [data-testid="stMain"] h3 { font-size: 1.9rem !important; }
+</style>"""
+
+
+def presentation_styles() -> None:
+    """Larger page text in presentation mode (a fixed style sheet: no user text reaches it)."""
+    if presenting():
+        st.html(PRESENTATION_CSS)
+
+
+def show_chart(fig, key: str, filename: str | None = None, **kwargs):
+    """``st.plotly_chart`` with Headscope's colours kept (no Streamlit theme), PNG export configured, and
+    every text enlarged in presentation mode."""
+    if presenting():
+        figures.enlarge_text(fig, PRESENTATION_SCALE)
+    return st.plotly_chart(fig, key=key, theme=None, config=chart_config(filename or key), width="stretch", **kwargs)
+
+
+# Per-layer curves show these measurements (numeric columns of mha_core.head_metrics).
+CURVE_METRICS = {
+    "normalized_entropy": "normalised entropy (0 = one key, 1 = uniform)",
+    "mean_distance": "mean distance |i - j| in tokens",
+    "confidence": "confidence (largest weight of a row)",
+    "special_mass": "attention on special tokens",
+    "prev_token_mass": "attention on the previous token",
+    "local_mass": "attention within two tokens",
+}

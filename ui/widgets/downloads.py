@@ -1,0 +1,83 @@
+"""Downloads of a run: the whole run as .npz and one head as CSV, named by model, text, layer and head, built
+only when clicked (``ui.compute.deferred``)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import unicodedata
+
+import streamlit as st
+
+from ui import compute
+
+SLUG_CHARS = 40  # a file name's share of the text: about the first six words
+
+
+def slug(text: str, limit: int = SLUG_CHARS) -> str:
+    """``text`` as a short, safe piece of a file name: ASCII letters and digits joined by single dashes,
+    cut at a word boundary within ``limit`` characters ("The cat sat." -> "the-cat-sat"); empty when the
+    text has no such characters (a sentence in Chinese, say)."""
+    ascii_text = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    words = re.findall(r"[a-z0-9]+", ascii_text.lower())
+    kept = ""
+    for word in words:
+        candidate = f"{kept}-{word}" if kept else word
+        if len(candidate) > limit:
+            break
+        kept = candidate
+    return kept or (words[0][:limit] if words else "")
+
+
+def model_slug(name: str) -> str:
+    """A model's name in a file name: its last path part (a folder is not shown whole), slugged."""
+    return slug(str(name).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]) or "model"
+
+
+def download_name(run, suffix: str, layer: int | None = None, head: int | None = None) -> str:
+    """A download's file name from what it holds, ``headscope-<model>[-core][-words][-no-special]-<text>``
+    ``[-layerL][-headH]`` and ``suffix`` (".npz"); a text with no Latin letters or digits is named by a short
+    digest of it ("text-1a2b3c4d")."""
+    text = " ".join(t for t in (run.text, run.text_pair) if t)
+    parts = ["headscope", model_slug(run.model_name)]
+    if run.engine not in ("transformers", "toy"):
+        parts.append(run.engine)
+    if run.level == "word":
+        parts.append("words")
+    if run.metadata.get("special_tokens_removed"):
+        parts.append("no-special")
+    parts.append(slug(text) or "text-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8])
+    if layer is not None:
+        parts.append(f"layer{layer}")
+    if head is not None:
+        parts.append(f"head{head}")
+    return "-".join(parts) + suffix
+
+
+def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
+    """The whole run as .npz and the selected head as CSV, named by model, text, layer and head; both built
+    only when clicked, by callables that do not hold the run (``compute.deferred``: Streamlit keeps them as long
+    as the session)."""
+    cols = st.columns(2)
+    cols[0].download_button(
+        "Attention tensor (.npz)",
+        data=compute.deferred(run, lambda view: view.to_npz_bytes()),
+        file_name=download_name(run, ".npz"),
+        mime="application/octet-stream",
+        key=f"{key_prefix}dl_npz",
+        help=f"All {run.num_layers} x {run.num_heads} heads, tokens and masks; load with mha_core.AttentionRun.load.",
+    )
+
+    def head_csv(view) -> bytes:
+        buffer = io.StringIO()
+        view.head_frame(layer, head).to_csv(buffer, float_format="%.6g")
+        return buffer.getvalue().encode("utf-8")
+
+    cols[1].download_button(
+        f"Layer {layer} head {head} weights (.csv)",
+        data=compute.deferred(run, head_csv),
+        file_name=download_name(run, ".csv", layer=layer, head=head),
+        mime="text/csv",
+        key=f"{key_prefix}dl_csv",
+    )

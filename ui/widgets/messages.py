@@ -1,0 +1,99 @@
+"""Messages: what a page says to its visitor. User input in a message is made inert for markdown
+(``md_escape``) and never shows a server path (``public_message``); an unexpected error is one line, never a
+traceback (``error_display``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+
+import streamlit as st
+
+from mha_core.errors import HeadscopeError, InputTextError, redact_paths
+from ui import address
+
+LOG = logging.getLogger("headscope.app")
+
+
+INTRO = (
+    "**Headscope** shows what every attention head of a transformer does with your sentence. "
+    "Each head turns each token (a *query*) into a weighted look at the other tokens (the *keys*); "
+    "a heatmap row is one token's attention and sums to 1. Pick a model and type a sentence in the sidebar."
+)
+
+
+FIRST_TEN_MINUTES = """
+- **A token** is a piece of text the model reads: a word, or part of one (`##ably` continues the word before
+  it), plus markers the model adds, such as `[CLS]` and `[SEP]` or a beginning-of-text token.
+- **Each head asks a question of every token.** The token asking is the *query* (a row); the tokens it looks
+  at are the *keys* (the columns). A row's weights are how much of its attention the query gives each key;
+  they add up to 1. Dark = much attention.
+- **Why many heads?** Each head has its own question: one looks at the previous word, one finds a verb's
+  subject, many look at nothing in particular. A model combines all their answers; no single head is the
+  model's "attention".
+- **What is a sink?** Most heads park the attention they do not need on one token of no content (`[CLS]`,
+  `[SEP]`, the first token). A head that does that for every query is doing nothing for this sentence.
+- **Try it:** click a head in the grid to enlarge it; show it as **Lines** and pick a query token to see
+  only its lines; switch to the model view to see every layer at once; the Head roles page names what each head does.
+"""
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def md_escape(text: str) -> str:
+    """User text made inert for st.markdown/st.caption: markdown and tag characters shown literally."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text))
+
+
+def public_message(error, typed: str | None = None, limit: int = 600) -> str:
+    """A library message made fit for any visitor: no server path (but the folder the user typed),
+    cut to ``limit`` characters, markdown made inert."""
+    text = redact_paths(str(error), keep=(typed,) if typed else ())
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return md_escape(text)
+
+
+@contextlib.contextmanager
+def error_display():
+    """Show library errors as ``st.error`` and anything unexpected as one short line, never a traceback.
+
+    Streamlit's own control flow (rerun, stop, page switch) derives from BaseException and passes through.
+    """
+    try:
+        yield
+    except InputTextError as error:
+        st.error(f"This text cannot be read: {public_message(error)}")
+    except HeadscopeError as error:
+        st.error(public_message(error))
+    except Exception as error:  # last resort: the page keeps working, the details go to the server log
+        LOG.exception("unexpected error in a page")
+        st.error(
+            f"Something went wrong ({type(error).__name__}). Try another sentence or model; "
+            "the details are in the server log."
+        )
+
+
+def show_link_notices() -> None:
+    """What was wrong with the link this session was opened with, once, above the page."""
+    notices = address.take_link_notices()
+    if notices:
+        st.warning("This link was changed to work:\n" + "\n".join(f"- {md_escape(n)}" for n in notices))
+
+
+def explain(text: str) -> None:
+    """A short plain-language note for the class, set apart from the numbers."""
+    st.info(text, icon=":material/school:")
+
+
+def engine_note(run) -> None:
+    """For the from-scratch engine: how closely it matches transformers."""
+    if run.engine == "core" and run.max_abs_diff is not None:
+        match = (
+            "exactly (largest difference 0)"
+            if run.max_abs_diff == 0
+            else f"to {run.max_abs_diff:.1e} (largest absolute difference over every layer, head and weight)"
+        )
+        st.success(f"{run.model_name}: the from-scratch engine matches transformers {match}.")

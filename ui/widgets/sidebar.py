@@ -1,0 +1,283 @@
+"""The shared sidebar (model, engine, sentence, examples, presentation mode), the class link, and the run of
+the sidebar's selection (``current_run``) that most pages show."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+from urllib.parse import urlsplit
+
+import streamlit as st
+
+from mha_core.errors import EmptyTextError, EngineNotSupported
+from mha_core.models import DEFAULT_MODEL, ENGINES
+from mha_core.models.tokens import visible_text
+from ui import address, compute, session
+from ui.jobs import BEAT_S
+from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices, settings
+from ui.widgets.messages import error_display, md_escape, public_message
+from ui.widgets.pickers import limited_text_input, url_toggle
+
+
+def keep_alive() -> None:
+    """While this session has work running in threads (a Lab training, a profile nobody waits for), the
+    browser renews its heartbeat every second (``session.presence``): the work goes on while the page is
+    open, waits when it is not, and ends once the session is gone. Draws nothing."""
+    if session.presence().busy:
+        st.fragment(run_every=BEAT_S)(_heartbeat)()
+
+
+def _heartbeat() -> None:
+    session.presence().beat()
+
+
+SENTENCE_LABEL = "Sentence"  # also tools.browser.SENTENCE_LABEL, which the browser tests type into
+
+
+def sentence_boxes(place: str = "sidebar") -> None:
+    """The sentence box and the optional second sentence (session keys ``text`` and ``pair``), drawn by the
+    sidebar or by a page's fragment (``place``: the page's path)."""
+    # A widget's identity includes the script that draws it (app.py, or the page): when that changes, the
+    # boxes are new widgets, and only what is written to their keys before they are drawn carries over.
+    # A run that switched pages before drawing them may also have dropped their keys: the session's copy
+    # (``_sentences``) gives them back.
+    if st.session_state.get("_sentence_place") != place or "text" not in st.session_state:
+        st.session_state["_sentence_place"] = place
+        _sentences()
+        st.session_state["text"], st.session_state["pair"] = st.session_state["_sentences"]
+    limited_text_input(
+        SENTENCE_LABEL,
+        key="text",
+        what="sentence",
+        help="Press Enter to run. Long texts are truncated to the model's limit.",
+    )
+    limited_text_input("Second sentence (encoders only, optional)", key="pair", what="second sentence")
+
+
+def _sentences() -> tuple[str, str | None]:
+    """The sentence and the second sentence (None when blank) as the boxes hold them, or held them last if
+    their keys were dropped (Streamlit drops a widget's key when a run does not draw it)."""
+    if "text" in st.session_state:
+        st.session_state["_sentences"] = (st.session_state["text"], st.session_state.get("pair") or "")
+    text, text_pair = st.session_state.setdefault("_sentences", (address.DEFAULT_TEXT, ""))
+    return text, text_pair.strip() or None
+
+
+@contextlib.contextmanager
+def sentences_in_page(slot, place: str):
+    """For a page's fragment that shows what the sentence decides: takes what the sentence boxes hold into
+    the selection and the link, runs the body, then draws the boxes into ``slot`` (their place in the
+    sidebar, ``session.sentence_slot()``). Enter in them then reruns that fragment only, not the sidebar and
+    the whole page (Explore: about 57 elements re-rendered by the browser on every Enter), and the body's
+    elements reach the browser before the boxes'. ``place`` names the page (``sentence_boxes``)."""
+    text, text_pair = _sentences()
+    session.set_selection(dataclasses.replace(session.selection(), text=text, text_pair=text_pair))
+    address.write_query(text=text, pair=text_pair)
+    try:
+        yield
+    finally:
+        with slot:
+            sentence_boxes(place)
+
+
+def sidebar(sentence_in_page: bool = False) -> session.Selection:
+    """Draw the shared sidebar (app.py, once per run, before the page) and record the selection.
+
+    ``sentence_in_page``: the page draws the sentence boxes into their place in the sidebar from its own
+    fragment (``sentences_in_page``), so that Enter reruns only that fragment."""
+    address.init_from_query()
+    examples = session.load_examples()
+    config = settings()
+    choices = model_choices()
+    with st.sidebar:
+        st.header("Input")
+        st.selectbox("Model", list(choices), key="model_choice", format_func=choices.get)
+        if st.session_state["model_choice"] == OTHER_MODEL:
+            where = (
+                "the local Hugging Face cache, a folder, or downloaded from the hub"
+                if config.allow_downloads
+                else "the local Hugging Face cache or a folder; nothing is downloaded"
+            )
+            st.text_input(
+                "Hub id or local folder",
+                key="model_other",
+                max_chars=address.MAX_MODEL_CHARS,
+                placeholder="bert-base-uncased or /path/to/model",
+                help=f"Loaded from {where}.",
+            )
+        st.radio(
+            "Engine",
+            list(ENGINES),
+            key="engine",
+            format_func=ENGINE_LABELS.get,
+            horizontal=True,
+            help="From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "
+            "from the checkpoint's weights, compared with transformers.",
+        )
+        if examples:
+            st.selectbox(
+                "Example sentences",
+                range(len(examples)),
+                key="example",
+                index=None,
+                placeholder="Pick an example...",
+                on_change=session.apply_example,
+                format_func=lambda i: f"{examples[i]['label']}",
+            )
+            chosen = st.session_state.get("example")
+            if chosen is not None and 0 <= chosen < len(examples):
+                st.caption(f":material/lightbulb: {md_escape(examples[chosen]['shows'])}")
+        if sentence_in_page:
+            # The page draws the sentence boxes here from its own fragment (``sentences_in_page``).
+            session.set_sentence_slot(st.container())
+        else:
+            session.set_sentence_slot(None)
+            sentence_boxes()
+        bos_slot = st.empty()  # filled once the model is known: only decoders with a BOS token have the choice
+        url_toggle(
+            "Presentation mode",
+            "present",
+            "present",
+            help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
+        )
+
+    wanted = st.session_state["model_choice"]
+    if wanted == OTHER_MODEL:
+        wanted = (st.session_state.get("model_other") or "").strip() or st.session_state.get(
+            "_last_good_model", DEFAULT_MODEL
+        )
+    model, error = compute.use_model(wanted)
+    if error is not None:
+        message = public_message(error, wanted)
+        with st.sidebar:
+            st.error(message)
+            if model:
+                st.info(f"Still showing the previous model, {md_escape(model)}.")
+        # Also where the user looks: above the page, not below the fold of the sidebar.
+        st.error(f"{message}" + (f" Still showing {md_escape(model)}." if model else ""), icon=":material/error:")
+    bos = None
+    if model:
+        loaded = compute.get_model(model)
+        if loaded.bos_token:
+            bos = url_toggle(
+                f"Begin with {loaded.bos_token}",
+                "bos",
+                "bos",
+                default=True,
+                container=bos_slot,
+                help="Decoders put much of their attention on whatever comes first (an attention "
+                "sink). A BOS token gives that attention a place that is not a word of your text.",
+            )
+    text, text_pair = _sentences()
+    selection = session.Selection(
+        model=model, engine=st.session_state["engine"], text=text, text_pair=text_pair, bos=bos
+    )
+    address.write_query(
+        model=wanted if len(wanted) <= address.MAX_MODEL_CHARS else None,
+        engine=selection.engine if selection.engine != "transformers" else None,
+        text=selection.text,
+        pair=selection.text_pair,
+    )
+    session.set_selection(selection)
+    return selection
+
+
+def class_link() -> str:
+    """The link students open: the one the server was started with (``scripts/app.sh --classroom``
+    prints and sets it), else the address this browser used, without its query."""
+    link = settings().class_link
+    if link:
+        return link
+    url = urlsplit(st.context.url or "")
+    return f"{url.scheme}://{url.netloc}/" if url.netloc else ""
+
+
+def qr_png(text: str, scale: int = 8) -> bytes:
+    """A QR code of ``text`` as PNG bytes (drawn on the server: nothing is fetched by the browser)."""
+    import segno
+
+    buffer = io.BytesIO()
+    segno.make(text, error="m").save(buffer, kind="png", scale=scale, border=2)
+    return buffer.getvalue()
+
+
+def join_class_panel(expanded: bool = False, width: int = 220) -> None:
+    """The class link and its QR code, for a projector (classroom mode)."""
+    link = class_link()
+    if not link:
+        return
+    with st.sidebar.expander("Join this class", expanded=expanded, icon=":material/qr_code_2:"):
+        st.image(qr_png(link), width=width, caption="Scan to open Headscope")
+        st.code(link, language=None)
+
+
+def current_model():
+    """The model in use, or None (after an ``st.error``) when none could be loaded."""
+    selection = session.selection()
+    if not selection.model:
+        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
+        return None
+    with error_display():
+        return compute.get_model(selection.model)
+    return None
+
+
+EMPTY_TEXT_NOTICE = "Type a sentence in the sidebar (or pick an example) and press Enter."
+
+
+def run_for(
+    model: str, engine: str, text: str, text_pair: str | None = None, *, notices: bool = True, bos: bool | None = None
+):
+    """A run, or None after a clear message. Shows the truncation notice and engine fallbacks."""
+    if not model:
+        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
+        return None
+    if not visible_text(text or ""):
+        st.info(EMPTY_TEXT_NOTICE)
+        return None
+    loaded = compute.get_model(model)
+    if text_pair and not visible_text(text_pair):
+        text_pair = None
+    if text_pair and loaded.is_causal:
+        if notices:
+            st.info("A second sentence applies to encoder models only; this decoder reads the first sentence alone.")
+        text_pair = None
+    try:
+        run = _run_or_fallback(model, engine, text, text_pair, bos)
+    except EmptyTextError as error:
+        # Text the tokenizer drops whole (accents or marks alone, control characters) is empty text.
+        if error.what != "pair text":
+            st.info(EMPTY_TEXT_NOTICE)
+            return None
+        if notices:
+            st.info(f"The second sentence holds nothing {md_escape(model)} reads; it reads the first sentence alone.")
+        run = _run_or_fallback(model, engine, text, None, bos)
+    if notices and run.truncated:
+        st.warning(
+            f"The text has {run.num_input_tokens} tokens; {md_escape(model)} reads at most {run.num_tokens}, "
+            f"so only the first {run.num_tokens} are shown."
+        )
+    if notices:
+        for warning in loaded.warnings:
+            st.caption(f":material/warning: {public_message(warning, model)}")
+    return run
+
+
+def _run_or_fallback(model: str, engine: str, text: str, text_pair: str | None, bos: bool | None):
+    """``compute.get_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
+    try:
+        return compute.get_run(model, engine, text, text_pair, bos)
+    except EngineNotSupported as error:
+        st.warning(f"{public_message(error)} Showing the transformers engine instead.")
+        return compute.get_run(model, "transformers", text, text_pair, bos)
+
+
+def current_run(notices: bool = True):
+    """The run for the sidebar's selection, or None after a clear ``st.error`` / ``st.info``."""
+    selection = session.selection()
+    with error_display():
+        return run_for(
+            selection.model, selection.engine, selection.text, selection.text_pair, notices=notices, bos=selection.bos
+        )
+    return None

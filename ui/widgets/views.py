@@ -1,0 +1,228 @@
+"""Views of a run shared by pages: the layer's heads, Explore's head and model view (``ui.headview``), the
+difference map of two runs, and the run reshaped by the word-level and hide-special toggles."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import numpy as np
+import streamlit as st
+
+from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
+from ui import compute, figures, headview
+from ui.widgets.charts import PRESENTATION_SCALE, presenting, show_chart
+from ui.widgets.messages import md_escape, public_message
+from ui.widgets.pickers import set_head, set_layer
+
+
+def shaped_run(run, words: bool, hide_special: bool):
+    """The run as the toggles ask (word level first, then without special tokens), cached with the run
+    (and so counted in the server's memory budget)."""
+
+    def shape():
+        shaped = run.to_words() if words else run
+        return shaped.without_special() if hide_special and np.any(shaped.special_mask) else shaped
+
+    if not (words or hide_special):
+        return run
+    # Reshaping peaks at about twice the run's attention (measured: 540 MB for a 270 MB SmolLM2 run).
+    return compute.computed_from(run, f"shaped:{int(words)}{int(hide_special)}", shape, 2 * run.attentions.nbytes)
+
+
+def figure_options(run) -> dict:
+    """Causal mask and sentence-pair boundary for a run's figures."""
+    segments = run.segment_ids if np.any(run.segment_ids != run.segment_ids[0]) else None
+    return {"causal": bool(run.is_causal), "segment_ids": segments}
+
+
+# Cells a figure may send to the browser (4 bytes each): the layer x head grid of MiniLM at 128 tokens
+# is 1.18 M cells. Larger runs show their first tokens only, with a notice, so a view stays fast.
+MODEL_VIEW_MAX_CELLS = headview.ALL_LAYERS_MAX_CELLS  # so the model view always has every layer
+
+
+HEAD_VIEW_MAX_CELLS = 800_000
+
+
+def token_limit(max_cells: int, num_tiles: int) -> int:
+    """How many tokens ``num_tiles`` tiles of n x n may have within ``max_cells`` (at least 8)."""
+    return max(8, int((max_cells / max(num_tiles, 1)) ** 0.5))
+
+
+def first_tokens(
+    run, max_cells: int, num_tiles: int, what: str, rest: str = "the one-head view and the downloads have them all"
+):
+    """The run cut to its first k tokens so that ``num_tiles`` tiles of k x k fit in ``max_cells``; the
+    notice says where the rest is (``rest``)."""
+    limit = token_limit(max_cells, num_tiles)
+    if run.num_tokens <= limit:
+        return run
+    st.caption(f"The {what} shows the first {limit} of {run.num_tokens} tokens, to stay fast in the browser; {rest}.")
+    keep = slice(0, limit)
+    return dataclasses.replace(
+        run,
+        attentions=run.attentions[:, :, keep, keep],
+        tokens=run.tokens[keep],
+        raw_tokens=run.raw_tokens[keep],
+        special_mask=run.special_mask[keep],
+        word_ids=run.word_ids[keep],
+        segment_ids=run.segment_ids[keep],
+    )
+
+
+def head_view(run, layer: int, key: str, columns: int = 4, width_hint: int = 1000, on_click=None, colorbar=True):
+    """All heads of one layer as one figure; a click on a head calls ``on_click`` (a selection callback).
+    ``colorbar=False`` where a chart beside it shows the same colour scale (Explore's enlarged head)."""
+    run = first_tokens(run, HEAD_VIEW_MAX_CELLS, run.num_heads, "head view")
+    fig = figures.head_grid(
+        run.attentions[layer],
+        run.tokens,
+        columns=columns,
+        width_hint=width_hint,
+        title=f"Layer {layer}: all {run.num_heads} heads",
+        colorbar=colorbar,
+        **figure_options(run),
+    )
+    selectable = {"on_select": on_click, "selection_mode": "points"} if on_click else {}
+    return show_chart(fig, key=key, filename=f"headscope-layer{layer}-heads", **selectable)
+
+
+def attention_view(run, view: str, layer: int, head: int, key: str, shape: str = "heatmap", on_pick=None):
+    """Explore's head view or model view (``view``), drawn in the browser (``ui.headview``): the layer slider,
+    a click on a head and the switches between the views and the head's shapes redraw there at once; the
+    layer and head selection follows here (and in the link) on the next rerun, and ``on_pick(pick)`` gets
+    the rest of the visitor's pick (``view`` and ``shape``)."""
+    per_layer = token_limit(HEAD_VIEW_MAX_CELLS, run.num_heads)
+    whole = token_limit(MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads)
+    if view == "model":
+        shown = first_tokens(run, MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads, "model view")
+    else:
+        shown = first_tokens(
+            run, HEAD_VIEW_MAX_CELLS, run.num_heads, "head view", rest="the Lines view and the downloads have them all"
+        )
+    options = figure_options(shown)
+    data = headview.pack(
+        shown.attentions,
+        shown.tokens,
+        layer,
+        head,
+        causal=options["causal"],
+        segment_ids=options["segment_ids"],
+        shape=shape,
+        text_scale=PRESENTATION_SCALE if presenting() else 1.0,
+        view=view,
+        switchable=min(run.num_tokens, per_layer) == min(run.num_tokens, whole),
+    )
+
+    def picked(pick: dict) -> None:
+        set_layer(pick["layer"])
+        set_head(pick["head"])
+        if on_pick is not None:
+            on_pick(pick)
+
+    return headview.show(data, key=key, on_pick=picked)
+
+
+def _listed(items: list[str], limit: int = 6) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def alignment_note(difference) -> str:
+    """What a difference map compares, in words: position by position or word by word, which positions hold
+    different tokens, which words the two tokenizers cut differently, and whether heads were averaged."""
+    alignment = difference.alignment
+    notes = []
+    if alignment.level == "token" and alignment.differing:
+        positions = [f"{i} ({md_escape(alignment.labels[i])})" for i in alignment.differing]
+        notes.append(
+            f"Compared position by position (both have {alignment.num_units} tokens). "
+            f"{'Positions' if len(positions) > 1 else 'Position'} {_listed(positions)} "
+            f"{'hold' if len(positions) > 1 else 'holds'} different tokens on the two sides (left | right): "
+            "there the rows and columns compare different words."
+        )
+    elif alignment.level == "word":
+        notes.append(
+            f"The two runs cut the text into different tokens, so they are compared word by word, over the "
+            f"{alignment.num_units} words they share: attention to a word sums its tokens', a word's attention "
+            "averages its tokens'. Special tokens are left out and every row is rescaled to sum to 1 over these "
+            "words."
+        )
+        if alignment.merged:
+            merged = [f"*{md_escape(alignment.labels[u])}*" for u in alignment.merged]
+            notes.append(f"{_listed(merged)}: one unit each, because the tokenizers cut them differently.")
+    if difference.head_averaged:
+        left, right = difference.heads
+        counts = f"{left} heads against {right}" if left != right else f"even with {left} heads each"
+        notes.append(
+            f"Heads of two different models do not correspond one to one ({counts}), so this is the difference "
+            "of each layer's average over its heads."
+        )
+    return " ".join(notes)
+
+
+# Differences below this are the size of float32 rounding between two exact computations of one model
+# (the from-scratch engine against transformers: about 1e-6 after six layers).
+ROUNDING_SIZE = 1e-4
+
+
+def difference_view(
+    left_run, right_run, left_layer: int, right_layer: int, key: str, titles: tuple[str, str], title: str | None = None
+) -> bool:
+    """One layer of each run as one difference map (left minus right) on a fixed colour scale, over the tokens
+    or words both share (``mha_core.analysis.alignment``), with a note on what was compared; "identical within 1e-6"
+    instead of a map of rounding. False (and a notice) where no token or word of one stands for one of the
+    other: the caller shows the two side by side. ``title``: the map's own title (default: the two layers)."""
+    try:
+        difference = layer_difference(left_run, right_run, left_layer, right_layer)
+    except NoAlignment as error:
+        st.info(f"{public_message(error)} They are shown side by side.")
+        return False
+    st.markdown(f"**{md_escape(titles[0])} − {md_escape(titles[1])}**")
+    note = alignment_note(difference)
+    if note:
+        st.caption(note)
+    if difference.identical:
+        st.success(
+            f"Identical within {IDENTICAL_ATOL:.0e}".replace("e-0", "e-")
+            + f": the largest difference of any weight is {difference.largest:.1e}, float32 rounding, so there is "
+            "no map to draw."
+        )
+        return True
+    alignment = difference.alignment
+    values, labels = difference.values, alignment.labels
+    limit = token_limit(HEAD_VIEW_MAX_CELLS, values.shape[0])
+    if len(labels) > limit:
+        st.caption(f"The difference map shows the first {limit} of {len(labels)} units, to stay fast in the browser.")
+        values, labels = values[:, :limit, :limit], labels[:limit]
+    same_positions = alignment.level == "token"
+    causal = bool(left_run.is_causal and right_run.is_causal)
+    pair = figure_options(left_run)["segment_ids"] if same_positions else None
+    fig = figures.difference_map(
+        values,
+        labels,
+        title=title
+        or f"Layer {left_layer} − layer {right_layer}, "
+        + ("the average of the heads" if difference.head_averaged else "every head"),
+        head_averaged=difference.head_averaged,
+        causal=causal,
+        segment_ids=None if pair is None else pair[: len(labels)],
+    )
+    show_chart(fig, key=key, filename="headscope-difference")
+    rounding = " (float32 rounding: white on this scale)" if difference.largest < ROUNDING_SIZE else ""
+    st.caption(
+        f"Largest difference: {difference.largest:.2e}{rounding}. Colours on a fixed scale, −1 to 1 (the most two "
+        "weights can differ): red where the left attends more, blue where the right does."
+    )
+    return True
+
+
+def layer_source_code(family: str) -> str | None:
+    """The from-scratch engine's own code for ``family``: its layer function and the helpers it calls,
+    as the family registry names them; None for a family the engine does not replay."""
+    from mha_core.engine.registry import FAMILIES
+
+    entry = FAMILIES.get(family)
+    if entry is None:
+        return None
+    return "\n\n".join(inspect.getsource(function) for function in (entry.layer, *entry.helpers))
