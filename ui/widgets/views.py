@@ -10,6 +10,7 @@ import numpy as np
 import streamlit as st
 
 from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
+from mha_core.engine.registry import FAMILIES
 from ui import compute, figures, headview
 from ui.widgets.charts import PRESENTATION_SCALE, presenting, show_chart
 from ui.widgets.messages import md_escape, public_message
@@ -220,8 +221,6 @@ def difference_view(
 def layer_source_code(family: str) -> str | None:
     """The from-scratch engine's own code for ``family``: its layer function and the helpers it calls,
     as the family registry names them; None for a family the engine does not replay."""
-    from mha_core.engine.registry import FAMILIES
-
     entry = FAMILIES.get(family)
     if entry is None:
         return None
