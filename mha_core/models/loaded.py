@@ -153,6 +153,12 @@ class LoadedModel:
         with self._forward_lock, forward_pre_hooks(hooks):
             yield
 
+    def edited(self, edits: dict | None):
+        """A ``with`` block in which a pass of ``hf_model`` or ``lm_model`` has ``edits`` (``{layer: edit}``,
+        ``mha_core.edits``) applied, holding the model's forward lock: for a caller that runs the transformers
+        model itself (``mha_core.interventions.readout``)."""
+        return self._edits_applied(edits)
+
     def final_hidden(
         self, engine: str, input_ids, attention_mask=None, token_type_ids=None, edits: dict | None = None
     ) -> torch.Tensor:
