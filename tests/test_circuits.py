@@ -319,3 +319,61 @@ def test_shipped_tasks_are_ones_smollm2_gets_right_with_the_recorded_differences
         a, f = (smollm2.tokenizer.encode(w)[0] for w in (answer, foil))
         np.testing.assert_allclose(float(logits[a] - logits[f]), difference, atol=1e-3)
         assert difference < 0
+
+
+# ---- the command line ------------------------------------------------------------------------------
+def test_cli_attribute_and_patch_write_the_library_tables(tmp_path, capsys):
+    import pandas as pd
+
+    from mha_core.__main__ import main
+
+    path = str(build_decoder(tmp_path / "gpt2", "gpt2"))
+    model = mc.load_model(path)
+    answer, foil = one_token_words(model)
+    out = tmp_path / "attribution.csv"
+    assert (
+        main(["attribute", "--model", path, "--text", CLEAN, "--answer", answer, "--foil", foil, "--out", str(out)])
+        == 0
+    )
+    written = pd.read_csv(out)
+    expected = mc.logit_attribution(model, CLEAN, answer, foil)
+    assert written["component"].tolist() == expected["component"].tolist()
+    np.testing.assert_allclose(written["contribution"], expected["contribution"], rtol=1e-5, atol=1e-6)
+    captured = capsys.readouterr()
+    assert f"{expected.attrs['logit_difference']:.4f}" in captured.out
+    out = tmp_path / "patch.csv"
+    args = ["--model", path, "--clean", CLEAN, "--corrupted", CORRUPTED, "--answer", answer, "--foil", foil]
+    assert main(["patch", *args, "--out", str(out)]) == 0
+    expected = mc.patch(model, CLEAN, CORRUPTED, answer, foil)
+    np.testing.assert_allclose(pd.read_csv(out)["score"], expected["score"], rtol=1e-5, atol=1e-6)
+    assert "[" in capsys.readouterr().err  # progress on stderr
+    assert main(["patch", *args, "--method", "attribution", "--top", "2", "--over", "layers", "--out", str(out)]) == 0
+    written = pd.read_csv(out)
+    assert written["component"].tolist()[:2] == ["attn", "mlp"] and written["exact"].notna().sum() == 2
+    # Mistakes are one line and exit status 2, before the model loads where they can be.
+    capsys.readouterr()
+    bad = [
+        ["attribute", "--model", path, "--text", CLEAN, "--answer", " cat dog mat", "--out", str(out)],
+        ["attribute", "--model", path, "--answer", answer, "--out", str(out)],
+        ["patch", *args[:-2], "--out", str(out)],
+        [
+            "patch",
+            "--model",
+            path,
+            "--clean",
+            CLEAN,
+            "--corrupted",
+            "The cat sat.",
+            "--answer",
+            answer,
+            "--foil",
+            foil,
+            "--out",
+            str(out),
+        ],
+        ["patch", *args, "--out", str(tmp_path / "table.txt")],
+    ]
+    for argv in bad:
+        assert main(argv) == 2, argv
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "Traceback" not in lines[0], argv
