@@ -388,6 +388,11 @@ def _cache_key(name: str) -> str:
     return key
 
 
+def model_key(name: str) -> str:
+    """The key a model's cached results are kept under (``_cache_key``), for pages' own computations."""
+    return _cache_key(name)
+
+
 MAX_MODELS = 4  # models kept loaded in a server; the least recently used beyond that is dropped
 
 

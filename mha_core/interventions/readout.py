@@ -89,7 +89,7 @@ def prompt_ids(model: LoadedModel, text: str, what: str = "prompt") -> list[int]
     encoded = model.encode(text)
     if encoded.truncated:
         raise CircuitError(
-            f"The {what} has {encoded.num_input_tokens:,} tokens; {model.name!r} takes at most {model.max_tokens:,} "
+            f"The {what} has {encoded.num_input_tokens:,} tokens; this model takes at most {model.max_tokens:,} "
             "here. Shorten it."
         )
     return list(encoded.input_ids)
