@@ -22,13 +22,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..edits import gradient_probe, replace_heads_per_row
+from ..edits import chain, gradient_probe, record_heads, replace_heads_per_row
 from ..errors import quoted
 from ..progress import Progress, progress_part, report
 from .readout import (
     CircuitError,
     block_output,
     decoder_parts,
+    keeper,
     lm_pass,
     recorded_pass,
     replacer,
@@ -47,6 +48,7 @@ DEFAULT_EXACT_TOP = 10
 # |clean - corrupted| metric below this: the prompts do not differ in the behaviour, nothing to normalise by.
 MIN_METRIC_GAP = 1e-4
 
+RECORDED = ("z", "mlp", "block")  # what each run keeps of every layer: head, MLP and block outputs
 Metric = Callable[[torch.Tensor], torch.Tensor]  # last-position logits [batch, vocab] -> [batch]
 
 
@@ -79,7 +81,11 @@ def components(model: LoadedModel, over: str, length: int) -> list[Component]:
 class PatchRun:
     """The clean and corrupted prompts, what the clean run computed, and both runs' metric."""
 
-    def __init__(self, model: LoadedModel, clean: str, corrupted: str, answer, foil, metric: Metric | None):
+    def __init__(
+        self, model: LoadedModel, clean: str, corrupted: str, answer, foil, metric: Metric | None, gradients=False
+    ):
+        """``gradients``: the corrupted pass also keeps the metric's gradient with respect to every head's output,
+        MLP output and block output (one backward pass; attribution patching)."""
         self.model = model
         self.parts = decoder_parts(model)
         clean_ids, corrupted_ids = same_length_pair(model, clean, corrupted)
@@ -90,15 +96,48 @@ class PatchRun:
         if self.answer_id == self.foil_id:
             raise CircuitError("The answer and the foil are the same token: the logit difference would be 0.")
         self.metric = metric or logit_difference(self.answer_id, self.foil_id)
-        clean_logits, self.clean = recorded_pass(model, self.clean_ids, self.parts, ("z", "mlp", "block"))
+        clean_logits, self.clean = recorded_pass(model, self.clean_ids, self.parts, RECORDED)
         self.clean_metric = float(self.metric(clean_logits)[0])
-        corrupted_logits, self.corrupted = recorded_pass(model, self.corrupted_ids, self.parts, ("z", "mlp", "block"))
-        self.corrupted_metric = float(self.metric(corrupted_logits)[0])
+        self.gradients: dict[str, list] | None = None
+        if gradients:
+            self.corrupted_metric = self._pass_with_gradients()
+        else:
+            corrupted_logits, self.corrupted = recorded_pass(model, self.corrupted_ids, self.parts, RECORDED)
+            self.corrupted_metric = float(self.metric(corrupted_logits)[0])
         if abs(self.clean_metric - self.corrupted_metric) < MIN_METRIC_GAP:
             raise CircuitError(
                 f"The metric is {self.clean_metric:.4g} on both prompts: there is no difference for patching to "
                 "explain. Choose a corrupted prompt that changes the answer."
             )
+
+    def _pass_with_gradients(self) -> float:
+        """The corrupted pass, recording like ``recorded_pass`` and keeping d(metric)/d(each recorded output):
+        a zero that requires a gradient is added to each (``edits.gradient_probe``, ``_probe_hook``), and
+        ``torch.autograd.grad`` takes the gradient with respect to those zeros only (no weight gradients)."""
+        model, parts = self.model, self.parts
+        kept = {name: [None] * model.num_layers for name in ("mlp", "block")}
+        head_stores = [[] for _ in range(model.num_layers)]
+        probes: dict[str, list] = {"z": [[] for _ in range(model.num_layers)], "mlp": [], "block": []}
+        edits = {
+            layer: chain(record_heads(head_stores[layer]), gradient_probe(probes["z"][layer]))
+            for layer in range(model.num_layers)
+        }
+        hooks = []
+        for name, modules in (("mlp", parts.mlps), ("block", parts.blocks)):
+            for layer, module in enumerate(modules):
+                hooks += [(module, keeper(kept[name], layer)), (module, _probe_hook(probes[name]))]
+        output = lm_pass(model, self.corrupted_ids, edits, hooks, grad=True)
+        value = self.metric(output.logits[:, -1].float()).sum()
+        flat = [store[-1] for store in probes["z"]] + probes["mlp"] + probes["block"]
+        grads = torch.autograd.grad(value, flat)
+        layers = model.num_layers
+        self.gradients = {
+            "z": list(grads[:layers]),
+            "mlp": list(grads[layers : 2 * layers]),
+            "block": list(grads[2 * layers :]),
+        }
+        self.corrupted = {"z": [store[-1] for store in head_stores], **kept}
+        return float(value.detach())
 
     def normalised(self, values) -> np.ndarray:
         """Metric values as 0 = corrupted, 1 = clean."""
@@ -143,35 +182,20 @@ class PatchRun:
         return self.normalised(values)
 
     def attribution(self, chosen: list[Component]) -> np.ndarray:
-        """Each component's normalised score estimated to first order from one forward and one backward pass
-        of the corrupted prompt: ``(clean - corrupted) . dmetric/dactivation`` (attribution patching)."""
-        model, parts = self.model, self.parts
-        kinds = {component.kind for component in chosen}
-        probes: dict[str, list] = {"z": [[] for _ in range(model.num_layers)], "mlp": [], "block": []}
-        edits = {}
-        if kinds & {"head", "attn"}:
-            edits = {layer: gradient_probe(store) for layer, store in enumerate(probes["z"])}
-        hooks = []
-        if "mlp" in kinds:
-            hooks += [(module, _probe_hook(probes["mlp"])) for module in parts.mlps]
-        if "resid" in kinds:
-            hooks += [(module, _probe_hook(probes["block"])) for module in parts.blocks]
-        output = lm_pass(model, self.corrupted_ids, edits, hooks, grad=True)
-        self.metric(output.logits[:, -1].float()).sum().backward()
+        """Each component's normalised score estimated to first order from the corrupted pass's gradients:
+        ``(clean - corrupted) . dmetric/dactivation`` (attribution patching; needs ``gradients=True``)."""
+        if self.gradients is None:
+            raise ValueError("attribution patching needs the PatchRun made with gradients=True")
         scores = []
         for component in chosen:
-            if component.kind in ("head", "attn"):
-                heads = slice(None) if component.kind == "attn" else component.index
-                change = self.clean["z"][component.layer] - self.corrupted["z"][component.layer]
-                gradient = probes["z"][component.layer][-1].grad
-                scores.append(float((change[..., heads, :] * gradient[..., heads, :]).sum()))
-            else:
-                name = "mlp" if component.kind == "mlp" else "block"
-                change = self.clean[name][component.layer] - self.corrupted[name][component.layer]
-                gradient = probes[name][component.layer].grad
-                if component.kind == "resid":
-                    change, gradient = change[:, component.index], gradient[:, component.index]
-                scores.append(float((change * gradient).sum()))
+            name = {"head": "z", "attn": "z", "mlp": "mlp", "resid": "block"}[component.kind]
+            change = self.clean[name][component.layer] - self.corrupted[name][component.layer]
+            gradient = self.gradients[name][component.layer]
+            if component.kind == "head":
+                change, gradient = change[..., component.index, :], gradient[..., component.index, :]
+            elif component.kind == "resid":
+                change, gradient = change[:, component.index], gradient[:, component.index]
+            scores.append(float((change * gradient).sum()))
         # A linear estimate of the patched metric minus the corrupted one, normalised like the exact scores.
         return np.asarray(scores) / (self.clean_metric - self.corrupted_metric)
 
@@ -222,7 +246,7 @@ def patch(
     if batch_size < 1 or exact_top < 0:
         raise CircuitError("batch_size must be at least 1 and exact_top at least 0.")
     report(progress, 0, 1, "running both prompts")
-    run = PatchRun(model, clean, corrupted, answer, foil, metric)
+    run = PatchRun(model, clean, corrupted, answer, foil, metric, gradients=method == "attribution")
     chosen = components(model, over, run.length)
     if method == "exact":
         scores = run.exact(chosen, batch_size, progress_part(progress, 0, 1))

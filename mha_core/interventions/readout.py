@@ -180,14 +180,16 @@ def recorded_pass(
         if name in records:
             outputs: list = [None] * model.num_layers
             records[name] = outputs
-            hooks.extend((module, _keeper(outputs, layer)) for layer, module in enumerate(modules))
+            hooks.extend((module, keeper(outputs, layer)) for layer, module in enumerate(modules))
     output = lm_pass(model, input_ids, edits, hooks)
     if "z" in records:
         records["z"] = [store[-1] for store in stores]
     return output.logits[:, -1].float(), records
 
 
-def _keeper(outputs: list, layer: int):
+def keeper(outputs: list, layer: int):
+    """A forward hook that keeps a module's output (detached, float32) as ``outputs[layer]``."""
+
     def hook(module, args, output):
         outputs[layer] = block_output(output).detach().float()
 
