@@ -28,17 +28,24 @@ OPEN_EXPLORE = "_circuits_open_explore"
 LENS_POSITIONS = 16  # the logit lens shows the last this many positions
 
 
-def open_in_explore(chart_key: str, text: str):
-    """A click on a heads map: that head, on the clean prompt, opens in Explore (on the next run)."""
+def open_in_explore(chart_key: str):
+    """A click on a heads map: that head opens in Explore on the clean prompt (on the next run)."""
 
     def callback() -> None:
-        if widgets.clicked_head(chart_key) is None:
-            return
-        widgets.select_clicked_head(chart_key)
-        st.session_state["text"] = text
-        st.session_state[OPEN_EXPLORE] = True
+        clicked = widgets.clicked_head(chart_key)
+        if clicked is not None and clicked[0] is not None:
+            st.session_state[OPEN_EXPLORE] = clicked
 
     return callback
+
+
+def switch_to_explore(layer: int, head: int, text: str) -> None:
+    """Explore, opened as a link to this head on this text with this model: Streamlit starts the other page with
+    its widgets at their defaults, so the sidebar takes its settings from the link."""
+    selection = state.selection()
+    link = {"model": selection.model, "engine": selection.engine, "text": text, "layer": layer, "head": head}
+    state.take_settings_from_link()
+    st.switch_page(st.Page(Path(__file__).with_name("explore.py"), url_path="explore"), query_params=link)
 
 
 st.title("Circuits")
@@ -47,8 +54,6 @@ st.caption(
     "says what each head writes towards the answer; activation patching says which heads carry the difference "
     "between two prompts; the logit lens shows what the model would predict after each layer."
 )
-if st.session_state.pop(OPEN_EXPLORE, False):
-    st.switch_page(st.Page(Path(__file__).with_name("explore.py"), url_path="explore"))
 selection = state.selection()
 model = widgets.current_model()
 if model is None:
@@ -144,10 +149,13 @@ with widgets.error_display():
                 head_score_map(grid, label=label, title=title, signed=True),
                 key=chart_key,
                 filename=f"headscope-{chart_key.replace('_', '-')}",
-                on_select=open_in_explore(chart_key, clean),
+                on_select=open_in_explore(chart_key),
                 selection_mode="points",
             )
     st.caption("Click a head to open it in Explore on the clean prompt.")
+    clicked = st.session_state.pop(OPEN_EXPLORE, None)
+    if clicked is not None:
+        switch_to_explore(*clicked, clean)
     if method == "attribution":
         exact = patched[patched["exact"].notna()]
         names = [f"L{r.layer}H{r.head}" for r in exact.itertuples()]

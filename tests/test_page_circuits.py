@@ -112,3 +112,17 @@ def test_an_encoder_gets_a_notice_not_an_error(tmp_path):
     app = open_app(PAGE, {"model": path})
     assert not app.error and not app.exception
     assert any("next-token prediction" in i.value for i in app.info)
+
+
+def test_a_clicked_head_opens_in_explore_with_the_model_and_the_clean_prompt(tiny_gpt2):
+    """The maps' click (its callback stores the head) switches to Explore as a link: this model, the clean
+    prompt, that layer and head (Streamlit opens the other page with the sidebar's widgets at their defaults)."""
+    model = mc.load_model(tiny_gpt2)
+    answer, foil = one_token_words(model)
+    app = open_app(PAGE, custom_query(tiny_gpt2, answer, foil))
+    app.session_state["_circuits_open_explore"] = (1, 2)
+    rerun(app)
+    assert [t.value for t in app.title] == ["Explore"]
+    assert app.query_params["model"] == tiny_gpt2 and app.query_params["text"] == CLEAN
+    assert (app.query_params["layer"], app.query_params["head"]) == ("1", "2")
+    assert app.session_state["text"] == CLEAN and app.session_state["model_other"] == tiny_gpt2
