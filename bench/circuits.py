@@ -12,7 +12,8 @@ object task of mha_core.interventions.prompts with a longer opening, the same in
 
 Prints a markdown table (seconds, ratio to one forward pass, goal) and the 1-minute load average before and
 after. With --findings, instead: for every shipped task, SmolLM2's logit differences and the heads that carry it
-(the top 5 by exact patching and by direct logit attribution), the table of docs/findings.md.
+(attribution patching over every head with the 20 heads of largest estimate patched exactly: the top 5 by exact
+score; and the top 5 by direct logit attribution), the table of docs/findings.md.
 Usage: python bench/circuits.py [--threads T] [--rounds R] [--batch-size B] [--findings]
 """
 
@@ -97,22 +98,34 @@ def main() -> None:
     print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
 
 
-def findings(model, batch_size: int) -> None:
-    """Per shipped task: the logit differences, the top heads by exact patching and by logit attribution."""
-    print("| task | clean | corrupted | top heads by patching (score) | top heads by attribution (logit) |")
+def findings(model, batch_size: int, exact_top: int = 20) -> None:
+    """Per shipped task: the logit differences; the top heads by patching (attribution patching over all 270
+    heads, then the ``exact_top`` heads of largest estimate patched exactly: the top 5 of those by exact score,
+    with their estimate); the top heads by direct logit attribution."""
+    print("| task | clean | corrupted | top heads by patching: exact (estimate) | top heads by attribution (logit) |")
     print("|---|---:|---:|---|---|")
     for task in CIRCUIT_TASKS:
-        patched = mc.patch(model, task.clean, task.corrupted, task.answer, task.foil, batch_size=batch_size)
+        patched = mc.patch(
+            model,
+            task.clean,
+            task.corrupted,
+            task.answer,
+            task.foil,
+            method="attribution",
+            exact_top=exact_top,
+            batch_size=batch_size,
+        )
         attribution = mc.logit_attribution(model, task.clean, task.answer, task.foil)
         heads = attribution[attribution["component"] == "head"]
-        by_patch = patched.sort_values("score", ascending=False).head(5)
+        by_patch = patched[patched["exact"].notna()].sort_values("exact", ascending=False).head(5)
         by_logit = heads.sort_values("contribution", ascending=False).head(5)
         print(
             f"| {task.name} | {patched.attrs['clean_metric']:.2f} | {patched.attrs['corrupted_metric']:.2f} | "
-            + ", ".join(f"{r.layer}-{r.head} ({r.score:.2f})" for r in by_patch.itertuples())
+            + ", ".join(f"{r.layer}-{r.head} {r.exact:.2f} ({r.score:.2f})" for r in by_patch.itertuples())
             + " | "
-            + ", ".join(f"{r.layer}-{r.head} ({r.contribution:+.2f})" for r in by_logit.itertuples())
-            + " |"
+            + ", ".join(f"{r.layer}-{r.head} {r.contribution:+.2f}" for r in by_logit.itertuples())
+            + " |",
+            flush=True,
         )
 
 
