@@ -377,3 +377,19 @@ def test_cli_attribute_and_patch_write_the_library_tables(tmp_path, capsys):
         assert main(argv) == 2, argv
         lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert len(lines) == 1 and "Traceback" not in lines[0], argv
+
+
+def test_cli_task_fills_what_the_arguments_leave_out(tmp_path):
+    import pandas as pd
+
+    from mha_core.__main__ import main
+    from mha_core.interventions.prompts import TASKS_BY_NAME
+
+    path = str(build_decoder(tmp_path / "gpt2", "gpt2"))
+    model = mc.load_model(path)
+    answer, foil = one_token_words(model)
+    out = tmp_path / "attribution.csv"
+    argv = ["attribute", "--model", path, "--task", "capital", "--answer", answer, "--foil", foil, "--out", str(out)]
+    assert main(argv) == 0
+    expected = mc.logit_attribution(model, TASKS_BY_NAME["capital"].clean, answer, foil)
+    np.testing.assert_allclose(pd.read_csv(out)["contribution"], expected["contribution"], rtol=1e-5, atol=1e-6)
