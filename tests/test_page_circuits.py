@@ -126,3 +126,17 @@ def test_a_clicked_head_opens_in_explore_with_the_model_and_the_clean_prompt(tin
     assert app.query_params["model"] == tiny_gpt2 and app.query_params["text"] == CLEAN
     assert (app.query_params["layer"], app.query_params["head"]) == ("1", "2")
     assert app.session_state["text"] == CLEAN and app.session_state["model_other"] == tiny_gpt2
+
+
+def test_circuits_figures_carry_the_numbers_and_escape_tokens():
+    from ui.figures.circuits import estimate_against_exact, logit_lens_table
+
+    tokens = np.array([["<b>", "a&b"], ["x", " y"]], dtype=object)
+    probabilities = np.array([[0.5, 0.25], [0.9, 0.1]])
+    fig = logit_lens_table(["0:<s>", "1:cat"], tokens, probabilities, "t")
+    np.testing.assert_array_equal(fig.data[0].z, probabilities)
+    assert [list(row) for row in fig.data[0].customdata] == [["&lt;b&gt;", "a&amp;b"], ["x", " y"]]
+    assert list(fig.layout.xaxis.ticktext) == ["0:&lt;s&gt;", "1:cat"]
+    scatter = estimate_against_exact(["L1H2", "L3H4"], np.array([0.1, 0.6]), np.array([0.2, 0.5]), "s")
+    np.testing.assert_array_equal(scatter.data[1].x, [0.1, 0.6])
+    np.testing.assert_array_equal(scatter.data[1].y, [0.2, 0.5])
