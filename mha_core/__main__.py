@@ -692,6 +692,12 @@ def add_patch(subparsers) -> None:
     parser.add_argument("--over", choices=PATCH_OVER, default="heads", help="default: %(default)s")
     parser.add_argument("--method", choices=PATCH_METHODS, default="exact", help="default: %(default)s")
     parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="transformers",
+        help="core: exact patching over heads in the from-scratch engine (default: %(default)s)",
+    )
+    parser.add_argument(
         "--batch-size",
         type=whole_number(1, MAX_BATCH_SIZE),
         default=DEFAULT_BATCH_SIZE,
@@ -718,6 +724,7 @@ def run_patch(args) -> int:
         batch_size=args.batch_size,
         exact_top=args.top,
         progress=print_progress,
+        engine=args.engine,
         **settings,
     )
     label = {"heads": "head", "layers": "component", "positions": "position"}[args.over]

@@ -393,3 +393,18 @@ def test_cli_task_fills_what_the_arguments_leave_out(tmp_path):
     assert main(argv) == 0
     expected = mc.logit_attribution(model, TASKS_BY_NAME["capital"].clean, answer, foil)
     np.testing.assert_allclose(pd.read_csv(out)["contribution"], expected["contribution"], rtol=1e-5, atol=1e-6)
+
+
+def test_exact_patching_in_the_from_scratch_engine_equals_transformers(decoder):
+    clean, corrupted = pair(decoder)
+    answer, foil = one_token_words(decoder)
+    core = mc.patch(decoder, clean, corrupted, answer, foil, engine="core")
+    hooked = mc.patch(decoder, clean, corrupted, answer, foil)
+    assert core.attrs["engine"] == "core"
+    np.testing.assert_allclose(core.attrs["clean_metric"], hooked.attrs["clean_metric"], rtol=1e-4, atol=1e-4)
+    # Two engines' float32 sums in another order, through every layer: ENGINE_ATOL-sized logit differences.
+    np.testing.assert_allclose(core["score"], hooked["score"], rtol=1e-3, atol=1e-3)
+    with pytest.raises(CircuitError, match="from-scratch engine patches heads exactly"):
+        mc.patch(decoder, clean, corrupted, answer, foil, engine="core", method="attribution")
+    with pytest.raises(CircuitError, match="Unknown engine"):
+        mc.patch(decoder, clean, corrupted, answer, foil, engine="jax")

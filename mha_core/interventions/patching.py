@@ -24,10 +24,12 @@ import torch
 
 from ..edits import chain, gradient_probe, record_heads, replace_heads_per_row
 from ..errors import quoted
+from ..models.loaded import ENGINES
 from ..progress import Progress, progress_part, report
 from .readout import (
     CircuitError,
     block_output,
+    core_last_logits,
     decoder_parts,
     keeper,
     lm_pass,
@@ -82,11 +84,21 @@ class PatchRun:
     """The clean and corrupted prompts, what the clean run computed, and both runs' metric."""
 
     def __init__(
-        self, model: LoadedModel, clean: str, corrupted: str, answer, foil, metric: Metric | None, gradients=False
+        self,
+        model: LoadedModel,
+        clean: str,
+        corrupted: str,
+        answer,
+        foil,
+        metric: Metric | None,
+        gradients=False,
+        engine: str = "transformers",
     ):
         """``gradients``: the corrupted pass also keeps the metric's gradient with respect to every head's output,
-        MLP output and block output (one backward pass; attribution patching)."""
+        MLP output and block output (one backward pass; attribution patching). ``engine="core"``: every pass is
+        the from-scratch engine's, which records and replaces heads' outputs only."""
         self.model = model
+        self.engine = engine
         self.parts = decoder_parts(model)
         clean_ids, corrupted_ids = same_length_pair(model, clean, corrupted)
         self.length = len(clean_ids)
@@ -96,19 +108,30 @@ class PatchRun:
         if self.answer_id == self.foil_id:
             raise CircuitError("The answer and the foil are the same token: the logit difference would be 0.")
         self.metric = metric or logit_difference(self.answer_id, self.foil_id)
-        clean_logits, self.clean = recorded_pass(model, self.clean_ids, self.parts, RECORDED)
-        self.clean_metric = float(self.metric(clean_logits)[0])
         self.gradients: dict[str, list] | None = None
-        if gradients:
-            self.corrupted_metric = self._pass_with_gradients()
-        else:
-            corrupted_logits, self.corrupted = recorded_pass(model, self.corrupted_ids, self.parts, RECORDED)
+        if engine == "core":
+            clean_logits, self.clean = self._core_recorded(self.clean_ids)
+            corrupted_logits, self.corrupted = self._core_recorded(self.corrupted_ids)
+            self.clean_metric = float(self.metric(clean_logits)[0])
             self.corrupted_metric = float(self.metric(corrupted_logits)[0])
+        else:
+            clean_logits, self.clean = recorded_pass(model, self.clean_ids, self.parts, RECORDED)
+            self.clean_metric = float(self.metric(clean_logits)[0])
+            if gradients:
+                self.corrupted_metric = self._pass_with_gradients()
+            else:
+                corrupted_logits, self.corrupted = recorded_pass(model, self.corrupted_ids, self.parts, RECORDED)
+                self.corrupted_metric = float(self.metric(corrupted_logits)[0])
         if abs(self.clean_metric - self.corrupted_metric) < MIN_METRIC_GAP:
             raise CircuitError(
                 f"The metric is {self.clean_metric:.4g} on both prompts: there is no difference for patching to "
                 "explain. Choose a corrupted prompt that changes the answer."
             )
+
+    def _core_recorded(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        stores = [[] for _ in range(self.model.num_layers)]
+        logits = core_last_logits(self.model, input_ids, {layer: record_heads(s) for layer, s in enumerate(stores)})
+        return logits, {"z": [store[-1] for store in stores]}
 
     def _pass_with_gradients(self) -> float:
         """The corrupted pass, recording like ``recorded_pass`` and keeping d(metric)/d(each recorded output):
@@ -169,6 +192,8 @@ class PatchRun:
             (self.parts.blocks[layer], replacer(clean["block"][layer][0], positions=where))
             for layer, where in resid_positions.items()
         ]
+        if self.engine == "core":
+            return self.metric(core_last_logits(model, self.corrupted_ids.expand(rows, -1), edits))
         output = lm_pass(model, self.corrupted_ids.expand(rows, -1), edits, hooks)
         return self.metric(output.logits[:, -1].float())
 
@@ -224,6 +249,7 @@ def patch(
     batch_size: int = DEFAULT_BATCH_SIZE,
     exact_top: int = DEFAULT_EXACT_TOP,
     progress: Progress | None = None,
+    engine: str = "transformers",
 ) -> pd.DataFrame:
     """Activation patching of every component of ``over`` from the ``clean`` prompt into the ``corrupted`` one.
 
@@ -237,16 +263,24 @@ def patch(
     ``method="exact"``: one patched run per component, ``batch_size`` to a pass. ``method="attribution"``: the
     linear estimate of every score from one forward and one backward pass (Nanda 2023), with the exact score of
     the ``exact_top`` components of largest estimate in the column ``exact`` (NaN for the others), so the
-    table shows where the estimate holds. ``table.attrs`` has both runs' metric.
+    table shows where the estimate holds. ``table.attrs`` has both runs' metric. ``engine="core"``: exact patching
+    over heads in the from-scratch engine (its passes record and replace the heads' outputs themselves).
     """
     if over not in PATCH_OVER:
         raise CircuitError(f"Patch over one of {', '.join(PATCH_OVER)}, not {quoted(over)}.")
     if method not in PATCH_METHODS:
         raise CircuitError(f"Patching method must be one of {', '.join(PATCH_METHODS)}, not {quoted(method)}.")
+    if engine not in ENGINES:
+        raise CircuitError(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
+    if engine == "core" and (over != "heads" or method != "exact"):
+        raise CircuitError(
+            "The from-scratch engine patches heads exactly (over='heads', method='exact'); layers, positions and "
+            "attribution patching run in the transformers engine."
+        )
     if batch_size < 1 or exact_top < 0:
         raise CircuitError("batch_size must be at least 1 and exact_top at least 0.")
     report(progress, 0, 1, "running both prompts")
-    run = PatchRun(model, clean, corrupted, answer, foil, metric, gradients=method == "attribution")
+    run = PatchRun(model, clean, corrupted, answer, foil, metric, gradients=method == "attribution", engine=engine)
     chosen = components(model, over, run.length)
     if method == "exact":
         scores = run.exact(chosen, batch_size, progress_part(progress, 0, 1))
@@ -270,6 +304,7 @@ def patch(
         answer=token_text(model, run.answer_id),
         foil=token_text(model, run.foil_id),
         model=model.name,
+        engine=engine,
     )
     return table
 

@@ -164,6 +164,14 @@ def lm_pass(
         return model.lm_model(**arguments)
 
 
+def core_last_logits(model: LoadedModel, input_ids: torch.Tensor, edits: LayerEdits | None = None) -> torch.Tensor:
+    """The last position's logits ``[batch, vocab]`` from the from-scratch engine's pass (``edits`` on the heads'
+    outputs, applied by the engine itself), through the checkpoint's LM head."""
+    hidden = model.final_hidden("core", input_ids, edits=edits)
+    with torch.inference_mode():
+        return model.logits(hidden[:, -1])
+
+
 def recorded_pass(
     model: LoadedModel, input_ids: torch.Tensor, parts: DecoderParts, what: Sequence[str] = ("z",)
 ) -> tuple[torch.Tensor, dict]:
