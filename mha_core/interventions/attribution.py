@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -130,8 +131,6 @@ def logit_attribution(
 
 def head_grid(table: pd.DataFrame, num_layers: int, num_heads: int, column: str = "contribution"):
     """The heads' rows of a per-head table as a ``[layers, heads]`` array (NaN where a head has no row)."""
-    import numpy as np
-
     grid = np.full((num_layers, num_heads), np.nan)
     heads = table[table["head"].notna()] if "component" not in table else table[table["component"] == "head"]
     grid[heads["layer"].astype(int).to_numpy(), heads["head"].astype(int).to_numpy()] = heads[column].to_numpy()
