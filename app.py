@@ -34,6 +34,7 @@ PAGES = [
     ("pages/classroom.py", "Classroom", ":material/school:", "classroom"),
     ("pages/lab.py", "Lab", ":material/science:", "lab"),
     ("pages/deeper.py", "Deeper", ":material/layers:", "deeper"),
+    ("pages/circuits.py", "Circuits", ":material/account_tree:", "circuits"),
 ]
 PAGE_GUIDE = (
     "- **Explore**: every head of a layer, one head enlarged, the whole model at once.\n"
@@ -44,6 +45,7 @@ PAGE_GUIDE = (
     "- **Classroom**: the worked example, step by step.\n"
     "- **Lab**: train a tiny transformer and watch its heads specialise.\n\n"
     "- **Deeper**: attention rollout and flow, weights against norms, the neuron view.\n\n"
+    "- **Circuits** (decoders): what each head writes towards an answer, patching, the logit lens.\n\n"
     "Everything you choose is in the page address: copy it to share this exact view."
 )
 

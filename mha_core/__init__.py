@@ -37,10 +37,15 @@ from .edits import replace_heads, scale_heads, zero_heads
 from .engine import registry as families
 from .engine.core import core_attentions, core_family
 
+# Circuits: direct logit attribution, activation and attribution patching, the logit lens.
+from .interventions.attribution import logit_attribution
+
 # Causal evidence: head ablation, importance (Michel et al. 2019), pruning curves.
 from .interventions.experiments import decoder_head_scores, induction_experiment
 from .interventions.importance import head_importance, pruning_curve
+from .interventions.logit_lens import logit_lens
 from .interventions.neuron_view import NeuronView, neuron_view
+from .interventions.patching import patch
 
 # The lab: tiny transformers trained on tasks that grow known heads.
 from .lab import Lab, LabConfig, train_lab
@@ -109,6 +114,10 @@ __all__ = [
     "replace_heads",
     "scale_heads",
     "zero_heads",
+    # circuits
+    "logit_attribution",
+    "logit_lens",
+    "patch",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",

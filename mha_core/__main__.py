@@ -30,8 +30,11 @@ from .corpus.reading import corpus_texts, open_corpus, read_corpus
 from .corpus.shards import DEFAULT_SHARD_SIZE, check_profile_settings, shards_in_cache
 from .corpus.tables import head_table, profile_summary, write_table
 from .errors import HeadscopeError, quoted
+from .interventions.attribution import logit_attribution
 from .interventions.experiments import group_ablation, head_groups, induction_experiment, summarize_experiment
 from .interventions.importance import IMPORTANCE_METHODS, head_importance, pruning_curve
+from .interventions.patching import DEFAULT_BATCH_SIZE, DEFAULT_EXACT_TOP, PATCH_METHODS, PATCH_OVER, patch
+from .interventions.prompts import TASKS_BY_NAME
 from .lab import MAX_SEED, POSITIONS, TASKS, Lab, LabConfig, lab_summary
 from .models import DEFAULT_MODEL, ENGINES, load_model, sources
 from .models.ablation import ABLATIONS, parse_heads
@@ -596,7 +599,146 @@ def run_importance(args) -> int:
     return 0
 
 
-COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab]
+# ---- attribute and patch (circuits) -------------------------------------------------------------
+def add_prompt_arguments(parser, pair: bool) -> None:
+    """The prompt(s), answer and foil of ``attribute`` and ``patch``, or a shipped task that gives them."""
+    parser.add_argument(
+        "--model", default="smollm2", help="a decoder with its LM head: smollm2, a GPT-2 or Llama checkpoint"
+    )
+    parser.add_argument(
+        "--task",
+        choices=sorted(TASKS_BY_NAME),
+        default=None,
+        help="a shipped prompt pair (docs/circuits.md) instead of the prompts, answer and foil",
+    )
+    if pair:
+        parser.add_argument("--clean", default=None, help="the prompt whose behaviour is patched in")
+        parser.add_argument("--corrupted", default=None, help="the prompt it is patched into (same token count)")
+    else:
+        parser.add_argument("--text", default=None, help="the prompt")
+    parser.add_argument("--answer", default=None, help="the right next token, one token (e.g. ' Mary')")
+    parser.add_argument(
+        "--foil", default=None, help="the wrong next token it is compared with" + ("" if pair else " (optional)")
+    )
+    parser.add_argument("--out", required=True, help="output table, .csv or .parquet")
+
+
+def prompt_settings(args, pair: bool) -> dict:
+    """The prompts, answer and foil from the arguments or ``--task`` (arguments given win), checked."""
+    task = TASKS_BY_NAME[args.task] if args.task else None
+    names = ("clean", "corrupted", "answer", "foil") if pair else ("text", "answer", "foil")
+    settings = {}
+    for name in names:
+        value = getattr(args, name)
+        if value is None and task is not None:
+            value = getattr(task, "clean" if name == "text" else name)
+        settings[name] = value
+    required = [name for name in names if settings[name] is None and (pair or name != "foil")]
+    if required:
+        raise UsageError(f"give --{' and --'.join(required)} (or --task: {', '.join(sorted(TASKS_BY_NAME))})")
+    for name in names[:2] if pair else names[:1]:
+        check_text(settings[name], f"{name} prompt" if pair else "text")
+    return settings
+
+
+def add_attribute(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "attribute",
+        help="direct logit attribution: what every head and MLP writes towards an answer (over a foil)",
+        description="Split the logit of --answer (minus --foil's) at the last position into the terms of the "
+        "residual stream: the embeddings, every head, every MLP and the biases, through the final norm with its "
+        "scale frozen from the run. The rows add up to the model's own logit difference.",
+    )
+    add_prompt_arguments(parser, pair=False)
+    parser.add_argument(
+        "--position", type=whole_number(-(10**6), 10**6), default=-1, help="the position predicting (default: last)"
+    )
+    parser.set_defaults(handler=run_attribute)
+
+
+def run_attribute(args) -> int:
+    out = check_output(args.out, "--out", TABLE_SUFFIXES)
+    settings = prompt_settings(args, pair=False)
+    check_model(args.model)
+    model = load_model(args.model, progress=print_progress)
+    table = logit_attribution(model, position=args.position, progress=print_progress, **settings)
+    top = table.reindex(table["contribution"].abs().sort_values(ascending=False).index).head(5)
+    named = ", ".join(
+        f"{r.component}"
+        + ("" if pd.isna(r.layer) else f" L{r.layer}")
+        + ("" if pd.isna(r.head) else f"H{r.head}")
+        + f" {r.contribution:+.3f}"
+        for r in top.itertuples()
+    )
+    versus = "" if table.attrs["foil"] is None else f" - logit({table.attrs['foil']!r})"
+    print(
+        f"logit({table.attrs['answer']!r}){versus} = {table.attrs['logit_difference']:.4f} = sum of "
+        f"{len(table)} terms ({table['contribution'].sum():.4f}); largest: {named}"
+    )
+    print(f"wrote {write_table(table, out)}")
+    return 0
+
+
+def add_patch(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "patch",
+        help="activation patching: which heads (layers, positions) carry the difference between two prompts",
+        description="Run the corrupted prompt with one component's output replaced by the clean prompt's, for every "
+        "component, and write the logit difference of --answer over --foil as a score: 0 = the corrupted run, "
+        "1 = the clean run. --method attribution estimates every score from one forward and one backward pass "
+        "and patches its top components exactly beside it.",
+    )
+    add_prompt_arguments(parser, pair=True)
+    parser.add_argument("--over", choices=PATCH_OVER, default="heads", help="default: %(default)s")
+    parser.add_argument("--method", choices=PATCH_METHODS, default="exact", help="default: %(default)s")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="transformers",
+        help="core: exact patching over heads in the from-scratch engine (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=whole_number(1, MAX_BATCH_SIZE),
+        default=DEFAULT_BATCH_SIZE,
+        help="patched runs per forward pass (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--top",
+        type=whole_number(0, 10**6),
+        default=DEFAULT_EXACT_TOP,
+        help="attribution: components patched exactly beside the estimate (default: %(default)s)",
+    )
+    parser.set_defaults(handler=run_patch)
+
+
+def run_patch(args) -> int:
+    out = check_output(args.out, "--out", TABLE_SUFFIXES)
+    settings = prompt_settings(args, pair=True)
+    check_model(args.model)
+    model = load_model(args.model, progress=print_progress)
+    table = patch(
+        model,
+        over=args.over,
+        method=args.method,
+        batch_size=args.batch_size,
+        exact_top=args.top,
+        progress=print_progress,
+        engine=args.engine,
+        **settings,
+    )
+    label = {"heads": "head", "layers": "component", "positions": "position"}[args.over]
+    top = table.sort_values("score", ascending=False).head(5)
+    named = ", ".join(f"L{r.layer} {label} {getattr(r, label)} {r.score:.3f}" for r in top.itertuples())
+    print(
+        f"{args.method} patching over {args.over}: metric {table.attrs['corrupted_metric']:.3f} (corrupted) -> "
+        f"{table.attrs['clean_metric']:.3f} (clean); top: {named}"
+    )
+    print(f"wrote {write_table(table, out)}")
+    return 0
+
+
+COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab, add_attribute, add_patch]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -91,6 +91,38 @@ def scale_heads(factors: torch.Tensor) -> Edit:
     return edit
 
 
+def replace_heads_per_row(chosen: torch.Tensor, values: torch.Tensor) -> Edit:
+    """Row b of the batch takes ``values`` for the heads ``chosen[b]`` marks (``[batch, heads]`` booleans) and
+    keeps its own output for the others: a batch in which each row patches other heads (exact activation
+    patching, one component per row). ``values`` broadcasts to ``z`` (``[n, heads, d_head]`` or the whole z)."""
+    if chosen.dim() != 2 or chosen.dtype != torch.bool:
+        raise ValueError(f"chosen must be [batch, heads] booleans, got {chosen.dtype} of shape {tuple(chosen.shape)}")
+
+    def edit(z: torch.Tensor) -> torch.Tensor:
+        if z.dim() != 4 or tuple(chosen.shape) != (z.shape[0], z.shape[2]):
+            raise ValueError(
+                f"chosen of shape {tuple(chosen.shape)} does not fit z of shape {tuple(z.shape)} "
+                "([batch, n, heads, d_head])"
+            )
+        source = values.to(z.device, z.dtype).expand_as(z)
+        return torch.where(chosen.to(z.device)[:, None, :, None], source, z)
+
+    return edit
+
+
+def gradient_probe(store: list) -> Edit:
+    """Adds a zero that requires a gradient to z, and appends it to ``store``: after ``backward()`` its
+    ``.grad`` is d(loss)/dz of every head at every position, through every path of the model (attribution
+    patching, Nanda 2023). The output itself is unchanged."""
+
+    def edit(z: torch.Tensor) -> torch.Tensor:
+        probe = torch.zeros_like(z, requires_grad=True)
+        store.append(probe)
+        return z + probe
+
+    return edit
+
+
 def record_heads(store: list) -> Edit:
     """Leaves z as it is and appends it (detached, float32) to ``store``: the clean run of activation patching."""
 

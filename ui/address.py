@@ -139,6 +139,13 @@ def _text_from_query(key: str, label: str) -> str:
     return value
 
 
+def take_settings_from_link() -> None:
+    """The next run starts from the page address again, as a session's first run does (``init_from_query``):
+    for a page that switches to another page with a link's settings (``st.switch_page(..., query_params=)``),
+    which Streamlit opens with its widgets at their defaults."""
+    st.session_state["_state_initialised"] = False
+
+
 def init_from_query() -> None:
     """On a session's first run, the URL decides the sidebar's starting values; every value is checked."""
     if st.session_state.get("_state_initialised"):

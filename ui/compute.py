@@ -30,10 +30,13 @@ from mha_core.corpus.coreference import load_coreference
 from mha_core.corpus.reading import corpus_texts
 from mha_core.errors import HeadscopeError, ModelLoadError, quoted
 from mha_core.interventions import experiments, search
+from mha_core.interventions.attribution import logit_attribution
 from mha_core.interventions.importance import head_importance, pruning_curve
+from mha_core.interventions.logit_lens import logit_lens
+from mha_core.interventions.patching import patch
 from mha_core.models import DEFAULT_MODEL, load_model, sources
 from mha_core.progress import fraction
-from ui import session
+from ui import circuits, session
 from ui.address import MAX_MODEL_CHARS
 from ui.budget import (
     GRADIENT_PEAK_FACTOR,
@@ -664,4 +667,56 @@ def open_lab_in_explore(lab) -> None:
             model=lab,
             reserve_bytes=pass_peak_bytes(config.num_layers, config.num_heads, tokens),
         )
+    )
+
+
+# ---- the Circuits page: logit attribution, patching, the logit lens (mha_core.interventions) --------------------
+def circuit_attribution(model_name: str, text: str, answer: str, foil: str):
+    """``mha_core.logit_attribution`` at the last position, cached."""
+    model = get_model(model_name)
+    tokens = circuits.check_prompt(model, text, "clean prompt")
+    return compute(
+        ("circuits-attribution", _cache_key(model_name), text, answer, foil),
+        lambda model, progress: logit_attribution(model, text, answer, foil, progress=progress),
+        model=model,
+        reserve_bytes=circuits.attribution_bytes(model, tokens),
+    )
+
+
+def circuit_patching(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str):
+    """``mha_core.patch`` over heads (exact, or attribution with the exact scores of its top heads), cached."""
+    model = get_model(model_name)
+    tokens = circuits.check_prompt(model, clean, "clean prompt")
+    circuits.check_prompt(model, corrupted, "corrupted prompt")
+
+    def work(model, progress):
+        return patch(
+            model,
+            clean,
+            corrupted,
+            answer,
+            foil,
+            over="heads",
+            method=method,
+            exact_top=circuits.EXACT_TOP,
+            progress=progress,
+        )
+
+    return compute(
+        ("circuits-patching", _cache_key(model_name), clean, corrupted, answer, foil, method),
+        work,
+        model=model,
+        reserve_bytes=circuits.patching_bytes(model, tokens, method),
+    )
+
+
+def circuit_lens(model_name: str, text: str, k: int = circuits.LENS_TOP_K):
+    """``mha_core.logit_lens`` of the prompt, cached."""
+    model = get_model(model_name)
+    tokens = circuits.check_prompt(model, text, "clean prompt")
+    return compute(
+        ("circuits-lens", _cache_key(model_name), text, k),
+        lambda model, progress: logit_lens(model, text, k=k, progress=progress),
+        model=model,
+        reserve_bytes=circuits.lens_bytes(model, tokens),
     )

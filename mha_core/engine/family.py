@@ -43,3 +43,7 @@ class Family:
     head_of: Callable[[object], object] = lambda lm_model: None
     # (base module) -> the norm applied after the last layer (pre-norm decoders), or None.
     final_norm_of: Callable[[object], object] = lambda base: None
+    # Residual-stream readings (mha_core.interventions: logit attribution, patching, the logit lens): each
+    # layer's block, whose output is the residual stream after it, and the MLP, whose output it adds to it.
+    blocks_of: Callable[[object], list] = lambda base: []  # (base module) -> the layers' blocks
+    mlps_of: Callable[[object], list] = lambda base: []  # (base module) -> each layer's MLP

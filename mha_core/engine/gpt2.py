@@ -126,4 +126,6 @@ FAMILY = Family(
     head_weight_prefixes=("lm_head.",),
     head_of=lambda lm_model: lm_model.lm_head,
     final_norm_of=lambda base: base.ln_f,
+    blocks_of=lambda base: list(base.h),
+    mlps_of=lambda base: [block.mlp for block in base.h],
 )

@@ -200,4 +200,6 @@ FAMILY = Family(
     head_weight_prefixes=("lm_head.",),
     head_of=lambda lm_model: lm_model.lm_head,
     final_norm_of=lambda base: base.norm,
+    blocks_of=lambda base: list(base.layers),
+    mlps_of=lambda base: [block.mlp for block in base.layers],
 )

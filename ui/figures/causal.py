@@ -15,19 +15,25 @@ ORDER_COLORS = {"importance": "#2b3a9c", "reverse": "#e8590c", "random": "#868e9
 
 
 def head_score_map(
-    values: np.ndarray, selected: Sequence[tuple[int, int]] = (), label: str = "score", title: str | None = None
+    values: np.ndarray,
+    selected: Sequence[tuple[int, int]] = (),
+    label: str = "score",
+    title: str | None = None,
+    signed: bool = False,
 ) -> go.Figure:
     """Layers x heads coloured by one per-head score ``[L, H]`` (ONE heatmap trace); above it one marker per
-    head carries the hover and the click (``customdata[:2]`` = layer, head); selected heads are marked x."""
+    head carries the hover and the click (``customdata[:2]`` = layer, head); selected heads are marked x.
+    ``signed``: a diverging scale centred on 0 (red: positive, blue: negative)."""
     values = np.asarray(values, dtype=np.float64)
     num_layers, num_heads = values.shape
+    scale = {"colorscale": "RdBu", "reversescale": True, "zmid": 0.0} if signed else {"colorscale": "Viridis"}
     fig = go.Figure(
         go.Heatmap(
             z=values,
             x=list(range(num_heads)),
             y=list(range(num_layers)),
             hoverinfo="skip",
-            colorscale="Viridis",
+            **scale,
             xgap=2,
             ygap=2,
             colorbar=dict(title=dict(text=plotly_text(label)), thickness=14),

