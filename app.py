@@ -18,7 +18,7 @@ st.set_page_config(
 )
 
 from mha_core.errors import quoted  # noqa: E402
-from ui import shell, state, widgets  # noqa: E402  (set_page_config must come first)
+from ui import follow, shell, state, widgets  # noqa: E402  (set_page_config must come first)
 
 state.configure_process()
 
@@ -64,6 +64,7 @@ if navigation is root:
         state.link_notice(f"there is no page {quoted(wanted_page)}; showing {available[0][3]}.")
     link = {key: st.query_params.get_all(key) for key in st.query_params if key != "page"}
     st.switch_page(pages.get(wanted_page, pages[available[0][3]]), query_params=link)
+follow.start(pages, navigation.url_path)  # a class: who leads; a follower moves to the teacher's view
 with st.sidebar:
     for page in pages.values():
         st.page_link(page)
@@ -75,6 +76,7 @@ if not state.has_selection():  # the sidebar failed (its message is shown): noth
     st.stop()
 if state.settings().classroom:
     widgets.join_class_panel()
+    follow.class_panel()
 with st.sidebar.expander("About Headscope"):
     st.markdown(widgets.INTRO + "\n\n" + PAGE_GUIDE)
 
@@ -84,3 +86,4 @@ widgets.presentation_styles()
 widgets.keep_alive()  # before the page: a page may end the run (st.stop)
 with widgets.error_display(), shell.page_in_app():
     navigation.run()
+follow.publish()  # the teacher's view, for the class (also published by the panel's poll)

@@ -8,7 +8,7 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, figures, headview, shell, state, widgets
+from ui import address, class_questions, figures, headview, shell, state, widgets
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -102,6 +102,8 @@ def view_section(words: bool, hide_special: bool) -> None:
     mode, shape = st.session_state["explore_view"], st.session_state["head_shape"]
     layer = widgets.select_layer(view.num_layers, draw=False)
     head = widgets.select_head(view.num_heads, draw=False)
+    if class_questions.explore_question(view, layer, head):  # a class question: the head stays hidden until revealed
+        return
     widgets.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=take_pick)
     widgets.keep_in_url("explore_view", "view", "head")
     widgets.keep_in_url("head_shape", "shape", "heatmap")
