@@ -65,7 +65,8 @@ CREATE INDEX IF NOT EXISTS answers_by_time ON answers (session, at);
 
 
 def default_path() -> Path:
-    return cache_dir() / "class" / "sessions.sqlite3"
+    """``$HEADSCOPE_CLASS_DB``, else ``class/sessions.sqlite3`` in the cache directory."""
+    return Path(os.environ.get("HEADSCOPE_CLASS_DB") or cache_dir() / "class" / "sessions.sqlite3")
 
 
 def class_id(token: str) -> str:

@@ -17,6 +17,7 @@ the store gives back the session, its view and its answers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -41,7 +42,7 @@ _ROLE, _STUDENT, _FOLLOWING, _SEEN, _PAGE, _COOKIE = (
 )
 # Kept when a follower is moved: the class's own keys and the session's running work; every other key is
 # view state, which the teacher's address decides again.
-_KEPT = ("_class_", "_presence", "_jobs", "_last_good_model", "_failed_model")
+_KEPT = ("_class_", "_presence", "_jobs", "_last_good_model", "_failed_model", "_link_notices")
 
 
 def teacher_token() -> str | None:
@@ -148,10 +149,8 @@ def start(pages: dict, page: str) -> None:
 def _forget_view_state() -> None:
     for key in list(st.session_state):
         if not str(key).startswith(_KEPT):
-            try:
+            with contextlib.suppress(Exception):  # a widget Streamlit does not let a script change: redrawn anyway
                 del st.session_state[key]
-            except Exception:  # a widget Streamlit does not let a script change: it is redrawn anyway
-                pass
 
 
 def publish() -> None:
