@@ -101,6 +101,12 @@ def _write_cookie() -> None:
     )
 
 
+def _cookie(name: str) -> str:
+    """The browser's cookie ``name`` ("" without one; also where there are no browser cookies, as under AppTest)."""
+    value = st.context.cookies.get(name)
+    return value if isinstance(value, str) else ""
+
+
 def _decide_role(token: str) -> str:
     given = st.query_params.get(TEACHER_PARAM)
     if given is not None:
@@ -109,10 +115,10 @@ def _decide_role(token: str) -> str:
             _set_cookie(TEACHER_COOKIE, class_session.teacher_proof(token))
             return TEACHER
         state.link_notice("this link's teacher key is not this class's: you joined as a student.")
-    proof = st.context.cookies.get(TEACHER_COOKIE) or ""
+    proof = _cookie(TEACHER_COOKIE)
     if class_session.token_matches(proof, class_session.teacher_proof(token)):
         return TEACHER
-    kept = st.context.cookies.get(STUDENT_COOKIE) or ""
+    kept = _cookie(STUDENT_COOKIE)
     if class_session.STUDENT_ID.fullmatch(kept):
         st.session_state[_STUDENT] = kept
     else:
