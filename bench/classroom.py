@@ -66,6 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
 
+import class_teacher  # bench/class_teacher.py, beside this script
 import psutil
 
 from ui.browser import (
@@ -122,6 +123,8 @@ class Profile:
     # up to 2 minutes for a reconnect, but its store drops expired ones only when it is next used.
     memory_settle_seconds: float = 130.0
     interaction_timeout_s: float = 60.0
+    followers: int = 30  # the teacher part's lightweight followers (bench/class_teacher.py)
+    class_browsers: int = 2  # and its Chromium followers
 
 
 QUICK = Profile(
@@ -138,6 +141,8 @@ QUICK = Profile(
     memory_workers=2,
     memory_seconds=25.0,
     memory_settle_seconds=0.0,
+    followers=5,
+    class_browsers=1,
 )
 
 
@@ -907,6 +912,8 @@ def report(results: dict) -> str:
         f"Load average at start (1/5/15 min): {results['load_average_start']}; "
         f"at end: {results.get('load_average_end', '-')}; {os.cpu_count()} cores"
     ]
+    if results.get("teacher"):
+        out += class_teacher.report(results["teacher"], markdown)
     if results.get("concurrency"):
         out += ["", "### Concurrent sessions (MiniLM, ~20 tokens, Explore head view)", ""]
         out.append(
@@ -1109,7 +1116,7 @@ def report(results: dict) -> str:
 
 
 # ---- main -----------------------------------------------------------------------------------------------
-PARTS = ("concurrency", "heavy", "abandoned", "memory")
+PARTS = ("concurrency", "heavy", "abandoned", "memory", "teacher")
 
 
 async def run_benchmark(args, profile: Profile, results: dict) -> None:
@@ -1160,6 +1167,10 @@ async def run_benchmark(args, profile: Profile, results: dict) -> None:
                                 await abandoned_part(browser, server, monitor, texts, profile, results)
                         finally:
                             monitor.close()
+                if "teacher" in args.parts:
+                    await class_teacher.teacher_part(
+                        playwright, ServerMonitor, profile.followers, profile.class_browsers, results
+                    )
                 if "memory" in args.parts:
                     budget = {"HEADSCOPE_CACHE_BUDGET_MB": str(args.budget_mb)} if args.budget_mb else {}
                     with start_streamlit(
@@ -1215,6 +1226,8 @@ def main() -> None:
         help="an extra `streamlit run` option for the servers (repeatable), "
         "e.g. --server-arg=--runner.postScriptGC=false",
     )
+    parser.add_argument("--followers", type=int, help="the teacher part's lightweight followers (default 30; quick 5)")
+    parser.add_argument("--class-browsers", type=int, help="the teacher part's Chromium followers (default 2; quick 1)")
     parser.add_argument("--json", help="write every measured row to this file")
     parser.add_argument("--report", metavar="JSON", help="print the tables of a --json file again, run nothing")
     args = parser.parse_args()
@@ -1232,6 +1245,9 @@ def main() -> None:
         args.cache_dir = str(QUICK_CACHE_DIR)
     if args.memory_sentences:
         profile = Profile(**{**asdict(profile), "memory_sentences": args.memory_sentences})
+    for name in ("followers", "class_browsers"):
+        if getattr(args, name) is not None:
+            profile = Profile(**{**asdict(profile), name: getattr(args, name)})
     if args.memory_seconds:
         profile = Profile(**{**asdict(profile), "memory_seconds": args.memory_seconds})
 
