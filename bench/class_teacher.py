@@ -201,26 +201,25 @@ async def teacher_part(playwright, monitor_for, followers: int, browsers: int, r
 async def question(store, session: str, teacher: StreamlitClient, clients) -> dict:
     """Every follower answers the question the teacher's step asks (then replays another click); the teacher
     reveals; the store is checked."""
-    key = (
-        store._db()
-        .execute("SELECT key FROM questions WHERE session = ? ORDER BY asked DESC LIMIT 1", (session,))
-        .fetchone()[0]
-    )
+    key = store.latest_question(session)
     options = len(store.question(session, key).options)
     first = {client.name: random.randrange(options) for client in clients}
     busy = 0
 
     async def answer(client: StreamlitClient) -> str:
         nonlocal busy
+        shown = client.widget(f"class_pick_{key}")
+        if shown is None:
+            return "no answer buttons"
         for _ in range(10):
-            if not await client.click(f"class_pick_{key}", int_array_value=[first[client.name]]):
-                return "no answer buttons"
+            client.texts = []
+            await client.click(shown, int_array_value=[first[client.name]])
             await client.wait_for(
                 lambda c: c.shows("Wait for the teacher") or c.shows("Many answers at this moment"), 30
             )
             if client.shows("Wait for the teacher"):
                 # A second click on another answer (a double click, or a forged message): refused.
-                await client.click(f"class_pick_{key}", int_array_value=[(first[client.name] + 1) % options])
+                await client.click(shown, int_array_value=[(first[client.name] + 1) % options])
                 return "answered"
             busy += 1
             await asyncio.sleep(1.0)
@@ -230,27 +229,19 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
     outcomes = await asyncio.gather(*(answer(client) for client in clients))
     answered_s = time.monotonic() - began
     await asyncio.sleep(1.0)  # the replayed clicks reach the server
-    rows = (
-        store._db()
-        .execute(
-            "SELECT student, choice, COUNT(*) FROM answers WHERE session = ? AND question = ? GROUP BY student",
-            (session, key),
-        )
-        .fetchall()
-    )
     counts = store.counts(session, key)
-    stored = {student: (choice, count) for student, choice, count in rows}
+    stored = store.answers(session, key)
     lost = twice = 0
     for client in clients:
         found = re.search(r"headscope_student=([0-9a-f]{32})", " ".join(client.texts))
         kept = stored.get(found.group(1)) if found else None
         if kept is None:
             lost += 1
-        elif kept[1] > 1 or kept[0] != first[client.name]:
+        elif len(kept) > 1 or kept[0] != first[client.name]:
             twice += 1
     # The teacher reveals; every follower's screen shows the class's answers.
     revealed_at = time.monotonic()
-    await teacher.click(f"class_reveal_{key}", trigger_value=True)
+    await teacher.click(teacher.widget(f"class_reveal_{key}"), trigger_value=True)
     shown = await asyncio.gather(
         *(client.wait_for(lambda c: c.shows("answer(s), the model"), 60) for client in clients)
     )

@@ -29,8 +29,10 @@ class StreamlitClient:
         self.query = ""
         self.page_hash = ""
         self.pages: dict[str, str] = {}  # url path -> page script hash
-        self.widgets: dict[str, str] = {}  # widget id by the key it ends with (the script's ``key=``)
-        self.texts: list[str] = []  # markdown of the current run
+        # Ids of the widgets and texts (markdown, alerts, HTML) received: a fragment's run also starts with a
+        # ``new_session``, so nothing is forgotten there; a caller clears ``texts`` before what it waits for.
+        self.widgets: set[str] = set()
+        self.texts: list[str] = []
         self.finished_at = 0.0  # when the last script run (or fragment run) finished
         self.runs_finished = 0
         self.query_changed_at = 0.0
@@ -72,14 +74,15 @@ class StreamlitClient:
             state.widget_states.widgets.append(widget_state)
         await self._connection.send(message.SerializeToString())
 
-    async def click(self, key_suffix: str, **value) -> bool:
-        """Set the widget whose id ends with ``key_suffix`` (e.g. ``int_array_value=[2]`` for pills,
-        ``trigger_value=True`` for a button) and rerun, as a click does. False if no such widget is shown."""
+    def widget(self, key_suffix: str) -> str | None:
+        """The id of the widget shown now whose id ends with ``key_suffix`` (the script's ``key=``), or None."""
+        return next((wid for wid in self.widgets if wid.endswith(key_suffix)), None)
+
+    async def click(self, widget_id: str, **value) -> None:
+        """Set the widget ``widget_id`` (e.g. ``int_array_value=[2]`` for pills, ``trigger_value=True`` for a
+        button) and rerun, as a click does; an id no longer shown is sent all the same (a replayed message)."""
         from streamlit.proto.WidgetStates_pb2 import WidgetState
 
-        widget_id = next((wid for key, wid in self.widgets.items() if key.endswith(key_suffix)), None)
-        if widget_id is None:
-            return False
         state = WidgetState(id=widget_id)
         for field, given in value.items():
             if field == "int_array_value":
@@ -87,7 +90,6 @@ class StreamlitClient:
             else:
                 setattr(state, field, given)
         await self.rerun(widget_states=[state])
-        return True
 
     def params(self) -> dict:
         return dict(parse_qsl(self.query, keep_blank_values=True))
@@ -112,7 +114,6 @@ class StreamlitClient:
             now = time.monotonic()
             if kind == "new_session":
                 self.page_hash = message.new_session.page_script_hash
-                self.widgets, self.texts = {}, []
             elif kind == "navigation":
                 self.pages = {page.url_pathname: page.page_script_hash for page in message.navigation.app_pages}
                 if message.navigation.page_script_hash != self._fragments_page:  # another page: its own fragments
@@ -144,7 +145,7 @@ class StreamlitClient:
                 else:
                     widget_id = getattr(getattr(element, which), "id", "") if which else ""
                     if isinstance(widget_id, str) and widget_id:
-                        self.widgets[widget_id] = widget_id
+                        self.widgets.add(widget_id)
             elif kind == "script_finished":
                 self.finished_at = now
                 self.runs_finished += 1

@@ -26,7 +26,7 @@ def classroom(monkeypatch, tmp_path):
 
     def restart():
         state.reset_server_state()
-        follow._store.cache_clear()
+        follow.forget_store()
 
     monkeypatch.setenv("HEADSCOPE_CLASSROOM", "1")
     monkeypatch.setenv("HEADSCOPE_TEACHER_TOKEN", TOKEN)
@@ -132,4 +132,4 @@ def test_no_class_without_a_token(monkeypatch, tmp_path):
     finally:
         monkeypatch.undo()
         state.reset_server_state()
-        follow._store.cache_clear()
+        follow.forget_store()

@@ -330,6 +330,28 @@ class ClassStore:
         )
         return None if row is None else int(row[0])
 
+    def answers(self, session: str, key: str) -> dict[str, list[int]]:
+        """Every stored answer of ``key``, by student id (a list, so that two answers of one student would show)."""
+        found: dict[str, list[int]] = {}
+        for student, choice in self._db().execute(
+            "SELECT student, choice FROM answers WHERE session = ? AND question = ? ORDER BY at", (session, key)
+        ):
+            found.setdefault(student, []).append(int(choice))
+        return found
+
+    def latest_question(self, session: str) -> str | None:
+        """The key of the question asked last in ``session``."""
+        row = (
+            self._db()
+            .execute("SELECT key FROM questions WHERE session = ? ORDER BY asked DESC LIMIT 1", (session,))
+            .fetchone()
+        )
+        return None if row is None else row[0]
+
+    @property
+    def journal_mode(self) -> str:
+        return self._db().execute("PRAGMA journal_mode").fetchone()[0]
+
     def counts(self, session: str, key: str) -> list[int]:
         """How many students chose each option of ``key`` (zeros for an unknown question)."""
         question = self.question(session, key)

@@ -57,6 +57,11 @@ def _store(path: str) -> class_session.ClassStore:
     return class_session.ClassStore(path)
 
 
+def forget_store() -> None:
+    """Open the store again at its next use (a test's restart, or another ``HEADSCOPE_CLASS_DB``)."""
+    _store.cache_clear()
+
+
 def store() -> class_session.ClassStore:
     """This server's class store (one per file; the cache directory decides which)."""
     return _store(str(class_session.default_path()))
