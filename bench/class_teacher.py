@@ -35,6 +35,7 @@ from streamlit_client import StreamlitClient  # bench/streamlit_client.py, besid
 
 from ui import class_session
 from ui.browser import APP_IDLE_JS, chromium_launch_options, start_streamlit
+from ui.widgets import md_escape
 
 FOLLOW_GOAL_S = 2.0
 FOLLOW_TIMEOUT_S = 60.0  # a follower not on the view by then counts as missing it
@@ -202,7 +203,9 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
     """Every follower answers the question the teacher's step asks (then replays another click); the teacher
     reveals; the store is checked."""
     key = store.latest_question(session)
-    options = len(store.question(session, key).options)
+    # Pills send the label of the option clicked (the page's format: the option, escaped for Markdown).
+    labels = [md_escape(option) for option in store.question(session, key).options]
+    options = len(labels)
     first = {client.name: random.randrange(options) for client in clients}
     busy = 0
 
@@ -213,13 +216,13 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
             return "no answer buttons"
         for _ in range(10):
             client.texts = []
-            await client.click(shown, int_array_value=[first[client.name]])
+            await client.click(shown, string_array_value=[labels[first[client.name]]])
             await client.wait_for(
                 lambda c: c.shows("Wait for the teacher") or c.shows("Many answers at this moment"), 30
             )
             if client.shows("Wait for the teacher"):
                 # A second click on another answer (a double click, or a forged message): refused.
-                await client.click(shown, int_array_value=[(first[client.name] + 1) % options])
+                await client.click(shown, string_array_value=[labels[(first[client.name] + 1) % options]])
                 return "answered"
             busy += 1
             await asyncio.sleep(1.0)

@@ -79,14 +79,14 @@ class StreamlitClient:
         return next((wid for wid in self.widgets if wid.endswith(key_suffix)), None)
 
     async def click(self, widget_id: str, **value) -> None:
-        """Set the widget ``widget_id`` (e.g. ``int_array_value=[2]`` for pills, ``trigger_value=True`` for a
+        """Set the widget ``widget_id`` (e.g. ``string_array_value=[label]`` for pills, ``trigger_value=True`` for a
         button) and rerun, as a click does; an id no longer shown is sent all the same (a replayed message)."""
         from streamlit.proto.WidgetStates_pb2 import WidgetState
 
         state = WidgetState(id=widget_id)
         for field, given in value.items():
-            if field == "int_array_value":
-                state.int_array_value.data.extend(given)
+            if field in ("int_array_value", "string_array_value"):
+                getattr(state, field).data.extend(given)
             else:
                 setattr(state, field, given)
         await self.rerun(widget_states=[state])
