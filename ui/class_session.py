@@ -170,7 +170,9 @@ class ClassStore:
 
     # ---- sessions and the view --------------------------------------------------------------------------
     def open_session(self, session: str) -> None:
-        """Make sure ``session`` exists (a teacher starting, or coming back after a restart)."""
+        """Make sure ``session`` exists (a teacher starting, or coming back after a restart); expired sessions
+        are deleted then (and when the file is opened)."""
+        self.expire()
         now = self._clock()
         with self._write() as db:
             db.execute(
