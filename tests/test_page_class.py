@@ -133,3 +133,24 @@ def test_no_class_without_a_token(monkeypatch, tmp_path):
         monkeypatch.undo()
         state.reset_server_state()
         follow.forget_store()
+
+
+def test_a_store_that_cannot_open_leaves_the_app_working(monkeypatch, tmp_path):
+    """The class store's folder cannot be made (a file is in the way): the page works, nobody leads."""
+    from ui import follow, state
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("HEADSCOPE_CLASSROOM", "1")
+    monkeypatch.setenv("HEADSCOPE_TEACHER_TOKEN", TOKEN)
+    monkeypatch.setenv("HEADSCOPE_CLASS_DB", str(blocker / "class.sqlite3"))
+    state.reset_server_state()
+    follow.forget_store()
+    try:
+        app = open_app("classroom", {"teacher": TOKEN, "step": "3"})
+        assert "lead" not in sidebar_text(app) and not app.error
+        assert any(t.label == "Reveal the answer" for t in app.toggle)
+    finally:
+        monkeypatch.undo()
+        state.reset_server_state()
+        follow.forget_store()

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
+import sqlite3
 
 import streamlit as st
 
 from ui import class_session, state
 
+LOG = logging.getLogger("headscope.app")
 TEACHER, STUDENT = "teacher", "student"
 TEACHER_POLL_S = 0.5  # how often the teacher's session checks whether its view changed (one session)
 STUDENT_POLL_S = 1.0  # how often a student's session reads the version number
@@ -53,8 +56,12 @@ def teacher_token() -> str | None:
 
 
 @functools.cache
-def _store(path: str) -> class_session.ClassStore:
-    return class_session.ClassStore(path)
+def _store(path: str) -> class_session.ClassStore | None:
+    try:
+        return class_session.ClassStore(path)
+    except (OSError, sqlite3.Error):  # an unwritable cache directory: the app works, without a class
+        LOG.exception("cannot open the class store; no class session on this server")
+        return None
 
 
 def forget_store() -> None:
@@ -62,14 +69,14 @@ def forget_store() -> None:
     _store.cache_clear()
 
 
-def store() -> class_session.ClassStore:
+def store() -> class_session.ClassStore | None:
     """This server's class store (one per file; the cache directory decides which)."""
     return _store(str(class_session.default_path()))
 
 
 def session_id() -> str | None:
     token = teacher_token()
-    return class_session.class_id(token) if token else None
+    return class_session.class_id(token) if token and store() is not None else None
 
 
 def role() -> str | None:
@@ -140,7 +147,7 @@ def start(pages: dict, page: str) -> None:
     """app.py, once the page is known and before the sidebar: decide this session's role, and move a follower
     to the teacher's view when it changed since this session last looked."""
     token = teacher_token()
-    if token is None:
+    if session_id() is None:
         return
     if _ROLE not in st.session_state:
         st.session_state[_ROLE] = _decide_role(token)
