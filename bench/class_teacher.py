@@ -207,10 +207,10 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
     labels = [md_escape(option) for option in store.question(session, key).options]
     options = len(labels)
     first = {client.name: random.randrange(options) for client in clients}
-    busy = 0
+    busy = slow = 0
 
     async def answer(client: StreamlitClient) -> str:
-        nonlocal busy
+        nonlocal busy, slow
         shown = client.widget(f"class_pick_{key}")
         if shown is None:
             return "no answer buttons"
@@ -224,7 +224,10 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
                 # A second click on another answer (a double click, or a forged message): refused.
                 await client.click(shown, string_array_value=[labels[(first[client.name] + 1) % options]])
                 return "answered"
-            busy += 1
+            if client.shows("Many answers at this moment"):
+                busy += 1
+            else:  # no reply within 30 s (a starved server): the student clicks again
+                slow += 1
             await asyncio.sleep(1.0)
         return "busy"
 
@@ -251,7 +254,7 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
     reveal_s = [client.finished_at - revealed_at for client, ok in zip(clients, shown, strict=True) if ok]
     print(
         f"    question {key}: {sum(counts)} answers, lost {lost}, accepted twice {twice}, "
-        f"busy {busy}, reveal shown on {sum(shown)}",
+        f"busy {busy}, clicked again after 30 s without a reply {slow}, reveal shown on {sum(shown)}",
         flush=True,
     )
     return {
@@ -261,6 +264,7 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
         "lost": lost,
         "accepted_twice": twice,
         "busy_retries": busy,
+        "unconfirmed_retries": slow,
         "answering_s": answered_s,
         "reveal_shown": sum(shown),
         "reveal_p95_s": percentile(reveal_s, 95),
@@ -297,6 +301,11 @@ def report(row: dict, markdown) -> list[str]:
                     "",
                 ],
                 ["answers refused as busy, then sent again", sum(q["busy_retries"] for q in questions), ""],
+                [
+                    "answers clicked again after 30 s without a reply",
+                    sum(q.get("unconfirmed_retries", 0) for q in questions),
+                    "",
+                ],
                 [
                     "reveal shown on the followers' screens",
                     f"{sum(q['reveal_shown'] for q in questions)} / {len(questions) * row['followers']}",
