@@ -83,6 +83,13 @@ def shows_view(client: StreamlitClient, page_hash: str, wanted: dict, since: flo
     )
 
 
+async def light_on_view(client: StreamlitClient, page_hash: str, wanted: dict, since: float) -> float | None:
+    """When ``client``'s run that shows the view finished (its own time of that message), or None."""
+    if await client.wait_for(lambda c: shows_view(c, page_hash, wanted, since), FOLLOW_TIMEOUT_S):
+        return client.finished_at
+    return None
+
+
 async def browser_on_view(page, path: str, wanted: dict, timeout_s: float) -> float | None:
     conditions = [f"location.pathname.replace(/\\//g, '') === {path!r}"] + [
         f"new URLSearchParams(location.search).get({key!r}) === {value!r}" for key, value in wanted.items()
@@ -162,19 +169,15 @@ async def teacher_part(playwright, monitor_for, followers: int, browsers: int, r
                 view = store.view(session)
                 page_hash = teacher.pages.get(page, "?")
                 arrived = await asyncio.gather(
-                    *(
-                        client.wait_for(
-                            lambda c, h=page_hash, v=view.params, t=moved_at: shows_view(c, h, v, t),
-                            FOLLOW_TIMEOUT_S,
-                        )
-                        for client in clients
-                    ),
+                    *(light_on_view(client, page_hash, view.params, moved_at) for client in clients),
                     *(browser_on_view(p, page, view.params, FOLLOW_TIMEOUT_S) for p in pages),
                 )
-                light = [
-                    max(client.finished_at - moved_at, 0.0) if ok else None
-                    for client, ok in zip(clients, arrived[: len(clients)], strict=True)
-                ]
+                light = [None if at is None else max(at - moved_at, 0.0) for at in arrived[: len(clients)]]
+                for client, at in zip(clients, light, strict=True):
+                    if at is None:  # what this follower shows instead, for the log
+                        shown = client.params()
+                        differs = {k: (v, shown.get(k)) for k, v in view.params.items() if shown.get(k) != v}
+                        print(f"    {client.name} not on the view: {differs or 'same address, run not finished'}")
                 real = [None if at is None else max(at - moved_at, 0.0) for at in arrived[len(clients) :]]
                 row["moves"].append({"move": number, "page": page, "light_s": light, "browser_s": real})
                 missed = sum(value is None for value in light + real)
