@@ -34,6 +34,11 @@ memory       A second server with ``HEADSCOPE_CACHE_BUDGET_MB`` (``--budget-mb``
              time (start, after loading the models, max, end) against the budget: "under the budget"
              when the peak RSS minus the RSS with both models loaded is at most the budget.
 
+teacher      A teacher leads: 30 lightweight followers (Streamlit's websocket protocol, nothing drawn) and 2
+             Chromium followers, 10 moves and 5 questions; follow time p95 (goal 2 s), answers lost and
+             accepted twice (goal 0), server CPU per follower per minute (bench/class_teacher.py;
+             ``--followers``, ``--class-browsers``).
+
 ``--quick`` (under 3 minutes once its cache holds the converted SmolLM2): N = 1, 3, fewer links, and a
 kept cache directory (bench/out/classroom-cache) instead of a fresh one, so SmolLM2 loads without the
 conversion. ``--server-arg`` passes options to ``streamlit run`` (e.g. ``--runner.postScriptGC=false``).
