@@ -96,6 +96,9 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
             for student in (first, second):
                 text_shown(student, "The class's 2 answer(s)")
                 text_shown(student, "Answer:")
+            for name, shown in (("teacher", teacher), ("student", first)):  # to look at
+                shown.get_by_text("Answer:").first.scroll_into_view_if_needed()
+                shown.screenshot(path=f"test-artifacts/class-revealed-{name}.png")
             # The scores matrix (what gives the answer away) is shown after the reveal, on every screen.
             assert first.get_by_text("scores of head 1").count() >= 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ui.figures.common import base_layout, plotly_text
+from ui.figures.common import base_layout, legend_above, plotly_text, with_axis_room
 
 CLASS_COLOR = "#4c78a8"
 MODEL_COLOR = "#f58518"
@@ -52,7 +52,7 @@ def answers_figure(
             customdata=labels,
         )
     base_layout(fig, height, None)
-    fig.update_layout(barmode="group", showlegend=True, legend={"orientation": "h", "y": 1.15})
+    fig.update_layout(barmode="group", showlegend=True)
     fig.update_xaxes(tickmode="array", tickvals=positions, ticktext=labels)
     fig.update_yaxes(range=[0, 1.15], title_text="share", tickformat=".0%")
-    return fig
+    return legend_above(with_axis_room(fig))
