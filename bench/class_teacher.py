@@ -63,7 +63,8 @@ def lesson() -> list[tuple[str, dict]]:
     return moves
 
 
-def percentile(values, q):
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0-100), linear between the closest ranks; None without values."""
     if not values:
         return None
     ordered = sorted(values)

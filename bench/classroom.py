@@ -73,6 +73,7 @@ from urllib.parse import urlencode
 
 import class_teacher  # bench/class_teacher.py, beside this script
 import psutil
+from class_teacher import percentile
 
 from ui.browser import (
     APP_IDLE_JS,
@@ -289,17 +290,6 @@ def _name(process: psutil.Process) -> str:
 
 def mb(num_bytes: float) -> float:
     return num_bytes / 2**20
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (0-100), linear between the closest ranks; None without values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def load_average() -> str:
