@@ -18,7 +18,7 @@ st.set_page_config(
 )
 
 from mha_core.errors import quoted  # noqa: E402
-from ui import address, session, shell  # noqa: E402  (set_page_config must come first)
+from ui import address, follow, session, shell  # noqa: E402  (set_page_config must come first)
 from ui.settings import configure_process, settings  # noqa: E402
 from ui.widgets import charts, messages, sidebar  # noqa: E402
 
@@ -68,6 +68,7 @@ if navigation is root:
         address.link_notice(f"there is no page {quoted(wanted_page)}; showing {available[0][3]}.")
     link = {key: st.query_params.get_all(key) for key in st.query_params if key != "page"}
     st.switch_page(pages.get(wanted_page, pages[available[0][3]]), query_params=link)
+follow.start(pages, navigation.url_path)  # a class: who leads; a follower moves to the teacher's view
 with st.sidebar:
     for page in pages.values():
         st.page_link(page)
@@ -79,6 +80,7 @@ if not session.has_selection():  # the sidebar failed (its message is shown): no
     st.stop()
 if settings().classroom:
     sidebar.join_class_panel()
+    follow.class_panel()
 with st.sidebar.expander("About Headscope"):
     st.markdown(messages.INTRO + "\n\n" + PAGE_GUIDE)
 
@@ -88,3 +90,4 @@ charts.presentation_styles()
 sidebar.keep_alive()  # before the page: a page may end the run (st.stop)
 with messages.error_display(), shell.page_in_app():
     navigation.run()
+follow.publish()  # the teacher's view, for the class (also published by the panel's poll)

@@ -34,6 +34,11 @@ memory       A second server with ``HEADSCOPE_CACHE_BUDGET_MB`` (``--budget-mb``
              time (start, after loading the models, max, end) against the budget: "under the budget"
              when the peak RSS minus the RSS with both models loaded is at most the budget.
 
+teacher      A teacher leads: 30 lightweight followers (Streamlit's websocket protocol, nothing drawn) and 2
+             Chromium followers, 10 moves and 5 questions; follow time p95 (goal 2 s), answers lost and
+             accepted twice (goal 0), server CPU per follower per minute (bench/class_teacher.py;
+             ``--followers``, ``--class-browsers``).
+
 ``--quick`` (under 3 minutes once its cache holds the converted SmolLM2): N = 1, 3, fewer links, and a
 kept cache directory (bench/out/classroom-cache) instead of a fresh one, so SmolLM2 loads without the
 conversion. ``--server-arg`` passes options to ``streamlit run`` (e.g. ``--runner.postScriptGC=false``).
@@ -68,6 +73,8 @@ from urllib.parse import urlencode
 
 import psutil
 
+from bench import class_teacher
+from bench.class_teacher import percentile
 from tools.browser import (
     APP_IDLE_JS,
     HEAD_VIEW_TOKENS_JS,
@@ -122,6 +129,8 @@ class Profile:
     # up to 2 minutes for a reconnect, but its store drops expired ones only when it is next used.
     memory_settle_seconds: float = 130.0
     interaction_timeout_s: float = 60.0
+    followers: int = 30  # the teacher part's lightweight followers (bench/class_teacher.py)
+    class_browsers: int = 2  # and its Chromium followers
 
 
 QUICK = Profile(
@@ -138,6 +147,8 @@ QUICK = Profile(
     memory_workers=2,
     memory_seconds=25.0,
     memory_settle_seconds=0.0,
+    followers=5,
+    class_browsers=1,
 )
 
 
@@ -279,17 +290,6 @@ def _name(process: psutil.Process) -> str:
 
 def mb(num_bytes: float) -> float:
     return num_bytes / 2**20
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (0-100), linear between the closest ranks; None without values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def load_average() -> str:
@@ -907,6 +907,8 @@ def report(results: dict) -> str:
         f"Load average at start (1/5/15 min): {results['load_average_start']}; "
         f"at end: {results.get('load_average_end', '-')}; {os.cpu_count()} cores"
     ]
+    if results.get("teacher"):
+        out += class_teacher.report(results["teacher"], markdown)
     if results.get("concurrency"):
         out += ["", "### Concurrent sessions (MiniLM, ~20 tokens, Explore head view)", ""]
         out.append(
@@ -1109,7 +1111,7 @@ def report(results: dict) -> str:
 
 
 # ---- main -----------------------------------------------------------------------------------------------
-PARTS = ("concurrency", "heavy", "abandoned", "memory")
+PARTS = ("concurrency", "heavy", "abandoned", "memory", "teacher")
 
 
 async def run_benchmark(args, profile: Profile, results: dict) -> None:
@@ -1160,6 +1162,10 @@ async def run_benchmark(args, profile: Profile, results: dict) -> None:
                                 await abandoned_part(browser, server, monitor, texts, profile, results)
                         finally:
                             monitor.close()
+                if "teacher" in args.parts:
+                    await class_teacher.teacher_part(
+                        playwright, ServerMonitor, profile.followers, profile.class_browsers, results
+                    )
                 if "memory" in args.parts:
                     budget = {"HEADSCOPE_CACHE_BUDGET_MB": str(args.budget_mb)} if args.budget_mb else {}
                     with start_streamlit(
@@ -1215,6 +1221,8 @@ def main() -> None:
         help="an extra `streamlit run` option for the servers (repeatable), "
         "e.g. --server-arg=--runner.postScriptGC=false",
     )
+    parser.add_argument("--followers", type=int, help="the teacher part's lightweight followers (default 30; quick 5)")
+    parser.add_argument("--class-browsers", type=int, help="the teacher part's Chromium followers (default 2; quick 1)")
     parser.add_argument("--json", help="write every measured row to this file")
     parser.add_argument("--report", metavar="JSON", help="print the tables of a --json file again, run nothing")
     args = parser.parse_args()
@@ -1232,6 +1240,9 @@ def main() -> None:
         args.cache_dir = str(QUICK_CACHE_DIR)
     if args.memory_sentences:
         profile = Profile(**{**asdict(profile), "memory_sentences": args.memory_sentences})
+    for name in ("followers", "class_browsers"):
+        if getattr(args, name) is not None:
+            profile = Profile(**{**asdict(profile), name: getattr(args, name)})
     if args.memory_seconds:
         profile = Profile(**{**asdict(profile), "memory_seconds": args.memory_seconds})
 

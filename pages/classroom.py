@@ -12,7 +12,7 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import address, compute, shell
+from ui import address, class_questions, compute, shell
 from ui.figures import teaching
 from ui.widgets import charts, messages, pickers
 
@@ -128,13 +128,19 @@ focus = 2 if source == "words" else example.seq_len - 1
 visible_keys = np.flatnonzero(example.keep_mask[focus])
 
 
-def ask(question: str, answer: str, shows_answer=None) -> None:
+def ask(question: str, answer: str, shows_answer=None, options=None, correct: int | None = None) -> None:
     """A question to answer before looking; its answer, and ``shows_answer()`` (what would give the answer
     away: the matrix, table or chart that holds it), drawn only once "Reveal the answer" is switched on.
     Nothing of them reaches the browser before (a collapsed expander would send them, hidden). The switch
-    belongs to this question and these numbers: another step, head or setting asks again, unrevealed."""
+    belongs to this question and these numbers: another step, head or setting asks again, unrevealed.
+    ``options`` (with the ``correct`` one): in a class, every screen answers by a click and the teacher reveals
+    (``ui.class_questions``)."""
     st.markdown(f"**Predict:** {question}")
     digest = hashlib.sha1(f"{question}\n{answer}".encode()).hexdigest()[:12]
+    if options is not None and class_questions.classroom_question(
+        digest, question, options, correct, answer, shows_answer
+    ):
+        return
     if st.toggle("Reveal the answer", key=f"cls_reveal_{digest}"):
         st.markdown(f"**Answer:** {answer}")
         if shows_answer is not None:
@@ -234,6 +240,8 @@ def step_projections() -> None:
     ask(
         f"Which token's query in head {h} is the longest vector (asks the loudest question)?",
         f"**{messages.md_escape(names[top])}**, length {np.linalg.norm(example.q[head, top]):.3g}.",
+        options=names,
+        correct=top,
     )
 
 
@@ -268,6 +276,8 @@ def step_scores() -> None:
         f"In head {h}, which key will **{messages.md_escape(names[focus])}** score highest?",
         f"**{messages.md_escape(names[best])}**, with score {example.scores[head, focus, best]:.3g}.",
         scores_matrix,
+        options=[names[key] for key in visible_keys],
+        correct=int(np.flatnonzero(visible_keys == best)[0]),
     )
 
 
@@ -293,6 +303,8 @@ def step_softmax() -> None:
         f"**{'More' if top > 0.5 else 'Less'}**: {top:.2f} of it. The rest is spread over the other "
         f"{len(visible_keys) - 1} visible tokens.",
         weights_figure,
+        options=["More", "Less"],
+        correct=0 if top > 0.5 else 1,
     )
 
 
@@ -308,6 +320,8 @@ def step_weighted_values() -> None:
         f"**{messages.md_escape(names[source_token])}**'s: it carries weight "
         f"{example.weights[head, focus, source_token]:.2f}.",
         lambda: matrix(example.heads[head], f"head_{h}", "cls_head_output"),
+        options=[names[key] for key in visible_keys],
+        correct=int(np.flatnonzero(visible_keys == source_token)[0]),
     )
 
 
@@ -375,6 +389,8 @@ def step_shapes_and_counts() -> None:
         + f", of {total} in all the matrix products. The projections grow with d_model squared, the scores and "
         "the weighted values with n squared: long texts make the scores the costly part.",
         counted,
+        options=[step.replace("_", " ") for step in counts["step"]],
+        correct=int(np.flatnonzero(counts["multiplications"].to_numpy() == counts["multiplications"].max())[0]),
     )
 
 

@@ -8,7 +8,7 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, compute, figures, headview, session, shell
+from ui import address, class_questions, compute, figures, headview, session, shell
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -103,6 +103,8 @@ def view_section(words: bool, hide_special: bool) -> None:
     mode, shape = st.session_state["explore_view"], st.session_state["head_shape"]
     layer = pickers.select_layer(view.num_layers, draw=False)
     head = pickers.select_head(view.num_heads, draw=False)
+    if class_questions.explore_question(view, layer, head):  # a class question: the head stays hidden until revealed
+        return
     views.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=take_pick)
     pickers.keep_in_url("explore_view", "view", "head")
     pickers.keep_in_url("head_shape", "shape", "heatmap")

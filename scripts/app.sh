@@ -15,8 +15,15 @@ if [ "${1:-}" = "--classroom" ]; then
   host=$(hostname -I 2>/dev/null | awk '{print $1}')
   export HEADSCOPE_CLASSROOM=1
   export HEADSCOPE_PUBLIC_URL=${HEADSCOPE_PUBLIC_URL:-http://${host:-localhost}:${port}/}
+  # The teacher's secret: HEADSCOPE_TEACHER_TOKEN, else the one kept in the cache for 12 h (a restart keeps the
+  # teacher link), else a new one (ui/class_session.py). Only its holder leads the class.
+  HEADSCOPE_TEACHER_TOKEN=$(.venv/bin/python -m ui.class_session token)
+  export HEADSCOPE_TEACHER_TOKEN
+  case "$HEADSCOPE_PUBLIC_URL" in *\?*) teacher_link="${HEADSCOPE_PUBLIC_URL}&teacher=${HEADSCOPE_TEACHER_TOKEN}" ;;
+    *) teacher_link="${HEADSCOPE_PUBLIC_URL}?teacher=${HEADSCOPE_TEACHER_TOKEN}" ;; esac
   echo
   echo "  Headscope for a class. Students open:  ${HEADSCOPE_PUBLIC_URL}"
+  echo "  The teacher opens (keep it to yourself): ${teacher_link}"
   echo "  (the sidebar's 'Join this class' panel shows the same link as a QR code)"
   # The default list is the server's own (mha_core.models.sources.CLASSROOM_MODELS), read from the code.
   classroom_models='from mha_core.models.sources import CLASSROOM_MODELS; print(", ".join(CLASSROOM_MODELS))'

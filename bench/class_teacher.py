@@ -1,0 +1,340 @@
+"""bench/classroom.py's ``teacher`` part: one teacher leads, followers follow, the class answers questions.
+
+A classroom server with a teacher token (``HEADSCOPE_TEACHER_TOKEN``) and its own class store. ``followers``
+lightweight clients (``bench.streamlit_client``: the websocket protocol a browser speaks, each its own Streamlit
+session, the same script runs and the same data sent, nothing drawn) plus ``browsers`` real Chromium pages open
+the student link and follow. The teacher opens the links of 10 views one after the other, as a teacher with
+bookmarked steps does (docs/teaching.md): 5 Explore views (layers, heads, two new sentences) and 5 Classroom
+steps, each of those a question. Measured:
+
+* follow: from the teacher's page having finished its run (its view is published then) until each follower's
+  run of the same page and address finished (a Chromium follower: its address shows the view and its script
+  is idle); p95 over every follower and move; goal 2 s;
+* answers: at each question every lightweight follower clicks an answer, then replays a click on another one
+  (a double click, or a forged message); a ``busy`` answer is clicked again a second later, as the page asks.
+  Lost: a follower whose answer is not in the store; accepted twice: more than one answer, or not the first;
+  goal 0 and 0. Then the teacher reveals (a click), and every follower's screen must show the class's answers;
+* server CPU per follower per minute: the server's CPU seconds while the class follows an unmoving teacher
+  (the polls alone), and over the whole lesson, each divided by followers and minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+import secrets
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+from bench.streamlit_client import StreamlitClient
+from tools.browser import APP_IDLE_JS, chromium_launch_options, start_streamlit
+from ui import class_session
+from ui.widgets import md_escape
+
+FOLLOW_GOAL_S = 2.0
+FOLLOW_TIMEOUT_S = 60.0  # a follower not on the view by then counts as missing it
+IDLE_FOLLOW_S = 30.0  # the class follows an unmoving teacher this long, for the polls' CPU
+TEXTS = (
+    "The cat sat on the mat because it was tired.",
+    "The trophy did not fit in the suitcase because it was too big.",
+    "The students read a short story about a village near the sea.",
+)
+
+
+def lesson() -> list[tuple[str, dict]]:
+    """The teacher's 10 views: (page, link settings); the Classroom steps ask the class."""
+    explore = [
+        {"text": TEXTS[0], "layer": "0", "head": "2"},
+        {"text": TEXTS[0], "layer": "3", "head": "1"},
+        {"text": TEXTS[1], "layer": "3", "head": "1"},
+        {"text": TEXTS[1], "layer": "5", "head": "11", "view": "model"},
+        {"text": TEXTS[2], "layer": "1", "head": "4"},
+    ]
+    steps = [{"step": str(step)} for step in (2, 3, 4, 5, 7)]
+    moves = []
+    for view, step in zip(explore, steps, strict=True):
+        moves += [("explore", view), ("classroom", step)]
+    return moves
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0-100), linear between the closest ranks; None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def shows_view(client: StreamlitClient, page_hash: str, wanted: dict, since: float) -> bool:
+    params = client.params()
+    return (
+        client.page_hash == page_hash
+        and all(params.get(key) == value for key, value in wanted.items())
+        and client.finished_at > max(since, client.query_changed_at)
+        and not client.running
+    )
+
+
+async def light_on_view(client: StreamlitClient, page_hash: str, wanted: dict, since: float) -> float | None:
+    """When ``client``'s run that shows the view finished (its own time of that message), or None."""
+    if await client.wait_for(lambda c: shows_view(c, page_hash, wanted, since), FOLLOW_TIMEOUT_S):
+        return client.finished_at
+    return None
+
+
+async def browser_on_view(page, path: str, wanted: dict, timeout_s: float) -> float | None:
+    conditions = [f"location.pathname.replace(/\\//g, '') === {path!r}"] + [
+        f"new URLSearchParams(location.search).get({key!r}) === {value!r}" for key, value in wanted.items()
+    ]
+    check = " && ".join(conditions)
+    try:
+        await page.wait_for_function(f"() => ({check}) && ({APP_IDLE_JS})()", timeout=timeout_s * 1000, polling=50)
+    except Exception:
+        return None
+    return time.monotonic()
+
+
+async def teacher_part(playwright, monitor_for, followers: int, browsers: int, results: dict) -> None:
+    token = "bench-" + secrets.token_urlsafe(24)
+    folder = Path(tempfile.mkdtemp(prefix="headscope-class-"))
+    env = {
+        "HEADSCOPE_CLASSROOM": "1",
+        "HEADSCOPE_TEACHER_TOKEN": token,
+        "HEADSCOPE_CLASS_DB": str(folder / "class.sqlite3"),
+        "HEADSCOPE_PUBLIC_URL": None,
+    }
+    row: dict = {"followers": followers, "browsers": browsers, "moves": [], "questions": []}
+    results["teacher"] = row
+    with start_streamlit(env=env) as server:
+        monitor = monitor_for(server.pid)
+        store = class_session.ClassStore(folder / "class.sqlite3")
+        session = class_session.class_id(token)
+        browser = await playwright.chromium.launch(**chromium_launch_options()) if browsers else None
+        clients: list[StreamlitClient] = []
+        pages = []
+        teacher: StreamlitClient | None = None
+        try:
+            print(f"teacher part: server {server.url} (pid {server.pid})", flush=True)
+
+            async def lead(page: str, params: dict) -> StreamlitClient:
+                nonlocal teacher
+                if teacher is not None:
+                    await teacher.close()  # a teacher opening a bookmark: the tab's old session ends
+                teacher = StreamlitClient(server.url, "teacher")
+                await teacher.open(page, urlencode({"teacher": token, **params}))
+                if not await teacher.wait_for(lambda c: c.runs_finished >= 1 and not c.running, 300):
+                    raise RuntimeError(f"the teacher's {page} did not finish")
+                return teacher
+
+            await lead(*lesson()[0])
+            # The class joins: every follower opens the student link at once.
+            clients = [StreamlitClient(server.url, f"follower-{n}") for n in range(followers)]
+            await asyncio.gather(*(client.open() for client in clients))
+            if browser is not None:
+                for _ in range(browsers):
+                    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+                    pages.append(await context.new_page())
+                    await pages[-1].goto(f"{server.url}/")
+            first_page = lesson()[0][0]
+            view = store.view(session)
+            joined = await asyncio.gather(
+                *(
+                    client.wait_for(lambda c: shows_view(c, c.pages.get(first_page, "?"), view.params, 0), 300)
+                    for client in clients
+                )
+            )
+            row["joined"] = sum(joined)
+            # The polls alone: the class follows a teacher who does not move.
+            await asyncio.sleep(2)
+            cpu_before, began = monitor.cpu_seconds(), time.monotonic()
+            await asyncio.sleep(IDLE_FOLLOW_S)
+            idle_cpu = monitor.cpu_seconds() - cpu_before
+            row["idle_cpu_per_follower_minute"] = (
+                idle_cpu / max(followers + browsers, 1) / ((time.monotonic() - began) / 60)
+            )
+            row["idle_seconds"] = time.monotonic() - began
+
+            lesson_cpu, lesson_began = monitor.cpu_seconds(), time.monotonic()
+            for number, (page, params) in enumerate(lesson()[1:] + lesson()[:1], start=1):
+                teacher = await lead(page, params)
+                moved_at = teacher.finished_at
+                view = store.view(session)
+                page_hash = teacher.pages.get(page, "?")
+                arrived = await asyncio.gather(
+                    *(light_on_view(client, page_hash, view.params, moved_at) for client in clients),
+                    *(browser_on_view(p, page, view.params, FOLLOW_TIMEOUT_S) for p in pages),
+                )
+                light = [None if at is None else max(at - moved_at, 0.0) for at in arrived[: len(clients)]]
+                for client, at in zip(clients, light, strict=True):
+                    if at is None:  # what this follower shows instead, for the log
+                        shown = client.params()
+                        differs = {k: (v, shown.get(k)) for k, v in view.params.items() if shown.get(k) != v}
+                        print(f"    {client.name} not on the view: {differs or 'same address, run not finished'}")
+                real = [None if at is None else max(at - moved_at, 0.0) for at in arrived[len(clients) :]]
+                row["moves"].append({"move": number, "page": page, "light_s": light, "browser_s": real})
+                missed = sum(value is None for value in light + real)
+                done = [value for value in light + real if value is not None]
+                print(
+                    f"  move {number} ({page}): p95 {percentile(done, 95) or 0:.2f} s, missed {missed}",
+                    flush=True,
+                )
+                if page == "classroom":
+                    row["questions"].append(await question(store, session, teacher, clients))
+            row["lesson_seconds"] = time.monotonic() - lesson_began
+            row["lesson_cpu_per_follower_minute"] = (
+                (monitor.cpu_seconds() - lesson_cpu) / max(followers + browsers, 1) / (row["lesson_seconds"] / 60)
+            )
+            row["errors"] = sum(len(client.errors) for client in clients)
+        finally:
+            for client in [*clients, *([teacher] if teacher else [])]:
+                with contextlib.suppress(Exception):
+                    await client.close()
+            if browser is not None:
+                await browser.close()
+            monitor.close()
+
+
+async def question(store, session: str, teacher: StreamlitClient, clients) -> dict:
+    """Every follower answers the question the teacher's step asks (then replays another click); the teacher
+    reveals; the store is checked."""
+    key = store.latest_question(session)
+    # Pills send the label of the option clicked (the page's format: the option, escaped for Markdown).
+    labels = [md_escape(option) for option in store.question(session, key).options]
+    options = len(labels)
+    first = {client.name: random.randrange(options) for client in clients}
+    busy = slow = 0
+
+    async def answer(client: StreamlitClient) -> str:
+        nonlocal busy, slow
+        shown = client.widget(f"class_pick_{key}")
+        if shown is None:
+            return "no answer buttons"
+        for _ in range(10):
+            client.texts = []
+            await client.click(shown, string_array_value=[labels[first[client.name]]])
+            await client.wait_for(
+                lambda c: c.shows("Wait for the teacher") or c.shows("Many answers at this moment"), 30
+            )
+            if client.shows("Wait for the teacher"):
+                # A second click on another answer (a double click, or a forged message): refused.
+                await client.click(shown, string_array_value=[labels[(first[client.name] + 1) % options]])
+                return "answered"
+            if client.shows("Many answers at this moment"):
+                busy += 1
+            else:  # no reply within 30 s (a starved server): the student clicks again
+                slow += 1
+            await asyncio.sleep(1.0)
+        return "busy"
+
+    began = time.monotonic()
+    outcomes = await asyncio.gather(*(answer(client) for client in clients))
+    answered_s = time.monotonic() - began
+    await asyncio.sleep(1.0)  # the replayed clicks reach the server
+    counts = store.counts(session, key)
+    stored = store.answers(session, key)
+    lost = twice = 0
+    for client in clients:
+        found = re.search(r"headscope_student=([0-9a-f]{32})", " ".join(client.texts))
+        kept = stored.get(found.group(1)) if found else None
+        if kept is None:
+            lost += 1
+        elif len(kept) > 1 or kept[0] != first[client.name]:
+            twice += 1
+    # The teacher reveals; every follower's screen shows the class's answers.
+    revealed_at = time.monotonic()
+    await teacher.click(teacher.widget(f"class_reveal_{key}"), trigger_value=True)
+    shown = await asyncio.gather(
+        *(client.wait_for(lambda c: c.shows("answer(s), the model"), 60) for client in clients)
+    )
+    reveal_s = [client.finished_at - revealed_at for client, ok in zip(clients, shown, strict=True) if ok]
+    print(
+        f"    question {key}: {sum(counts)} answers, lost {lost}, accepted twice {twice}, "
+        f"busy {busy}, clicked again after 30 s without a reply {slow}, reveal shown on {sum(shown)}",
+        flush=True,
+    )
+    return {
+        "key": key,
+        "answers": sum(counts),
+        "outcomes": {outcome: outcomes.count(outcome) for outcome in set(outcomes)},
+        "lost": lost,
+        "accepted_twice": twice,
+        "busy_retries": busy,
+        "unconfirmed_retries": slow,
+        "answering_s": answered_s,
+        "reveal_shown": sum(shown),
+        "reveal_p95_s": percentile(reveal_s, 95),
+    }
+
+
+def report(row: dict, markdown) -> list[str]:
+    light = [v for move in row["moves"] for v in move["light_s"]]
+    real = [v for move in row["moves"] for v in move["browser_s"]]
+    every = light + real
+    done = [v for v in every if v is not None]
+    questions = row["questions"]
+    out = [
+        "",
+        f"### A teacher leads ({row['followers']} lightweight followers + {row['browsers']} Chromium followers, "
+        f"{len(row['moves'])} moves, {len(questions)} questions)",
+        "",
+        markdown(
+            ["measure", "value", "goal"],
+            [
+                ["followers on the view, p95 over every move (s)", _f(percentile(done, 95)), f"<= {FOLLOW_GOAL_S}"],
+                [
+                    "median / max (s)",
+                    f"{_f(statistics.median(done) if done else None)} / {_f(max(done, default=None))}",
+                    "",
+                ],
+                ["Chromium followers p95 (s)", _f(percentile([v for v in real if v is not None], 95)), ""],
+                ["follows missed (not on the view within 60 s)", sum(v is None for v in every), "0"],
+                ["answers lost", sum(q["lost"] for q in questions), "0"],
+                ["answers accepted twice", sum(q["accepted_twice"] for q in questions), "0"],
+                [
+                    "answers stored / expected",
+                    f"{sum(q['answers'] for q in questions)} / {len(questions) * row['followers']}",
+                    "",
+                ],
+                ["answers refused as busy, then sent again", sum(q["busy_retries"] for q in questions), ""],
+                [
+                    "answers clicked again after 30 s without a reply",
+                    sum(q.get("unconfirmed_retries", 0) for q in questions),
+                    "",
+                ],
+                [
+                    "reveal shown on the followers' screens",
+                    f"{sum(q['reveal_shown'] for q in questions)} / {len(questions) * row['followers']}",
+                    "",
+                ],
+                [
+                    "reveal reached the followers, p95 (s)",
+                    _f(percentile([q["reveal_p95_s"] for q in questions if q["reveal_p95_s"] is not None], 95)),
+                    "",
+                ],
+                [
+                    "server CPU per follower per minute, following an unmoving teacher (s)",
+                    _f(row.get("idle_cpu_per_follower_minute"), 3),
+                    "",
+                ],
+                [
+                    "server CPU per follower per minute, over the lesson (s)",
+                    _f(row.get("lesson_cpu_per_follower_minute"), 3),
+                    "",
+                ],
+                ["errors shown to followers", row.get("errors", "-"), "0"],
+            ],
+        ),
+    ]
+    return out
+
+
+def _f(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"

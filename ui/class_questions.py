@@ -1,0 +1,193 @@
+"""Predict together: a question the whole class answers on its own screens, the teacher sees the spread, then reveals.
+
+Two kinds: each predict-then-reveal step of the Classroom page (``classroom_question``), asked of the class as
+soon as the teacher's page draws it; and a question the teacher poses in Explore (``explore_question``): "which
+token will this head attend to most from X?", answered by clicking a token while the head stays hidden. Only the
+teacher's session makes, reveals or resets a question (the role is decided on the server, ``ui.follow``); a
+student sends only the number of an answer offered, once per question. Everything shown is drawn by this code
+(answers are numbers; labels are the teacher's tokens, escaped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import streamlit as st
+
+from ui import class_session, follow
+from ui.figures.answers import answers_figure
+from ui.widgets.charts import show_chart
+from ui.widgets.messages import md_escape
+
+LIVE_S = 1.0  # how often the teacher's count and histogram refresh
+MESSAGES = {
+    class_session.ALREADY: "You have already answered this question.",
+    class_session.CLOSED: "This question is closed: the teacher has revealed the answer.",
+    class_session.BUSY: "Many answers at this moment: click your answer again in a second.",
+}
+
+
+def question_key(parts: tuple) -> str:
+    """A question's key from what defines it: the same view and question make the same key on every screen."""
+    return hashlib.sha1("\n".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def _labels(question) -> list[str]:
+    return [md_escape(option) for option in question.options]
+
+
+def _live_answers(key: str) -> None:
+    question = follow.store().question(follow.session_id(), key)
+    if question is None:
+        return
+    counts = follow.store().counts(follow.session_id(), key)
+    st.markdown(f"**{sum(counts)}** answer(s) so far.")
+    show_chart(answers_figure(question.options, counts), key=f"class_live_{key}")
+
+
+def _submit(key: str) -> None:
+    choice = st.session_state.get(f"class_pick_{key}")
+    if choice is None:
+        return
+    result = follow.store().answer(follow.session_id(), key, follow.student_id(), int(choice))
+    st.session_state[f"class_result_{key}"] = result
+
+
+def _teacher_controls(question) -> None:
+    store, session = follow.store(), follow.session_id()
+    if not question.revealed:
+        st.fragment(run_every=LIVE_S)(_live_answers)(question.key)
+    reveal, reset = st.columns(2)
+    reveal.button(
+        "Reveal to the class",
+        key=f"class_reveal_{question.key}",
+        on_click=store.reveal,
+        args=(session, question.key),
+        disabled=question.revealed,
+        icon=":material/visibility:",
+    )
+    reset.button(
+        "Ask again (clear the answers)",
+        key=f"class_reset_{question.key}",
+        on_click=store.reset,
+        args=(session, question.key),
+        icon=":material/restart_alt:",
+    )
+
+
+def _student_controls(question) -> int | None:
+    """The answer buttons, or the student's answer once given; returns that answer."""
+    key, store, session = question.key, follow.store(), follow.session_id()
+    mine = store.answer_of(session, key, follow.student_id())
+    result = st.session_state.pop(f"class_result_{key}", None)
+    if result in MESSAGES and (result != class_session.ALREADY or mine is None):
+        st.warning(MESSAGES[result])
+    if mine is None and not question.revealed:
+        labels = _labels(question)
+        st.pills(
+            "Your answer",
+            list(range(len(labels))),
+            format_func=labels.__getitem__,
+            key=f"class_pick_{key}",
+            on_change=_submit,
+            args=(key,),
+        )
+    elif mine is not None and not question.revealed:
+        st.success(f"Your answer: **{_labels(question)[mine]}**. Wait for the teacher to reveal it.")
+    return mine
+
+
+def _revealed(question, mine: int | None, answer_md: str | None) -> None:
+    counts = follow.store().counts(follow.session_id(), question.key)
+    if answer_md:
+        st.markdown(f"**Answer:** {answer_md}")
+    st.caption(f"The class's {sum(counts)} answer(s), the model's answer in green.")
+    show_chart(
+        answers_figure(question.options, counts, question.correct, question.model_values, mine),
+        key=f"class_result_chart_{question.key}",
+    )
+
+
+def classroom_question(digest: str, prompt_md: str, options, correct: int, answer_md: str, shows_answer) -> bool:
+    """A Classroom step's prediction asked of the class (the prompt already drawn by the page). False when this
+    screen is not in a class asking it (the page then draws its own private reveal)."""
+    role, session = follow.role(), follow.session_id()
+    if role is None:
+        return False
+    store = follow.store()
+    if role == follow.TEACHER:
+        question = store.ask(session, digest, "classroom", prompt_md, options=options, correct=correct)
+    else:
+        question = store.question(session, digest)
+        if question is None:  # the teacher is not asking this one
+            return False
+    mine = _teacher_controls(question) if role == follow.TEACHER else _student_controls(question)
+    if question.revealed:
+        _revealed(question, mine, answer_md)
+        if shows_answer is not None:
+            shows_answer()
+    return True
+
+
+# ---- Explore: which token will this head attend to? -------------------------------------------------------------
+def _ask_in_explore(view, layer: int, head: int) -> None:
+    """The teacher's form: pick the token the question is about, and ask."""
+    names = list(view.tokens)
+    focus = st.selectbox(
+        "From which token?",
+        list(range(len(names))),
+        format_func=lambda index: f"{index}: {names[index]}",
+        key="class_explore_focus",
+    )
+    if st.button("Ask the class", key="class_explore_ask", icon=":material/quiz:"):
+        # A decoder's token sees only itself and the tokens before it: only those are answers.
+        keys = names[: focus + 1] if view.is_causal else names
+        row = np.asarray(view.attentions[layer, head, focus, : len(keys)], dtype=float)
+        prompt = (
+            f"Which token will layer {layer}, head {head} attend to most from "
+            f"**{md_escape(names[focus])}** (token {focus})?"
+        )
+        key = question_key(("explore", view.model_name, view.text, view.text_pair, view.level, layer, head, focus))
+        follow.store().ask(
+            follow.session_id(),
+            key,
+            "explore",
+            prompt,
+            keys,
+            correct=int(np.argmax(row)),
+            model_values=row,
+            current=True,
+        )
+        st.rerun(scope="app")
+
+
+def explore_question(view, layer: int, head: int) -> bool:
+    """Explore's class question (the session's current one), above the view; True while the head must stay
+    hidden (asked and not revealed, on the teacher's screen and on the screens that follow it)."""
+    if follow.role() is None:
+        return False
+    store, session = follow.store(), follow.session_id()
+    current = store.view(session).current_question
+    question = store.question(session, current) if current else None
+    if question is not None and question.kind != "explore":
+        question = None
+    with st.container(border=True):
+        if question is None:
+            if not follow.is_teacher():
+                return False
+            with st.expander("Ask the class about this head", icon=":material/quiz:"):
+                _ask_in_explore(view, layer, head)
+            return False
+        st.markdown(f":material/quiz: **Class question:** {question.prompt}")
+        if follow.is_teacher():
+            _teacher_controls(question)
+            if st.button("Close the question", key="class_explore_close", icon=":material/close:"):
+                store.close_current(session)
+                st.rerun(scope="app")
+            mine = None
+        else:
+            mine = _student_controls(question)
+        if question.revealed:
+            _revealed(question, mine, None)
+    return not question.revealed and follow.following()
