@@ -304,3 +304,89 @@ BUILDERS = {
     "llama": build_tiny_llama,
     "mamba": build_tiny_mamba,
 }
+
+
+def _seq2seq_tokens(path: Path, model_max_length: int):
+    """The byte-level BPE tokenizer (RoBERTa's layout: <s>=0, <pad>=1, </s>=2) for the tiny encoder-decoders:
+    fast, with offsets, like the checkpoints' own where they have one (Marian's own needs sentencepiece)."""
+    return save_roberta_tokenizer(path, model_max_length=model_max_length)
+
+
+def build_tiny_t5(path, max_positions: int = 64, gated: bool = False, **overrides) -> Path:
+    """T5ForConditionalGeneration (relative position buckets, RMS norm); ``gated``: T5 v1.1's gated-GELU."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    path = Path(path)
+    tokenizer = _seq2seq_tokens(path, max_positions)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=3,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=20,
+        feed_forward_proj="gated-gelu" if gated else "relu",
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
+    config = T5Config(**{**settings, **overrides})
+    return _save_new(path, T5ForConditionalGeneration, config, randomised=True)
+
+
+def build_tiny_bart(path, max_positions: int = 64, **overrides) -> Path:
+    """BartForConditionalGeneration (learned positions from row 2, post-LN, LayerNorm on the embeddings)."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    path = Path(path)
+    tokenizer = _seq2seq_tokens(path, max_positions)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+        forced_eos_token_id=None,
+    )
+    config = BartConfig(**{**settings, **overrides})
+    return _save_new(path, BartForConditionalGeneration, config, randomised=True)
+
+
+def build_tiny_marian(path, max_positions: int = 64, **overrides) -> Path:
+    """MarianMTModel (sinusoidal positions, scaled embeddings, post-LN, no LayerNorm on the embeddings)."""
+    from transformers import MarianConfig, MarianMTModel
+
+    path = Path(path)
+    tokenizer = _seq2seq_tokens(path, max_positions)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        decoder_vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=None,
+    )
+    config = MarianConfig(**{**settings, **overrides})
+    return _save_new(path, MarianMTModel, config, randomised=True)
+
+
+SEQ2SEQ_BUILDERS = {"t5": build_tiny_t5, "bart": build_tiny_bart, "marian": build_tiny_marian}

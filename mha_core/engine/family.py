@@ -43,3 +43,6 @@ class Family:
     head_of: Callable[[object], object] = lambda lm_model: None
     # (base module) -> the norm applied after the last layer (pre-norm decoders), or None.
     final_norm_of: Callable[[object], object] = lambda base: None
+    # An encoder-decoder family (T5, BART): ``forward`` is then (CoreModel, source ids, target ids, source padding
+    # mask, progress) -> ``encoder_decoder.Seq2SeqAttentions``, and ``read`` gives a ``Seq2SeqCore``.
+    encoder_decoder: bool = False
