@@ -63,7 +63,9 @@ class CrossAttentionRun(AttentionRun):
 
         rows = [f"{i}:{t}" for i, t in enumerate(self.tokens)]
         columns = [f"{j}:{t}" for j, t in enumerate(self.key_tokens)]
-        return pd.DataFrame(self.attentions[layer, head], index=pd.Index(rows, name="target \\ source"), columns=columns)
+        return pd.DataFrame(
+            self.attentions[layer, head], index=pd.Index(rows, name="target \\ source"), columns=columns
+        )
 
     def summary(self) -> str:
         return (
@@ -159,7 +161,9 @@ class Seq2SeqRun:
         return self.decoder.text
 
     def to_words(self) -> Seq2SeqRun:
-        return replace(self, encoder=self.encoder.to_words(), decoder=self.decoder.to_words(), cross=self.cross.to_words())
+        return replace(
+            self, encoder=self.encoder.to_words(), decoder=self.decoder.to_words(), cross=self.cross.to_words()
+        )
 
     def without_special(self) -> Seq2SeqRun:
         return replace(

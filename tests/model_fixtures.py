@@ -324,7 +324,7 @@ def build_tiny_t5(path, max_positions: int = 64, gated: bool = False, **override
         d_kv=8,
         d_ff=64,
         num_layers=2,
-        num_decoder_layers=3,
+        num_decoder_layers=2,
         num_heads=4,
         relative_attention_num_buckets=8,
         relative_attention_max_distance=20,

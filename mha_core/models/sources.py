@@ -551,12 +551,8 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
         local_files_only=local_only,
     )
     model_type = getattr(config, "model_type", "?")
-    if getattr(config, "is_encoder_decoder", False):
-        raise ModelLoadError(
-            f"{quoted(name)} is an encoder-decoder model ({model_type}); Headscope reads "
-            "encoder-only (BERT-like) and decoder-only (GPT-like) models."
-        )
-    if not getattr(config, "num_attention_heads", None):
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if not encoder_decoder and not getattr(config, "num_attention_heads", None):
         raise ModelLoadError(
             f"{quoted(name)} is a {model_type} model, which has no attention heads: there are no "
             "attention weights to show. Pick a transformer (BERT-, GPT-2- or Llama-like) model."
@@ -575,6 +571,10 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
             "token-to-word offsets."
         )
     weight_names = checkpoint_weight_names(source, name)  # damaged weights files are refused here
+    if model_class is None and encoder_decoder:
+        from transformers import AutoModelForSeq2SeqLM  # T5, BART, Marian: with the LM head that writes targets
+
+        model_class = AutoModelForSeq2SeqLM
     if model_class is None:
         model_class = _head_class(config, weight_names) or AutoModel
     hf_model, info = _from_pretrained(
