@@ -3,6 +3,8 @@
 // the sentence (one byte a weight), so the layer slider, a click on a head and the switch between the two
 // views redraw here at once; the choice goes back to the server as component state ("pick", for the link).
 // Tokens are user text: they only ever go into textContent, attributes or canvas pixels, never HTML.
+// Queries are the rows (s.tokens, s.nq of them) and keys the columns (s.keyTokens, s.nk): the same tokens for
+// self-attention, another text's for cross-attention (target tokens down the side, source tokens along the top).
 // After painting, the root gets data-drawn="<sig>:<layer>:<head>" (head view) or "<sig>:model" (model
 // view); tests and benchmarks wait for it.
 
@@ -39,24 +41,24 @@ function el(tag, className, text) {
   return node;
 }
 
-// One head's n x n weights painted into an n x n canvas (CSS scales it up, pixelated).
+// One head's nq x nk weights painted into an nk-wide, nq-high canvas (CSS scales it up, pixelated).
 function paint(canvas, s, layer, head) {
-  const n = s.n;
-  if (canvas.width !== n) canvas.width = n;
-  if (canvas.height !== n) canvas.height = n;
+  const nq = s.nq, nk = s.nk;
+  if (canvas.width !== nk) canvas.width = nk;
+  if (canvas.height !== nq) canvas.height = nq;
   const ctx = canvas.getContext("2d");
-  const image = ctx.createImageData(n, n);
+  const image = ctx.createImageData(nk, nq);
   const px = image.data;
-  const offset = ((s.layerIndex.get(layer) * s.heads + head) * n) * n;
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < n; j++) {
-      const p = (i * n + j) * 4;
+  const offset = ((s.layerIndex.get(layer) * s.heads + head) * nq) * nk;
+  for (let i = 0; i < nq; i++) {
+    for (let j = 0; j < nk; j++) {
+      const p = (i * nk + j) * 4;
       if (s.causal && j > i) {
         px[p] = s.masked[0];
         px[p + 1] = s.masked[1];
         px[p + 2] = s.masked[2];
       } else {
-        const b = s.bytes[offset + i * n + j] * 3;
+        const b = s.bytes[offset + i * nk + j] * 3;
         px[p] = s.lut[b];
         px[p + 1] = s.lut[b + 1];
         px[p + 2] = s.lut[b + 2];
@@ -68,18 +70,18 @@ function paint(canvas, s, layer, head) {
 }
 
 function weight(s, layer, head, i, j) {
-  return s.bytes[((s.layerIndex.get(layer) * s.heads + head) * s.n + i) * s.n + j] / s.levels;
+  return s.bytes[((s.layerIndex.get(layer) * s.heads + head) * s.nq + i) * s.nk + j] / s.levels;
 }
 
-function cellAt(canvas, n, event) {
+function cellAt(canvas, s, event) {
   const box = canvas.getBoundingClientRect();
-  const j = Math.floor(((event.clientX - box.left) / box.width) * n);
-  const i = Math.floor(((event.clientY - box.top) / box.height) * n);
-  return i >= 0 && i < n && j >= 0 && j < n ? [i, j] : null;
+  const j = Math.floor(((event.clientX - box.left) / box.width) * s.nk);
+  const i = Math.floor(((event.clientY - box.top) / box.height) * s.nq);
+  return i >= 0 && i < s.nq && j >= 0 && j < s.nk ? [i, j] : null;
 }
 
 function hoverText(s, layer, head, i, j) {
-  const where = `query ${i} "${s.tokens[i]}" -> key ${j} "${s.tokens[j]}"`;
+  const where = `${s.queryNoun} ${i} "${s.tokens[i]}" -> ${s.keyNoun} ${j} "${s.keyTokens[j]}"`;
   if (s.causal && j > i) return `${where}: hidden by the causal mask`;
   return `${where}: ${weight(s, layer, head, i, j).toFixed(3)}`;
 }
@@ -107,27 +109,27 @@ function savePng(s) {
     g.tiles.forEach(({ canvas, row, col }) => ctx.drawImage(canvas, left + col * (tile + gap), top + row * (tile + gap), tile, tile));
     name = "headscope-model-view.png";
   } else {
-    const n = s.n;
-    const cell = Math.max(6, Math.min(32, Math.floor(900 / n)));
+    const nq = s.nq, nk = s.nk;
+    const cell = Math.max(6, Math.min(32, Math.floor(900 / Math.max(nq, nk))));
     const font = Math.max(8, Math.min(14, cell - 2));
     ctx.font = `${font}px sans-serif`;
-    const margin = Math.ceil(Math.max(...s.tokens.map((t) => ctx.measureText(t).width))) + 8;
-    out.width = margin + n * cell + 10;
-    out.height = 30 + n * cell + margin;
+    const margin = Math.ceil(Math.max(...s.tokens.concat(s.keyTokens).map((t) => ctx.measureText(t).width))) + 8;
+    out.width = margin + nk * cell + 10;
+    out.height = 30 + nq * cell + margin;
     ctx.fillStyle = "#ffffff";
     ctx.fillRect(0, 0, out.width, out.height);
     ctx.imageSmoothingEnabled = false;
-    ctx.drawImage(s.bigCanvas, margin, 30, n * cell, n * cell);
+    ctx.drawImage(s.bigCanvas, margin, 30, nk * cell, nq * cell);
     ctx.fillStyle = "#212529";
     ctx.font = "bold 14px sans-serif";
     ctx.fillText(`Layer ${s.layer}, head ${s.head}`, 4, 18);
     ctx.font = `${font}px sans-serif`;
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    s.tokens.forEach((token, i) => {
-      ctx.fillText(token, margin - 4, 30 + (i + 0.5) * cell);
+    s.tokens.forEach((token, i) => ctx.fillText(token, margin - 4, 30 + (i + 0.5) * cell));
+    s.keyTokens.forEach((token, i) => {
       ctx.save();
-      ctx.translate(margin + (i + 0.5) * cell, 30 + n * cell + 4);
+      ctx.translate(margin + (i + 0.5) * cell, 30 + nq * cell + 4);
       ctx.rotate(-Math.PI / 2);
       ctx.fillText(token, 0, 0);
       ctx.restore();
@@ -233,7 +235,7 @@ function layoutGrid(s) {
       sendPick(s);
     });
     canvas.addEventListener("mousemove", (event) => {
-      const cell = cellAt(canvas, s.n, event);
+      const cell = cellAt(canvas, s, event);
       showTip(s, event, cell && `layer ${s.layer} head ${h}: ${hoverText(s, s.layer, h, cell[0], cell[1])}`);
     });
     canvas.addEventListener("mouseleave", () => showTip(s, null, null));
@@ -276,16 +278,17 @@ function colorBar(s) {
 // colour bar. Built once per sentence; repainted per head.
 function layoutBig(s) {
   s.big.replaceChildren();
-  const n = s.n;
+  const n = Math.max(s.nq, s.nk);
   const labelled = n <= 96;
   const cell = labelled ? Math.min(28, Math.max(9, Math.floor(560 / n))) : Math.max(3, Math.floor(640 / n));
-  const side = cell * n;
+  const side = cell * s.nk;
   const font = Math.round(Math.max(7, Math.min(12, cell - 2)) * s.textScale);
   s.big.style.setProperty("--hs-side", `${side}px`);
+  s.big.style.setProperty("--hs-height", `${cell * s.nq}px`);
   s.big.style.setProperty("--hs-cell", `${cell}px`);
   s.big.style.setProperty("--hs-font", `${font}px`);
 
-  const yTitle = el("div", "hs-axis-title hs-y-title", "query (attending)");
+  const yTitle = el("div", "hs-axis-title hs-y-title", s.cross ? "target token (attending)" : "query (attending)");
   const rows = el("div", "hs-rows");
   const plot = el("div", "hs-plot");
   s.bigCanvas = el("canvas", "hs-big-canvas");
@@ -299,17 +302,19 @@ function layoutBig(s) {
     plot.append(v, h);
   }
   const cols = el("div", "hs-cols");
-  const xTitle = el("div", "hs-axis-title hs-x-title", "key (attended to)");
+  const xTitle = el("div", "hs-axis-title hs-x-title", s.cross ? "source token (attended to)" : "key (attended to)");
   s.rowLabels = [];
   s.colLabels = [];
   if (labelled) {
     s.tokens.forEach((token, i) => {
       const r = el("span", "hs-row-label", token);
-      r.title = `query ${i}: ${token}`;
+      r.title = `${s.queryNoun} ${i}: ${token}`;
       rows.append(r);
       s.rowLabels.push(r);
+    });
+    s.keyTokens.forEach((token, j) => {
       const c = el("span", "hs-col-label", token);
-      c.title = `key ${i}: ${token}`;
+      c.title = `${s.keyNoun} ${j}: ${token}`;
       cols.append(c);
       s.colLabels.push(c);
     });
@@ -320,7 +325,7 @@ function layoutBig(s) {
   body.append(yTitle, rows, plot, bar, el("div"), el("div"), cols, el("div"), el("div"), el("div"), xTitle);
   s.big.append(body);
   s.bigCanvas.addEventListener("mousemove", (event) => {
-    const c = cellAt(s.bigCanvas, s.n, event);
+    const c = cellAt(s.bigCanvas, s, event);
     showTip(s, event, c && hoverText(s, s.layer, s.head, c[0], c[1]));
     s.rowLabels.forEach((r, i) => r.classList.toggle("hs-hot", !!c && i === c[0]));
     s.colLabels.forEach((k, j) => k.classList.toggle("hs-hot", !!c && j === c[1]));
@@ -364,7 +369,7 @@ function layoutModel(s) {
       canvas.dataset.head = String(head);
       canvas.title = "";
       canvas.addEventListener("mousemove", (event) => {
-        const cell = cellAt(canvas, s.n, event);
+        const cell = cellAt(canvas, s, event);
         showTip(s, event, cell && `layer ${layer} head ${head}: ${hoverText(s, layer, head, cell[0], cell[1])}\nclick to open it in the head view`);
       });
       canvas.addEventListener("mouseleave", () => showTip(s, null, null));
@@ -484,7 +489,12 @@ export default function (component) {
   if (newSentence) {
     s.sig = data.sig;
     s.tokens = data.tokens;
-    s.n = data.tokens.length;
+    s.cross = Array.isArray(data.key_tokens);
+    s.keyTokens = s.cross ? data.key_tokens : data.tokens;
+    s.nq = s.tokens.length;
+    s.nk = s.keyTokens.length;
+    s.queryNoun = s.cross ? "target" : "query";
+    s.keyNoun = s.cross ? "source" : "key";
     s.layers = data.num_layers;
     s.heads = data.num_heads;
     s.levels = data.levels;
@@ -497,6 +507,7 @@ export default function (component) {
     s.slider.max = String(data.num_layers - 1);
     s.slider.disabled = data.num_layers < 2;
     root.dataset.tokens = JSON.stringify(data.tokens);
+    root.dataset.keyTokens = JSON.stringify(s.keyTokens);
     root.dataset.sig = data.sig;
     layoutGrid(s);
     layoutBig(s);

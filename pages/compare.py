@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
-from ui import figures, shell, state, widgets
+from ui import encoder_decoder, figures, shell, state, widgets
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -16,6 +16,10 @@ st.title("Compare")
 MODES = {"layers": "Layer vs layer", "sentences": "Sentence vs sentence", "models": "Model vs model"}
 mode = widgets.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
 selection = state.selection()
+if encoder_decoder.encoder_decoder_model(selection.model) is not None:
+    with widgets.error_display():
+        encoder_decoder.compare(selection.model, selection.engine)
+    st.stop()
 run = widgets.current_run()
 if run is None:
     st.stop()

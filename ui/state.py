@@ -547,6 +547,11 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
     """The ``AttentionRun`` for these inputs: from the shared cache, or computed in a compute slot,
     layer by layer, stopping if this session goes away."""
     model = get_model(model_name)
+    if getattr(model, "is_encoder_decoder", False):
+        raise HeadscopeError(
+            f"{quoted(model_name)} is an encoder-decoder model: Explore and Compare show its encoder, decoder and "
+            "cross-attention; this page reads encoder-only and decoder-only models."
+        )
     bos = model.default_bos if bos is None else bool(bos)
     key = ("run", _cache_key(model_name), engine, text, text_pair or None, bos)
     check = stop_point()

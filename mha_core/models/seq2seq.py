@@ -56,6 +56,7 @@ class Seq2SeqModel:
 
     is_encoder_decoder = True
     is_causal = False
+    bos_token = None  # the decoder begins with its own start token; the source takes no BOS of Headscope's
 
     def __init__(self, name: str, hf_model: torch.nn.Module, tokenizer):
         self.name = name
