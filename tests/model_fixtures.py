@@ -12,6 +12,9 @@ They take a second or less, so tests can build them in ``tmp_path`` (or once per
     build_tiny_gpt2        GPT2Config + byte-level BPE trained here with the tokenizers library
     build_tiny_llama       LlamaConfig with grouped-query attention (4 query heads, 2 KV heads) + byte-level BPE
     build_tiny_mamba       MambaConfig: a model with no attention at all, for the error path
+    build_tiny_t5          T5ForConditionalGeneration (relative position buckets; gated=True: T5 v1.1's FFN)
+    build_tiny_bart        BartForConditionalGeneration (learned positions from row 2)
+    build_tiny_marian      MarianMTModel (sinusoidal positions, scaled embeddings); all three with byte-level BPE
 """
 
 from __future__ import annotations
@@ -337,13 +340,9 @@ def build_tiny_t5(path, max_positions: int = 64, gated: bool = False, **override
     return _save_new(path, T5ForConditionalGeneration, config, randomised=True)
 
 
-def build_tiny_bart(path, max_positions: int = 64, **overrides) -> Path:
-    """BartForConditionalGeneration (learned positions from row 2, post-LN, LayerNorm on the embeddings)."""
-    from transformers import BartConfig, BartForConditionalGeneration
-
-    path = Path(path)
-    tokenizer = _seq2seq_tokens(path, max_positions)
-    settings = dict(
+def _bart_like(tokenizer, max_positions: int) -> dict:
+    """The settings BART and Marian share here: 2 + 2 layers of 4 heads, d_model 32."""
+    return dict(
         vocab_size=len(tokenizer),
         d_model=32,
         encoder_layers=2,
@@ -354,13 +353,23 @@ def build_tiny_bart(path, max_positions: int = 64, **overrides) -> Path:
         decoder_ffn_dim=64,
         max_position_embeddings=max_positions,
         pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.eos_token_id,
         forced_eos_token_id=None,
     )
-    config = BartConfig(**{**settings, **overrides})
-    return _save_new(path, BartForConditionalGeneration, config, randomised=True)
+
+
+def build_tiny_bart(path, max_positions: int = 64, **overrides) -> Path:
+    """BartForConditionalGeneration (learned positions from row 2, post-LN, LayerNorm on the embeddings)."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    path = Path(path)
+    tokenizer = _seq2seq_tokens(path, max_positions)
+    settings = dict(
+        _bart_like(tokenizer, max_positions),
+        bos_token_id=tokenizer.bos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+    )
+    return _save_new(path, BartForConditionalGeneration, BartConfig(**{**settings, **overrides}), randomised=True)
 
 
 def build_tiny_marian(path, max_positions: int = 64, **overrides) -> Path:
@@ -370,23 +379,11 @@ def build_tiny_marian(path, max_positions: int = 64, **overrides) -> Path:
     path = Path(path)
     tokenizer = _seq2seq_tokens(path, max_positions)
     settings = dict(
-        vocab_size=len(tokenizer),
+        _bart_like(tokenizer, max_positions),
         decoder_vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=max_positions,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.pad_token_id,
-        forced_eos_token_id=None,
     )
-    config = MarianConfig(**{**settings, **overrides})
-    return _save_new(path, MarianMTModel, config, randomised=True)
+    return _save_new(path, MarianMTModel, MarianConfig(**{**settings, **overrides}), randomised=True)
 
 
 SEQ2SEQ_BUILDERS = {"t5": build_tiny_t5, "bart": build_tiny_bart, "marian": build_tiny_marian}

@@ -90,7 +90,7 @@ def bart_attentions(core: Seq2SeqCore, input_ids, decoder_input_ids, source_mask
         lambda y, layer, memory: bart_decoder_layer(y, layer, memory, source_mask),
         bart_embeddings(core.embeddings, input_ids),
         bart_embeddings(core.decoder_embeddings, decoder_input_ids),
-        progress,
+        progress=progress,
     )
 
 

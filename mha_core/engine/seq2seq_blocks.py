@@ -33,7 +33,7 @@ class Seq2SeqAttentions:
 
 
 def run_encoder_decoder(
-    core: Seq2SeqCore, encoder_step, decoder_step, x, y, progress: Progress | None, finish_encoder=None
+    core: Seq2SeqCore, encoder_step, decoder_step, x, y, *, progress: Progress | None, finish_encoder=None
 ) -> Seq2SeqAttentions:
     """The layer loop of an encoder-decoder pass. ``encoder_step(x, layer) -> (x, weights)`` over the encoder's
     layers; ``memory`` = the encoder's output (``finish_encoder(x)`` where given: T5's final norm); then ``decoder_step(y, layer, memory)

@@ -91,7 +91,7 @@ def t5_attentions(core: Seq2SeqCore, input_ids, decoder_input_ids, source_mask, 
         lambda y, layer, memory: t5_decoder_layer(y, layer, memory, source_mask, decoder_bias),
         x,
         y,
-        progress,
+        progress=progress,
         finish_encoder=lambda x: rms_norm(x, core.encoder_final_norm),
     )
 

@@ -224,6 +224,7 @@ class Seq2SeqModel:
         source: str,
         target: str | None = None,
         engine: str = "transformers",
+        *,
         progress: Progress | None = None,
         max_new_tokens: int | None = None,
     ) -> Seq2SeqRun:
@@ -238,7 +239,7 @@ class Seq2SeqModel:
             progress = progress_part(progress, 1, 2)
         else:
             encoded_target = self.encode_target(target)
-        return self.run_encoded(encoded_source, encoded_target, engine, progress, generated)
+        return self.run_encoded(encoded_source, encoded_target, engine, progress=progress, generated=generated)
 
     def run_ids(self, source_ids, decoder_ids, engine: str = "transformers") -> Seq2SeqRun:
         """The three attentions for token ids taken as they are (the decoder's beginning with its start token)."""
@@ -251,6 +252,7 @@ class Seq2SeqModel:
         source: EncodedText,
         target: EncodedText,
         engine: str = "transformers",
+        *,
         progress: Progress | None = None,
         generated: bool = False,
     ) -> Seq2SeqRun:
@@ -262,8 +264,20 @@ class Seq2SeqModel:
             for kind in ("encoder", "decoder", "cross"):
                 diffs[kind] = float((getattr(attentions, kind) - getattr(reference, kind)).abs().max())
         common = dict(model_name=self.name, family=self.family, engine=engine)
-        encoder = self._side_run(source, attentions.encoder[0], False, diffs.get("encoder"), "encoder", common)
-        decoder = self._side_run(target, attentions.decoder[0], True, diffs.get("decoder"), "decoder", common)
+        encoder = AttentionRun(
+            is_causal=False,
+            attentions=attentions.encoder[0].numpy(),
+            max_abs_diff=diffs.get("encoder"),
+            **self._side_fields(source, "encoder"),
+            **common,
+        )
+        decoder = AttentionRun(
+            is_causal=True,
+            attentions=attentions.decoder[0].numpy(),
+            max_abs_diff=diffs.get("decoder"),
+            **self._side_fields(target, "decoder"),
+            **common,
+        )
         cross = CrossAttentionRun(
             is_causal=False,
             attentions=attentions.cross[0].numpy(),
@@ -294,13 +308,4 @@ class Seq2SeqModel:
             truncated=encoded.truncated,
             num_input_tokens=encoded.num_input_tokens,
             metadata=metadata,
-        )
-
-    def _side_run(self, encoded, attentions, causal: bool, diff, kind: str, common: dict) -> AttentionRun:
-        return AttentionRun(
-            is_causal=causal,
-            attentions=attentions.numpy(),
-            max_abs_diff=diff,
-            **self._side_fields(encoded, kind),
-            **common,
         )
