@@ -277,3 +277,12 @@ def test_cross_head_table_on_a_run(seq2seq):
     hits = [int(np.argmax(head[i])) == min(i, n_src - 1) for i in range(n_tgt)]
     assert row["alignment_score"] == pytest.approx(np.mean(hits))
     assert set(table.columns) >= {"entropy", "coverage", "alignment_score", "diagonal_baseline"}
+
+
+def test_attention_bytes_are_the_three_arrays(seq2seq):
+    """What the app reserves before a pass: the bytes of the run's three attention arrays."""
+    _, _, model = seq2seq
+    run = model.run(SOURCE, TARGET)
+    assert model.attention_bytes(SOURCE, TARGET) == sum(run.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)
+    written = model.run(SOURCE)  # the model writes at most DEFAULT_MAX_NEW_TOKENS tokens
+    assert model.attention_bytes(SOURCE) >= sum(written.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)

@@ -2,8 +2,8 @@
 folder in the sidebar's "Other"): Explore's source and target boxes (or "let the model write it"), the switch
 between the encoder's, the decoder's and the cross-attention, and Compare's two layers of cross-attention.
 
-The runs come from the app's one gated, budget-reserving path (``state.cached`` with ``reserve_bytes`` around
-``state.in_slot``), like every other forward pass; the views are the head-view component (``ui.headview``),
+The runs come from the app's one gated, budget-reserving path (``state.get_seq2seq_run``: ``state.cached`` with
+``reserve_bytes`` around ``state.in_slot``), like every other forward pass; the views are the head-view component (``ui.headview``),
 which draws cross-attention with the target's tokens down the side and the source's along the top.
 """
 
@@ -14,7 +14,6 @@ import streamlit as st
 from mha_core.errors import EngineNotSupported, HeadscopeError
 from mha_core.models.seq2seq import DEFAULT_MAX_NEW_TOKENS
 from ui import address, figures, headview, state, widgets
-from ui.budget import RUN_PEAK_FACTOR
 
 KIND_LABELS = {
     "cross": "Cross-attention (target → source)",
@@ -41,39 +40,13 @@ def encoder_decoder_model(model_name: str | None):
     return model if getattr(model, "is_encoder_decoder", False) else None
 
 
-def run_peak_bytes(model, source: str, target: str | None) -> int:
-    """What a pass holds at its peak (``RUN_PEAK_FACTOR`` x its three attention arrays), reserved before it starts;
-    a target the model writes is counted at its longest."""
-    try:
-        n_src = len(model.encode_source(source).input_ids)
-        n_tgt = DEFAULT_MAX_NEW_TOKENS + 1 if target is None else len(model.encode_target(target).input_ids)
-    except HeadscopeError:  # the run itself says what is wrong with the text
-        return 0
-    cells = model.encoder_layers * model.num_heads * n_src**2
-    cells += model.decoder_layers * model.decoder_heads * (n_tgt**2 + n_tgt * n_src)
-    return int(RUN_PEAK_FACTOR * 4 * cells)
-
-
-def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None):
-    """The ``Seq2SeqRun`` for these inputs (``target`` None: the model writes it), from the shared cache or
-    computed in a compute slot, stopping if this session goes away."""
-    model = state.get_model(model_name)
-    key = ("seq2seq-run", model_name, engine, source, target)
-    check = state.stop_point()
-
-    def compute():
-        return state.in_slot(lambda: model.run(source, target, engine=engine, progress=check), check)
-
-    return state.cached(key, compute, check, reserve_bytes=run_peak_bytes(model, source, target))
-
-
 def run_or_fallback(model_name: str, engine: str, source: str, target: str | None):
-    """``get_seq2seq_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
+    """``state.get_seq2seq_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
     try:
-        return get_seq2seq_run(model_name, engine, source, target)
+        return state.get_seq2seq_run(model_name, engine, source, target)
     except EngineNotSupported as error:
         st.warning(f"{widgets.public_message(error)} Showing the transformers engine instead.")
-        return get_seq2seq_run(model_name, "transformers", source, target)
+        return state.get_seq2seq_run(model_name, "transformers", source, target)
 
 
 def texts(model) -> tuple[str, str | None] | None:

@@ -566,6 +566,19 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
     return cached(key, compute, check, reserve_bytes=run_peak_bytes(model, text, text_pair or None, bos))
 
 
+def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None):
+    """An encoder-decoder model's ``Seq2SeqRun`` (``target`` None: the model writes it), from the shared cache
+    or computed in a compute slot, stopping if this session goes away, with its peak memory reserved first."""
+    model = get_model(model_name)
+    key = ("seq2seq-run", _cache_key(model_name), engine, source, target)
+    check = stop_point()
+
+    def compute():
+        return in_slot(lambda: model.run(source, target, engine=engine, progress=check), check)
+
+    return cached(key, compute, check, reserve_bytes=int(RUN_PEAK_FACTOR * model.attention_bytes(source, target)))
+
+
 def run_with_norms(run):
     """``run`` again with norm-based attention (``model.run(..., norms=True)``), cached with it and computed
     in a compute slot."""

@@ -153,6 +153,17 @@ class Seq2SeqModel:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return self._encoded(ids, text, truncated, num_input_tokens or len(ids))
 
+    def attention_bytes(self, source: str, target: str | None = None) -> int:
+        """Bytes of a run's three float32 attention arrays for these texts (a target the model writes counted
+        at its longest, ``DEFAULT_MAX_NEW_TOKENS``); 0 for a text the run itself will refuse."""
+        try:
+            n_src = len(self.encode_source(source).input_ids)
+            n_tgt = DEFAULT_MAX_NEW_TOKENS + 1 if target is None else len(self.encode_target(target).input_ids)
+        except HeadscopeError:
+            return 0
+        cells = self.encoder_layers * self.num_heads * n_src**2
+        return 4 * (cells + self.decoder_layers * self.decoder_heads * (n_tgt**2 + n_tgt * n_src))
+
     # ---- writing the target ----
     def write(self, source_ids, max_new_tokens: int | None = None, progress: Progress | None = None) -> list[int]:
         """The target the model writes for ``source_ids`` by greedy decoding (``generate(do_sample=False,
