@@ -10,7 +10,8 @@
    Goal: <= 1.10 x.
 2. Explore's cross view at 128 target x 128 source tokens in Debian Chromium (a small random BART whose
    positions stop at 128, so both texts are cut to exactly 128 tokens): measured in the browser, from a click on a
-   head's tile (or on "Model view") until every canvas of the view is painted again (``data-drawn``). Goal:
+   head's tile (or on "Model view") until every canvas of the view is painted again (``data-drawn``) and the
+   frame holding them is on the screen (the next animation frame). Goal:
    <= 0.3 s for the head view.
 
 Prints the load average and Markdown tables. Nothing is asserted.
@@ -152,6 +153,8 @@ async ([selector, done]) => {
     await new Promise((resolve) => requestAnimationFrame(resolve));
     if (performance.now() - start > 30000) return null;
   }
+  // Until the frame holding the new canvases is on the screen: the next animation frame, then a task after it.
+  await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
   return (performance.now() - start) / 1000;
 }
 """
