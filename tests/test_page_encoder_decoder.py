@@ -103,3 +103,28 @@ def test_other_pages_say_what_they_read(bart):
     path, _ = bart
     app = open_app("roles", {"model": path})
     assert "is an encoder\\-decoder model" in texts_of(app, "error")
+
+
+def test_every_setting_comes_back_from_its_link(bart):
+    """A link that sets every setting of the encoder-decoder Explore to a value other than its default."""
+    path, model = bart
+    settings = {
+        "source": SOURCE,
+        "target": TARGET,
+        "write": "0",
+        "kind": "decoder",
+        "words": "1",
+        "layer": "1",
+        "head": "2",
+        "view": "model",
+    }
+    app = open_app("explore", {"model": path, **settings})
+    assert {key: app.query_params[key] for key in settings} == settings
+    state = app.session_state
+    assert (state["s2s_source"], state["s2s_target"], state["s2s_write"]) == (SOURCE, TARGET, False)
+    assert (state["s2s_kind"], state["s2s_words"], state["explore_view"]) == ("decoder", True, "model")
+    data = head_view_data(app, "s2s_view_decoder")
+    assert (data["view"], data["layer"], data["head"]) == ("model", 1, 2)
+    reference = model.run(SOURCE, TARGET).to_words().decoder
+    assert data["tokens"] == reference.tokens
+    np.testing.assert_allclose(data["weights_by_layer"][1], reference.attentions[1], atol=LEVEL / 2 + 1e-6)
