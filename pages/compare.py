@@ -13,13 +13,13 @@ shell.in_app()  # a page's own address opened on a new server: run it inside app
 CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
 
 st.title("Compare")
-MODES = {"layers": "Layer vs layer", "sentences": "Sentence vs sentence", "models": "Model vs model"}
-mode = widgets.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
 selection = state.selection()
-if encoder_decoder.encoder_decoder_model(selection.model) is not None:
+if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two layers of cross-attention
     with widgets.error_display():
         encoder_decoder.compare(selection.model, selection.engine)
     st.stop()
+MODES = {"layers": "Layer vs layer", "sentences": "Sentence vs sentence", "models": "Model vs model"}
+mode = widgets.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
 run = widgets.current_run()
 if run is None:
     st.stop()

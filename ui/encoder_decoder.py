@@ -92,6 +92,10 @@ def shown(run, words: bool):
 def explore(model_name: str, engine: str) -> None:
     """Explore for an encoder-decoder model: the texts, the three attentions and their head and model views."""
     model = encoder_decoder_model(model_name)
+    st.caption(
+        f"{widgets.md_escape(model.family.upper())} is an encoder-decoder model: it reads a source text and writes "
+        "(or is given) a target. Type both here; the sidebar's sentence boxes are for single-stack models."
+    )
     chosen = texts(model)
     if chosen is None:
         return
