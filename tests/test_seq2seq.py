@@ -286,3 +286,17 @@ def test_attention_bytes_are_the_three_arrays(seq2seq):
     assert model.attention_bytes(SOURCE, TARGET) == sum(run.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)
     written = model.run(SOURCE)  # the model writes at most DEFAULT_MAX_NEW_TOKENS tokens
     assert model.attention_bytes(SOURCE) >= sum(written.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)
+
+
+def test_missing_weights_are_refused(tmp_path):
+    """A checkpoint whose weights leave a layer to random initialisation is refused, as for other families."""
+    from model_fixtures import build_tiny_bart
+    from safetensors.torch import load_file, save_file
+
+    path = build_tiny_bart(tmp_path / "bart")
+    weights = load_file(path / "model.safetensors")
+    missing = next(name for name in weights if name.endswith("encoder.layers.0.fc1.weight"))
+    del weights[missing]
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(mc.errors.ModelLoadError, match="missing 1 of the weights"):
+        mc.load_model(str(path))
