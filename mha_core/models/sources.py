@@ -565,7 +565,8 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
             f"{quoted(name)} has no usable tokenizer: its vocabulary is empty. The checkpoint needs "
             "its tokenizer files (tokenizer.json, or vocab.txt / vocab.json + merges.txt)."
         )
-    if not getattr(tokenizer, "is_fast", False):
+    # Encoder-decoders find words from the pieces' marks (models.seq2seq), so Marian's slow tokenizer will do.
+    if not getattr(tokenizer, "is_fast", False) and not encoder_decoder:
         raise ModelLoadError(
             f"{quoted(name)}: its tokenizer has no fast (Rust) version, which Headscope needs for "
             "token-to-word offsets."
