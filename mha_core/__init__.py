@@ -51,11 +51,12 @@ from .interventions.patching import patch
 from .lab import Lab, LabConfig, train_lab
 
 # Model loading and extraction.
-from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, load_model
+from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, Seq2SeqModel, load_model
 
 # Positional encoding (course notes 001).
 from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
 from .run import AttentionRun
+from .seq2seq_run import CrossAttentionRun, Seq2SeqRun
 
 # The worked example of course notes 000, computed for real.
 from .walkthrough import (
@@ -71,6 +72,9 @@ __all__ = [
     # attention and runs
     "SCORE_FUNCTIONS",
     "AttentionRun",
+    "CrossAttentionRun",
+    "Seq2SeqModel",
+    "Seq2SeqRun",
     "MultiHeadAttention",
     "attention_scores",
     "causal_keep_mask",

@@ -54,20 +54,35 @@ def token_units(
     return unit_of_token, np.array(first_token, dtype=np.int64)
 
 
-def word_level_attentions(attentions: np.ndarray, unit_of_token: np.ndarray, num_units: int) -> np.ndarray:
-    """``[B, L, H, U, U]`` from ``[B, L, H, n, n]``: attention TO a unit sums its tokens, FROM a unit averages them.
-
-    ``unit_of_token [B, n]`` is -1 for padding tokens; units a sentence does not have stay all zero.
-    """
+def _unit_onehot(unit_of_token: np.ndarray, num_units: int) -> np.ndarray:
+    """``[B, n, U]``: 1 where token t belongs to unit u (padding tokens, -1, belong to none)."""
     batch, n = unit_of_token.shape
     onehot = np.zeros((batch, n, num_units), dtype=np.float32)
     rows, tokens = np.nonzero(unit_of_token >= 0)
     onehot[rows, tokens, unit_of_token[rows, tokens]] = 1.0
+    return onehot
+
+
+def word_level_attentions(
+    attentions: np.ndarray,
+    unit_of_token: np.ndarray,
+    num_units: int,
+    key_unit_of_token: np.ndarray | None = None,
+    num_key_units: int | None = None,
+) -> np.ndarray:
+    """``[B, L, H, U, U]`` from ``[B, L, H, n, n]``: attention TO a unit sums its tokens, FROM a unit averages them.
+
+    ``unit_of_token [B, n]`` is -1 for padding tokens; units a sentence does not have stay all zero.
+    Queries and keys of different texts (cross-attention, ``[B, L, H, n_q, n_k]``): ``unit_of_token`` groups
+    the queries, ``key_unit_of_token [B, n_k]`` (with ``num_key_units``) the keys.
+    """
+    onehot = _unit_onehot(unit_of_token, num_units)
     sizes = onehot.sum(axis=1, keepdims=True)  # [B, 1, U]
     mean_rows = np.swapaxes(onehot / np.maximum(sizes, 1.0), 1, 2)  # [B, U, n]
+    key_onehot = onehot if key_unit_of_token is None else _unit_onehot(key_unit_of_token, num_key_units)
     # One small product per head (numpy runs these on one thread; a product as large as the whole batch
     # would wake BLAS threads that then compete with the model's own threads).
-    return mean_rows[:, None, None] @ attentions @ onehot[:, None, None]
+    return mean_rows[:, None, None] @ attentions @ key_onehot[:, None, None]
 
 
 def head_indices(num_layers: int, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
@@ -143,9 +158,10 @@ class AttentionRun:
             if value is not None:
                 setattr(self, name, np.asarray(value, dtype=np.float32))
         self.attentions = np.ascontiguousarray(self.attentions, dtype=np.float32)
-        if self.attentions.ndim != 4 or self.attentions.shape[-1] != self.attentions.shape[-2]:
+        if self.attentions.ndim != 4:
             raise ValueError(f"attentions must be [layers, heads, n, n], got shape {self.attentions.shape}")
-        n = self.attentions.shape[-1]
+        n = self.attentions.shape[-2]  # the query tokens: the fields below describe them
+        self._check_keys()
         self.special_mask = np.asarray(self.special_mask, dtype=bool)
         self.word_ids = np.asarray(self.word_ids, dtype=np.int64)
         self.segment_ids = np.asarray(self.segment_ids, dtype=np.int64)
@@ -174,6 +190,11 @@ class AttentionRun:
                     raise ValueError(f"{name} must have shape {shape}, got {value.shape}")
                 setattr(self, name, value)
 
+    def _check_keys(self) -> None:
+        """Self-attention: the keys are the query tokens (``CrossAttentionRun`` keys another text's)."""
+        if self.attentions.shape[-1] != self.attentions.shape[-2]:
+            raise ValueError(f"attentions must be [layers, heads, n, n], got shape {self.attentions.shape}")
+
     # ---- shape -------------------------------------------------------------------------
     @property
     def num_layers(self) -> int:
@@ -185,7 +206,7 @@ class AttentionRun:
 
     @property
     def num_tokens(self) -> int:
-        return self.attentions.shape[-1]
+        return self.attentions.shape[-2]
 
     @property
     def punctuation_mask(self) -> np.ndarray:
@@ -270,10 +291,15 @@ class AttentionRun:
         return replace(self, **{**dropped, **changes})
 
     # ---- persistence -------------------------------------------------------------------
+    @classmethod
+    def array_fields(cls) -> tuple[str, ...]:
+        """The fields stored as arrays of their own in the .npz (the rest go into its JSON header)."""
+        return _ARRAY_FIELDS
+
     def to_npz_bytes(self) -> bytes:
         """The run as a portable ``.npz`` (arrays + a JSON header; no pickle)."""
 
-        header = {k: v for k, v in asdict(self).items() if k not in _ARRAY_FIELDS + _OPTIONAL_ARRAYS}
+        header = {k: v for k, v in asdict(self).items() if k not in self.array_fields() + _OPTIONAL_ARRAYS}
         for name in ("token_losses", "token_output_change"):  # small optional arrays: JSON lists (NaN kept)
             if header.get(name) is not None:
                 header[name] = [float(x) for x in header[name]]
@@ -283,7 +309,7 @@ class AttentionRun:
         np.savez_compressed(
             buf,
             header=np.array(json.dumps(header, ensure_ascii=False)),
-            **{name: getattr(self, name) for name in _ARRAY_FIELDS},
+            **{name: getattr(self, name) for name in self.array_fields()},
             **optional,
         )
         return buf.getvalue()
@@ -294,7 +320,7 @@ class AttentionRun:
         return path
 
     @classmethod
-    def load(cls, path) -> AttentionRun:
+    def load(cls, path):
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(str(data["header"]))
             version = header.pop("format_version", None)
@@ -302,6 +328,6 @@ class AttentionRun:
                 raise ValueError(f"{path}: not a Headscope run file (format version {version!r})")
             known = {f.name for f in fields(cls)}
             kwargs = {k: v for k, v in header.items() if k in known}
-            kwargs.update({name: data[name] for name in _ARRAY_FIELDS})
+            kwargs.update({name: data[name] for name in cls.array_fields()})
             kwargs.update({name: data[name] for name in _OPTIONAL_ARRAYS if name in data.files})
         return cls(**kwargs)

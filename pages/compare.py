@@ -6,7 +6,7 @@ import streamlit as st
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.models import DEFAULT_MODEL, ENGINES
-from ui import compute, figures, session, shell
+from ui import compute, encoder_decoder, figures, session, shell
 from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices
 from ui.widgets import charts, messages, pickers, sidebar, views
 
@@ -16,9 +16,13 @@ shell.in_app()  # a page's own address opened on a new server: run it inside app
 CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
 
 st.title("Compare")
+selection = session.selection()
+if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two layers of cross-attention
+    with messages.error_display():
+        encoder_decoder.compare(selection.model, selection.engine)
+    st.stop()
 MODES = {"layers": "Layer vs layer", "sentences": "Sentence vs sentence", "models": "Model vs model"}
 mode = pickers.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
-selection = session.selection()
 run = sidebar.current_run()
 if run is None:
     st.stop()

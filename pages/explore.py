@@ -8,7 +8,7 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, class_questions, compute, figures, headview, session, shell
+from ui import address, class_questions, compute, encoder_decoder, figures, headview, session, shell
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -52,6 +52,10 @@ def explore_body(sentence_slot) -> None:
 
 
 def explore_view() -> None:
+    selection = session.selection()
+    if session.lab_run() is None and encoder_decoder.encoder_decoder_model(selection.model) is not None:
+        encoder_decoder.explore(selection.model, selection.engine)  # three attentions, a source and a target
+        return
     run = explore_run()
     if run is None:
         return

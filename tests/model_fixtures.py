@@ -12,6 +12,9 @@ They take a second or less, so tests can build them in ``tmp_path`` (or once per
     build_tiny_gpt2        GPT2Config + byte-level BPE trained here with the tokenizers library
     build_tiny_llama       LlamaConfig with grouped-query attention (4 query heads, 2 KV heads) + byte-level BPE
     build_tiny_mamba       MambaConfig: a model with no attention at all, for the error path
+    build_tiny_t5          T5ForConditionalGeneration (relative position buckets; gated=True: T5 v1.1's FFN)
+    build_tiny_bart        BartForConditionalGeneration (learned positions from row 2)
+    build_tiny_marian      MarianMTModel (sinusoidal positions, scaled embeddings); all three with byte-level BPE
 """
 
 from __future__ import annotations
@@ -304,3 +307,83 @@ BUILDERS = {
     "llama": build_tiny_llama,
     "mamba": build_tiny_mamba,
 }
+
+
+def _seq2seq_tokens(path: Path, model_max_length: int):
+    """The byte-level BPE tokenizer (RoBERTa's layout: <s>=0, <pad>=1, </s>=2) for the tiny encoder-decoders:
+    fast, with offsets, like the checkpoints' own where they have one (Marian's own needs sentencepiece)."""
+    return save_roberta_tokenizer(path, model_max_length=model_max_length)
+
+
+def build_tiny_t5(path, max_positions: int = 64, gated: bool = False, **overrides) -> Path:
+    """T5ForConditionalGeneration (relative position buckets, RMS norm); ``gated``: T5 v1.1's gated-GELU."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    path = Path(path)
+    tokenizer = _seq2seq_tokens(path, max_positions)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=20,
+        feed_forward_proj="gated-gelu" if gated else "relu",
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
+    config = T5Config(**{**settings, **overrides})
+    return _save_new(path, T5ForConditionalGeneration, config, randomised=True)
+
+
+def _bart_like(tokenizer, max_positions: int) -> dict:
+    """The settings BART and Marian share here: 2 + 2 layers of 4 heads, d_model 32."""
+    return dict(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        forced_eos_token_id=None,
+    )
+
+
+def build_tiny_bart(path, max_positions: int = 64, **overrides) -> Path:
+    """BartForConditionalGeneration (learned positions from row 2, post-LN, LayerNorm on the embeddings)."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    path = Path(path)
+    tokenizer = _seq2seq_tokens(path, max_positions)
+    settings = dict(
+        _bart_like(tokenizer, max_positions),
+        bos_token_id=tokenizer.bos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+    )
+    return _save_new(path, BartForConditionalGeneration, BartConfig(**{**settings, **overrides}), randomised=True)
+
+
+def build_tiny_marian(path, max_positions: int = 64, **overrides) -> Path:
+    """MarianMTModel (sinusoidal positions, scaled embeddings, post-LN, no LayerNorm on the embeddings)."""
+    from transformers import MarianConfig, MarianMTModel
+
+    path = Path(path)
+    tokenizer = _seq2seq_tokens(path, max_positions)
+    settings = dict(
+        _bart_like(tokenizer, max_positions),
+        decoder_vocab_size=len(tokenizer),
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
+    return _save_new(path, MarianMTModel, MarianConfig(**{**settings, **overrides}), randomised=True)
+
+
+SEQ2SEQ_BUILDERS = {"t5": build_tiny_t5, "bart": build_tiny_bart, "marian": build_tiny_marian}

@@ -18,7 +18,7 @@ import transformers as tf
 
 import mha_core
 from mha_core import core_attentions, core_family
-from mha_core.engine import bert, blocks, core, gpt2, llama, mpnet
+from mha_core.engine import bart, bert, blocks, core, gpt2, llama, mpnet, t5
 from mha_core.engine.core import core_model
 from mha_core.engine.registry import FAMILIES, FAMILY_OF_MODEL_TYPE
 from mha_core.errors import EngineNotSupported
@@ -340,18 +340,19 @@ def test_bad_ids_raise_clear_errors():
 
 ENGINE_FUNCTIONS = {
     name
-    for module in (blocks, bert, mpnet, gpt2, llama, core)
+    for module in (blocks, bert, mpnet, gpt2, llama, t5, bart, core)
     for name, value in vars(module).items()
     if inspect.isfunction(value) and value.__module__ == module.__name__
 }
 
 
 def test_layer_source_is_short_and_readable():
-    assert set(FAMILIES) == {"bert", "gpt2", "llama", "mpnet"}
+    assert set(FAMILIES) == {"bert", "gpt2", "llama", "mpnet", "t5", "bart"}
     for name, family in FAMILIES.items():
         layer_function = family.layer
         source = inspect.getsource(layer_function)
-        assert source.startswith(f"def {name}_layer(")
+        # An encoder-decoder shows its decoder layer: self-, then cross-attention.
+        assert source.startswith(f"def {name}_decoder_layer(" if family.encoder_decoder else f"def {name}_layer(")
         assert len(source.splitlines()) <= 45
         # Every engine function the layer calls is listed for display beside it, and is short too.
         helpers = family.helpers

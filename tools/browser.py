@@ -336,7 +336,8 @@ def head_view_js(num_heads: int, token: str, layer: int | None = None) -> str:
     the sentence holding ``token`` is the one painted (``data-drawn`` is set after every canvas of the
     view is painted, and names the sentence's data), every one of the ``num_heads`` heads is labelled
     with the painted layer (``layer`` if given), and the enlarged head, when shown, labels its rows and
-    columns with the sentence's tokens (up to 96 tokens; beyond, its labels are left out)."""
+    columns with the sentence's tokens (up to 96 tokens; beyond, its labels are left out; a cross view's
+    columns with the source's tokens)."""
     wanted = "null" if layer is None else str(int(layer))
     return f"""
 () => {{
@@ -356,8 +357,9 @@ def head_view_js(num_heads: int, token: str, layer: int | None = None) -> str:
   if (tokens.length > 96) return true;
   const rows = Array.from(big.querySelectorAll('.hs-row-label')).map(l => l.textContent);
   const cols = Array.from(big.querySelectorAll('.hs-col-label')).map(l => l.textContent);
+  const keys = JSON.parse(root.dataset.keyTokens || root.dataset.tokens);  // the source's, in a cross view
   return rows.length === tokens.length && rows.every((t, i) => t === tokens[i])
-      && cols.length === tokens.length && cols.every((t, i) => t === tokens[i]);
+      && cols.length === keys.length && cols.every((t, i) => t === keys[i]);
 }}
 """
 

@@ -320,6 +320,11 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
     """The ``AttentionRun`` for these inputs: from the shared cache, or computed in a compute slot,
     layer by layer, stopping if this session goes away."""
     model = get_model(model_name)
+    if getattr(model, "is_encoder_decoder", False):
+        raise HeadscopeError(
+            f"{quoted(model_name)} is an encoder-decoder model: Explore and Compare show its encoder, decoder and "
+            "cross-attention; this page reads encoder-only and decoder-only models."
+        )
     bos = model.default_bos if bos is None else bool(bos)
     text_pair = text_pair or None
     key = ("run", _cache_key(model_name), engine, text, text_pair, bos)
@@ -328,6 +333,18 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
         _run_work(key, text, text_pair, engine, bos),
         model=model,
         reserve_bytes=lambda: run_peak_bytes(model, text, text_pair, bos),
+    )
+
+
+def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None):
+    """An encoder-decoder model's ``Seq2SeqRun`` (``target`` None: the model writes it), from the shared cache
+    or computed in a compute slot, stopping if this session goes away, with its peak memory reserved first."""
+    model = get_model(model_name)
+    return compute(
+        ("seq2seq-run", _cache_key(model_name), engine, source, target),
+        lambda model, progress: model.run(source, target, engine=engine, progress=progress),
+        model=model,
+        reserve_bytes=lambda: int(RUN_PEAK_FACTOR * model.attention_bytes(source, target)),
     )
 
 

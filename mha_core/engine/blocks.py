@@ -77,13 +77,19 @@ def rotary_angles(n: int, inverse_frequency: torch.Tensor, amplitude: float):
     return angles.cos() * amplitude, angles.sin() * amplitude
 
 
-def relative_position_buckets(n: int, num_buckets: int, max_distance: int) -> torch.Tensor:
+def relative_position_buckets(n: int, num_buckets: int, max_distance: int, bidirectional: bool = True) -> torch.Tensor:
     """[n, n] bucket of each (query i, key j): half the buckets per direction; offsets below a quarter
-    of the buckets get one bucket each, larger ones share buckets on a log scale up to max_distance."""
+    of the buckets get one bucket each, larger ones share buckets on a log scale up to max_distance.
+    ``bidirectional=False`` (T5's decoder): every bucket for keys before the query, later keys in bucket 0."""
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j: positive when the key is before
-    half = num_buckets // 2
-    bucket = (offset < 0).long() * half
-    distance = offset.abs()
+    if bidirectional:
+        half = num_buckets // 2
+        bucket = (offset < 0).long() * half
+        distance = offset.abs()
+    else:
+        half = num_buckets
+        bucket = torch.zeros_like(offset)
+        distance = offset.clamp(min=0)
     exact = half // 2
     safe = distance.clamp(min=1).float()
     log_bucket = exact + (torch.log(safe / exact) / math.log(max_distance / exact) * (half - exact)).long()

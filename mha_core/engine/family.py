@@ -47,3 +47,6 @@ class Family:
     # layer's block, whose output is the residual stream after it, and the MLP, whose output it adds to it.
     blocks_of: Callable[[object], list] = lambda base: []  # (base module) -> the layers' blocks
     mlps_of: Callable[[object], list] = lambda base: []  # (base module) -> each layer's MLP
+    # An encoder-decoder family (T5, BART): ``forward`` is then (CoreModel, source ids, target ids, source padding
+    # mask, progress) -> ``encoder_decoder.Seq2SeqAttentions``, and ``read`` gives a ``Seq2SeqCore``.
+    encoder_decoder: bool = False

@@ -8,10 +8,12 @@ replay it.
 
 from __future__ import annotations
 
-from . import bert, gpt2, llama, mpnet
+from . import bart, bert, gpt2, llama, mpnet, t5
 from .family import Family
 
-FAMILIES: dict[str, Family] = {family.name: family for family in (bert.FAMILY, mpnet.FAMILY, gpt2.FAMILY, llama.FAMILY)}
+FAMILIES: dict[str, Family] = {
+    family.name: family for family in (bert.FAMILY, mpnet.FAMILY, gpt2.FAMILY, llama.FAMILY, t5.FAMILY, bart.FAMILY)
+}
 
 FAMILY_OF_MODEL_TYPE: dict[str, Family] = {
     model_type: family for family in FAMILIES.values() for model_type in family.model_types

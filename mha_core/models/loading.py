@@ -11,12 +11,16 @@ from ..errors import ModelLoadError, quoted
 from ..progress import Progress, report
 from . import sources
 from .loaded import LoadedModel
+from .seq2seq import Seq2SeqModel
 from .sources import DEFAULT_MODEL, EMBEDDED_MODELS
 
 
-def load_model(name: str = DEFAULT_MODEL, progress: Progress | None = None, download: bool = True) -> LoadedModel:
+def load_model(
+    name: str = DEFAULT_MODEL, progress: Progress | None = None, download: bool = True
+) -> LoadedModel | Seq2SeqModel:
     """Load a model for attention extraction. Raises ``ModelLoadError`` with a message a user can act on.
 
+    An encoder-decoder checkpoint (T5, BART, Marian) loads as a ``Seq2SeqModel`` (``run(source, target=None)``).
     ``name``: an embedded model (``"minilm"``, ``"smollm2"``), a checkpoint folder, or a hub id.
     ``download``: whether a hub id missing from the local cache may be fetched from the hub.
     """
@@ -31,7 +35,7 @@ def load_model(name: str = DEFAULT_MODEL, progress: Progress | None = None, down
 _LOAD_LOCK = threading.RLock()
 
 
-def _load_model(name: str, progress: Progress | None, download: bool) -> LoadedModel:
+def _load_model(name: str, progress: Progress | None, download: bool) -> LoadedModel | Seq2SeqModel:
     report(progress, 0.0, 1.0, f"Loading {name[:80]}")
     checkpoint = sources.resolve(name, progress)
     try:
@@ -52,7 +56,9 @@ def _load_model(name: str, progress: Progress | None, download: bool) -> LoadedM
         except sources.NotCached as exc:
             raise sources.hub_error(name, exc.__cause__ or exc) from exc
     report(progress, 0.95, 1.0, f"Checking {name[:80]}'s attention")
-    model = LoadedModel(name, hf_model, tokenizer)
+    # Encoder-decoders (T5, BART, Marian) have three attentions and their own model class (models.seq2seq).
+    kind = Seq2SeqModel if getattr(hf_model.config, "is_encoder_decoder", False) else LoadedModel
+    model = kind(name, hf_model, tokenizer)
     model.warnings = warnings
     report(progress, 1.0, 1.0, f"Loaded {name[:80]}")
     return model

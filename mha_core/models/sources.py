@@ -552,12 +552,8 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
         local_files_only=local_only,
     )
     model_type = getattr(config, "model_type", "?")
-    if getattr(config, "is_encoder_decoder", False):
-        raise ModelLoadError(
-            f"{quoted(name)} is an encoder-decoder model ({model_type}); Headscope reads "
-            "encoder-only (BERT-like) and decoder-only (GPT-like) models."
-        )
-    if not getattr(config, "num_attention_heads", None):
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if not encoder_decoder and not getattr(config, "num_attention_heads", None):
         raise ModelLoadError(
             f"{quoted(name)} is a {model_type} model, which has no attention heads: there are no "
             "attention weights to show. Pick a transformer (BERT-, GPT-2- or Llama-like) model."
@@ -570,12 +566,17 @@ def load_checkpoint(checkpoint: Checkpoint, model_class=None):
             f"{quoted(name)} has no usable tokenizer: its vocabulary is empty. The checkpoint needs "
             "its tokenizer files (tokenizer.json, or vocab.txt / vocab.json + merges.txt)."
         )
-    if not getattr(tokenizer, "is_fast", False):
+    # Encoder-decoders find words from the pieces' marks (models.seq2seq), so Marian's slow tokenizer will do.
+    if not getattr(tokenizer, "is_fast", False) and not encoder_decoder:
         raise ModelLoadError(
             f"{quoted(name)}: its tokenizer has no fast (Rust) version, which Headscope needs for "
             "token-to-word offsets."
         )
     weight_names = checkpoint_weight_names(source, name)  # damaged weights files are refused here
+    if model_class is None and encoder_decoder:
+        from transformers import AutoModelForSeq2SeqLM  # T5, BART, Marian: with the LM head that writes targets
+
+        model_class = AutoModelForSeq2SeqLM
     if model_class is None:
         model_class = _head_class(config, weight_names) or AutoModel
     hf_model, info = _from_pretrained(

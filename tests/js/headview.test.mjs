@@ -38,7 +38,8 @@ function sentence(causal = false) {
   const bytes = decode(packed([[HEAD0, HEAD1]]));
   return {
     bytes,
-    n: 3,
+    nq: 3,
+    nk: 3,
     heads: 2,
     levels: 255,
     causal,
@@ -102,11 +103,11 @@ test("a head's pixels take the colour of each weight, and the masked colour abov
 });
 
 test("the enlarged head's layout labels up to 96 tokens and fits the rest in about 640 px", () => {
-  assert.deepEqual(bigLayout(10, 1), { labelled: true, cell: 28, side: 280, font: 12 });
-  assert.deepEqual(bigLayout(50, 1.6), { labelled: true, cell: 11, side: 550, font: 14 }); // 9 px * 1.6
-  assert.deepEqual(bigLayout(96, 1), { labelled: true, cell: 9, side: 864, font: 7 });
-  assert.deepEqual(bigLayout(200, 1), { labelled: false, cell: 3, side: 600, font: 7 });
-  assert.deepEqual(bigLayout(512, 1), { labelled: false, cell: 3, side: 1536, font: 7 });
+  assert.deepEqual(bigLayout(10, 10, 1), { labelled: true, cell: 28, side: 280, height: 280, font: 12 });
+  assert.deepEqual(bigLayout(50, 50, 1.6), { labelled: true, cell: 11, side: 550, height: 550, font: 14 }); // 9 px * 1.6
+  assert.deepEqual(bigLayout(96, 96, 1), { labelled: true, cell: 9, side: 864, height: 864, font: 7 });
+  assert.deepEqual(bigLayout(200, 200, 1), { labelled: false, cell: 3, side: 600, height: 600, font: 7 });
+  assert.deepEqual(bigLayout(512, 512, 1), { labelled: false, cell: 3, side: 1536, height: 1536, font: 7 });
 });
 
 test("the model view puts layers across when there are more layers than heads", () => {
@@ -125,10 +126,19 @@ test("the model view puts layers across when there are more layers than heads", 
 
 test("a point over the enlarged head is the cell under it, or nothing outside", () => {
   const box = { left: 10, top: 20, width: 100, height: 100 };
-  assert.deepEqual(cellIndex(box, 4, 40, 100), [3, 1]);
-  assert.deepEqual(cellIndex(box, 4, 10, 20), [0, 0]);
-  assert.equal(cellIndex(box, 4, 110, 50), null); // the right edge belongs to the next cell, outside
-  assert.equal(cellIndex(box, 4, 9, 50), null);
+  assert.deepEqual(cellIndex(box, 4, 4, 40, 100), [3, 1]);
+  assert.deepEqual(cellIndex(box, 4, 4, 10, 20), [0, 0]);
+  assert.equal(cellIndex(box, 4, 4, 110, 50), null); // the right edge belongs to the next cell, outside
+  assert.equal(cellIndex(box, 4, 4, 9, 50), null);
+  // Cross-attention: 2 target rows by 5 source columns in the same box.
+  assert.deepEqual(cellIndex(box, 2, 5, 40, 100), [1, 1]); // x 30 of 100 -> column 1 of 5; y 80 -> row 1 of 2
+  assert.deepEqual(cellIndex(box, 2, 5, 109, 20), [0, 4]);
+  assert.equal(cellIndex(box, 2, 5, 60, 120), null);
+});
+
+test("the enlarged head of a cross view is nk cells wide and nq cells high", () => {
+  // 4 target tokens by 20 source tokens: the cell comes from the longer side (560 / 20 = 28 px).
+  assert.deepEqual(bigLayout(4, 20, 1), { labelled: true, cell: 28, side: 560, height: 112, font: 12 });
 });
 
 test("a pick holds the layer, head, view and shape only, and two picks agree on all four", () => {

@@ -511,8 +511,10 @@ def attention_lines(
     strongest: int | None = 2,
     segment_ids: np.ndarray | None = None,
     title: str | None = None,
+    key_tokens: list[str] | None = None,
 ) -> go.Figure:
     """The BertViz-style view: queries on the left, keys on the right, a line per weight (opacity = weight).
+    ``key_tokens``: the keys are another text's (cross-attention: target tokens left, source tokens right).
 
     Lines are grouped into a few opacity bins, each bin one scatter trace (segments separated by None),
     so a 128-token head is ~10 traces, not 16,000. ``focus`` keeps only that query token's lines (all of
@@ -520,10 +522,11 @@ def attention_lines(
     into a hairball nobody can read).
     """
     matrix = np.asarray(matrix, dtype=np.float32)
-    n = matrix.shape[0]
+    n, n_keys = matrix.shape
     names = [plotly_text(t) for t in tokens]
+    key_names = names if key_tokens is None else [plotly_text(t) for t in key_tokens]
     rows = [focus] if focus is not None else range(n)
-    if focus is None and strongest is not None and strongest < n:
+    if focus is None and strongest is not None and strongest < n_keys:
         cutoff = -np.sort(-matrix, axis=-1)[:, strongest - 1 : strongest]  # each row's k-th largest weight
         matrix = np.where(matrix >= cutoff, matrix, 0.0)
     edges = np.array([min_weight, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0001])
@@ -552,26 +555,27 @@ def attention_lines(
     if segment_ids is not None and len(segment_ids) == n:
         colors = ["#212529" if s == 0 else SEGMENT_COLOR for s in segment_ids]
     left_colors = list(colors)
+    key_colors = colors if key_tokens is None else ["#212529"] * n_keys
     if focus is not None:
         left_colors[focus] = "#c92a2a"
     hover_left = [f"query {i} {names[i]}" for i in range(n)]
     focus_weights = matrix[focus] if focus is not None else None
     hover_right = [
-        f"key {j} {names[j]}"
+        f"key {j} {key_names[j]}"
         + (f"<br>weight from query {focus}: {focus_weights[j]:.4f}" if focus_weights is not None else "")
-        for j in range(n)
+        for j in range(n_keys)
     ]
-    for x, position, font_colors, hover in (
-        (0.0, "middle left", left_colors, hover_left),  # queries
-        (1.0, "middle right", colors, hover_right),  # keys
+    for x, position, font_colors, hover, labels in (
+        (0.0, "middle left", left_colors, hover_left, names),  # queries
+        (1.0, "middle right", key_colors, hover_right, key_names),  # keys
     ):
         traces.append(
             dict(
                 type="scatter",
-                x=[x] * n,
-                y=[-i for i in range(n)],
+                x=[x] * len(labels),
+                y=[-i for i in range(len(labels))],
                 mode="text",
-                text=names,
+                text=labels,
                 textposition=position,
                 textfont=dict(color=font_colors, size=12),
                 hovertext=hover,
@@ -579,6 +583,7 @@ def attention_lines(
                 showlegend=False,
             )
         )
-    layout = base_layout_dict(int(min(2600, max(300, 60 + 20 * n))), title)
-    layout.update(xaxis=dict(visible=False, range=[-0.6, 1.6]), yaxis=dict(visible=False, range=[-n + 0.3, 0.7]))
+    longest = max(n, n_keys)
+    layout = base_layout_dict(int(min(2600, max(300, 60 + 20 * longest))), title)
+    layout.update(xaxis=dict(visible=False, range=[-0.6, 1.6]), yaxis=dict(visible=False, range=[-longest + 0.3, 0.7]))
     return _figure(traces, layout)

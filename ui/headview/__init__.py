@@ -55,8 +55,12 @@ def pack(
     max_cells: int = ALL_LAYERS_MAX_CELLS,
     view: str = "head",
     switchable: bool = False,
+    key_tokens: list[str] | None = None,
 ) -> dict:
     """The component's data: ``attentions`` ``[layers, heads, n, n]`` of one sentence, quantised.
+
+    ``key_tokens``: the keys are another text's tokens (cross-attention, ``[layers, heads, n_target, n_source]``:
+    ``tokens`` are the target's, drawn down the side, and ``key_tokens`` the source's, along the top).
 
     ``layers_sent`` lists the layers in ``weights`` (all of them, or for the head view only ``layer`` when
     they would not fit in ``max_cells``; the model view always has them all); ``sig`` names the sentence's
@@ -73,13 +77,20 @@ def pack(
     sent = list(range(num_layers)) if every else [int(layer)]
     raw = quantise(attentions[sent])
     tokens = [str(t) for t in tokens]
+    keys = None if key_tokens is None else [str(t) for t in key_tokens]
+    if attentions.shape[2:] != (len(tokens), len(tokens if keys is None else keys)):
+        raise ValueError(
+            f"attentions of shape {attentions.shape} do not fit {len(tokens)} x {len(keys or tokens)} tokens"
+        )
     boundary = None
     if segment_ids is not None and np.any(np.asarray(segment_ids) != np.asarray(segment_ids)[0]):
         boundary = int(np.argmax(np.asarray(segment_ids) != np.asarray(segment_ids)[0]))
-    digest = hashlib.sha1(raw + "\x00".join(tokens).encode() + str((causal, boundary, sent)).encode())
+    described = "\x00".join(tokens) + ("" if keys is None else "\x01" + "\x00".join(keys))
+    digest = hashlib.sha1(raw + described.encode() + str((causal, boundary, sent)).encode())
     return {
         "sig": digest.hexdigest()[:16],
         "tokens": tokens,
+        "key_tokens": keys,
         "num_layers": int(num_layers),
         "num_heads": int(num_heads),
         "layers_sent": sent,
@@ -100,10 +111,12 @@ def pack(
 
 
 def unpack(data: dict) -> dict[int, np.ndarray]:
-    """The weights of ``pack``'s data as floats, ``{layer: [heads, n, n]}`` (what the browser decodes)."""
-    n, heads = len(data["tokens"]), data["num_heads"]
+    """The weights of ``pack``'s data as floats, ``{layer: [heads, n, n]}`` (``[heads, n_target, n_source]`` for
+    cross-attention): what the browser decodes."""
+    rows, heads = len(data["tokens"]), data["num_heads"]
+    columns = rows if data.get("key_tokens") is None else len(data["key_tokens"])
     raw = np.frombuffer(base64.b64decode(data["weights"]), dtype=np.uint8)
-    weights = raw.reshape(len(data["layers_sent"]), heads, n, n).astype(np.float32) / data["levels"]
+    weights = raw.reshape(len(data["layers_sent"]), heads, rows, columns).astype(np.float32) / data["levels"]
     return {layer: weights[index] for index, layer in enumerate(data["layers_sent"])}
 
 

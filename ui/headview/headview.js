@@ -3,6 +3,8 @@
 // the sentence (one byte a weight), so the layer slider, a click on a head and the switch between the two
 // views redraw here at once; the choice goes back to the server as component state ("pick", for the link).
 // Tokens are user text: they only ever go into textContent, attributes or canvas pixels, never HTML.
+// Queries are the rows (s.tokens, s.nq of them) and keys the columns (s.keyTokens, s.nk): the same tokens for
+// self-attention, another text's for cross-attention (target tokens down the side, source tokens along the top).
 // After painting, the root gets data-drawn="<sig>:<layer>:<head>" (head view) or "<sig>:model" (model
 // view); tests and benchmarks wait for it.
 // The pure parts (colour scale, weights, layout, picks) are exported by name too, for node's test runner
@@ -41,25 +43,25 @@ function el(tag, className, text) {
   return node;
 }
 
-// Where head (layer, head)'s n x n bytes start in the sentence's data (only the layers sent are in it).
+// Where head (layer, head)'s nq x nk bytes start in the sentence's data (only the layers sent are in it).
 function headOffset(s, layer, head) {
-  return (s.layerIndex.get(layer) * s.heads + head) * s.n * s.n;
+  return (s.layerIndex.get(layer) * s.heads + head) * s.nq * s.nk;
 }
 
-// One head's weights as RGBA pixels, row by row: the colour scale's colour of each byte, the masked
-// colour above the diagonal of a causal model.
-function headPixels(s, layer, head, px = new Uint8ClampedArray(s.n * s.n * 4)) {
-  const n = s.n;
+// One head's weights as RGBA pixels, row by row (nq rows of nk): the colour scale's colour of each byte, the
+// masked colour above the diagonal of a causal model.
+function headPixels(s, layer, head, px = new Uint8ClampedArray(s.nq * s.nk * 4)) {
+  const nq = s.nq, nk = s.nk;
   const offset = headOffset(s, layer, head);
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < n; j++) {
-      const p = (i * n + j) * 4;
+  for (let i = 0; i < nq; i++) {
+    for (let j = 0; j < nk; j++) {
+      const p = (i * nk + j) * 4;
       if (s.causal && j > i) {
         px[p] = s.masked[0];
         px[p + 1] = s.masked[1];
         px[p + 2] = s.masked[2];
       } else {
-        const b = s.bytes[offset + i * n + j] * 3;
+        const b = s.bytes[offset + i * nk + j] * 3;
         px[p] = s.lut[b];
         px[p + 1] = s.lut[b + 1];
         px[p + 2] = s.lut[b + 2];
@@ -70,34 +72,34 @@ function headPixels(s, layer, head, px = new Uint8ClampedArray(s.n * s.n * 4)) {
   return px;
 }
 
-// One head's n x n weights painted into an n x n canvas (CSS scales it up, pixelated).
+// One head's nq x nk weights painted into an nk-wide, nq-high canvas (CSS scales it up, pixelated).
 function paint(canvas, s, layer, head) {
-  const n = s.n;
-  if (canvas.width !== n) canvas.width = n;
-  if (canvas.height !== n) canvas.height = n;
+  const nq = s.nq, nk = s.nk;
+  if (canvas.width !== nk) canvas.width = nk;
+  if (canvas.height !== nq) canvas.height = nq;
   const ctx = canvas.getContext("2d");
-  const image = ctx.createImageData(n, n);
+  const image = ctx.createImageData(nk, nq);
   headPixels(s, layer, head, image.data);
   ctx.putImageData(image, 0, 0);
 }
 
 function weight(s, layer, head, i, j) {
-  return s.bytes[headOffset(s, layer, head) + i * s.n + j] / s.levels;
+  return s.bytes[headOffset(s, layer, head) + i * s.nk + j] / s.levels;
 }
 
-// The cell [query i, key j] of an n x n square drawn in ``box`` under the point (x, y), or null outside it.
-function cellIndex(box, n, x, y) {
-  const j = Math.floor(((x - box.left) / box.width) * n);
-  const i = Math.floor(((y - box.top) / box.height) * n);
-  return i >= 0 && i < n && j >= 0 && j < n ? [i, j] : null;
+// The cell [query i, key j] of an nq x nk grid drawn in ``box`` under the point (x, y), or null outside it.
+function cellIndex(box, nq, nk, x, y) {
+  const j = Math.floor(((x - box.left) / box.width) * nk);
+  const i = Math.floor(((y - box.top) / box.height) * nq);
+  return i >= 0 && i < nq && j >= 0 && j < nk ? [i, j] : null;
 }
 
-function cellAt(canvas, n, event) {
-  return cellIndex(canvas.getBoundingClientRect(), n, event.clientX, event.clientY);
+function cellAt(canvas, s, event) {
+  return cellIndex(canvas.getBoundingClientRect(), s.nq, s.nk, event.clientX, event.clientY);
 }
 
 function hoverText(s, layer, head, i, j) {
-  const where = `query ${i} "${s.tokens[i]}" -> key ${j} "${s.tokens[j]}"`;
+  const where = `${s.queryNoun} ${i} "${s.tokens[i]}" -> ${s.keyNoun} ${j} "${s.keyTokens[j]}"`;
   if (s.causal && j > i) return `${where}: hidden by the causal mask`;
   return `${where}: ${weight(s, layer, head, i, j).toFixed(3)}`;
 }
@@ -125,27 +127,27 @@ function savePng(s) {
     g.tiles.forEach(({ canvas, row, col }) => ctx.drawImage(canvas, left + col * (tile + gap), top + row * (tile + gap), tile, tile));
     name = "headscope-model-view.png";
   } else {
-    const n = s.n;
-    const cell = Math.max(6, Math.min(32, Math.floor(900 / n)));
+    const nq = s.nq, nk = s.nk;
+    const cell = Math.max(6, Math.min(32, Math.floor(900 / Math.max(nq, nk))));
     const font = Math.max(8, Math.min(14, cell - 2));
     ctx.font = `${font}px sans-serif`;
-    const margin = Math.ceil(Math.max(...s.tokens.map((t) => ctx.measureText(t).width))) + 8;
-    out.width = margin + n * cell + 10;
-    out.height = 30 + n * cell + margin;
+    const margin = Math.ceil(Math.max(...s.tokens.concat(s.keyTokens).map((t) => ctx.measureText(t).width))) + 8;
+    out.width = margin + nk * cell + 10;
+    out.height = 30 + nq * cell + margin;
     ctx.fillStyle = "#ffffff";
     ctx.fillRect(0, 0, out.width, out.height);
     ctx.imageSmoothingEnabled = false;
-    ctx.drawImage(s.bigCanvas, margin, 30, n * cell, n * cell);
+    ctx.drawImage(s.bigCanvas, margin, 30, nk * cell, nq * cell);
     ctx.fillStyle = "#212529";
     ctx.font = "bold 14px sans-serif";
     ctx.fillText(`Layer ${s.layer}, head ${s.head}`, 4, 18);
     ctx.font = `${font}px sans-serif`;
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    s.tokens.forEach((token, i) => {
-      ctx.fillText(token, margin - 4, 30 + (i + 0.5) * cell);
+    s.tokens.forEach((token, i) => ctx.fillText(token, margin - 4, 30 + (i + 0.5) * cell));
+    s.keyTokens.forEach((token, i) => {
       ctx.save();
-      ctx.translate(margin + (i + 0.5) * cell, 30 + n * cell + 4);
+      ctx.translate(margin + (i + 0.5) * cell, 30 + nq * cell + 4);
       ctx.rotate(-Math.PI / 2);
       ctx.fillText(token, 0, 0);
       ctx.restore();
@@ -260,7 +262,7 @@ function layoutGrid(s) {
       sendPick(s);
     });
     canvas.addEventListener("mousemove", (event) => {
-      const cell = cellAt(canvas, s.n, event);
+      const cell = cellAt(canvas, s, event);
       showTip(s, event, cell && `layer ${s.layer} head ${h}: ${hoverText(s, s.layer, h, cell[0], cell[1])}`);
     });
     canvas.addEventListener("mouseleave", () => showTip(s, null, null));
@@ -301,23 +303,26 @@ function colorBar(s) {
 
 // The enlarged head: the heatmap with token labels on both axes (rows: queries, columns: keys) and a
 // colour bar. Built once per sentence; repainted per head.
-// The enlarged head's size: up to 96 tokens with their labels, cells of 9 to 28 px in about 560 px; longer
-// inputs without labels, cells of at least 3 px in about 640 px; label font from the cell and the text scale.
-function bigLayout(n, textScale) {
+// The enlarged head's size (nq query rows, nk key columns; n = the longer side): up to 96 tokens with their
+// labels, cells of 9 to 28 px in about 560 px; longer inputs without labels, cells of at least 3 px in about
+// 640 px; label font from the cell and the text scale.
+function bigLayout(nq, nk, textScale) {
+  const n = Math.max(nq, nk);
   const labelled = n <= 96;
   const cell = labelled ? Math.min(28, Math.max(9, Math.floor(560 / n))) : Math.max(3, Math.floor(640 / n));
-  return { labelled, cell, side: cell * n, font: Math.round(Math.max(7, Math.min(12, cell - 2)) * textScale) };
+  const font = Math.round(Math.max(7, Math.min(12, cell - 2)) * textScale);
+  return { labelled, cell, side: cell * nk, height: cell * nq, font };
 }
 
 function layoutBig(s) {
   s.big.replaceChildren();
-  const n = s.n;
-  const { labelled, cell, side, font } = bigLayout(n, s.textScale);
+  const { labelled, cell, side, height, font } = bigLayout(s.nq, s.nk, s.textScale);
   s.big.style.setProperty("--hs-side", `${side}px`);
+  s.big.style.setProperty("--hs-height", `${height}px`);
   s.big.style.setProperty("--hs-cell", `${cell}px`);
   s.big.style.setProperty("--hs-font", `${font}px`);
 
-  const yTitle = el("div", "hs-axis-title hs-y-title", "query (attending)");
+  const yTitle = el("div", "hs-axis-title hs-y-title", s.cross ? "target token (attending)" : "query (attending)");
   const rows = el("div", "hs-rows");
   const plot = el("div", "hs-plot");
   s.bigCanvas = el("canvas", "hs-big-canvas");
@@ -331,17 +336,19 @@ function layoutBig(s) {
     plot.append(v, h);
   }
   const cols = el("div", "hs-cols");
-  const xTitle = el("div", "hs-axis-title hs-x-title", "key (attended to)");
+  const xTitle = el("div", "hs-axis-title hs-x-title", s.cross ? "source token (attended to)" : "key (attended to)");
   s.rowLabels = [];
   s.colLabels = [];
   if (labelled) {
     s.tokens.forEach((token, i) => {
       const r = el("span", "hs-row-label", token);
-      r.title = `query ${i}: ${token}`;
+      r.title = `${s.queryNoun} ${i}: ${token}`;
       rows.append(r);
       s.rowLabels.push(r);
+    });
+    s.keyTokens.forEach((token, j) => {
       const c = el("span", "hs-col-label", token);
-      c.title = `key ${i}: ${token}`;
+      c.title = `${s.keyNoun} ${j}: ${token}`;
       cols.append(c);
       s.colLabels.push(c);
     });
@@ -352,7 +359,7 @@ function layoutBig(s) {
   body.append(yTitle, rows, plot, bar, el("div"), el("div"), cols, el("div"), el("div"), el("div"), xTitle);
   s.big.append(body);
   s.bigCanvas.addEventListener("mousemove", (event) => {
-    const c = cellAt(s.bigCanvas, s.n, event);
+    const c = cellAt(s.bigCanvas, s, event);
     showTip(s, event, c && hoverText(s, s.layer, s.head, c[0], c[1]));
     s.rowLabels.forEach((r, i) => r.classList.toggle("hs-hot", !!c && i === c[0]));
     s.colLabels.forEach((k, j) => k.classList.toggle("hs-hot", !!c && j === c[1]));
@@ -403,7 +410,7 @@ function layoutModel(s) {
       canvas.dataset.head = String(head);
       canvas.title = "";
       canvas.addEventListener("mousemove", (event) => {
-        const cell = cellAt(canvas, s.n, event);
+        const cell = cellAt(canvas, s, event);
         showTip(s, event, cell && `layer ${layer} head ${head}: ${hoverText(s, layer, head, cell[0], cell[1])}\nclick to open it in the head view`);
       });
       canvas.addEventListener("mouseleave", () => showTip(s, null, null));
@@ -523,7 +530,12 @@ export default function (component) {
   if (newSentence) {
     s.sig = data.sig;
     s.tokens = data.tokens;
-    s.n = data.tokens.length;
+    s.cross = Array.isArray(data.key_tokens);
+    s.keyTokens = s.cross ? data.key_tokens : data.tokens;
+    s.nq = s.tokens.length;
+    s.nk = s.keyTokens.length;
+    s.queryNoun = s.cross ? "target" : "query";
+    s.keyNoun = s.cross ? "source" : "key";
     s.layers = data.num_layers;
     s.heads = data.num_heads;
     s.levels = data.levels;
@@ -536,6 +548,7 @@ export default function (component) {
     s.slider.max = String(data.num_layers - 1);
     s.slider.disabled = data.num_layers < 2;
     root.dataset.tokens = JSON.stringify(data.tokens);
+    root.dataset.keyTokens = JSON.stringify(s.keyTokens);
     root.dataset.sig = data.sig;
     layoutGrid(s);
     layoutBig(s);
