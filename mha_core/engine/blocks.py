@@ -137,7 +137,8 @@ def run_layers(
     edits: dict | None = None,
     outputs: dict | None = None,
 ) -> torch.Tensor:
-    """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``.
+    """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]`` (None under
+    a blockwise ``attention_kernel``, which keeps no dense weights).
 
     ``progress(done, total, message)`` after each layer (it may raise to stop the pass there);
     ``record``, when given, receives each layer's input (what ``head_vectors`` projects);
@@ -154,7 +155,7 @@ def run_layers(
         report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
     if outputs is not None:
         outputs["hidden"] = x
-    return torch.stack(weights, dim=1)
+    return None if weights and weights[0] is None else torch.stack(weights, dim=1)
 
 
 def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:
