@@ -17,6 +17,7 @@ threshold, n, baseline, 95% interval, evidence). docs/metrics.md gives the rules
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -69,7 +70,7 @@ def sink_by_distance(first_tokens: np.ndarray, total: np.ndarray, edges: Sequenc
     num_layers, num_heads, n = total.shape
     share = first_tokens / np.where(total > 0, total, 1.0)
     frames = []
-    for start, stop in zip(edges[:-1], edges[1:]):
+    for start, stop in itertools.pairwise(edges):
         stop = min(stop, n)
         if start >= stop:
             continue
@@ -135,7 +136,7 @@ def long_roles(statistics, copies: Sequence[tuple[int, int]] | None = None) -> p
     found.append(
         _role_rows(
             sink,
-            mass >= SINK_MIN_MASS,
+            (mass >= SINK_MIN_MASS).reshape(-1),
             "sink at length",
             "long",
             mass.reshape(-1),

@@ -221,4 +221,9 @@ class RowStatistics:
             columns["vertical_mass"], mean(diagonal_only_rows), columns["same_segment_mass"], num_segments
         )
         columns["seed_pattern"] = tutorial_pattern(columns["normalized_entropy"], columns["local_mass"])
-        return per_head_frame(num_layers, num_heads, **columns)[METRIC_COLUMNS]
+        # The column order of head_metrics: the measurements, then the two pattern classes.
+        order = [name for name in METRIC_COLUMNS if not name.endswith("_pattern")] + [
+            "kovaleva_pattern",
+            "seed_pattern",
+        ]
+        return per_head_frame(num_layers, num_heads, **columns)[order]

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..analysis.long_roles import long_roles, needle_copies, sink_by_distance, local_windows
+from ..analysis.long_roles import local_windows, long_roles, needle_copies, sink_by_distance
 from ..analysis.streamed import ROW_FIELDS, RowStatistics
 from ..engine.blockwise import BLOCK_BYTES, BlockwiseAttention, LayerScores, as_positions
 from ..engine.core import core_attentions, core_family
@@ -289,7 +289,7 @@ def needle_prompt(model, haystack: str, needle: str, question: str, depth: float
     if budget < 1:
         raise InputTextError("The needle and question leave no room for a haystack at this length.")
     hay_ids = hay_ids[:budget]
-    cut = int(round(depth * len(hay_ids)))
+    cut = round(depth * len(hay_ids))
     ids = bos + hay_ids[:cut] + needle_ids + hay_ids[cut:] + question_ids + needle_ids
     needle_start = len(bos) + cut
     answer_start = len(ids) - len(needle_ids)
