@@ -59,7 +59,12 @@ class PooledGrid:
         self.rows, self.cols = rows, cols
         self.row_edges, self.col_edges = bin_edges(*rows, size), bin_edges(*cols, size)
         self.row_bin = torch.from_numpy(bin_of(self.row_edges))
-        self.col_bin = torch.from_numpy(bin_of(self.col_edges))
+        # Column bins as a [bins, widest] gather of key offsets; a narrower bin repeats its last key, which
+        # changes no maximum. Sums come from differences of the running sum at the bins' ends.
+        starts, widths = self.col_edges[:-1] - cols[0], np.diff(self.col_edges)
+        spread = np.minimum(starts[:, None] + np.arange(widths.max())[None, :], (starts + widths - 1)[:, None])
+        self.col_gather = torch.from_numpy(spread.reshape(-1))
+        self.col_last = torch.from_numpy(starts + widths - 1)
         shape = (heads, len(self.row_edges) - 1, len(self.col_edges) - 1)
         self.sums = torch.zeros(shape, dtype=torch.float64)
         self.maxima = torch.zeros(shape, dtype=torch.float32)  # weights are >= 0: 0 is the max of an empty part
@@ -71,15 +76,14 @@ class PooledGrid:
         c0, c1 = self.cols[0], min(self.cols[1], self.cols[0] + block.shape[2])
         if c0 >= c1:
             return
-        part = block[:, r0 - row_start : r1 - row_start, : c1 - c0]
+        part = block[:, r0 - row_start : r1 - row_start, : c1 - c0].float()
+        if c1 < self.cols[1]:  # a decoder's block ends before the region does: the rest are zeros
+            part = torch.nn.functional.pad(part, (0, self.cols[1] - c1))
         heads, rows, _ = part.shape
-        col_bin = self.col_bin[: c1 - c0]
         bins = self.sums.shape[2]
-        # Float32 within a block's rows (a few hundred terms), float64 across blocks.
-        by_col = torch.zeros((heads, rows, bins), dtype=torch.float32).index_add_(2, col_bin, part.float())
-        col_max = torch.zeros((heads, rows, bins), dtype=torch.float32).scatter_reduce_(
-            2, col_bin.expand(heads, rows, -1), part.float(), "amax"
-        )
+        col_max = part.index_select(2, self.col_gather).view(heads, rows, bins, -1).amax(dim=-1)
+        running = part.cumsum(dim=-1).index_select(2, self.col_last)
+        by_col = torch.diff(running, dim=-1, prepend=torch.zeros(heads, rows, 1))
         row_bin = self.row_bin[r0 - self.rows[0] : r1 - self.rows[0]]
         self.sums.index_add_(1, row_bin, by_col.double())
         self.maxima.scatter_reduce_(1, row_bin[None, :, None].expand(heads, rows, bins), col_max, "amax")

@@ -131,7 +131,7 @@ class RowStatistics:
         stop = row_start + count
         for name in ROW_FIELDS:
             self.rows[name][layer, :, row_start:stop] = out[name].numpy()
-        self.column_mass[layer, :, :keys] += weights.sum(dim=1, dtype=torch.float64).numpy()
+        self.column_mass[layer, :, :keys] += weights.sum(dim=1).numpy()  # float32 in a block, float64 across
 
     def finish(self, weights_at: Callable[[int, int, np.ndarray], np.ndarray]) -> pd.DataFrame:
         """The ``head_metrics`` table. ``weights_at(layer, head, cols)`` gives a head's exact weights ``[n, len(cols)]``
