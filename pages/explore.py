@@ -8,7 +8,7 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, figures, headview, shell, state, widgets
+from ui import address, figures, headview, longdoc, shell, state, widgets
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -161,3 +161,5 @@ def lines_view(view, layer: int, head: int) -> None:
 
 
 explore_body(state.sentence_slot())
+st.divider()
+longdoc.section()

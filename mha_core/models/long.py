@@ -136,6 +136,30 @@ class LongRun:
                 grid.add(start, self.layers[layer].weights([head], (start, stop), cols))
         return grid.result(reduce)[0]
 
+    def model_overview(self, size: int, reduce: str = "mean") -> np.ndarray:
+        """Every head at ``size`` cells a side, ``[layers, heads, size', size']`` float32 (``size' = min(size, n)``):
+        merged from the overviews pooled during the pass when their cells nest in these (exact: a mean
+        weighted by the cells' areas, a max of maxima), else pooled again from exact blocks."""
+        check_reduce(reduce)
+        n, stored = self.num_tokens, self.overview_size
+        if stored % size == 0 and stored < n and size < stored:
+            factor = stored // size
+            edges = bin_edges(0, n, stored)
+            shape = (self.num_layers, self.num_heads, size, factor, size, factor)
+            if reduce == "max":
+                return self.overview_max.reshape(shape).max(axis=(3, 5))
+            widths = np.diff(edges)
+            area = widths[:, None] * widths[None, :]
+            sums = (self.overview_mean.astype(np.float64) * area).reshape(shape).sum(axis=(3, 5))
+            coarse = np.diff(bin_edges(0, n, size))
+            return (sums / (coarse[:, None] * coarse[None, :])).astype(np.float32)
+        return np.stack(
+            [
+                np.stack([self.attention_overview(layer, head, size, reduce) for head in range(self.num_heads)])
+                for layer in range(self.num_layers)
+            ]
+        )
+
     # ---- measurements ----------------------------------------------------------------------
     def head_metrics(self) -> pd.DataFrame:
         """``mha_core.head_metrics``' table, from the statistics streamed during the pass."""
