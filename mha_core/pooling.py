@@ -77,13 +77,26 @@ class PooledGrid:
         if c0 >= c1:
             return
         part = block[:, r0 - row_start : r1 - row_start, : c1 - c0].float()
-        if c1 < self.cols[1]:  # a decoder's block ends before the region does: the rest are zeros
-            part = torch.nn.functional.pad(part, (0, self.cols[1] - c1))
-        heads, rows, _ = part.shape
+        heads, rows, width = part.shape
         bins = self.sums.shape[2]
-        col_max = part.index_select(2, self.col_gather).view(heads, rows, bins, -1).amax(dim=-1)
-        running = part.cumsum(dim=-1).index_select(2, self.col_last)
-        by_col = torch.diff(running, dim=-1, prepend=torch.zeros(heads, rows, 1))
+        step = (self.cols[1] - self.cols[0]) // bins
+        if step * bins == self.cols[1] - self.cols[0]:
+            # Bins of one width (the region a multiple of the size): whole bins as a view, no copy; a decoder's
+            # block that ends inside a bin adds that bin's part (the keys after it are zeros).
+            whole = width // step
+            col_max = torch.zeros(heads, rows, bins)
+            by_col = torch.zeros(heads, rows, bins)
+            cells = part[..., : whole * step].reshape(heads, rows, whole, step)
+            col_max[..., :whole], by_col[..., :whole] = cells.amax(dim=-1), cells.sum(dim=-1)
+            if whole * step < width:
+                rest = part[..., whole * step :]
+                col_max[..., whole], by_col[..., whole] = rest.amax(dim=-1), rest.sum(dim=-1)
+        else:
+            if c1 < self.cols[1]:  # the rest of the region's keys are zeros
+                part = torch.nn.functional.pad(part, (0, self.cols[1] - c1))
+            col_max = part.index_select(2, self.col_gather).view(heads, rows, bins, -1).amax(dim=-1)
+            running = part.cumsum(dim=-1).index_select(2, self.col_last)
+            by_col = torch.diff(running, dim=-1, prepend=torch.zeros(heads, rows, 1))
         row_bin = self.row_bin[r0 - self.rows[0] : r1 - self.rows[0]]
         self.sums.index_add_(1, row_bin, by_col.double())
         self.maxima.scatter_reduce_(1, row_bin[None, :, None].expand(heads, rows, bins), col_max, "amax")

@@ -88,8 +88,10 @@ class RowStatistics:
         self.segment_index = torch.from_numpy(np.searchsorted(segments, self.segment_ids))
         first = np.zeros(n, dtype=bool)
         first[:SINK_TOKENS] = True
-        # Key features one product reads from a block: special, sink, punctuation, first tokens, each segment.
-        features = [self.special, self.sinks, self.punctuation, first] + [self.segment_ids == s for s in segments]
+        # Key features one product reads from a block: every key (the row's total), the key's position, special,
+        # sink, punctuation, first tokens, each segment.
+        features = [np.ones(n, dtype=bool), np.arange(n), self.special, self.sinks, self.punctuation, first]
+        features += [self.segment_ids == s for s in segments]
         self.key_features = torch.from_numpy(np.stack(features, axis=1).astype(np.float32))
         shape = (num_layers, num_heads, n)
         self.rows = {name: np.zeros(shape, dtype=np.float64 if name != "argmax" else np.int64) for name in ROW_FIELDS}
@@ -99,27 +101,29 @@ class RowStatistics:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.rows.values()) + self.column_mass.nbytes + self.key_features.numel() * 4
 
-    def add(self, layer: int, row_start: int, weights: torch.Tensor) -> None:
+    def add(self, layer: int, row_start: int, weights: torch.Tensor, logs=None) -> None:
+        """One block of exact weights ``[heads, rows, keys]`` of ``layer`` from ``row_start``; ``logs``:
+        ``(shifted, log_total)`` with ln w = shifted - log_total (the kernel's), else the logs are taken here."""
         heads, count, keys = weights.shape
         rows = torch.arange(row_start, row_start + count)
         cols = torch.arange(keys)
         out = {}
-        out["total"] = weights.sum(dim=-1)
-        out["x_log_x"] = torch.xlogy(weights, weights).sum(dim=-1)
+        on = torch.matmul(weights, self.key_features[:keys])  # [heads, rows, features]
+        out["total"], by_position = on[..., 0], on[..., 1]
+        out["special"], out["sink"], out["punctuation"] = on[..., 2], on[..., 3], on[..., 4]
+        out["first_tokens"] = on[..., 5]
+        segment = self.segment_index[row_start : row_start + count]
+        out["same_segment"] = on[..., 6:].gather(-1, segment.expand(heads, count)[..., None])[..., 0]
+        if logs is None:
+            out["x_log_x"] = torch.xlogy(weights, weights).sum(dim=-1)
+        else:  # sum w ln w = sum w shifted - log_total sum w, without a logarithm per weight
+            shifted, log_total = logs
+            out["x_log_x"] = (weights * shifted).sum(dim=-1) - log_total[..., 0] * out["total"]
         out["confidence"], out["argmax"] = weights.max(dim=-1)
         if self.is_causal:  # j <= i: sum a |i - j| = i sum a - sum a j
-            out["distance"] = rows * out["total"] - torch.matmul(weights, cols.float())
+            out["distance"] = rows * out["total"] - by_position
         else:
             out["distance"] = (weights * (rows[:, None] - cols[None, :]).abs().float()).sum(dim=-1)
-        on = torch.matmul(weights, self.key_features[:keys])  # [heads, rows, features]
-        out["special"], out["sink"], out["punctuation"], out["first_tokens"] = (
-            on[..., 0],
-            on[..., 1],
-            on[..., 2],
-            on[..., 3],
-        )
-        segment = self.segment_index[row_start : row_start + count]
-        out["same_segment"] = on[..., 4:].gather(-1, segment.expand(heads, count)[..., None])[..., 0]
         for offset in NEAR_OFFSETS:
             key = rows + offset
             inside = (key >= 0) & (key < keys)
@@ -131,7 +135,10 @@ class RowStatistics:
         stop = row_start + count
         for name in ROW_FIELDS:
             self.rows[name][layer, :, row_start:stop] = out[name].numpy()
-        self.column_mass[layer, :, :keys] += weights.sum(dim=1).numpy()  # float32 in a block, float64 across
+        # Float32 within a block, float64 across; a product with ones reads the block row by row (a sum over
+        # the rows axis would stride across it).
+        column = torch.matmul(torch.ones(heads, 1, count), weights)[:, 0]
+        self.column_mass[layer, :, :keys] += column.numpy()
 
     def finish(self, weights_at: Callable[[int, int, np.ndarray], np.ndarray]) -> pd.DataFrame:
         """The ``head_metrics`` table. ``weights_at(layer, head, cols)`` gives a head's exact weights ``[n, len(cols)]``

@@ -26,6 +26,8 @@ from ..progress import Progress, report
 
 # One block of scores holds at most this many bytes (heads x rows x keys x 4): a few such buffers live at once.
 BLOCK_BYTES = 64 << 20
+# What a decoder's hidden keys score in a pass: finite, far below any real score.
+HIDDEN_SCORE = -3.0e38
 # attention_block never builds more entries than this for one request: larger regions are overviews.
 MAX_BLOCK_ENTRIES = 1 << 24
 
@@ -122,8 +124,9 @@ class BlockwiseAttention:
     """The attention kernel of a long pass: called once per layer, in order, with that layer's
     ``q, k, v [1, heads, n, d]``; returns ``(output, None)`` and keeps the layer's ``LayerScores``.
 
-    ``observers``: objects with ``add(layer, row_start, weights [heads, rows, keys])`` that see every block of
-    exact weights once (a decoder's block holds the keys up to its last row: the rest are 0).
+    ``observers``: objects with ``add(layer, row_start, weights [heads, rows, keys], logs)`` that see every block
+    of exact weights once (a decoder's block holds the keys up to its last row: the rest are 0); ``logs`` is
+    ``(shifted [heads, rows, keys], log_total [heads, rows, 1])`` with ln w = shifted - log_total.
     ``progress(done, total, message)`` after every block, ``total`` the number of layers (it may raise to stop).
     """
 
@@ -176,18 +179,23 @@ class BlockwiseAttention:
             s = attention_scores(query[:, start:stop], key[:, :keys], score)
             if bias is not None:
                 s += bias[all_heads][:, rows[:, None] - cols[None, :] + n - 1]
-            if causal:
-                s.masked_fill_(cols[None, None, :] > rows[None, :, None], float("-inf"))
+            if causal:  # a finite fill: exp gives 0 all the same, and 0 x fill stays 0 (not NaN) below
+                s.masked_fill_(cols[None, None, :] > rows[None, :, None], HIDDEN_SCORE)
             # softmax as torch computes it (subtract the row max, exponentiate, divide by the sum), keeping
             # log-sum-exp = max + log(sum) for every later block of this layer.
             row_max = s.amax(dim=-1, keepdim=True)
-            weights = s.sub_(row_max).exp_()
+            shifted = s.sub_(row_max)
+            weights = torch.exp(shifted)
             total = weights.sum(dim=-1, keepdim=True)
             weights.div_(total)
-            scores.log_sum_exp[:, start:stop] = (row_max + total.log())[..., 0]
+            log_total = total.log()
+            scores.log_sum_exp[:, start:stop] = (row_max + log_total)[..., 0]
             output[:, start:stop] = torch.matmul(weights, value[:, :keys])
+            # ln w_ij = shifted_ij - log_total_i: observers that need the logs (entropy) read them from here.
+            logs = (shifted, log_total)
             for observer in self.observers:
-                observer.add(layer, start, weights)
+                observer.add(layer, start, weights, logs)
+            del shifted, weights
             report(self.progress, layer + stop / n, self.num_layers, f"layer {layer + 1} of {self.num_layers}")
         self.layers.append(scores)
         return output[None], None

@@ -267,7 +267,7 @@ def run_long(
 
     class Overviews:  # pools each layer's blocks; a new grid when a layer begins
         @staticmethod
-        def add(layer: int, row_start: int, weights: torch.Tensor) -> None:
+        def add(layer: int, row_start: int, weights: torch.Tensor, logs=None) -> None:
             if layer == len(grids):
                 grids.append(PooledGrid(model.num_heads, (0, n), (0, n), overview_size))
             grids[layer].add(row_start, weights)
