@@ -47,7 +47,7 @@ def family_runs(family_model):
 
 
 def test_blocks_equal_the_dense_weights_and_transformers_eager(family_runs):
-    model, dense, eager, long = family_runs
+    _, dense, eager, long = family_runs
     n = long.num_tokens
     assert n == dense.num_tokens and n >= 60
     for layer in range(long.num_layers):
@@ -69,7 +69,7 @@ def test_blocks_equal_the_dense_weights_and_transformers_eager(family_runs):
 
 
 def test_hidden_states_equal_the_dense_path(family_runs):
-    model, dense, _, long = family_runs
+    model, _, _, long = family_runs
     outputs: dict = {}
     mc.core_attentions(model.hf_model, torch.tensor([long.token_ids]), outputs=outputs)
     np.testing.assert_allclose(long.hidden.numpy(), outputs["hidden"][0].numpy(), atol=1e-5, rtol=1e-5)

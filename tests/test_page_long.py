@@ -72,7 +72,7 @@ def test_model_view_merges_the_pass_overviews_exactly(tiny_long):
 def test_zoom_links_and_browser_state_are_checked():
     zoom = longview.Zoom(3, 1, 10, 90, 0, 50, "max", "head")
     assert longview.parse_link(zoom.link()) == longview.Zoom(3, 1, 10, 90, 0, 50)
-    with pytest.raises(ValueError, match="layer.head"):
+    with pytest.raises(ValueError, match=r"layer\.head"):
         longview.parse_link("3.1.10")
     assert longview.checked(longview.Zoom(99, -1, -5, 9999, 40, 40), 4, 4, 100) == longview.Zoom(3, 0, 0, 100, 40, 41)
     assert longview.parse_zoom({"layer": 1, "head": 0, "r0": 5, "r1": 2, "c0": 0, "c1": 1}) is None
