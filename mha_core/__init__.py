@@ -44,7 +44,7 @@ from .lab import Lab, LabConfig, train_lab
 
 # Model loading and extraction.
 from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, load_model
-from .models.long import LongRun, long_run_bytes, run_long
+from .models.long import LongRun, long_run_bytes, run_document, run_long
 
 # Positional encoding (seed 001).
 from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
@@ -63,6 +63,7 @@ from .walkthrough import (
 __all__ = [
     "LongRun",
     "long_run_bytes",
+    "run_document",
     "run_long",
     # attention and runs
     "SCORE_FUNCTIONS",

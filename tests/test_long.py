@@ -188,6 +188,21 @@ def test_stored_memory_grows_linearly_with_length(tiny_llama):
     assert 1.9 < sizes[240] / sizes[120] < 2.1
 
 
+def test_a_document_runs_dense_up_to_the_cap_and_long_above(tiny_llama, tmp_path):
+    assert tiny_llama.max_tokens == tiny_llama.context_length == 256  # this model's own limit binds
+    assert isinstance(mc.run_document(tiny_llama, TEXT * 3), mc.AttentionRun)  # cut at 256: the dense path
+    model = mc.load_model(str(build_tiny_llama(tmp_path / "llama1024", max_positions=1024, randomised=True)))
+    assert model.max_tokens == 512 and model.context_length == 1024  # the dense cap binds, then the model's
+    short, long = mc.run_document(model, CORPUS[0]), mc.run_document(model, TEXT * 8)
+    assert isinstance(short, mc.AttentionRun) and isinstance(long, mc.LongRun)
+    assert 512 < long.num_tokens <= 1024
+    np.testing.assert_allclose(
+        short.attention_block(1, 1, slice(0, 5), [0, 2, 4]),
+        long.attention_block(1, 1, (0, 5), [0, 2, 4]),
+        atol=ATTENTION_ATOL,
+    )
+
+
 def test_bad_requests_raise_clear_errors(tiny_llama):
     long = run_long(tiny_llama, token_ids=list(range(5, 45)))
     with pytest.raises(ValueError, match="no head"):

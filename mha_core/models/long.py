@@ -32,8 +32,6 @@ from ..run import punctuation_mask
 from .tokens import EncodedText
 
 OVERVIEW_SIZE = 128  # cells a side of every head's overview, pooled during the pass
-# A long run is for inputs beyond the dense path's cap; below it the dense run is cheaper to look at.
-LONG_THRESHOLD = 512
 
 
 @dataclass
@@ -298,6 +296,14 @@ def run_long(
         hidden=None if hidden is None else hidden[0],
         metadata={"context_length": model.context_length, "overview_size": overview_size},
     )
+
+
+def run_document(model, text: str, progress: Progress | None = None, engine: str = "core"):
+    """The dense ``AttentionRun`` when the text fits the dense path (``model.max_tokens``, at most
+    ``MAX_TOKENS_CAP``), a ``LongRun`` above it; both answer ``attention_block`` and ``attention_overview``."""
+    if len(model.encode_long(text).input_ids) <= model.max_tokens:
+        return model.run(text, engine=engine, progress=progress)
+    return run_long(model, text, progress=progress)
 
 
 def needle_prompt(model, haystack: str, needle: str, question: str, depth: float = 0.5, num_tokens: int | None = None):
