@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..engine.blockwise import Scratch
 from ..run import per_head_frame
 from .metrics import (
     KOVALEVA_VERTICAL_COLUMNS,
@@ -96,10 +97,15 @@ class RowStatistics:
         shape = (num_layers, num_heads, n)
         self.rows = {name: np.zeros(shape, dtype=np.float64 if name != "argmax" else np.int64) for name in ROW_FIELDS}
         self.column_mass = np.zeros(shape, dtype=np.float64)
+        self._scratch = Scratch()  # one [heads, rows, keys] buffer for the products and running sums of a block
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.rows.values()) + self.column_mass.nbytes + self.key_features.numel() * 4
+
+    def end_pass(self) -> None:
+        """Let the block buffer go: the pass is over."""
+        self._scratch = Scratch()
 
     def add(self, layer: int, row_start: int, weights: torch.Tensor, logs=None) -> None:
         """One block of exact weights ``[heads, rows, keys]`` of ``layer`` from ``row_start``; ``logs``:
@@ -118,7 +124,8 @@ class RowStatistics:
             out["x_log_x"] = torch.xlogy(weights, weights).sum(dim=-1)
         else:  # sum w ln w = sum w shifted - log_total sum w, without a logarithm per weight
             shifted, log_total = logs
-            out["x_log_x"] = (weights * shifted).sum(dim=-1) - log_total[..., 0] * out["total"]
+            product = torch.mul(weights, shifted, out=self._scratch(*weights.shape))
+            out["x_log_x"] = product.sum(dim=-1) - log_total[..., 0] * out["total"]
         out["confidence"], out["argmax"] = weights.max(dim=-1)
         if self.is_causal:  # j <= i: sum a |i - j| = i sum a - sum a j
             out["distance"] = rows * out["total"] - by_position
@@ -129,7 +136,7 @@ class RowStatistics:
             inside = (key >= 0) & (key < keys)
             near = weights.gather(-1, key.clamp(0, keys - 1).expand(heads, count)[..., None])[..., 0]
             out[f"near_{offset}"] = torch.where(inside, near, torch.zeros_like(near))
-        cumulative = weights.cumsum(dim=-1)
+        cumulative = torch.cumsum(weights, dim=-1, out=self._scratch(*weights.shape))
         out["window"] = window_holding(cumulative, rows, LOCAL_WINDOW_MASS)
         del cumulative
         stop = row_start + count

@@ -14,6 +14,7 @@ pass; every family's layer code runs unchanged.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,11 +26,35 @@ from ..errors import EngineNotSupported
 from ..progress import Progress, report
 
 # One block of scores holds at most this many bytes (heads x rows x keys x 4): a few such buffers live at once.
-BLOCK_BYTES = 64 << 20
+BLOCK_BYTES = 32 << 20
 # What a decoder's hidden keys score in a pass: finite, far below any real score.
 HIDDEN_SCORE = -3.0e38
 # attention_block never builds more entries than this for one request: larger regions are overviews.
 MAX_BLOCK_ENTRIES = 1 << 24
+
+
+class Scratch:
+    """One float32 buffer reused for a tensor of any shape up to the largest asked for: a fresh [heads, rows, n]
+    block every time would fault in new pages (glibc serves large blocks by mmap), which costs more than the
+    arithmetic on them."""
+
+    def __init__(self):
+        self._buffer = torch.empty(0)
+
+    def __call__(self, *shape: int) -> torch.Tensor:
+        size = math.prod(shape)
+        if self._buffer.numel() < size:
+            self._buffer = torch.empty(size)
+        return self._buffer[:size].view(*shape)
+
+
+def scores_into(query: torch.Tensor, key: torch.Tensor, score: str, out: torch.Tensor) -> torch.Tensor:
+    """``attention_scores(query, key, score)`` written into ``out`` (the same operations, in the same order)."""
+    if score == "scaled":
+        return torch.matmul(query * (1.0 / math.sqrt(query.shape[-1])), key.transpose(-2, -1), out=out)
+    if score == "dot":
+        return torch.matmul(query, key.transpose(-2, -1), out=out)
+    return out.copy_(attention_scores(query, key, score))
 
 
 def as_positions(index, n: int, what: str) -> torch.Tensor:
@@ -136,6 +161,7 @@ class BlockwiseAttention:
         self.progress = progress
         self.layers: list[LayerScores] = []
         self._bias_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._scores, self._weights = Scratch(), Scratch()
 
     def _bias(self, mask, heads: int, n: int) -> torch.Tensor | None:
         if mask is None:
@@ -176,7 +202,7 @@ class BlockwiseAttention:
             stop = min(n, start + block_rows)
             keys = stop if causal else n  # a decoder's rows here see no key after ``stop``
             rows, cols = torch.arange(start, stop), torch.arange(keys)
-            s = attention_scores(query[:, start:stop], key[:, :keys], score)
+            s = scores_into(query[:, start:stop], key[:, :keys], score, self._scores(heads, stop - start, keys))
             if bias is not None:
                 s += bias[all_heads][:, rows[:, None] - cols[None, :] + n - 1]
             if causal:  # a finite fill: exp gives 0 all the same, and 0 x fill stays 0 (not NaN) below
@@ -185,7 +211,7 @@ class BlockwiseAttention:
             # log-sum-exp = max + log(sum) for every later block of this layer.
             row_max = s.amax(dim=-1, keepdim=True)
             shifted = s.sub_(row_max)
-            weights = torch.exp(shifted)
+            weights = torch.exp(shifted, out=self._weights(*shifted.shape))
             total = weights.sum(dim=-1, keepdim=True)
             weights.div_(total)
             log_total = total.log()
