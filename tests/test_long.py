@@ -203,6 +203,22 @@ def test_a_document_runs_dense_up_to_the_cap_and_long_above(tiny_llama, tmp_path
     )
 
 
+def test_progress_reports_every_block_and_can_stop_the_pass(tiny_llama):
+    reports = []
+    run_long(tiny_llama, token_ids=list(range(5, 205)), progress=lambda done, total, message="": reports.append(done))
+    assert reports == sorted(reports) and reports[-1] == tiny_llama.num_layers
+
+    class Stopped(Exception):
+        pass
+
+    def stop_in_the_second_layer(done, total, message=""):
+        if done > 1:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        run_long(tiny_llama, token_ids=list(range(5, 205)), progress=stop_in_the_second_layer)
+
+
 def test_bad_requests_raise_clear_errors(tiny_llama):
     long = run_long(tiny_llama, token_ids=list(range(5, 45)))
     with pytest.raises(ValueError, match="no head"):
