@@ -52,6 +52,7 @@ from .lab import Lab, LabConfig, train_lab
 
 # Model loading and extraction.
 from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, Seq2SeqModel, load_model
+from .models.long import LongRun, long_run_bytes, run_document, run_long
 
 # Positional encoding (course notes 001).
 from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
@@ -69,6 +70,10 @@ from .walkthrough import (
 )
 
 __all__ = [
+    "LongRun",
+    "long_run_bytes",
+    "run_document",
+    "run_long",
     # attention and runs
     "SCORE_FUNCTIONS",
     "AttentionRun",

@@ -11,6 +11,9 @@ the tests compare against both.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -104,6 +107,22 @@ def masked_softmax_(scores: torch.Tensor, mask: torch.Tensor | None = None, caus
     return weights
 
 
+# The long path (mha_core.engine.blockwise) replaces the dense softmax of every layer's attention with a blockwise
+# one for the length of a pass: one switch here, so that every family's layer code stays as it is.
+_ATTENTION_KERNEL: ContextVar[Callable | None] = ContextVar("attention_kernel", default=None)
+
+
+@contextmanager
+def attention_kernel(kernel: Callable) -> Iterator[None]:
+    """Within the block, ``scaled_dot_product_attention(q, k, v, mask, causal, score)`` returns
+    ``kernel(q, k, v, mask, causal, score)``: ``(output, None)`` for a kernel that keeps no dense weights."""
+    token = _ATTENTION_KERNEL.set(kernel)
+    try:
+        yield
+    finally:
+        _ATTENTION_KERNEL.reset(token)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -120,6 +139,9 @@ def scaled_dot_product_attention(
         raise ValueError(f"query and key must share their last dimension, got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"key and value must have the same length, got {k.shape[-2]} and {v.shape[-2]}")
+    kernel = _ATTENTION_KERNEL.get()
+    if kernel is not None:
+        return kernel(q, k, v, mask=mask, causal=causal, score=score)
     scores = attention_scores(q, k, score)
     if torch.is_grad_enabled() and scores.requires_grad:
         weights = masked_softmax(scores, mask, causal)

@@ -71,6 +71,8 @@ def estimate_bytes(value: Any, _depth: int = 0) -> int:
         return 0
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
+    if hasattr(value, "element_size") and hasattr(value, "numel"):  # a torch tensor (a long run's queries and keys)
+        return int(value.numel() * value.element_size())
     if hasattr(value, "memory_usage") and hasattr(value, "columns"):  # a pandas DataFrame
         return int(value.memory_usage(deep=True).sum())
     if isinstance(value, (str, bytes)):

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .pooling import pool_dense
+
 FORMAT_VERSION = 1
 
 # Array fields are stored as arrays in the .npz; everything else goes into one JSON header.
@@ -216,6 +218,20 @@ class AttentionRun:
     def head(self, layer: int, head: int) -> np.ndarray:
         """One head's ``[n, n]`` attention."""
         return self.attentions[layer, head]
+
+    def attention_block(self, layer: int, head: int, rows, cols) -> np.ndarray:
+        """float32 ``[len(rows), len(cols)]`` of one head (rows, cols: slices or position lists), as a long run's."""
+        weights = self.attentions[layer, head]
+        rows = np.arange(self.num_tokens)[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+        cols = np.arange(self.num_tokens)[cols] if isinstance(cols, slice) else np.asarray(cols, dtype=np.int64)
+        return weights[np.ix_(rows.reshape(-1), cols.reshape(-1))]
+
+    def attention_overview(
+        self, layer: int, head: int, size: int, reduce: str = "mean", rows=None, cols=None
+    ) -> np.ndarray:
+        """One head's region (``(start, stop)`` pairs; default all) pooled to ``size`` cells a side (as a long run's)."""
+        n = self.num_tokens
+        return pool_dense(self.attentions[layer, head], rows or (0, n), cols or (0, n), size, reduce)
 
     def head_frame(self, layer: int, head: int) -> pd.DataFrame:
         """One head as a table: a row per query token, a column per key token (positions keep names unique)."""

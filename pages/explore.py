@@ -8,7 +8,7 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, class_questions, compute, encoder_decoder, figures, headview, session, shell
+from ui import address, class_questions, compute, encoder_decoder, figures, headview, longdoc, session, shell
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -168,3 +168,5 @@ def lines_view(view, layer: int, head: int) -> None:
 
 
 explore_body(session.sentence_slot())
+st.divider()
+longdoc.section()

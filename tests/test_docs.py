@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from mha_core.analysis import metrics, roles, syntax
+from mha_core.analysis import long_roles, metrics, roles, streamed, syntax
+from mha_core.models import long
 from tests.conftest import ROOT
 
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 # `NAME_OF_CONSTANT = value` inside backticks: how docs/metrics.md states a constant (formulas such as
 # `R = ...` have one letter and no underscore).
 STATED = re.compile(r"`([A-Z][A-Z0-9]*_[A-Z0-9_]+) = ([^`]+)`")
-MODULES = (roles, metrics, syntax)
+MODULES = (roles, metrics, syntax, long_roles, streamed, long)
 
 
 def stated_constants() -> list[tuple[str, str]]:
@@ -31,9 +32,9 @@ def code_value(name: str):
 
 
 def threshold_constants() -> set[str]:
-    """The numeric module-level constants of roles.py and metrics.py that decide a role or a pattern."""
+    """The numeric module-level constants of roles.py, metrics.py and long_roles.py that decide a role or a pattern."""
     names = set()
-    for module in (roles, metrics):
+    for module in (roles, metrics, long_roles):
         tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
         for node in tree.body:
             numeric = (

@@ -14,8 +14,10 @@ itself: it asks for what it shows (``get_run``, ``neuron_view``, ``corpus_profil
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from mha_core.interventions.importance import head_importance, pruning_curve
 from mha_core.interventions.logit_lens import logit_lens
 from mha_core.interventions.patching import patch
 from mha_core.models import DEFAULT_MODEL, load_model, sources
+from mha_core.models.long import long_run_bytes, run_long
 from mha_core.progress import fraction
 from ui import circuits, session
 from ui.address import MAX_MODEL_CHARS
@@ -345,6 +348,39 @@ def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | Non
         lambda model, progress: model.run(source, target, engine=engine, progress=progress),
         model=model,
         reserve_bytes=lambda: int(RUN_PEAK_FACTOR * model.attention_bytes(source, target)),
+    )
+
+
+class LongRunStopped(Exception):
+    """The visitor pressed Stop: a long run ends at its next block."""
+
+
+def long_run(model_name: str, text: str, stop: threading.Event):
+    """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length: in a
+    job of the session's with a progress bar that says how long is left, its real bytes (``long_run_bytes``)
+    reserved first; ``stop`` set ends it at its next block (``LongRunStopped``)."""
+    model = get_model(model_name)
+    num_tokens = len(model.encode_long(text).input_ids)
+
+    def work(model, progress):
+        started = time.monotonic()
+
+        def timed(done: float, total: float, message: str = "") -> None:
+            if stop.is_set():
+                raise LongRunStopped
+            part = fraction(done, total)
+            left = (time.monotonic() - started) * (1 - part) / part if part > 0.01 else None
+            when = f", about {left:.0f} s left" if left is not None else ""
+            progress(done, total, f"Every head of {num_tokens:,} tokens: {message}{when}")
+
+        return run_long(model, text, progress=timed)
+
+    return compute(
+        ("long-run", _cache_key(model_name), hashlib.sha1(text.encode("utf-8")).hexdigest()),
+        work,
+        model=model,
+        reserve_bytes=long_run_bytes(model, num_tokens),
+        progress_label=f"Every head of {num_tokens:,} tokens...",
     )
 
 

@@ -161,7 +161,7 @@ def repeated_random_tokens(
 
 
 # ---- statistics of a role (the formulas: mha_core.analysis.stats) -------------------------------------
-def _interval_text(row, percent: bool = True, unit: str = "") -> str:
+def interval_text(row, percent: bool = True, unit: str = "") -> str:
     """ "95% CI 61% to 83%, n = 13 queries" (as much of it as the row knows)."""
     value = (lambda v: f"{v:.0%}") if percent else (lambda v: f"{v:.2f}")
     count = f"n = {int(row['n'])}{' ' + unit if unit else ''}" if np.isfinite(row["n"]) else ""
@@ -171,7 +171,7 @@ def _interval_text(row, percent: bool = True, unit: str = "") -> str:
 
 
 # ---- roles --------------------------------------------------------------------------------
-def _role_rows(
+def role_rows(
     frame: pd.DataFrame,
     passed,
     role,
@@ -246,7 +246,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
     entropy = metrics["normalized_entropy"].fillna(0).to_numpy()
     per = "sentences" if corpus else "queries"
     return [
-        _role_rows(
+        role_rows(
             frame=metrics,
             passed=np.isin(offset, list(POSITIONAL_OFFSETS)) & (share >= POSITIONAL_MIN_SHARE),
             role=lambda r: f"positional:{POSITIONAL_OFFSETS[int(r['argmax_offset'])]}",
@@ -255,7 +255,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             threshold=POSITIONAL_MIN_SHARE,
             evidence=lambda r: (
                 f"argmax at offset {int(r['argmax_offset']):+d} in {r['score']:.0%} of {per} "
-                f"({_interval_text(r, unit=per)}); a random argmax: {r['baseline']:.0%}; "
+                f"({interval_text(r, unit=per)}); a random argmax: {r['baseline']:.0%}; "
                 f"needs >= {POSITIONAL_MIN_SHARE:.0%}"
             ),
             n=offset_n,
@@ -263,7 +263,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             ci=offset_ci,
             source=source,
         ),
-        _role_rows(
+        role_rows(
             frame=metrics,
             passed=sink >= SINK_MIN_MASS,
             role="sink",
@@ -272,7 +272,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             threshold=SINK_MIN_MASS,
             evidence=lambda r: (
                 f"{r['score']:.0%} of attention on positions of no content ([CLS], [SEP], BOS or the "
-                f"first token; {_interval_text(r, unit=per)}); even attention: {r['baseline']:.0%}. A no-op "
+                f"first token; {interval_text(r, unit=per)}); even attention: {r['baseline']:.0%}. A no-op "
                 f"or attention sink; needs >= {SINK_MIN_MASS:.0%}"
             ),
             n=queries,
@@ -280,7 +280,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             ci=mean_interval(sink, column("sink_mass_sd"), queries),
             source=source,
         ),
-        _role_rows(
+        role_rows(
             frame=metrics,
             passed=delimiter >= DELIMITER_MIN_MASS,
             role="delimiter",
@@ -288,7 +288,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             score=delimiter,
             threshold=DELIMITER_MIN_MASS,
             evidence=lambda r: (
-                f"{r['score']:.0%} of attention on punctuation ({_interval_text(r, unit=per)}); even "
+                f"{r['score']:.0%} of attention on punctuation ({interval_text(r, unit=per)}); even "
                 f"attention: {r['baseline']:.0%}; needs >= {DELIMITER_MIN_MASS:.0%}"
             ),
             n=queries,
@@ -296,7 +296,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             ci=mean_interval(delimiter, column("punctuation_mass_sd"), queries),
             source=source,
         ),
-        _role_rows(
+        role_rows(
             frame=metrics,
             passed=entropy >= BROAD_MIN_ENTROPY,
             role="broad",
@@ -305,7 +305,7 @@ def _metric_roles(metrics: pd.DataFrame) -> list[pd.DataFrame]:
             threshold=BROAD_MIN_ENTROPY,
             evidence=lambda r: (
                 f"normalised entropy {r['score']:.2f} (1 = even over the visible keys; "
-                f"{_interval_text(r, percent=False, unit=per)}); needs >= {BROAD_MIN_ENTROPY}"
+                f"{interval_text(r, percent=False, unit=per)}); needs >= {BROAD_MIN_ENTROPY}"
             ),
             n=queries,
             baseline=np.nan,
@@ -335,7 +335,7 @@ def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
         sd = decoder[f"{name}_sd"].to_numpy(float) if f"{name}_sd" in decoder else np.nan
         baseline = decoder[f"{name}_uniform"].to_numpy(float) if f"{name}_uniform" in decoder else np.nan
         out.append(
-            _role_rows(
+            role_rows(
                 frame=decoder,
                 passed=score >= cutoff,
                 role=f"decoder:{name}",
@@ -344,7 +344,7 @@ def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
                 threshold=cutoff,
                 evidence=lambda r, label=label, cutoff=cutoff: (
                     f"{label} score {r['score']:.2f} on repeated random tokens "
-                    f"({_interval_text(r, percent=False, unit='sequences')}); even attention: "
+                    f"({interval_text(r, percent=False, unit='sequences')}); even attention: "
                     f"{r['baseline']:.2f}; needs >= {cutoff:.2f}"
                 ),
                 n=sequences,
@@ -462,7 +462,7 @@ def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
         )
 
     return [
-        _role_rows(
+        role_rows(
             frame=tests,
             passed=tests["named"].to_numpy(bool),
             role=lambda r: f"syntactic:{r['relation']}:{r['direction']}",
@@ -500,14 +500,14 @@ def _coreference_roles(coreference: pd.DataFrame) -> list[pd.DataFrame]:
         )
         if paired:
             text += (
-                f"; prefers the antecedent to the distractor in {r['score']:.0%} ({_interval_text(r)}) vs "
+                f"; prefers the antecedent to the distractor in {r['score']:.0%} ({interval_text(r)}) vs "
                 f"{r['baseline']:.0%} for the better of first/nearest candidate (needs a margin >= "
                 f"{COREFERENCE_MIN_MARGIN:+.0%})"
             )
         return text
 
     return [
-        _role_rows(
+        role_rows(
             frame=coreference,
             passed=passed,
             role="coreference",
@@ -529,7 +529,7 @@ def _semantic_roles(semantic: pd.DataFrame) -> list[pd.DataFrame]:
     pairs = semantic["num_pairs"].to_numpy(float) if "num_pairs" in semantic else np.nan
     passed = (correlation >= SEMANTIC_MIN_CORRELATION) & (sentences >= SEMANTIC_MIN_SENTENCES)
     return [
-        _role_rows(
+        role_rows(
             frame=semantic,
             passed=passed,
             role="semantic",

@@ -144,7 +144,8 @@ def run_layers(
     edits: dict | None = None,
     outputs: dict | None = None,
 ) -> torch.Tensor:
-    """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]``.
+    """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]`` (None under
+    a blockwise ``attention_kernel``, which keeps no dense weights).
 
     Each layer is ``layer_fn(x, layer, *layer_args, edit=...)`` (the masks and position tables it shares).
 
@@ -163,7 +164,7 @@ def run_layers(
         report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
     if outputs is not None:
         outputs["hidden"] = x
-    return torch.stack(weights, dim=1)
+    return None if weights and weights[0] is None else torch.stack(weights, dim=1)
 
 
 def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:

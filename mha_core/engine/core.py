@@ -115,7 +115,7 @@ def core_attentions(
     token_type_ids = _same_shape(token_type_ids, input_ids, "token_type_ids")
     with torch.inference_mode():
         forward = FAMILIES[core.family].forward
-        return forward(
+        weights = forward(
             core,
             input_ids,
             key_padding_mask,
@@ -124,7 +124,8 @@ def core_attentions(
             record=layer_inputs,
             edits=edits,
             outputs=outputs,
-        ).float()
+        )
+    return None if weights is None else weights.float()  # None: a blockwise kernel kept no dense weights
 
 
 def head_vectors(hf_model, layer_index: int, x: torch.Tensor, values_only: bool = False) -> HeadVectors:

