@@ -35,4 +35,10 @@ if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/chromium ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
+if [ "${1:-}" = "--test" ] && ! command -v node >/dev/null 2>&1; then
+  echo "[setup] installing Debian's nodejs for the head view's JavaScript tests"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs >/dev/null
+fi
 exit 0
