@@ -34,7 +34,7 @@ from urllib.parse import urlencode
 from bench.streamlit_client import StreamlitClient
 from tools.browser import APP_IDLE_JS, chromium_launch_options, start_streamlit
 from ui import class_session
-from ui.widgets import md_escape
+from ui.widgets.messages import md_escape
 
 FOLLOW_GOAL_S = 2.0
 FOLLOW_TIMEOUT_S = 60.0  # a follower not on the view by then counts as missing it

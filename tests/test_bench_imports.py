@@ -1,0 +1,24 @@
+"""Every benchmark imports (``python -m bench.x`` from the repository root): a renamed module or function in
+the library or the app breaks a benchmark at its import, which no other test would notice."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = sorted(path.stem for path in (ROOT / "bench").glob("*.py"))
+
+
+def test_there_are_benchmarks():
+    assert {"classroom", "class_teacher", "circuits", "long", "seq2seq", "extract"} <= set(BENCHMARKS)
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_a_benchmark_imports(name):
+    module = importlib.import_module(f"bench.{name}")
+    assert module.__doc__, f"bench/{name}.py says what it measures in its docstring"
+    if name not in ("class_teacher", "streamlit_client"):  # helpers of bench/classroom.py
+        assert callable(getattr(module, "main", None)), f"bench/{name}.py has a main()"
