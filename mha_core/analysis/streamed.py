@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..engine.blockwise import Scratch
+from ..engine.blockwise import CHUNK, Block, Scratch
+from ..pooling import chunk_entries
 from ..run import per_head_frame
 from .metrics import (
     KOVALEVA_VERTICAL_COLUMNS,
@@ -48,6 +49,23 @@ ROW_FIELDS = (
     "first_tokens",
     "window",
 )
+
+
+def causal_window(weights: torch.Tensor, chunk_sum: torch.Tensor, rows: torch.Tensor, share: float) -> torch.Tensor:
+    """Per row of a decoder's block (keys after a row are 0), the smallest w with mass(i - w <= j <= i) >= share x
+    the row's mass: the keys before i - w hold at most the rest. The last chunk whose running sum still leaves
+    enough is found from the block's ``chunk_sum`` (``Block.chunks``), then the exact key inside the next chunk."""
+    ends = torch.cumsum(chunk_sum, dim=-1)  # the running sum at each chunk's last key
+    total = ends[..., -1:]
+    need = share * total
+    leading = (total - ends >= need).sum(dim=-1)  # chunks that may lie wholly before the window
+    before = torch.where(
+        leading > 0, ends.gather(-1, (leading - 1).clamp(min=0)[..., None])[..., 0], torch.zeros((), dtype=ends.dtype)
+    )
+    values, _ = chunk_entries(weights, leading, CHUNK)
+    running = before[..., None] + torch.cumsum(values, dim=-1)
+    last_before = leading * CHUNK - 1 + (total - running >= need).sum(dim=-1)  # the last key outside the window
+    return (rows - 1 - last_before).clamp(min=0)
 
 
 def window_holding(cumulative: torch.Tensor, rows: torch.Tensor, share: float) -> torch.Tensor:
@@ -95,53 +113,65 @@ class RowStatistics:
         features += [self.segment_ids == s for s in segments]
         self.key_features = torch.from_numpy(np.stack(features, axis=1).astype(np.float32))
         shape = (num_layers, num_heads, n)
-        self.rows = {name: np.zeros(shape, dtype=np.float64 if name != "argmax" else np.int64) for name in ROW_FIELDS}
+        # ROW_FIELDS in order, written once a block; float32 as computed (positions up to 2^24 exactly)
+        self.values = np.zeros((len(ROW_FIELDS), *shape), dtype=np.float32)
         self.column_mass = np.zeros(shape, dtype=np.float64)
-        self._scratch = Scratch()  # one [heads, rows, keys] buffer for the products and running sums of a block
+        self._near = torch.tensor(NEAR_OFFSETS)
+        self._scratch = Scratch()  # one [heads, rows, keys] buffer for a block's products and running sums
+
+    @property
+    def rows(self) -> dict[str, np.ndarray]:
+        """Each of ``ROW_FIELDS`` as ``[layers, heads, n]``: views of the float32 values, ``argmax`` as int64."""
+        rows = {name: self.values[index] for index, name in enumerate(ROW_FIELDS)}
+        rows["argmax"] = rows["argmax"].astype(np.int64)
+        return rows
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.rows.values()) + self.column_mass.nbytes + self.key_features.numel() * 4
+        return self.values.nbytes + self.column_mass.nbytes + self.key_features.numel() * 4
 
     def end_pass(self) -> None:
         """Let the block buffer go: the pass is over."""
         self._scratch = Scratch()
 
-    def add(self, layer: int, row_start: int, weights: torch.Tensor, logs=None) -> None:
-        """One block of exact weights ``[heads, rows, keys]`` of ``layer`` from ``row_start``; ``logs``:
-        ``(shifted, log_total)`` with ln w = shifted - log_total (the kernel's), else the logs are taken here."""
+    def add(self, block: Block) -> None:
+        """One block of exact weights (``mha_core.engine.blockwise.Block``): a few dozen operations whatever its size
+        (blocks are small enough to stay in cache, so there are many)."""
+        weights, row_start, layer = block.weights, block.row_start, block.layer
         heads, count, keys = weights.shape
         rows = torch.arange(row_start, row_start + count)
-        cols = torch.arange(keys)
         out = {}
-        on = torch.matmul(weights, self.key_features[:keys])  # [heads, rows, features]
+        on = block.key_sums(self.key_features)  # [heads, rows, features]
         out["total"], by_position = on[..., 0], on[..., 1]
         out["special"], out["sink"], out["punctuation"] = on[..., 2], on[..., 3], on[..., 4]
         out["first_tokens"] = on[..., 5]
         segment = self.segment_index[row_start : row_start + count]
         out["same_segment"] = on[..., 6:].gather(-1, segment.expand(heads, count)[..., None])[..., 0]
-        if logs is None:
-            out["x_log_x"] = torch.xlogy(weights, weights).sum(dim=-1)
-        else:  # sum w ln w = sum w shifted - log_total sum w, without a logarithm per weight
-            shifted, log_total = logs
-            product = torch.mul(weights, shifted, out=self._scratch(*weights.shape))
-            out["x_log_x"] = product.sum(dim=-1) - log_total[..., 0] * out["total"]
-        out["confidence"], out["argmax"] = weights.max(dim=-1)
+        # sum w ln w = sum w (score - log_sum_exp), without a logarithm per weight
+        product = torch.mul(weights, block.scores, out=self._scratch(*weights.shape))  # a reused buffer: no page faults
+        out["x_log_x"] = product.sum(dim=-1) - block.log_sum_exp[..., 0] * out["total"]
+        del product
+        out["confidence"] = block.max_weight
+        out["argmax"] = block.argmax.float()
         if self.is_causal:  # j <= i: sum a |i - j| = i sum a - sum a j
             out["distance"] = rows * out["total"] - by_position
         else:
+            cols = torch.arange(keys)
             out["distance"] = (weights * (rows[:, None] - cols[None, :]).abs().float()).sum(dim=-1)
-        for offset in NEAR_OFFSETS:
-            key = rows + offset
-            inside = (key >= 0) & (key < keys)
-            near = weights.gather(-1, key.clamp(0, keys - 1).expand(heads, count)[..., None])[..., 0]
-            out[f"near_{offset}"] = torch.where(inside, near, torch.zeros_like(near))
-        cumulative = torch.cumsum(weights, dim=-1, out=self._scratch(*weights.shape))
-        out["window"] = window_holding(cumulative, rows, LOCAL_WINDOW_MASS)
-        del cumulative
-        stop = row_start + count
-        for name in ROW_FIELDS:
-            self.rows[name][layer, :, row_start:stop] = out[name].numpy()
+        key = rows[:, None] + self._near[None, :]  # [rows, offsets]
+        near = weights.gather(-1, key.clamp(0, keys - 1).expand(heads, count, len(NEAR_OFFSETS)))
+        near.masked_fill_((key < 0) | (key >= keys), 0.0)
+        for index, offset in enumerate(NEAR_OFFSETS):
+            out[f"near_{offset}"] = near[..., index]
+        if self.is_causal:
+            out["window"] = causal_window(weights, block.chunks("sum"), rows, LOCAL_WINDOW_MASS).float()
+        else:
+            cumulative = torch.cumsum(weights, dim=-1, out=self._scratch(*weights.shape))
+            out["window"] = window_holding(cumulative, rows, LOCAL_WINDOW_MASS).float()
+            del cumulative
+        self.values[:, layer, :, row_start : row_start + count] = torch.stack(
+            [out[name] for name in ROW_FIELDS]
+        ).numpy()
         # Float32 within a block, float64 across; a product with ones reads the block row by row (a sum over
         # the rows axis would stride across it).
         column = torch.matmul(torch.ones(heads, 1, count), weights)[:, 0]
@@ -150,7 +180,8 @@ class RowStatistics:
     def finish(self, weights_at: Callable[[int, int, np.ndarray], np.ndarray]) -> pd.DataFrame:
         """The ``head_metrics`` table. ``weights_at(layer, head, cols)`` gives a head's exact weights ``[n, len(cols)]``
         at a few key columns (the vertical test's two most attended keys)."""
-        r = self.rows
+        r = {name: values.astype(np.float64) for name, values in self.rows.items()}  # sums over rows in float64
+        r["argmax"] = self.rows["argmax"]
         num_layers, num_heads, n = r["total"].shape
         positions = np.arange(n)
         total = r["total"]

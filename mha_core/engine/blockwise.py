@@ -16,19 +16,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..attention import attention_kernel, attention_scores
 from ..errors import EngineNotSupported
+from ..pooling import chunk_reduce, first_argmax
 from ..progress import Progress, report
 
 # One block of scores holds at most this many bytes (heads x rows x keys x 4): a few such buffers live at once.
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 16 << 20
+ROW_TILE = 8
 # What a decoder's hidden keys score in a pass: finite, far below any real score.
 HIDDEN_SCORE = -3.0e38
+# Keys per chunk of a block's chunk maxima and sums (``Block.chunks``).
+CHUNK = 32
 # attention_block never builds more entries than this for one request: larger regions are overviews.
 MAX_BLOCK_ENTRIES = 1 << 24
 
@@ -145,23 +149,79 @@ def bias_by_offset(mask: torch.Tensor, heads: int, n: int) -> torch.Tensor:
     return offsets.contiguous()
 
 
+@dataclass
+class Block:
+    """One block of a layer's exact weights, as the kernel hands it to its observers while it exists.
+
+    weights      ``[heads, rows, keys]``: rows ``row_start ..`` of ``layer``; a decoder's block holds the keys up to
+                 its last row (the rest are 0)
+    scores       ``[heads, rows, keys]``: the scores the weights come from, so that ln w = scores - log_sum_exp
+                 (a decoder's hidden keys hold ``HIDDEN_SCORE``)
+    log_sum_exp  ``[heads, rows, 1]``
+    """
+
+    layer: int
+    row_start: int
+    weights: torch.Tensor
+    scores: torch.Tensor
+    log_sum_exp: torch.Tensor | None = None
+    features: torch.Tensor | None = None
+    feature_sums: torch.Tensor | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def chunks(self, reduce: str) -> torch.Tensor:
+        """``[heads, rows, ceil(keys / CHUNK)]``: the max or sum of each run of ``CHUNK`` keys, computed once per
+        block for every observer that reads them (argmax, the 90% window, the overviews)."""
+        if reduce not in self._cache:
+            self._cache[reduce] = chunk_reduce(self.weights, CHUNK, reduce)
+        return self._cache[reduce]
+
+    @property
+    def max_weight(self) -> torch.Tensor:
+        """``[heads, rows]``: each row's largest weight."""
+        if "row max" not in self._cache:
+            self._cache["row max"] = self.chunks("max").amax(dim=-1)
+        return self._cache["row max"]
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """``[heads, rows]`` long: each row's first key holding its largest weight (``torch.argmax``'s answer)."""
+        if "argmax" not in self._cache:
+            self._cache["argmax"] = first_argmax(self.weights, self.chunks("max"), self.max_weight, CHUNK)
+        return self._cache["argmax"]
+
+    def key_sums(self, features: torch.Tensor) -> torch.Tensor:
+        """``[heads, rows, f]``: sum_j w_ij features[j] for ``features [n, f]``. When the kernel was given these
+        features they came out of the product with the values (one pass over the block for both)."""
+        if features is self.features and self.feature_sums is not None:
+            return self.feature_sums
+        return torch.matmul(self.weights, features[: self.weights.shape[-1]])
+
+
 class BlockwiseAttention:
     """The attention kernel of a long pass: called once per layer, in order, with that layer's
     ``q, k, v [1, heads, n, d]``; returns ``(output, None)`` and keeps the layer's ``LayerScores``.
 
-    ``observers``: objects with ``add(layer, row_start, weights [heads, rows, keys], logs)`` that see every block
-    of exact weights once (a decoder's block holds the keys up to its last row: the rest are 0); ``logs`` is
-    ``(shifted [heads, rows, keys], log_total [heads, rows, 1])`` with ln w = shifted - log_total.
-    ``progress(done, total, message)`` after every block, ``total`` the number of layers (it may raise to stop).
+    ``observers``: objects with ``add(block: Block)`` that see every block of exact weights once.
+    ``key_features [n, f]``: key features whose weighted sums observers read (``Block.key_sums``); they ride along
+    with the values in the block's one product with them. ``progress(done, total, message)`` after every block,
+    ``total`` the number of layers (it may raise to stop).
     """
 
-    def __init__(self, num_layers: int, observers: Sequence = (), progress: Progress | None = None):
+    def __init__(
+        self,
+        num_layers: int,
+        observers: Sequence = (),
+        progress: Progress | None = None,
+        key_features: torch.Tensor | None = None,
+    ):
         self.num_layers = num_layers
         self.observers = list(observers)
         self.progress = progress
+        self.key_features = key_features
         self.layers: list[LayerScores] = []
         self._bias_cache: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._scores, self._weights = Scratch(), Scratch()
+        self._scores, self._weights, self._product = Scratch(), Scratch(), Scratch()
 
     def _bias(self, mask, heads: int, n: int) -> torch.Tensor | None:
         if mask is None:
@@ -176,6 +236,18 @@ class BlockwiseAttention:
         self._bias_cache = (mask, bias)
         return bias
 
+    def _values(self, value: torch.Tensor) -> torch.Tensor:
+        """The values with the key features as extra columns: one product gives the output and the sums."""
+        if self.key_features is None or not self.observers:
+            return value
+        heads, n, _ = value.shape
+        if self.key_features.shape[0] != n:
+            raise ValueError(f"key_features has {self.key_features.shape[0]} rows for {n} tokens")
+        width = value.shape[-1] + self.key_features.shape[1]
+        padding = -width % 8  # a product whose width is a multiple of 8 runs markedly faster (71 columns: ~30% slower)
+        features = self.key_features.to(value.dtype)[None].expand(heads, n, self.key_features.shape[1])
+        return torch.cat([value, features, value.new_zeros(heads, n, padding)], dim=-1)
+
     def __call__(self, q, k, v, mask, causal: bool, score: str):
         if q.shape[0] != 1:
             raise EngineNotSupported("the long path reads one text at a time (batch of 1)")
@@ -184,6 +256,7 @@ class BlockwiseAttention:
         layer = len(self.layers)
         query, key, value = q[0], k[0], v[0]
         heads, n, _ = query.shape
+        d_v = value.shape[-1]
         bias = self._bias(mask, heads, n)
         stored_key, key_of_head = distinct_key_heads(key)
         scores = LayerScores(
@@ -195,33 +268,44 @@ class BlockwiseAttention:
             causal=bool(causal),
             bias_by_offset=bias,
         )
-        output = torch.empty(heads, n, value.shape[-1], dtype=value.dtype)
+        values = self._values(value)
+        with_features = values is not value
+        output = torch.empty(heads, n, d_v, dtype=value.dtype)
         block_rows = max(1, min(n, BLOCK_BYTES // (4 * heads * n)))
+        if block_rows > ROW_TILE:
+            block_rows -= block_rows % ROW_TILE  # whole tiles of the matrix products
         all_heads = torch.arange(heads)
         for start in range(0, n, block_rows):
             stop = min(n, start + block_rows)
+            count = stop - start
             keys = stop if causal else n  # a decoder's rows here see no key after ``stop``
-            rows, cols = torch.arange(start, stop), torch.arange(keys)
-            s = scores_into(query[:, start:stop], key[:, :keys], score, self._scores(heads, stop - start, keys))
+            s = scores_into(query[:, start:stop], key[:, :keys], score, self._scores(heads, count, keys))
             if bias is not None:
+                rows, cols = torch.arange(start, stop), torch.arange(keys)
                 s += bias[all_heads][:, rows[:, None] - cols[None, :] + n - 1]
-            if causal:  # a finite fill: exp gives 0 all the same, and 0 x fill stays 0 (not NaN) below
-                s.masked_fill_(cols[None, None, :] > rows[None, :, None], HIDDEN_SCORE)
-            # softmax as torch computes it (subtract the row max, exponentiate, divide by the sum), keeping
-            # log-sum-exp = max + log(sum) for every later block of this layer.
-            row_max = s.amax(dim=-1, keepdim=True)
-            shifted = s.sub_(row_max)
-            weights = torch.exp(shifted, out=self._weights(*shifted.shape))
-            total = weights.sum(dim=-1, keepdim=True)
-            weights.div_(total)
-            log_total = total.log()
-            scores.log_sum_exp[:, start:stop] = (row_max + log_total)[..., 0]
-            output[:, start:stop] = torch.matmul(weights, value[:, :keys])
-            # ln w_ij = shifted_ij - log_total_i: observers that need the logs (entropy) read them from here.
-            logs = (shifted, log_total)
+            if causal:  # only the block's last ``count`` keys lie after some of its rows; a finite fill: exp gives
+                # 0 all the same, and 0 x fill stays 0 (not NaN) for the observers
+                s[:, :, start:stop].masked_fill_(torch.ones(count, count, dtype=torch.bool).triu_(1), HIDDEN_SCORE)
+            weights = torch.softmax(s, dim=-1, out=self._weights(*s.shape))
+            product = torch.matmul(weights, values[:, :keys], out=self._product(heads, count, values.shape[-1]))
+            output[:, start:stop] = product[..., :d_v]
+            block = Block(
+                layer,
+                start,
+                weights,
+                s,
+                features=self.key_features if with_features else None,
+                feature_sums=product[..., d_v : d_v + self.key_features.shape[1]] if with_features else None,
+            )
+            # softmax subtracts the row's largest score m and divides by sum = sum_j exp(s_j - m); its largest weight
+            # is exp(0) / sum, so log-sum-exp = m + log(sum) = m - log(largest weight), with m the score where the
+            # largest weight is (within 6e-8 of m if several round to it): no pass over the block for it.
+            row_max = s.gather(-1, block.argmax[..., None])
+            block.log_sum_exp = row_max - block.max_weight.log()[..., None]
+            scores.log_sum_exp[:, start:stop] = block.log_sum_exp[..., 0]
             for observer in self.observers:
-                observer.add(layer, start, weights, logs)
-            del shifted, weights
+                observer.add(block)
+            del s, weights, block
             report(self.progress, layer + stop / n, self.num_layers, f"layer {layer + 1} of {self.num_layers}")
         self.layers.append(scores)
         return output[None], None

@@ -23,7 +23,7 @@ import torch
 
 from ..analysis.long_roles import local_windows, long_roles, needle_copies, sink_by_distance
 from ..analysis.streamed import ROW_FIELDS, RowStatistics
-from ..engine.blockwise import BLOCK_BYTES, BlockwiseAttention, LayerScores, as_positions
+from ..engine.blockwise import BLOCK_BYTES, CHUNK, Block, BlockwiseAttention, LayerScores, as_positions
 from ..engine.core import core_attentions, core_family
 from ..errors import InputTextError
 from ..pooling import PooledGrid, bin_edges, check_reduce
@@ -210,16 +210,16 @@ def _config_sizes(model) -> tuple[int, int, int, int, int, int]:
 def long_run_bytes(model, num_tokens: int, overview_size: int = OVERVIEW_SIZE) -> int:
     """The bytes a ``run_long`` of ``num_tokens`` holds at its peak, beyond the loaded model: what it keeps
     (queries, stored keys, log-sum-exps, row statistics, overviews) and what one layer's pass needs at once
-    (its activations, the block buffers and their temporaries), with two fifths more for the allocator's
+    (its activations, the block buffers and their temporaries), with half as much again for the allocator's
     slack (measured: bench/long.py). A budget reserves this before the run starts."""
     layers, heads, kv, head_dim, d_model, ffn = _config_sizes(model)
     n = int(num_tokens)
     cells = min(overview_size, n) ** 2
     kept = layers * (heads + kv) * n * head_dim * 4 + layers * heads * n * 4
-    statistics = (len(ROW_FIELDS) + 1) * layers * heads * n * 8
+    statistics = len(ROW_FIELDS) * layers * heads * n * 4 + layers * heads * n * 8  # the rows, the column masses
     overviews = 2 * layers * heads * cells * 4
     layer_pass = n * (8 * d_model + 3 * ffn) * 4 + 3 * n * heads * head_dim * 4 + 6 * BLOCK_BYTES
-    return int(1.4 * (kept + statistics + overviews + layer_pass))
+    return int(1.5 * (kept + statistics + overviews + layer_pass))
 
 
 def _core_pass(model, input_ids: torch.Tensor, token_type_ids, kernel: BlockwiseAttention, keep_hidden: bool):
@@ -266,12 +266,12 @@ def run_long(
 
     class Overviews:  # pools each layer's blocks; a new grid when a layer begins
         @staticmethod
-        def add(layer: int, row_start: int, weights: torch.Tensor, logs=None) -> None:
-            if layer == len(grids):
+        def add(block: Block) -> None:
+            if block.layer == len(grids):
                 grids.append(PooledGrid(model.num_heads, (0, n), (0, n), overview_size))
-            grids[layer].add(row_start, weights)
+            grids[block.layer].add(block.row_start, block.weights, block.chunks, CHUNK)
 
-    kernel = BlockwiseAttention(model.num_layers, (Overviews, statistics), progress)
+    kernel = BlockwiseAttention(model.num_layers, (Overviews, statistics), progress, statistics.key_features)
     input_ids = torch.tensor([encoded.input_ids])
     token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
     with torch.inference_mode():

@@ -1,0 +1,150 @@
+"""The long pass's one trip over each block (mha_core.engine.blockwise, mha_core.pooling, mha_core.analysis.streamed):
+what the kernel and its observers read from a block is checked against plain computations written here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mha_core.analysis.streamed import LOCAL_WINDOW_MASS, causal_window
+from mha_core.engine import blockwise
+from mha_core.engine.blockwise import CHUNK, BlockwiseAttention
+from mha_core.pooling import PooledGrid, chunk_reduce, first_argmax, pool_dense
+
+FLOAT32_TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def causal_block(rng, heads: int, start: int, count: int, peaked: bool = False) -> torch.Tensor:
+    """Rows ``start .. start + count`` of causal weights ``[heads, count, start + count]``, each row summing to 1."""
+    keys = start + count
+    w = rng.random((heads, count, keys)) ** 4
+    if peaked:
+        w[..., :] *= 1e-3
+        for i in range(count):
+            w[:, i, start + i] = 1.0
+    w *= np.arange(keys)[None, None, :] <= (start + np.arange(count))[None, :, None]
+    return torch.from_numpy(w / w.sum(axis=-1, keepdims=True)).float()
+
+
+@pytest.mark.parametrize("keys, width", [(100, 32), (64, 32), (97, 7), (5, 32)])
+def test_chunk_reduce_is_the_max_and_sum_of_each_run(keys, width):
+    x = torch.from_numpy(np.random.default_rng(keys).random((2, 3, keys))).float()
+    for reduce, numpy_reduce in (("max", np.maximum.reduceat), ("sum", np.add.reduceat)):
+        expected = numpy_reduce(x.numpy().astype(np.float64), np.arange(0, keys, width), axis=-1)
+        np.testing.assert_allclose(chunk_reduce(x, width, reduce).numpy(), expected, **FLOAT32_TOL)
+    with pytest.raises(ValueError, match="reduce"):
+        chunk_reduce(x, width, "mean")
+
+
+def test_first_argmax_is_torch_argmax_with_ties_across_chunks():
+    rng = np.random.default_rng(0)
+    w = torch.from_numpy(rng.random((2, 6, 100))).float()
+    top = float(w.max()) + 1.0
+    w[0, 0, [31, 32]] = top  # a tie across a chunk boundary: the first wins
+    w[0, 1, [5, 64, 99]] = top
+    w[1, 2, [99, 98]] = top  # in the last, shorter chunk
+    w[1, 3, :] = 0.25  # all equal: key 0
+    maxima = w.amax(dim=-1)
+    for width in (CHUNK, 7, 1):
+        got = first_argmax(w, chunk_reduce(w, width, "max"), maxima, width)
+        assert got.tolist() == torch.argmax(w, dim=-1).tolist()
+    assert first_argmax(w, chunk_reduce(w, CHUNK, "max"), maxima, CHUNK)[0, :2].tolist() == [31, 5]
+
+
+def _window_by_hand(w: np.ndarray, start: int, share: float) -> np.ndarray:
+    heads, count, _ = w.shape
+    out = np.zeros((heads, count), dtype=np.int64)
+    for h in range(heads):
+        for r in range(count):
+            i = start + r
+            row = w[h, r].astype(np.float64)
+            total = row.sum()
+            out[h, r] = next(width for width in range(i + 1) if row[max(0, i - width) : i + 1].sum() >= share * total)
+    return out
+
+
+@pytest.mark.parametrize("start, count, peaked", [(0, 40, False), (70, 25, False), (33, 31, True)])
+def test_causal_window_is_the_narrowest_span_holding_the_share(start, count, peaked):
+    w = causal_block(np.random.default_rng(start), 3, start, count, peaked)
+    rows = torch.arange(start, start + count)
+    got = causal_window(w, chunk_reduce(w, CHUNK, "sum"), rows, LOCAL_WINDOW_MASS).numpy()
+    expected = _window_by_hand(w.numpy(), start, LOCAL_WINDOW_MASS)
+    # Float32 sums in another order may move a row whose mass sits exactly at the share by one key; none here.
+    np.testing.assert_array_equal(got, expected)
+    if peaked:
+        assert (got == 0).all()
+
+
+@pytest.mark.parametrize("n, size, region", [(203, 16, None), (256, 8, None), (203, 16, ((40, 170), (10, 150)))])
+def test_pooled_grid_from_causal_blocks_equals_pooling_the_matrix(n, size, region):
+    """Bins of unequal width (rows first), of whole chunks (from the block's chunk reductions) and of equal
+    width (from the block), all against ``pool_dense`` on the whole matrix."""
+    rng = np.random.default_rng(n + size)
+    full = np.zeros((n, n), dtype=np.float32)
+    rows, cols = region or ((0, n), (0, n))
+    grids = {"plain": PooledGrid(2, rows, cols, size), "chunks": PooledGrid(2, rows, cols, size)}
+    dense = []
+    for start in range(0, n, 37):
+        count = min(37, n - start)
+        block = causal_block(rng, 2, start, count)
+        dense.append(block)
+        part = block[..., cols[0] :] if block.shape[-1] > cols[0] else block[..., :0]
+        if part.shape[-1] == 0:
+            continue
+        grids["plain"].add(start, part)
+        chunks = {reduce: chunk_reduce(part, CHUNK, reduce) for reduce in ("max", "sum")}
+        grids["chunks"].add(start, part, chunks.__getitem__, CHUNK)
+    for head in range(2):
+        full[:] = 0
+        for start, block in zip(range(0, n, 37), dense):
+            full[start : start + block.shape[1], : block.shape[2]] = block[head].numpy()
+        for reduce in ("mean", "max"):
+            expected = pool_dense(full, rows, cols, size, reduce)
+            for grid in grids.values():
+                np.testing.assert_allclose(grid.result(reduce)[head], expected, **FLOAT32_TOL)
+    if (cols[1] - cols[0]) % size:
+        assert grids["plain"].step == 0  # the unequal bins were pooled rows first
+
+
+def test_the_kernel_hands_each_block_once_with_exact_sums():
+    torch.manual_seed(0)
+    heads, kv, n, d = 6, 2, 150, 16
+    q = torch.randn(1, heads, n, d)
+    k = torch.randn(1, kv, n, d).repeat_interleave(heads // kv, dim=1)
+    v = torch.randn(1, heads, n, d)
+    features = torch.stack([torch.ones(n), torch.arange(n).float(), (torch.arange(n) % 3 == 0).float()], dim=1)
+    seen = []
+
+    class Check:
+        @staticmethod
+        def add(block):
+            rows, keys = block.weights.shape[1], block.weights.shape[2]
+            start = block.row_start
+            scores = torch.matmul(q[0, :, start : start + rows], k[0, :, :keys].transpose(-2, -1)) / math.sqrt(d)
+            scores = scores.masked_fill(
+                torch.arange(keys)[None, None, :] > torch.arange(start, start + rows)[None, :, None], float("-inf")
+            )
+            expected = torch.softmax(scores, dim=-1)
+            torch.testing.assert_close(block.weights, expected, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(block.log_sum_exp[..., 0], torch.logsumexp(scores, dim=-1), rtol=1e-6, atol=1e-5)
+            torch.testing.assert_close(block.key_sums(features), expected @ features[:keys], rtol=1e-5, atol=1e-4)
+            assert block.argmax.tolist() == expected.argmax(dim=-1).tolist()
+            torch.testing.assert_close(block.max_weight, expected.amax(dim=-1))
+            seen.append((block.layer, start, rows))
+
+    old = blockwise.BLOCK_BYTES
+    blockwise.BLOCK_BYTES = 4 * heads * n * 40  # 40 rows a block: a whole number of row tiles, then the rest
+    try:
+        kernel = BlockwiseAttention(1, [Check], key_features=features)
+        with torch.inference_mode():
+            output, _ = kernel(q, k, v, None, True, "scaled")
+    finally:
+        blockwise.BLOCK_BYTES = old
+    assert seen == [(0, 0, 40), (0, 40, 40), (0, 80, 40), (0, 120, 30)]
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(output, reference, rtol=1e-5, atol=1e-5)
+    stored = kernel.layers[0]
+    assert stored.key.shape[0] == kv and stored.key_of_head.tolist() == [0, 0, 0, 1, 1, 1]
