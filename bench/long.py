@@ -2,8 +2,9 @@
 
     python -m bench.long [--lengths 4096 8192] [--json bench/out/long.json]
 
-For each length, one needle-in-a-haystack prompt (the longest document of assets/long/documents.json, a needle
-at half depth, a question and the needle again as the answer; ``mha_core.models.long.needle_prompt``):
+For each length, one needle-in-a-haystack prompt (the long examples of assets/long/documents.json, longest first,
+``haystack``; the default ``NEEDLE`` at half depth, its question and the needle again as the answer;
+``mha_core.models.long.needle_prompt``):
 
 - time: ``run_long`` (the pass with every head's overviews pooled and the metrics streamed, then the metrics table
   finished) against the bare transformers forward of the same tokens with its default attention (sdpa), in one
@@ -33,17 +34,9 @@ import numpy as np
 import torch
 
 import mha_core as mc
-from mha_core.models.long import long_run_bytes, needle_prompt, run_long
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, long_run_bytes, needle_prompt, run_long
 
-ROOT = Path(__file__).resolve().parents[1]
-NEEDLE = "The secret password for the garden gate is purple elephant nineteen."
-QUESTION = "What is the secret password for the garden gate? The secret password for the garden gate is"
 GB = 2**30
-
-
-def haystack() -> str:
-    documents = json.loads((ROOT / "assets" / "long" / "documents.json").read_text(encoding="utf-8"))
-    return "\n\n".join(d["text"] for d in documents[::-1])  # the longest first, then the others: > 8,192 tokens
 
 
 def _status(field: str) -> int:
@@ -125,7 +118,7 @@ def main() -> None:
     )
     results, kept = {"lengths": {}}, {}
     for n in args.lengths:
-        ids, copies = needle_prompt(model, haystack(), NEEDLE, QUESTION, depth=0.5, num_tokens=n)
+        ids, copies = needle_prompt(model, haystack(), NEEDLE, NEEDLE_QUESTION, depth=0.5, num_tokens=n)
         load = os.getloadavg()[0]
         sdpa_times, long_times, sdpa_peaks, long_peaks = [], [], [], []
         for _ in range(args.repeats):  # interleaved pairs: a noisy neighbour slows both sides alike
@@ -152,7 +145,7 @@ def main() -> None:
             kept[4096] = run
         del run
     if not args.no_exactness:
-        ids, _ = needle_prompt(model, haystack(), NEEDLE, QUESTION, depth=0.5, num_tokens=4096)
+        ids, _ = needle_prompt(model, haystack(), NEEDLE, NEEDLE_QUESTION, depth=0.5, num_tokens=4096)
         long4096 = kept.get(4096)
         if long4096 is not None and long4096.token_ids[:1024] != ids[:1024]:
             long4096 = None

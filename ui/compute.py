@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -355,12 +355,15 @@ class LongRunStopped(Exception):
     """The visitor pressed Stop: a long run ends at its next block."""
 
 
-def long_run(model_name: str, text: str, stop: threading.Event):
-    """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length: in a
-    job of the session's with a progress bar that says how long is left, its real bytes (``long_run_bytes``)
-    reserved first; ``stop`` set ends it at its next block (``LongRunStopped``)."""
+def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Sequence[int] | None = None):
+    """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length, or of
+    ``token_ids`` taken as they are (a needle-in-a-haystack prompt): in a job of the session's with a progress
+    bar that says how long is left, its real bytes (``long_run_bytes``) reserved first; ``stop`` set ends it at
+    its next block (``LongRunStopped``)."""
     model = get_model(model_name)
-    num_tokens = len(model.encode_long(text).input_ids)
+    ids = None if token_ids is None else [int(i) for i in token_ids]
+    num_tokens = len(model.encode_long(text).input_ids) if ids is None else len(model.encode_long_ids(ids).input_ids)
+    what = text if ids is None else "ids:" + ",".join(map(str, ids))
 
     def work(model, progress):
         started = time.monotonic()
@@ -373,10 +376,12 @@ def long_run(model_name: str, text: str, stop: threading.Event):
             when = f", about {left:.0f} s left" if left is not None else ""
             progress(done, total, f"Every head of {num_tokens:,} tokens: {message}{when}")
 
-        return run_long(model, text, progress=timed)
+        if ids is None:
+            return run_long(model, text, progress=timed)
+        return run_long(model, token_ids=ids, progress=timed)
 
     return compute(
-        ("long-run", _cache_key(model_name), hashlib.sha1(text.encode("utf-8")).hexdigest()),
+        ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest()),
         work,
         model=model,
         reserve_bytes=long_run_bytes(model, num_tokens),

@@ -6,51 +6,63 @@ server's compute slots, with its real bytes reserved in the budget first (``long
 gated path (``compute.long_run``). A progress bar says how long is left, and a Stop
 button ends the pass at its next block. The view (``ui.longview``) zooms into any region of any head, exact at
 every level; the address keeps the document, the zoom and the pooling (``?long=&lzoom=&lreduce=&lview=``).
+With a decoder, a needle-in-a-haystack test (``?long=needle&needle=&nq=&nlen=&ndepth=``) lists the retrieval heads
+(Wu et al. 2024) with their scores, and opens a head's evidence (the answer's rows against the needle's tokens) in
+the view.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import threading
 import weakref
-from functools import cache
-from pathlib import Path
 
 import streamlit as st
 
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, long_documents, needle_prompt
 from ui import address, compute, longview, session
 from ui.widgets import messages, pickers
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "long" / "documents.json"
 MAX_LONG_CHARS = 120_000  # more than any model's context: 8,192 tokens are about 36,000 characters
 PASTE = "paste"
+NEEDLE_TEST = "needle"  # a needle-in-a-haystack prompt (decoders): the retrieval heads
+NEEDLE_MIN_TOKENS = 256
+EVIDENCE_MARGIN = 3  # tokens shown around the needle and its copy when a retrieval head's evidence is opened
 
 
-@cache
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """What the long run reads: a text, or a needle test's tokens with its copies (``needle_copies``)."""
+
+    choice: str
+    text: str
+    token_ids: tuple[int, ...] | None = None
+    copies: tuple[tuple[int, int], ...] = ()
+
+    def key(self, model_name: str) -> tuple:
+        what = self.text if self.token_ids is None else ",".join(map(str, self.token_ids))
+        return ("long-run", model_name, hashlib.sha1(what.encode("utf-8")).hexdigest())
+
+
 def examples() -> tuple[dict, ...]:
-    return tuple(json.loads(EXAMPLES.read_text(encoding="utf-8")))
-
-
-def _key(model_name: str, text: str) -> tuple:
-    return ("long-run", model_name, hashlib.sha1(text.encode("utf-8")).hexdigest())
+    return long_documents()
 
 
 def _stops() -> dict:
     return st.session_state.setdefault("_long_stops", {})
 
 
-def get_long_run(model_name: str, text: str):
-    """The ``LongRun`` of ``text`` (``compute.long_run``: a job with a progress bar and time left) with a Stop
+def get_long_run(model_name: str, document: Document):
+    """The ``LongRun`` of ``document`` (``compute.long_run``: a job with a progress bar and time left) with a Stop
     button; None once stopped."""
-    stop = _stops().setdefault(_key(model_name, text), threading.Event())
+    stop = _stops().setdefault(document.key(model_name), threading.Event())
     stop_slot = st.empty()
     stop_slot.button("Stop", key="long_stop", on_click=stop.set, help="End the pass at its next block of rows")
     try:
-        return compute.long_run(model_name, text, stop)
+        return compute.long_run(model_name, document.text, stop, token_ids=document.token_ids)
     except compute.LongRunStopped:
-        _stops().pop(_key(model_name, text), None)
+        _stops().pop(document.key(model_name), None)
         st.session_state["long_requested"] = False
         st.info("Stopped. Press the button again to read the document.", icon=":material/stop_circle:")
         return None
@@ -58,23 +70,78 @@ def get_long_run(model_name: str, text: str):
         stop_slot.empty()
 
 
-def _document() -> tuple[str, str]:
-    """(which document: an example's index or PASTE, its text) from the picker (and the link)."""
+def _document(model) -> Document:
+    """What to read, from the picker (and the link): an example, a pasted document or (decoders) a needle test."""
     labels = [example["label"] for example in examples()]
     options = [*[str(index) for index in range(len(labels))], PASTE]
     names = dict(zip(options, [*labels, "Paste a document"]))
+    if model.is_causal:
+        options.append(NEEDLE_TEST)
+        names[NEEDLE_TEST] = "Needle in a haystack (retrieval heads)"
     pickers.url_setting("long_doc", "long", "0", address.choice(options))
+    if st.session_state["long_doc"] not in options:  # a needle test chosen with a decoder, now an encoder
+        st.session_state["long_doc"] = "0"
     choice = st.selectbox("Long document", options, key="long_doc", format_func=names.get)
     pickers.keep_in_url("long_doc", "long", "0")
     if choice == PASTE:
         text = st.text_area("Your document", key="long_text", max_chars=MAX_LONG_CHARS, height=160)
-        return choice, text
+        return Document(choice, text)
+    if choice == NEEDLE_TEST:
+        return _needle_test(model)
     example = examples()[int(choice)]
     st.caption(
         f"{len(example['documents'])} consecutive documents of the UD English Web Treebank dev split "
         "(CC BY-SA 4.0), their sentences joined."
     )
-    return choice, example["text"]
+    return Document(choice, example["text"])
+
+
+def _needle_test(model) -> Document:
+    """A needle-in-a-haystack prompt (Wu et al. 2024): the long examples cut to length, the needle sentence at a
+    depth, the question, and the needle again as the answer, whose tokens the retrieval heads are scored on."""
+    limit = model.context_length
+    needle = pickers.url_widget(
+        st.text_input, "Needle", key="long_needle", url_key="needle", default=NEEDLE, parse=address.sentence()
+    )
+    question = pickers.url_widget(
+        st.text_input,
+        "Question (the answer that follows repeats the needle)",
+        key="long_question",
+        url_key="nq",
+        default=NEEDLE_QUESTION,
+        parse=address.sentence(),
+    )
+    left, right = st.columns(2)
+    tokens = pickers.url_widget(
+        left.number_input,
+        "Tokens",
+        key="long_needle_tokens",
+        url_key="nlen",
+        default=min(4096, limit),
+        parse=address.number(NEEDLE_MIN_TOKENS, limit),
+        fit=lambda value: min(max(int(value), NEEDLE_MIN_TOKENS), limit),
+        min_value=NEEDLE_MIN_TOKENS,
+        max_value=limit,
+        step=256,
+    )
+    depth = pickers.url_widget(
+        right.slider,
+        "Needle depth (% of the haystack before it)",
+        key="long_needle_depth",
+        url_key="ndepth",
+        default=50,
+        parse=address.number(0, 100),
+        min_value=0,
+        max_value=100,
+        step=5,
+    )
+    ids, copies = needle_prompt(model, haystack(), needle, question, depth / 100, int(tokens))
+    st.caption(
+        f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(ids):,} tokens with the needle "
+        f"at {depth}%, then the question and the needle again: {len(copies)} answer tokens copy the needle."
+    )
+    text = f"{needle} | {question} | {len(ids)} tokens | depth {depth}%"
+    return Document(NEEDLE_TEST, text, token_ids=tuple(ids), copies=tuple(copies))
 
 
 def section() -> None:
@@ -87,13 +154,13 @@ def section() -> None:
     with messages.error_display():
         model_name = session.selection().model
         model = compute.get_model(model_name)
-        _, text = _document()
+        document = _document(model)
         limit = model.context_length
         st.caption(
             f"{model_name} reads up to {limit:,} tokens here ({'its context length' if model.is_causal else 'its learned positions'}); "
             f"the views above stop at {model.max_tokens}. A longer document is cut at {limit:,} tokens."
         )
-        if not text.strip():
+        if not document.text.strip():
             st.info("Paste a document to read it.")
             return
         if address.query_value("lzoom"):
@@ -102,13 +169,15 @@ def section() -> None:
             st.session_state["long_requested"] = True
         if not st.session_state.get("long_requested"):
             return
-        run = get_long_run(model_name, text)
+        run = get_long_run(model_name, document)
         if run is None:
             return
         st.caption(messages.md_escape(run.summary()))
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
         st.session_state["long_run_ref"] = weakref.ref(run)
         long_view()
+        if document.copies:
+            retrieval_table(run, document.copies)
         roles_table(run)
 
 
@@ -147,6 +216,47 @@ def long_view() -> None:
         address.write_query(lzoom=zoom.link(), lreduce=zoom.reduce, lview=zoom.view)
 
 
+def evidence_zoom(layer: int, head: int, copies, n: int) -> longview.Zoom:
+    """A head's evidence in a needle test: the rows that write the answer against the needle's tokens, with a few
+    tokens around both (single tokens: each cell one exact weight)."""
+    rows = [row for row, _ in copies]
+    cols = [col for _, col in copies]
+    r0, c0 = max(0, min(rows) - EVIDENCE_MARGIN), max(0, min(cols) - EVIDENCE_MARGIN)
+    r1 = min(n, max(rows) + 1 + EVIDENCE_MARGIN, r0 + longview.TOKEN_LEVEL)
+    c1 = min(n, max(cols) + 1 + EVIDENCE_MARGIN, c0 + longview.TOKEN_LEVEL)
+    return longview.Zoom(layer, head, r0=r0, r1=r1, c0=c0, c1=c1)
+
+
+def retrieval_table(run, copies) -> None:
+    """The needle test's retrieval heads with their scores; a head's evidence opens in the view above."""
+    roles = run.roles(list(copies))
+    retrieval = roles[roles["role"] == "retrieval"].sort_values("score", ascending=False)
+    st.markdown(f"**Retrieval heads** ({len(retrieval)} of {run.num_layers * run.num_heads})")
+    st.caption(
+        f"Wu et al. 2024: for each of the {len(copies)} answer tokens that copy the needle, whether the head's "
+        "largest weight, at the position that writes the token, falls on the needle token being copied. A head "
+        "passes at a score of 0.1; the interval is Wilson's over the copies, the baseline a key chosen at random."
+    )
+    if retrieval.empty:
+        st.info("No head copies the needle here: try another depth or a longer needle.")
+        return
+    st.dataframe(retrieval[["layer", "head", "score", "baseline", "ci_low", "ci_high", "n"]], hide_index=True)
+    heads = [(int(row.layer), int(row.head), float(row.score)) for row in retrieval.itertuples()]
+
+    def show_evidence() -> None:
+        chosen = st.session_state.get("long_evidence")
+        if chosen is not None:
+            st.session_state["long_zoom"] = evidence_zoom(chosen[0], chosen[1], copies, run.num_tokens)
+
+    st.selectbox(
+        "Show a head's evidence in the view above",
+        [None, *heads],
+        key="long_evidence",
+        format_func=lambda h: "Choose a head..." if h is None else f"layer {h[0]}, head {h[1]}: score {h[2]:.2f}",
+        on_change=show_evidence,
+    )
+
+
 def roles_table(run) -> None:
     """Sink-at-length and local heads with their evidence, and each layer's 90%-mass window."""
     roles = run.roles()
@@ -154,7 +264,7 @@ def roles_table(run) -> None:
         st.caption(
             "Sink at length: most of a query's mass on the first 4 tokens, for queries at least 64 tokens away "
             "(StreamingLLM). Local: 90% of a query's mass within a window of at most 16 tokens. Retrieval heads "
-            "(Wu et al. 2024) need a needle-in-a-haystack prompt: `python -m bench.long` finds them."
+            '(Wu et al. 2024) need a needle-in-a-haystack prompt: choose "Needle in a haystack" above.'
         )
         st.dataframe(roles[["layer", "head", "role", "score", "threshold", "n", "evidence"]], hide_index=True)
         windows = run.local_windows().groupby("layer")["median_window"].median()

@@ -177,9 +177,9 @@ class RowStatistics:
         column = torch.matmul(torch.ones(heads, 1, count), weights)[:, 0]
         self.column_mass[layer, :, :keys] += column.numpy()
 
-    def finish(self, weights_at: Callable[[int, int, np.ndarray], np.ndarray]) -> pd.DataFrame:
-        """The ``head_metrics`` table. ``weights_at(layer, head, cols)`` gives a head's exact weights ``[n, len(cols)]``
-        at a few key columns (the vertical test's two most attended keys)."""
+    def finish(self, weights_at: Callable[[int, np.ndarray], np.ndarray]) -> pd.DataFrame:
+        """The ``head_metrics`` table. ``weights_at(layer, cols [heads, k])`` gives every head's exact weights
+        ``[heads, n, k]`` at a few key columns of its own (the vertical test's two most attended keys)."""
         r = {name: values.astype(np.float64) for name, values in self.rows.items()}  # sums over rows in float64
         r["argmax"] = self.rows["argmax"]
         num_layers, num_heads, n = r["total"].shape
@@ -202,11 +202,13 @@ class RowStatistics:
         mode_share = np.full((num_layers, num_heads), np.nan)
         mode_queries = np.zeros((num_layers, num_heads), dtype=np.int64)
         mode_chance = np.full((num_layers, num_heads), np.nan)
+        # The vertical columns: the most attended keys over all rows, ties to the lower index.
+        tops = np.argsort(-self.column_mass, axis=-1, kind="stable")[..., :KOVALEVA_VERTICAL_COLUMNS]
         for layer in range(num_layers):
+            at_tops = np.asarray(weights_at(layer, tops[layer]), dtype=np.float64)
             for head in range(num_heads):
-                # The vertical columns: the most attended keys over all rows, ties to the lower index.
-                top = np.argsort(-self.column_mass[layer, head], kind="stable")[:KOVALEVA_VERTICAL_COLUMNS]
-                at_top = np.asarray(weights_at(layer, head, top), dtype=np.float64) / safe[layer, head][:, None]
+                top = tops[layer, head]
+                at_top = at_tops[head] / safe[layer, head][:, None]
                 vertical_rows[layer, head] = at_top.sum(axis=1)
                 for index, key in enumerate(top):
                     close = np.abs(key - positions) <= 1

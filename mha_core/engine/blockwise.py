@@ -28,11 +28,13 @@ from ..progress import Progress, report
 
 # One block of scores holds at most this many bytes (heads x rows x keys x 4): a few such buffers live at once.
 BLOCK_BYTES = 16 << 20
-ROW_TILE = 8
 # What a decoder's hidden keys score in a pass: finite, far below any real score.
 HIDDEN_SCORE = -3.0e38
 # Keys per chunk of a block's chunk maxima and sums (``Block.chunks``).
 CHUNK = 32
+# A block's rows are a multiple of this (when there are more): whole tiles of the products, and a decoder's keys
+# (up to the block's last row) whole chunks.
+ROW_TILE = CHUNK
 # attention_block never builds more entries than this for one request: larger regions are overviews.
 MAX_BLOCK_ENTRIES = 1 << 24
 
@@ -275,17 +277,22 @@ class BlockwiseAttention:
         if block_rows > ROW_TILE:
             block_rows -= block_rows % ROW_TILE  # whole tiles of the matrix products
         all_heads = torch.arange(heads)
+        if score == "scaled":  # the queries scaled once for the layer (attention_scores scales them the same way)
+            query, score_of_block = query * (1.0 / math.sqrt(query.shape[-1])), "dot"
+        else:
+            score_of_block = score
+        after_row = torch.ones(block_rows, block_rows, dtype=torch.bool).triu_(1)  # a block's keys after each row
         for start in range(0, n, block_rows):
             stop = min(n, start + block_rows)
             count = stop - start
             keys = stop if causal else n  # a decoder's rows here see no key after ``stop``
-            s = scores_into(query[:, start:stop], key[:, :keys], score, self._scores(heads, count, keys))
+            s = scores_into(query[:, start:stop], key[:, :keys], score_of_block, self._scores(heads, count, keys))
             if bias is not None:
                 rows, cols = torch.arange(start, stop), torch.arange(keys)
                 s += bias[all_heads][:, rows[:, None] - cols[None, :] + n - 1]
             if causal:  # only the block's last ``count`` keys lie after some of its rows; a finite fill: exp gives
                 # 0 all the same, and 0 x fill stays 0 (not NaN) for the observers
-                s[:, :, start:stop].masked_fill_(torch.ones(count, count, dtype=torch.bool).triu_(1), HIDDEN_SCORE)
+                s[:, :, start:stop].masked_fill_(after_row[:count, :count], HIDDEN_SCORE)
             weights = torch.softmax(s, dim=-1, out=self._weights(*s.shape))
             product = torch.matmul(weights, values[:, :keys], out=self._product(heads, count, values.shape[-1]))
             output[:, start:stop] = product[..., :d_v]

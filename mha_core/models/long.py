@@ -15,7 +15,10 @@ to their learned positions (MiniLM, BERT: 512; MPNet: 512) or their tokenizer's 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -32,6 +35,10 @@ from ..run import punctuation_mask
 from .tokens import EncodedText
 
 OVERVIEW_SIZE = 128  # cells a side of every head's overview, pooled during the pass
+LONG_DOCUMENTS = Path(__file__).resolve().parents[2] / "assets" / "long" / "documents.json"  # UD EWT dev, CC BY-SA
+# The needle-in-a-haystack test's default needle and question (Wu et al. 2024's form: the answer repeats the needle).
+NEEDLE = "The secret password for the garden gate is purple elephant nineteen."
+NEEDLE_QUESTION = "What is the secret password for the garden gate? The secret password for the garden gate is"
 
 
 @dataclass
@@ -162,11 +169,16 @@ class LongRun:
     def head_metrics(self) -> pd.DataFrame:
         """``mha_core.head_metrics``' table, from the statistics streamed during the pass."""
         if self._metrics is None:
-            n = self.num_tokens
-            self._metrics = self.statistics.finish(
-                lambda layer, head, top: self.attention_block(layer, head, (0, n), top)
-            )
+            self._metrics = self.statistics.finish(self._weights_at_columns)
         return self._metrics.copy()
+
+    def _weights_at_columns(self, layer: int, cols: np.ndarray) -> np.ndarray:
+        """``[heads, n, k]``: every head's exact weights at its own ``k`` key columns ``cols [heads, k]`` (one
+        block of the columns they ask for together)."""
+        wanted = np.unique(cols)
+        with torch.inference_mode():
+            block = self.layers[layer].weights(np.arange(self.num_heads), (0, self.num_tokens), wanted).numpy()
+        return np.take_along_axis(block, np.searchsorted(wanted, cols)[:, None, :], axis=2)
 
     def roles(self, copies=None) -> pd.DataFrame:
         """Long-context roles (``mha_core.analysis.long_roles``): sink at length and local heads always,
@@ -308,11 +320,27 @@ def run_document(model, text: str, progress: Progress | None = None, engine: str
     return run_long(model, text, progress=progress)
 
 
+@cache
+def long_documents() -> tuple[dict, ...]:
+    """The long examples shipped in ``assets/long/documents.json`` (consecutive UD English EWT dev documents,
+    CC BY-SA 4.0): ``label``, ``documents``, ``text``, shortest first."""
+    return tuple(json.loads(LONG_DOCUMENTS.read_text(encoding="utf-8")))
+
+
+def haystack() -> str:
+    """Every long example, the longest first: more text than any model's context (SmolLM2: 8,192 tokens)."""
+    return "\n\n".join(document["text"] for document in long_documents()[::-1])
+
+
 def needle_prompt(model, haystack: str, needle: str, question: str, depth: float = 0.5, num_tokens: int | None = None):
     """A needle-in-a-haystack prompt (Wu et al. 2024) as token ids, and its copies for ``retrieval_scores``:
     ``haystack`` cut to fit ``num_tokens`` (default: the model's context length), ``needle`` inserted at
     ``depth`` (0 = start, 1 = end, at a token boundary), then ``question`` and the needle again as the answer.
     Returns ``(token_ids, copies)``."""
+    if not 0.0 <= float(depth) <= 1.0:
+        raise ValueError(f"depth must lie in 0..1 (0 = the start, 1 = the end), got {depth}")
+    if not needle.strip() or not question.strip():
+        raise InputTextError("Give a needle sentence and a question about it.")
     tokenizer = model.tokenizer
     encode = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
     needle_ids, question_ids, hay_ids = encode(" " + needle.strip()), encode(" " + question.strip()), encode(haystack)
