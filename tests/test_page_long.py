@@ -117,7 +117,7 @@ def test_a_needle_test_scores_retrieval_heads_and_opens_their_evidence():
     assert app.session_state["long_needle_tokens"] == 512 and app.session_state["long_needle_depth"] == 40
     # The same prompt and run by hand: the table's heads and scores are the library's.
     model = mc.load_model("smollm2")
-    ids, copies = needle_prompt(model, haystack(), NEEDLE, NEEDLE_QUESTION, 0.4, 512)
+    ids, copies = needle_prompt(model, haystack(), NEEDLE, NEEDLE_QUESTION, depth=0.4, num_tokens=512)
     run = run_long(model, token_ids=ids)
     expected = run.roles(copies).query("role == 'retrieval'").sort_values("score", ascending=False)
     assert len(expected) > 0  # SmolLM2 copies the needle at 512 tokens

@@ -135,7 +135,7 @@ def _needle_test(model) -> Document:
         max_value=100,
         step=5,
     )
-    ids, copies = needle_prompt(model, haystack(), needle, question, depth / 100, int(tokens))
+    ids, copies = needle_prompt(model, haystack(), needle, question, depth=depth / 100, num_tokens=int(tokens))
     st.caption(
         f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(ids):,} tokens with the needle "
         f"at {depth}%, then the question and the needle again: {len(copies)} answer tokens copy the needle."
