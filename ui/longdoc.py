@@ -176,9 +176,10 @@ def section() -> None:
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
         st.session_state["long_run_ref"] = weakref.ref(run)
         long_view()
+        roles = run.roles(list(document.copies) or None)  # once: retrieval heads too when the text copies a needle
         if document.copies:
-            retrieval_table(run, document.copies)
-        roles_table(run)
+            retrieval_table(run, roles, document.copies)
+        roles_table(run, roles[roles["role"] != "retrieval"])
 
 
 def _zoom(run) -> longview.Zoom:
@@ -227,9 +228,9 @@ def evidence_zoom(layer: int, head: int, copies, n: int) -> longview.Zoom:
     return longview.Zoom(layer, head, r0=r0, r1=r1, c0=c0, c1=c1)
 
 
-def retrieval_table(run, copies) -> None:
-    """The needle test's retrieval heads with their scores; a head's evidence opens in the view above."""
-    roles = run.roles(list(copies))
+def retrieval_table(run, roles, copies) -> None:
+    """The needle test's retrieval heads (from ``roles``, the run's roles with ``copies``) with their scores; a
+    head's evidence opens in the view above."""
     retrieval = roles[roles["role"] == "retrieval"].sort_values("score", ascending=False)
     st.markdown(f"**Retrieval heads** ({len(retrieval)} of {run.num_layers * run.num_heads})")
     st.caption(
@@ -257,9 +258,8 @@ def retrieval_table(run, copies) -> None:
     )
 
 
-def roles_table(run) -> None:
-    """Sink-at-length and local heads with their evidence, and each layer's 90%-mass window."""
-    roles = run.roles()
+def roles_table(run, roles) -> None:
+    """Sink-at-length and local heads (``roles``) with their evidence, and each layer's 90%-mass window."""
     with st.expander(f"Long-context roles ({len(roles)} heads)"):
         st.caption(
             "Sink at length: most of a query's mass on the first 4 tokens, for queries at least 64 tokens away "

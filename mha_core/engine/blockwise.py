@@ -55,9 +55,8 @@ class Scratch:
 
 
 def scores_into(query: torch.Tensor, key: torch.Tensor, score: str, out: torch.Tensor) -> torch.Tensor:
-    """``attention_scores(query, key, score)`` written into ``out`` (the same operations, in the same order)."""
-    if score == "scaled":
-        return torch.matmul(query * (1.0 / math.sqrt(query.shape[-1])), key.transpose(-2, -1), out=out)
+    """``attention_scores(query, key, score)`` written into ``out`` (the same operations, in the same order; the
+    kernel scales a layer's queries once and asks for "dot")."""
     if score == "dot":
         return torch.matmul(query, key.transpose(-2, -1), out=out)
     return out.copy_(attention_scores(query, key, score))
