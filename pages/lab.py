@@ -118,7 +118,9 @@ except HeadscopeError as error:
 runner: LabRunner | None = st.session_state.get(RUNNER)
 untouched = runner is not None and runner.status == "new"
 if runner is None or (untouched and (runner.config != config or runner.total_steps != total_steps)):
-    runner = st.session_state[RUNNER] = LabRunner(config, total_steps, lab_slots(), presence=session.presence())
+    runner = st.session_state[RUNNER] = LabRunner(
+        config, total_steps, lab_slots(), presence=session.presence(), admit=compute.lab_admission(config)
+    )
 settings_differ = runner.config != config or runner.total_steps != total_steps
 
 
@@ -170,7 +172,8 @@ def live_view(was_running: bool) -> None:
     }[snapshot.status]
     st.progress(
         snapshot.step / snapshot.total_steps,
-        text=f"{status} Step {snapshot.step} of {snapshot.total_steps}, {runner.lab.seconds:.1f} s of training.",
+        text=f"{status} Step {snapshot.step} of {snapshot.total_steps}, {runner.lab.seconds:.1f} s of training."
+        + (f" {snapshot.waiting}" if snapshot.waiting else ""),
     )
     if snapshot.history.empty:
         st.caption("The curves appear here as soon as training starts.")

@@ -163,7 +163,9 @@ def section() -> None:
         if not document.text.strip():
             st.info("Paste a document to read it.")
             return
-        if address.query_value("lzoom"):
+        if address.query_value("lzoom") and compute.starts_from_link(
+            compute.long_run_ready(model_name, document.text, document.token_ids)
+        ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once
         if st.button("Read every head of this document", key="long_go", type="primary"):
             st.session_state["long_requested"] = True
