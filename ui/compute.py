@@ -396,13 +396,6 @@ def long_run_ready(model_name: str, text: str, token_ids: Sequence[int] | None =
     return _long_run_key(model_name, text, token_ids) in shared().cache
 
 
-def starts_from_link(ready: bool) -> bool:
-    """Whether a link alone may start a heavy computation (``ui.budget.HEAVY``): on a classroom server only when
-    its value is ``ready`` (computed before, by anyone: showing it costs nothing), else it starts on a click
-    (the page shows a button; the link keeps the settings). One person's own server lets a link start it."""
-    return ready or not settings().classroom
-
-
 def longest_long_run(model) -> int:
     """The most tokens of ``model`` whose long run (``long_run_bytes``) fits in what this server gives heavy work
     (0: not even one)."""
@@ -550,6 +543,16 @@ def search_vector(run, query: int, layer: int, head: int, kind: str):
     )
 
 
+def _index_key(model_name: str, layer: int, head: int, kind: str, max_sentences: int) -> tuple:
+    head = head if kind == "attention" else 0  # a representation belongs to the layer, not to a head
+    return ("search-index", _cache_key(model_name), layer, head, kind, max_sentences)
+
+
+def corpus_index_ready(model_name: str, layer: int, head: int, kind: str, max_sentences: int) -> bool:
+    """True when ``corpus_index``'s value for these inputs is in the server's cache."""
+    return _index_key(model_name, layer, head, kind, max_sentences) in shared().cache
+
+
 def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentences: int):
     """``mha_core.interventions.search`` index of the first ``max_sentences`` UD English EWT dev sentences,
     built once per (model, layer, head, kind) with a progress bar, and kept in the shared cache."""
@@ -563,7 +566,7 @@ def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentence
         )
 
     return compute(
-        ("search-index", _cache_key(model_name), layer, head, kind, max_sentences),
+        _index_key(model_name, layer, head, kind, max_sentences),
         index,
         model=model,
         work_class=HEAVY,
@@ -842,6 +845,15 @@ def circuit_attribution(model_name: str, text: str, answer: str, foil: str):
     )
 
 
+def _patching_key(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str) -> tuple:
+    return ("circuits-patching", _cache_key(model_name), clean, corrupted, answer, foil, method)
+
+
+def circuit_patching_ready(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str) -> bool:
+    """True when ``circuit_patching``'s value for these inputs is in the server's cache."""
+    return _patching_key(model_name, clean, corrupted, answer, foil, method) in shared().cache
+
+
 def circuit_patching(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str):
     """``mha_core.patch`` over heads (exact, or attribution with the exact scores of its top heads), cached."""
     model = get_model(model_name)
@@ -862,7 +874,7 @@ def circuit_patching(model_name: str, clean: str, corrupted: str, answer: str, f
         )
 
     return compute(
-        ("circuits-patching", _cache_key(model_name), clean, corrupted, answer, foil, method),
+        _patching_key(model_name, clean, corrupted, answer, foil, method),
         work,
         model=model,
         work_class=HEAVY,

@@ -163,7 +163,7 @@ def section() -> None:
         if not document.text.strip():
             st.info("Paste a document to read it.")
             return
-        if address.query_value("lzoom") and compute.starts_from_link(
+        if address.query_value("lzoom") and pickers.link_may_start(
             compute.long_run_ready(model_name, document.text, document.token_ids)
         ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once

@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 
 from ui import address
+from ui.settings import settings
 from ui.widgets.messages import md_escape
 
 
@@ -325,3 +326,31 @@ def select_clicked_head(chart_key: str, then=None) -> None:
     set_head(head)
     if then is not None:
         then()
+
+
+# ---- heavy work starts on a click ---------------------------------------------------------------------------
+STARTED = "_heavy_started"  # the keys of the heavy computations this session has started by hand
+
+
+def link_may_start(ready: bool) -> bool:
+    """Whether a link alone may start a heavy computation (``ui.budget.HEAVY``): on a classroom server only when
+    its value is ``ready`` (computed before, by anyone: showing it costs nothing), else it starts on a click and
+    the link only holds its settings. One person's own server lets a link start it."""
+    return ready or not settings().classroom
+
+
+def mark_started(key: str) -> None:
+    """A control changed by hand (an ``on_change``) counts as the click that starts the heavy work ``key``."""
+    st.session_state.setdefault(STARTED, set()).add(key)
+
+
+def start_button(label: str, *, key: str, ready: bool, help: str | None = None) -> bool:
+    """True when the heavy work ``key`` may run now: a link may start it (``link_may_start``), or this session
+    started it (this button, or ``mark_started``). Otherwise the button ``label`` is drawn: a click starts it."""
+    if link_may_start(ready) or key in st.session_state.get(STARTED, ()):
+        return True
+    if st.button(label, key=f"{key}_start", type="primary", help=help):
+        mark_started(key)
+        return True
+    st.caption("Heavy work on this class's server starts on a click, not from a link; the link keeps its settings.")
+    return False
