@@ -322,7 +322,8 @@ def test_in_class_a_link_holds_a_long_runs_settings_and_a_click_starts_it(classr
 
     app = open_app("explore", {"long": "0", "lzoom": "2.5.100-164.90-150"})
     assert long_views(app) == []
-    assert not [key for key in classroom_server.shared().cache.keys() if key[0] == "long-run"]  # none started
+    cached = classroom_server.shared().cache.keys()
+    assert not [key for key in cached if key[0] == "long-run"]  # none started
     button = next(b for b in app.button if b.label == "Read every head of this document")
     button.click()
     rerun(app)
@@ -362,7 +363,8 @@ def test_in_class_links_hold_the_search_and_patching_settings_and_clicks_start_t
     from tests.page_helpers import open_app, rerun
 
     def keys(what: str) -> list:
-        return [key for key in classroom_server.shared().cache.keys() if key[0] == what]
+        cached = classroom_server.shared().cache.keys()
+        return [key for key in cached if key[0] == what]
 
     app = open_app("deeper", {"text": "The dog chased the ball.", "search": "1", "searched": "50"})
     assert app.toggle(key="deeper_search").value and keys("search-index") == []  # the link's setting, no index

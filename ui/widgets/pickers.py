@@ -78,17 +78,21 @@ def select_head(
 SHARED_INDEX_KEYS = ("layer", "head")
 
 
-def _index_from_link(key: str, url_key: str, noun: str) -> int | None:
-    """The number the link gives an index selector, once: when this session has no value of its own for it."""
+def _index_from_link(key: str, url_key: str, noun: str, count: int) -> int | None:
+    """The number the link gives an index selector, once: when this session has no value of its own for it. A
+    value that is no number gets a notice naming this model's range."""
     if key in SHARED_INDEX_KEYS:
-        return address.link_index(key)
-    raw = address.query_value(url_key)
-    if raw is None or key in st.session_state or f"_{key}" in st.session_state:
+        raw = address.link_index(key)
+    else:
+        raw = address.query_value(url_key)
+        if key in st.session_state or f"_{key}" in st.session_state:
+            return None
+    if raw is None:
         return None
     try:
-        return address.whole_number(raw)
+        return address.index_number(raw, count, noun)
     except ValueError as error:
-        st.warning(f"The link's {url_key}={md_escape(raw[:40])} is not a {noun} number ({error}); using the default.")
+        st.warning(f"The link's {url_key}={md_escape(raw[:40])} is not {md_escape(error)}; using the default.")
         return None
 
 
@@ -97,7 +101,7 @@ def _select_index(
 ) -> int:
     stored = f"_{key}"  # survives pages where the widget is not drawn
     url_key = url_key or key
-    from_link = _index_from_link(key, url_key, noun)
+    from_link = _index_from_link(key, url_key, noun, count)
     if from_link is not None and from_link >= count:
         st.warning(
             f"The link asks for {noun} {from_link}, but this model has {count} ({noun}s 0 to {count - 1}); "
@@ -146,6 +150,12 @@ def url_setting(key: str, url_key: str, default, parse=str) -> None:
     if raw is not None:
         try:
             value = parse(raw)
+        except address.PartlyRefused as error:
+            value = error.kept
+            st.warning(
+                f"The link's {url_key}={md_escape(raw[:60])}: {md_escape(error)}; kept "
+                f"{md_escape(address.format_choices(value))}."
+            )
         except ValueError as error:
             st.warning(
                 f"The link's {url_key}={md_escape(raw[:40])} is not {md_escape(error) or 'a setting of this view'}; "
