@@ -175,6 +175,8 @@ def section() -> None:
         if run is None:
             return
         st.caption(messages.md_escape(run.summary()))
+        if run.metadata.get("cut"):  # the library cut the document to what the model reads, before the run
+            st.info(messages.md_escape(run.metadata["cut"]), icon=":material/content_cut:")
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
         st.session_state["long_run_ref"] = weakref.ref(run)
         long_view()
