@@ -112,7 +112,7 @@ st.markdown(TASK_TEXT[task])
 try:
     config = LabConfig(task=task, positions=positions, seed=int(seed), offset=int(offset), **SIZES[size])
 except HeadscopeError as error:
-    st.error(str(error))
+    st.error(messages.public_message(error))
     st.stop()
 
 runner: LabRunner | None = st.session_state.get(RUNNER)
@@ -153,7 +153,7 @@ buttons[2].button("Reset", on_click=reset, disabled=runner.running, key="lab_res
 if settings_differ:
     buttons[3].caption("The settings above changed: press **Reset** to train a new model with them.")
 if runner.message:
-    st.warning(runner.message)
+    st.warning(messages.md_escape(runner.message))
 messages.explain(WATCH_FOR[runner.config.task])
 
 

@@ -60,6 +60,7 @@ from ui.budget import (
     run_peak_bytes,
     runs_budget,
 )
+from ui.escape import md_escape
 from ui.jobs import BEAT_S, Job
 from ui.settings import lab_slots, settings
 
@@ -197,7 +198,7 @@ def compute(
                 return work(model, check)
 
     def show_waiting(message: str) -> None:
-        notice().caption(message)
+        notice().caption(md_escape(message))
 
     if key is None or not keep:
         return start()
@@ -217,10 +218,11 @@ def background(key: tuple, work, label: str):
     job = jobs.get(key)
     if job is None or job.status == "stopped":
         job = jobs[key] = Job(work, session.presence(), name=f"headscope-{key[0]}")
-    bar = st.progress(job.fraction, text=job.message or label)
+    bar = st.progress(job.fraction, text=md_escape(job.message) if job.message else label)
     try:
         while not job.wait(BEAT_S):
-            bar.progress(job.fraction, text=job.message or label)  # where Streamlit ends a run it stops
+            text = md_escape(job.message) if job.message else label  # a library's message: names, tokens
+            bar.progress(job.fraction, text=text)  # where Streamlit ends a run it stops
             session.presence().beat()
     finally:
         bar.empty()
@@ -233,7 +235,7 @@ def report_progress(bar):
     """A library progress callback (``mha_core.progress``) drawn on a Streamlit progress bar."""
 
     def report(done: float, total: float, message: str = "") -> None:
-        bar.progress(fraction(done, total), text=message or None)
+        bar.progress(fraction(done, total), text=md_escape(message) if message else None)
 
     return report
 
@@ -285,7 +287,7 @@ def _load_model_cached(key: str, allow_downloads: bool):
 
     def load():
         files = folder_state(key)
-        bar = st.progress(0.0, text=f"Loading {key[:80]}...")
+        bar = st.progress(0.0, text=f"Loading {md_escape(key[:80])}...")
         try:
             return load_model(key, progress=report_progress(bar), download=allow_downloads)
         except ModelLoadError as error:

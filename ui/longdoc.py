@@ -157,7 +157,7 @@ def section() -> None:
         document = _document(model)
         limit = model.context_length
         st.caption(
-            f"{model_name} reads up to {limit:,} tokens here ({'its context length' if model.is_causal else 'its learned positions'}); "
+            f"{messages.md_escape(model_name)} reads up to {limit:,} tokens here ({'its context length' if model.is_causal else 'its learned positions'}); "
             f"the views above stop at {model.max_tokens}. A longer document is cut at {limit:,} tokens."
         )
         if not document.text.strip():
@@ -196,7 +196,10 @@ def _zoom(run) -> longview.Zoom:
             try:
                 zoom = longview.parse_link(raw)
             except ValueError as error:
-                st.warning(f"The link's lzoom={raw[:40]!r} is not {error}; showing the whole first head.")
+                st.warning(
+                    f"The link's lzoom={messages.md_escape(raw[:40])} is not {messages.md_escape(error)}; "
+                    "showing the whole first head."
+                )
         reduce, view = address.query_value("lreduce", "mean"), address.query_value("lview", "head")
         zoom = dataclasses.replace(zoom, reduce=reduce, view=view)
     return longview.checked(zoom, run.num_layers, run.num_heads, run.num_tokens)
