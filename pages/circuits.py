@@ -124,7 +124,7 @@ with messages.error_display():
     if not pickers.start_button(
         "Compute attribution, patching and the logit lens",
         key="circuits_patching",
-        ready=compute.circuit_patching_ready(selection.model, clean, corrupted, answer, foil, method),
+        ready=compute.circuit_patching_ready(selection.model, clean, corrupted, answer, foil, method=method),
     ):
         st.stop()
     attribution = compute.circuit_attribution(selection.model, clean, answer, foil)

@@ -20,25 +20,25 @@ MB = 1 << 20
 WAIT_S = 30  # a bound on every wait for another thread: never reached when the behaviour holds
 
 
-def held(cache: ByteBudgetCache, nbytes: int, share: str | None):
-    """A thread holding a reservation until released: (its release event, the thread)."""
-    holding, release = threading.Event(), threading.Event()
+def holding(hold):
+    """A thread inside ``hold()`` (a context manager: a reservation, a slot) until released: (release, thread)."""
+    inside, release = threading.Event(), threading.Event()
 
-    def hold():
-        with cache.reserve(nbytes, share=share):
-            holding.set()
+    def run():
+        with hold():
+            inside.set()
             release.wait(WAIT_S)
 
-    thread = threading.Thread(target=hold, daemon=True)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert holding.wait(WAIT_S)
+    assert inside.wait(WAIT_S)
     return release, thread
 
 
 def test_light_work_finds_its_memory_while_heavy_work_holds_its_share():
     cache = ByteBudgetCache(10 * MB, shares={"heavy": 4 * MB})
     cache.get_or_compute("cached", lambda: np.ones(3 * MB // 4, dtype=np.float32))
-    release, thread = held(cache, 4 * MB, "heavy")
+    release, thread = holding(lambda: cache.reserve(4 * MB, share="heavy"))
     assert cache.stats()["heavy_reserved_bytes"] == 4 * MB
     # Light work takes the rest of the budget at once (the cached entry is evicted to make room), not waiting.
     seen = {}
@@ -53,7 +53,7 @@ def test_light_work_finds_its_memory_while_heavy_work_holds_its_share():
 
 def test_heavy_work_waits_for_its_share_in_arrival_order_and_says_where_it_is():
     cache = ByteBudgetCache(10 * MB, shares={"heavy": 4 * MB})
-    release, thread = held(cache, 3 * MB, "heavy")
+    release, thread = holding(lambda: cache.reserve(3 * MB, share="heavy"))
     places: dict[str, list] = {"second": [], "third": []}
     order = []
 
@@ -99,16 +99,7 @@ def test_a_computation_larger_than_its_share_is_refused_and_none_larger_than_the
 
 def test_light_work_gets_a_slot_while_heavy_work_holds_its_share_of_the_gate():
     gate = ComputeGate(2, shares={"heavy": 1})
-    holding, release = threading.Event(), threading.Event()
-
-    def heavy_holder():
-        with gate.slot(share="heavy"):
-            holding.set()
-            release.wait(WAIT_S)
-
-    holder = threading.Thread(target=heavy_holder, daemon=True)
-    holder.start()
-    assert holding.wait(WAIT_S)
+    release, holder = holding(lambda: gate.slot(share="heavy"))
     queued_heavy, places = [], []
 
     def second_heavy():
@@ -133,21 +124,13 @@ def test_light_work_gets_a_slot_while_heavy_work_holds_its_share_of_the_gate():
 
 def test_heavy_work_leaves_a_free_slot_to_light_work_that_waits_for_one():
     gate = ComputeGate(1, shares={"heavy": 1})
-    holding, release = threading.Event(), threading.Event()
     order, light_places = [], []
-
-    def light_holder():
-        with gate.slot():
-            holding.set()
-            release.wait(WAIT_S)
 
     def worker(share, name, places=None):
         with gate.slot(share=share, waiting=places.append if places is not None else None):
             order.append(name)
 
-    holder = threading.Thread(target=light_holder, daemon=True)
-    holder.start()
-    assert holding.wait(WAIT_S)
+    release, holder = holding(gate.slot)
     heavy = threading.Thread(target=worker, args=("heavy", "heavy"), daemon=True)
     heavy.start()
     while gate.queued < 1:
@@ -243,16 +226,7 @@ def test_lab_training_takes_turns_in_heavy_works_share_and_says_where_it_waits()
     def admit(check, waiting):
         return gate.slot(check=check, waiting=lambda ahead: waiting(queue_message(HEAVY, ahead)), share="heavy")
 
-    holding, release = threading.Event(), threading.Event()
-
-    def other_heavy_work():
-        with gate.slot(share="heavy"):
-            holding.set()
-            release.wait(WAIT_S)
-
-    other = threading.Thread(target=other_heavy_work, daemon=True)
-    other.start()
-    assert holding.wait(WAIT_S)
+    release, other = holding(lambda: gate.slot(share="heavy"))  # other heavy work holds the share's slot
     runner = LabRunner(config, 60, TrainingSlots(1), score_every=10, presence=Presence(grace_s=math.inf), admit=admit)
     assert runner.start()
     while not runner.snapshot().waiting:

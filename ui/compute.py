@@ -847,13 +847,13 @@ def circuit_attribution(model_name: str, text: str, answer: str, foil: str):
     )
 
 
-def _patching_key(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str) -> tuple:
+def _patching_key(model_name: str, clean: str, corrupted: str, answer: str, foil: str, *, method: str) -> tuple:
     return ("circuits-patching", _cache_key(model_name), clean, corrupted, answer, foil, method)
 
 
-def circuit_patching_ready(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str) -> bool:
+def circuit_patching_ready(model_name: str, clean: str, corrupted: str, answer: str, foil: str, *, method: str) -> bool:
     """True when ``circuit_patching``'s value for these inputs is in the server's cache."""
-    return _patching_key(model_name, clean, corrupted, answer, foil, method) in shared().cache
+    return _patching_key(model_name, clean, corrupted, answer, foil, method=method) in shared().cache
 
 
 def circuit_patching(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str):
@@ -876,7 +876,7 @@ def circuit_patching(model_name: str, clean: str, corrupted: str, answer: str, f
         )
 
     return compute(
-        _patching_key(model_name, clean, corrupted, answer, foil, method),
+        _patching_key(model_name, clean, corrupted, answer, foil, method=method),
         work,
         model=model,
         work_class=HEAVY,
