@@ -15,6 +15,7 @@ import pytest
 
 from mha_core.models.long import long_run_bytes
 from ui.budget import HEAVY, LIGHT, ByteBudgetCache, ComputeGate, OverBudget, queue_message
+from ui.escape import md_escape
 
 MB = 1 << 20
 WAIT_S = 30  # a bound on every wait for another thread: never reached when the behaviour holds
@@ -357,3 +358,40 @@ def test_in_class_links_hold_the_search_and_patching_settings_and_clicks_start_t
     app = open_app("circuits", {"model": "smollm2"})
     assert [b.key for b in app.button if b.key == "circuits_patching_start"] == ["circuits_patching_start"]
     assert keys("circuits-patching") == [] and keys("circuits-attribution") == []
+
+
+def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_server, monkeypatch):
+    """Light work waits only for light work; while it waits its page says its place (a caption that goes once the
+    work starts): the notice a student saw none of for 104 s."""
+    compute, shared = small_server
+    shown: list[str] = []
+
+    class Notice:  # ``compute``'s late placeholder, recorded instead of drawn
+        def __call__(self):
+            return self
+
+        def caption(self, text: str) -> None:
+            shown.append(text)
+
+        def clear(self) -> None:
+            shown.append("(cleared)")
+
+    monkeypatch.setattr(compute, "LatePlaceholder", Notice)
+    monkeypatch.setattr(compute, "stop_point", lambda: lambda *args: None)
+    releases = [holding(lambda: shared.gate.slot()) for _ in range(2)]  # two light computations hold both slots
+    done = []
+    waiter = threading.Thread(
+        target=lambda: done.append(
+            compute.compute(None, lambda model, progress: "drawn", model=None, reserve_bytes=MB, work_class=LIGHT)
+        ),
+        daemon=True,
+    )
+    waiter.start()
+    while not shown:
+        threading.Event().wait(0.01)
+    assert done == [] and shown == [md_escape(queue_message(LIGHT, 0))]
+    for release, thread in releases:
+        release.set()
+        thread.join(WAIT_S)
+    waiter.join(WAIT_S)
+    assert done == ["drawn"] and shown[-1] == "(cleared)"

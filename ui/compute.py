@@ -6,8 +6,10 @@ One server holds a class: models load once per server (``get_model``); runs and 
 them live in one cache bounded in bytes (``ByteBudgetCache``); at most a few forward passes run at once
 (``ComputeGate``); a run whose session has gone away or asked for something else stops at its next layer
 (``StopPoint``). ``compute`` always reserves the work's estimated peak bytes in the budget
-(``ui.budget``'s estimates) and always takes a compute slot before the work starts; long work runs in a
-thread of the session's with a progress bar (``background``). A page never hands a model to ``mha_core``
+(``ui.budget``'s estimates) and always takes a compute slot before the work starts, both in the share of the
+work's class, which every computation declares (``work_class=LIGHT`` or ``HEAVY``: heavy work has its own share and
+queues, so light work never waits behind it; ``admitted``); long work runs in a thread of the session's with a
+progress bar (``background``). A page never hands a model to ``mha_core``
 itself: it asks for what it shows (``get_run``, ``neuron_view``, ``corpus_profile``, ...).
 """
 
