@@ -173,7 +173,7 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
         )
         # The evidence in full (a table cell cuts it): a syntactic role's both halves, every role's numbers.
         for role, evidence in zip(own["role"], own["evidence"]):
-            st.caption(f"**{messages.md_escape(role)}**: {messages.md_escape(evidence)}")
+            st.caption(f"**{role}**: {evidence}")
     left, right = st.columns([3, 2])
     with left:
         charts.show_chart(
