@@ -122,11 +122,13 @@ elif mode == "models":
     if other.model_name == run.model_name and other.engine == run.engine:
         st.info("Both sides are the same model and engine: pick another model or engine to compare.")
     cols = st.columns(2)
-    left_layer = pickers.select_layer(run.num_layers, label=f"Layer of {run.model_name}", container=cols[0])
+    left_layer = pickers.select_layer(
+        run.num_layers, label=f"Layer of {messages.md_escape(run.model_name)}", container=cols[0]
+    )
     # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
     right_layer = pickers.select_layer(
         other.num_layers,
-        label=f"Layer of {other.model_name}",
+        label=f"Layer of {messages.md_escape(other.model_name)}",
         key="compare_other_layer",
         url_key="layer2",
         container=cols[1],
