@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 import mha_core as mc
-from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, long_run_bytes, needle_prompt, run_long
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, needle_prompt, run_long
+from mha_core.operations.long import long_run_bytes
 
 GB = 2**30
 

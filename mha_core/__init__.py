@@ -3,7 +3,7 @@
 Never imports streamlit or plotly. The public API is what ``__all__`` lists; README.md shows it in use.
 """
 
-from . import edits, errors
+from . import edits, errors, operations
 
 # Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
 from .analysis.flow import attention_flow, attention_rollout
@@ -52,7 +52,11 @@ from .lab import Lab, LabConfig, train_lab
 
 # Model loading and extraction.
 from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, Seq2SeqModel, load_model
-from .models.long import LongRun, long_run_bytes, run_document, run_long
+from .models.long import LongRun, run_document, run_long
+
+# Computations that describe themselves (a key, their peak bytes, a work class, run): what the app and the
+# command line run (``mha_core.operations``).
+from .operations.long import long_run_bytes
 
 # Positional encoding (course notes 001).
 from .positional import position_similarity, relative_shift_matrix, similarity_by_distance, sinusoidal_encoding
@@ -135,6 +139,7 @@ __all__ = [
     "core_attentions",
     "core_family",
     "errors",
+    "operations",
     "families",
     "load_model",
     # syntax and corpora

@@ -11,7 +11,7 @@ from mha_core.interventions.experiments import summarize_experiment
 from mha_core.interventions.importance import IMPORTANCE_METHODS
 from mha_core.models.ablation import MEAN_REFERENCE_SENTENCES, parse_heads
 from mha_core.models.outputs import loss_table
-from ui import address, compute, session, shell
+from ui import address, computations, session, shell
 from ui.figures.causal import condition_bars, head_score_map, pruning_figure, token_change_bars
 from ui.settings import settings
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
@@ -44,13 +44,13 @@ def toggle_clicked() -> None:
 def map_scores(run, model_name: str) -> dict[str, tuple[str, np.ndarray]]:
     """The scores the heads map can be coloured by, by name (as in the link): their label and values. This
     sentence's measurements, decoder scores on repeated random tokens (decoders), and importance once computed."""
-    metrics = compute.metrics_for(run)
+    metrics = computations.metrics_for(run)
     options = {
         "sink_mass": ("sink mass (this sentence)", metrics["sink_mass"].to_numpy()),
         "normalized_entropy": ("normalised entropy (this sentence)", metrics["normalized_entropy"].to_numpy()),
     }
     if run.is_causal:
-        decoder = compute.decoder_scores(model_name)
+        decoder = computations.decoder_scores(model_name)
         for name in DECODER_SCORES:
             options[name] = (f"{name.replace('_', ' ')} score (repeated random tokens)", decoder[name].to_numpy())
     importance = st.session_state.get("ablate_importance", {}).get(model_name)
@@ -130,7 +130,7 @@ with messages.error_display():
     if not chosen:
         st.info("Pick at least one head above to see what ablating it does.")
     else:
-        after = compute.get_ablated_run(
+        after = computations.get_ablated_run(
             selection.model,
             run.engine,
             selection.text,
@@ -141,7 +141,7 @@ with messages.error_display():
         )
         before = run  # plain runs carry no losses: the unablated run with them, cached like the ablated one
         if after.token_losses is not None:
-            before = compute.get_ablated_run(
+            before = computations.get_ablated_run(
                 selection.model, run.engine, selection.text, run.text_pair, selection.bos, (), ablation
             )
         table = loss_table(before, after)
@@ -240,7 +240,7 @@ with messages.error_display():
                 )
             setting = st.session_state.get("ablate_induction", {}).get(selection.model)
             if setting:
-                frame = compute.induction_table(selection.model, *setting)
+                frame = computations.induction_table(selection.model, *setting)
                 summary = summarize_experiment(frame)
                 st.dataframe(summary, hide_index=True, width="stretch")
                 charts.show_chart(
@@ -287,7 +287,7 @@ with messages.error_display():
             )
         setting = st.session_state.get("ablate_importance_settings", {}).get(selection.model)
         if setting:
-            importance, curves = compute.importance_and_pruning(selection.model, *setting, 10)
+            importance, curves = computations.importance_and_pruning(selection.model, *setting, 10)
             st.session_state.setdefault("ablate_importance", {})[selection.model] = importance
             st.caption(
                 f"{importance.attrs['method']} importance over {importance.attrs['texts']} sentences, "

@@ -11,7 +11,7 @@ import streamlit as st
 from mha_core.interventions.attribution import head_grid
 from mha_core.interventions.patching import PATCH_METHODS
 from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
-from ui import address, compute, session, shell
+from ui import address, computations, session, shell
 from ui.figures.causal import head_score_map
 from ui.figures.circuits import estimate_against_exact, logit_lens_table
 from ui.widgets import charts, downloads, messages, pickers, sidebar
@@ -121,14 +121,15 @@ with messages.error_display():
         "difference), 1 means all of it (the clean run's)."
     )
 
+    prompts = computations.circuit_prompts(selection.model, clean, corrupted)  # tokenized once, for all of them
     if not pickers.start_button(
         "Compute attribution, patching and the logit lens",
         key="circuits_patching",
-        ready=compute.circuit_patching_ready(selection.model, clean, corrupted, answer, foil, method=method),
+        ready=computations.circuit_patching_ready(selection.model, *prompts, answer, foil, method=method),
     ):
         st.stop()
-    attribution = compute.circuit_attribution(selection.model, clean, answer, foil)
-    patched = compute.circuit_patching(selection.model, clean, corrupted, answer, foil, method)
+    attribution = computations.circuit_attribution(selection.model, prompts[0], answer, foil)
+    patched = computations.circuit_patching(selection.model, *prompts, answer, foil, method)
     cols = st.columns(3)
     cols[0].metric(
         f"Logit difference, clean ({messages.md_escape(model.name)})", f"{patched.attrs['clean_metric']:.3f}"
@@ -197,7 +198,7 @@ with messages.error_display():
         st.dataframe(patched.sort_values("score", ascending=False), hide_index=True, width="stretch")
 
     st.subheader("The logit lens")
-    table = compute.circuit_lens(selection.model, clean)
+    table = computations.circuit_lens(selection.model, prompts[0])
     top = table[table["rank"] == 0]
     positions = sorted(top["position"].unique())[-LENS_POSITIONS:]
     shown = top[top["position"].isin(positions)]

@@ -12,7 +12,7 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import address, class_questions, compute, shell
+from ui import address, class_questions, computations, shell
 from ui.figures import teaching
 from ui.widgets import charts, messages, pickers
 
@@ -401,7 +401,7 @@ def step_scaling() -> None:
         "(and learning stalls, because the weights stop changing). Scaling keeps the weights spread out at any "
         "size; cosine similarity stays bounded."
     )
-    table = compute.saturation_table(16)
+    table = computations.saturation_table(16)
     unscaled = table[(table["score"] == "dot") & (table["d_k"] == table["d_k"].max())]["max_weight"].iloc[0]
     ask(
         f"Without dividing by sqrt(d_k), how large is the biggest weight of a row at d_k = {table['d_k'].max()}?",

@@ -6,7 +6,7 @@ import streamlit as st
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.models import DEFAULT_MODEL, ENGINES
-from ui import compute, encoder_decoder, figures, session, shell
+from ui import computations, encoder_decoder, figures, session, shell
 from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices
 from ui.widgets import charts, messages, pickers, sidebar, views
 
@@ -38,7 +38,7 @@ def metric_curves(runs_by_name: dict, key: str) -> None:
         url_key="summary",
         format_func=METRIC_DESCRIPTIONS.get,
     )
-    tables = [compute.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
+    tables = [computations.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
     charts.show_chart(
         figures.layer_curves(
             pd.concat(tables, ignore_index=True),

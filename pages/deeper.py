@@ -6,7 +6,7 @@ import streamlit as st
 import mha_core as mc
 from mha_core.errors import HeadscopeError
 from mha_core.interventions import search
-from ui import compute, shell
+from ui import computations, shell
 from ui.figures import deeper as figures
 from ui.widgets import charts, messages, pickers, sidebar
 
@@ -29,7 +29,7 @@ tokens = run.tokens
 
 # ---- 1. rollout and flow ------------------------------------------------------------------------------
 st.subheader("1. Attention rollout: what each token's representation draws on")
-rollout = compute.computed_from(run, "rollout", lambda: mc.attention_rollout(run))
+rollout = computations.computed_from(run, "rollout", lambda: mc.attention_rollout(run))
 layer = pickers.select_layer(
     run.num_layers, label="After layer", key="deeper_layer", url_key="deeper_layer", default=run.num_layers - 1
 )
@@ -46,7 +46,7 @@ st.caption(
 if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and pickers.url_toggle(
     "Also compute attention flow (max-flow)", "deeper_flow", "flow"
 ):
-    flow = compute.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))
+    flow = computations.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))
     charts.show_chart(
         figures.token_matrix(flow, tokens, f"Attention flow after layer {layer}", colorbar="flow"),
         key="deeper_flow_chart",
@@ -64,7 +64,7 @@ head = pickers.select_head(run.num_heads, key="deeper_head", url_key="deeper_hea
 
 
 try:
-    normed = compute.run_with_norms(run)
+    normed = computations.run_with_norms(run)
 except HeadscopeError as error:
     st.error(messages.public_message(error))
     st.stop()
@@ -102,7 +102,7 @@ query = pickers.url_select(
     default=min(1, run.num_tokens - 1),
     format_func=lambda i: f"{i}: {tokens[i]}",
 )
-view = compute.neuron_view(run, layer, head, query)
+view = computations.neuron_view(run, layer, head, query)
 if view.rotated:
     st.info(
         "This model uses rotary positions: the query and key vectors shown are after the rotation, as the score "
@@ -161,10 +161,10 @@ if pickers.url_toggle(
 ) and pickers.start_button(
     "Build the search index",
     key="deeper_search",
-    ready=compute.corpus_index_ready(run.model_name, layer, head, kind, size),
+    ready=computations.corpus_index_ready(run.model_name, layer, head, kind, size),
 ):
-    index = compute.corpus_index(run.model_name, layer, head, kind, size)
-    vector = compute.search_vector(run, query, layer, head, kind)
+    index = computations.corpus_index(run.model_name, layer, head, kind, size)
+    vector = computations.search_vector(run, query, layer, head, kind)
     found = index.search(vector, k=10)
     st.dataframe(found[["rank", "distance", "left", "token", "right"]], hide_index=True)
     st.caption(

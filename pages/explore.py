@@ -8,7 +8,7 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, class_questions, compute, encoder_decoder, figures, headview, longdoc, session, shell
+from ui import address, class_questions, computations, encoder_decoder, figures, headview, longdoc, session, shell
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -74,7 +74,7 @@ def explore_view() -> None:
             notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
         if notes:
             st.caption(" ".join(notes))
-        sinks = compute.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
+        sinks = computations.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
         if sinks.mean() >= SINK_NOTE_SHARE:
             st.info(
                 f"{sinks.sum()} of the {sinks.size} heads put most of their attention on a token of no content "

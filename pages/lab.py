@@ -6,10 +6,9 @@ import streamlit as st
 
 from mha_core.errors import HeadscopeError
 from mha_core.lab import POSITIONS, ROLE_THRESHOLD, TASKS, LabConfig, task_roles
-from ui import compute, figures, session, shell
+from ui import computations, compute, figures, session, shell
 from ui.figures import lab as lab_figures
 from ui.lab_runner import LabRunner, appearance_table
-from ui.settings import lab_slots
 from ui.widgets import charts, messages, pickers
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -119,7 +118,7 @@ runner: LabRunner | None = st.session_state.get(RUNNER)
 untouched = runner is not None and runner.status == "new"
 if runner is None or (untouched and (runner.config != config or runner.total_steps != total_steps)):
     runner = st.session_state[RUNNER] = LabRunner(
-        config, total_steps, lab_slots(), presence=session.presence(), admit=compute.lab_admission(config)
+        config, total_steps, compute.run_admitted, presence=session.presence()
     )
 settings_differ = runner.config != config or runner.total_steps != total_steps
 
@@ -242,7 +241,7 @@ if runner.lab.records and not runner.running:
         url_key="off_head",
         default=int(best["head"]),
     )
-    result = runner.lab.ablation(int(layer), int(head))
+    result = computations.lab_ablation(runner.lab, int(layer), int(head))
     label = "Loss on the repeated positions" if runner.config.task == "induction" else "Loss"
     key = "repeated_loss" if runner.config.task == "induction" else "loss"
     columns = st.columns(2)
@@ -254,7 +253,7 @@ if runner.lab.records and not runner.running:
         delta_color="inverse",
     )
     if st.button("Open this model in Explore", key="lab_open_explore", icon=":material/grid_view:"):
-        compute.open_lab_in_explore(runner.lab)
+        computations.open_lab_in_explore(runner.lab)
         st.switch_page(st.Page(Path(__file__).with_name("explore.py"), url_path="explore"))
     st.caption(
         "Explore then shows this model's heads on the fixed example, with its head view, lines and downloads. "

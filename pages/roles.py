@@ -11,7 +11,7 @@ import mha_core
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.analysis.roles import ROLE_GROUPS
 from mha_core.errors import HeadscopeError
-from ui import compute, figures, session, shell
+from ui import computations, compute, figures, session, shell
 from ui.figures.roles import head_layout_map, role_map
 from ui.settings import PROFILE_SENTENCES, settings
 from ui.widgets import charts, messages, pickers, sidebar, views
@@ -108,10 +108,10 @@ def profile_controls(run, model_name: str) -> None:
             st.warning("Another visitor's corpus profile is running on this server. Try again in a minute.")
             return
         try:
-            compute.corpus_profile(model_name, wanted[model_name])
+            computations.corpus_profile(model_name, wanted[model_name])
             st.session_state.setdefault("roles_profile", {})[model_name] = wanted.pop(model_name)
             if run.is_causal:
-                compute.decoder_scores(model_name)
+                computations.decoder_scores(model_name)
                 st.session_state.setdefault("roles_decoder", {})[model_name] = True
         except Exception as error:  # not Streamlit's stop of this run: the profile goes on for the next run
             wanted.pop(model_name, None)
@@ -129,7 +129,7 @@ def roles_of(run, model_name: str, metrics: pd.DataFrame, semantic: pd.DataFrame
     dependency = coreference = decoder = None
     sentences = st.session_state.get("roles_profile", {}).get(model_name)
     if sentences is not None:
-        corpus_metrics, dependency, coreference = compute.corpus_profile(model_name, sentences)
+        corpus_metrics, dependency, coreference = computations.corpus_profile(model_name, sentences)
         source = pickers.url_select(
             st.radio,
             "Positional, delimiter and broad roles from",
@@ -143,7 +143,7 @@ def roles_of(run, model_name: str, metrics: pd.DataFrame, semantic: pd.DataFrame
         if source == "corpus":
             metrics = corpus_metrics
     if st.session_state.get("roles_decoder", {}).get(model_name):
-        decoder = compute.decoder_scores(model_name)
+        decoder = computations.decoder_scores(model_name)
     roles = mha_core.head_roles(
         run, metrics=metrics, dependency=dependency, coreference=coreference, decoder=decoder, semantic=semantic
     )
@@ -214,7 +214,7 @@ if run is None:
     st.stop()
 
 with messages.error_display():
-    metrics, semantic, distances = compute.sentence_analysis(selection.model, run)
+    metrics, semantic, distances = computations.sentence_analysis(selection.model, run)
     profile_controls(run, selection.model)
     roles, primary, dependency = roles_of(run, selection.model, metrics, semantic)
 
@@ -241,7 +241,7 @@ with messages.error_display():
     )
 
     if pickers.url_toggle("Causal column: ablate each role's heads on this sentence", "roles_causal", "causal"):
-        effect = compute.role_ablation(selection.model, run, primary)
+        effect = computations.role_ablation(selection.model, run, primary)
         st.caption(
             "All heads of a role zero-ablated at once (Ablate page, mha_core.interventions): how much the "
             f"{effect['measure'].iloc[0] if len(effect) else 'loss'} of this sentence rises. A role whose heads "
@@ -290,9 +290,9 @@ with messages.error_display():
         "Classical MDS of the Jensen-Shannon distances between heads (Clark et al. 2019): heads that "
         "attend alike sit close together."
     )
-    if run.num_tokens > compute.DISTANCE_MAX_QUERIES:
+    if run.num_tokens > computations.DISTANCE_MAX_QUERIES:
         st.caption(
-            f"{run.num_tokens} tokens: distances are averaged over {compute.DISTANCE_MAX_QUERIES} evenly "
+            f"{run.num_tokens} tokens: distances are averaged over {computations.DISTANCE_MAX_QUERIES} evenly "
             "spaced query tokens to keep this page fast."
         )
     table = distances.layout_frame().merge(primary[["layer", "head", "role", "group"]], on=["layer", "head"])

@@ -11,9 +11,12 @@ import time
 import numpy as np
 import pytest
 
+from mha_core.errors import EmptyTextError
+from mha_core.operations import Attention
+from mha_core.operations.base import RUN_PEAK_FACTOR, attention_bytes
 from tests.conftest import METRIC_TOL, require
 from tests.page_helpers import open_app
-from ui.budget import RUN_PEAK_FACTOR, ByteBudgetCache, OverBudget, attention_bytes, run_peak_bytes, runs_budget
+from ui.budget import ByteBudgetCache, OverBudget, runs_budget
 
 MB = 1 << 20
 TEXT = "The cat sat on the mat because it was tired."
@@ -197,11 +200,13 @@ def live_runs() -> list:
 def test_a_run_reserves_its_estimated_peak(minilm):
     bos = minilm.default_bos
     n = len(minilm.encode(TEXT, None, bos).input_ids)
-    estimate = run_peak_bytes(minilm, TEXT, None, bos)
+    operation = Attention.of(minilm, TEXT)
     run = minilm.run(TEXT)
     assert run.attentions.nbytes == attention_bytes(minilm.num_layers, minilm.num_heads, n) == 6 * 12 * n * n * 4
-    assert estimate == int(RUN_PEAK_FACTOR * run.attentions.nbytes)
-    assert run_peak_bytes(minilm, "\u200b", None, bos) == 0  # the run itself will refuse this text
+    assert operation.peak_bytes(minilm) == int(RUN_PEAK_FACTOR * run.attentions.nbytes)
+    assert Attention.of(minilm, TEXT, norms=True).peak_bytes(minilm) == 2 * operation.peak_bytes(minilm)
+    with pytest.raises(EmptyTextError):  # refused where it is tokenized, before anything is reserved
+        Attention.of(minilm, "\u200b")
 
 
 @pytest.mark.slow
@@ -222,14 +227,14 @@ def test_no_session_keeps_its_run_once_the_page_is_drawn(minilm, fresh_server):
 
 @pytest.mark.slow
 def test_a_download_gets_its_run_back_once_it_has_left_memory(minilm, fresh_server):
+    from ui import computations
+
     compute = fresh_server
-    key = ("run", "minilm", "transformers", TEXT, None, minilm.default_bos)
-    run = minilm.run(TEXT)
-    run.metadata["cache_key"] = key
+    run = computations.remember(Attention.of(minilm, TEXT)).run(minilm)  # as get_run makes and remembers it
     view = run.to_words()
     expected_npz, expected_csv = view.to_npz_bytes(), view.head_frame(2, 3).to_csv().encode()
-    npz = compute.deferred(view, lambda v: v.to_npz_bytes())
-    csv = compute.deferred(view, lambda v: v.head_frame(2, 3).to_csv().encode())
+    npz = computations.deferred(view, lambda v: v.to_npz_bytes())
+    csv = computations.deferred(view, lambda v: v.head_frame(2, 3).to_csv().encode())
     assert npz() == expected_npz  # still in memory: the same view
     del run, view
     assert [r for r in live_runs() if r.text == TEXT] == []  # the callables do not hold it
@@ -259,18 +264,19 @@ def test_a_page_of_the_longest_text_sends_a_bounded_payload(minilm, fresh_server
 @pytest.mark.slow
 def test_a_view_and_its_run_cache_their_measurements_apart(minilm, fresh_server):
     """A word-level view keeps its run's key; metrics of the view are not the run's metrics."""
-    compute = fresh_server
+    from ui import computations
+
     text = "Unbelievably, the tokenizer splits words."
     run = minilm.run(text)
     run.metadata["cache_key"] = ("run", "minilm", "transformers", text, None, minilm.default_bos)
     words = run.to_words()
     assert words.num_tokens < run.num_tokens
-    token_metrics, word_metrics = compute.metrics_for(run), compute.metrics_for(words)
+    token_metrics, word_metrics = computations.metrics_for(run), computations.metrics_for(words)
     assert len(token_metrics) == len(word_metrics) == minilm.num_layers * minilm.num_heads
     expected = __import__("mha_core").head_metrics(words)
     np.testing.assert_allclose(word_metrics["entropy"], expected["entropy"], **METRIC_TOL)
     assert not np.allclose(word_metrics["entropy"], token_metrics["entropy"])
-    assert compute.metrics_for(words) is word_metrics  # cached
+    assert computations.metrics_for(words) is word_metrics  # cached
 
 
 def test_get_and_put_keep_the_most_recently_used_within_the_budget():

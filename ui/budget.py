@@ -15,9 +15,9 @@ server process.
 * ``ComputeGate``: at most ``slots`` forward passes at once, first come first served, so thirty
   sessions pressing Enter together share the cores instead of thrashing them, and a waiting session
   can still be stopped.
-* ``WorkClass``: every computation is ``LIGHT`` (a sentence's heads) or ``HEAVY`` (long documents, needle
-  tests, patching, profiles, importance, the search index, Lab training), declared with it. Heavy work has a
-  share of both, the budget's ``heavy`` share in bytes and the gate's in slots, and a queue of its own in each:
+* ``WorkClass`` (``mha_core.operations``): every computation is ``LIGHT`` (a sentence's heads) or ``HEAVY`` (long
+  documents, needle tests, patching, profiles, importance, the search index, Lab training), declared in its
+  operation's class (with ``peak_bytes``, what it reserves before it starts). Heavy work has a share of both, the budget's ``heavy`` share in bytes and the gate's in slots, and a queue of its own in each:
   light work never waits behind it (``queue_message`` says where a waiting computation is in its queue).
 * ``tune_allocator`` / ``release_memory``: the C allocator gives evicted bytes back to the system, so
   the server's memory follows the budget instead of its high-water mark.
@@ -26,7 +26,6 @@ server process.
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import threading
 import time
@@ -43,14 +42,10 @@ from mha_core.cache import (  # noqa: F401
     estimate_bytes,
     release_memory,
 )
-from mha_core.errors import HeadscopeError
 
-# Working memory of a forward pass, as a multiple of its attention array (layers x heads x n^2 float32).
-# Measured on SmolLM2 at 512 tokens (30 x 9 heads, 270 MB of attention): the pass peaks 408 MB above
-# where it started (each layer's attention in torch before the copy, the LM head's logits for
-# token_losses) and keeps 274 MB.
-RUN_PEAK_FACTOR = 1.5
-
+# What a computation is to the shares, and what it reserves, are declared by the library's operations
+# (``mha_core.operations``: ``work_class``, ``peak_bytes``); the app's modules import the work classes from here.
+from mha_core.operations.base import HEAVY, LIGHT, WorkClass  # noqa: F401
 
 # The server's budget (HEADSCOPE_CACHE_BUDGET_MB) bounds its memory above the loaded models. One eighth of it
 # is left for what is not a run: free heap the allocator keeps, figures on their way to browsers, sessions'
@@ -62,11 +57,6 @@ HEADROOM_SHARE = 8
 def runs_budget(server_budget_bytes: int) -> int:
     """The part of the server's memory budget for runs and measurements (cached, in flight, in use)."""
     return int(server_budget_bytes) - int(server_budget_bytes) // HEADROOM_SHARE
-
-
-def attention_bytes(num_layers: int, num_heads: int, num_tokens: int) -> int:
-    """Bytes of a run's float32 attention array ``[layers, heads, n, n]``."""
-    return 4 * int(num_layers) * int(num_heads) * int(num_tokens) ** 2
 
 
 # glibc's mallopt parameters (malloc.h).
@@ -89,30 +79,6 @@ def tune_allocator() -> bool:
     if libc is None:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(_M_ARENA_MAX, ARENA_MAX))
-
-
-class WorkClass(enum.Enum):
-    """What a computation is to the server's shares, declared where the computation is declared (``ui.compute``:
-    every ``compute(...)`` names its class).
-
-    LIGHT  one sentence's heads and what is computed from them (a run, its norms, a neuron view, a search vector,
-           an ablated run, the decoder scores): short, and never queued behind heavy work.
-    HEAVY  work that holds the server for long or holds much memory: long documents and needle tests, patching,
-           corpus profiles, head importance, the induction experiment, a corpus search index, Lab training.
-           In classroom mode it has its own small share of the memory budget and of the compute gate
-           (``HEADSCOPE_HEAVY_BUDGET_MB``, ``HEADSCOPE_HEAVY_RUNS``), and it starts on a click, never from a link.
-    """
-
-    LIGHT = "light"
-    HEAVY = "heavy"
-
-    @property
-    def share(self) -> str | None:
-        """The name of its share of the budget and of the gate (None: the work outside every share)."""
-        return None if self is WorkClass.LIGHT else self.value
-
-
-LIGHT, HEAVY = WorkClass.LIGHT, WorkClass.HEAVY
 
 
 def queue_message(work_class: WorkClass, ahead: int | None, waiting_for: str = "a compute slot") -> str:
@@ -216,38 +182,3 @@ class StopPoint:
         if now - self._last >= self._every_s:
             self._last = now
             self._touch()
-
-
-# ---- what a computation reserves before it starts (``ui.compute.compute``'s ``reserve_bytes``) ------------------
-# Backpropagation keeps every layer's attention and its softmax's input for the backward pass, on top of a
-# forward pass's own peak: head importance by gradient holds about twice a forward pass (an estimate from
-# what autograd saves per layer, not a measurement).
-GRADIENT_PEAK_FACTOR = 2.0
-
-
-def pass_peak_bytes(num_layers: int, num_heads: int, num_tokens: int, batch: int = 1, arrays: int = 1) -> int:
-    """A forward pass's peak memory: ``RUN_PEAK_FACTOR`` x the attention arrays of ``batch`` sequences of
-    ``num_tokens`` (``arrays`` = 2 with norm-based attention, which holds the norms' array beside it)."""
-    return int(RUN_PEAK_FACTOR * arrays * batch * attention_bytes(num_layers, num_heads, num_tokens))
-
-
-def layer_inputs_bytes(num_layers: int, num_tokens: int, width: int) -> int:
-    """Every layer's float32 input ``[n, width]`` kept beside a pass (the neuron view reads them)."""
-    return 4 * (int(num_layers) + 1) * int(num_tokens) * int(width)
-
-
-def run_peak_bytes(model, text: str, text_pair: str | None, bos: bool, arrays: int = 1) -> int:
-    """What a forward pass of ``model`` on this text holds at its peak (``RUN_PEAK_FACTOR`` x its attention
-    array; ``arrays`` = 2 with norm-based attention): reserved in the budget before the pass starts."""
-    try:
-        num_tokens = len(model.encode(text, text_pair, bos).input_ids)
-    except HeadscopeError:  # the run itself will say what is wrong with the text
-        return 0
-    return pass_peak_bytes(model.num_layers, model.num_heads, num_tokens, arrays=arrays)
-
-
-def batch_peak_bytes(model, items, batch_size: int, factor: float = 1.0) -> int:
-    """A batched pass over ``items`` (texts or lists of words) at its peak: ``batch_size`` sequences padded to
-    the longest item's tokens (at most the model's limit), times ``factor``."""
-    longest = max((len(model.encode(item).input_ids) for item in items), default=0)
-    return int(factor * pass_peak_bytes(model.num_layers, model.num_heads, longest, batch=batch_size))

@@ -1,11 +1,10 @@
 """What the Circuits page checks before it computes (``mha_core.interventions``: logit attribution, patching, the
-logit lens): the prompts' lengths, and the bytes each computation holds at its peak, which ``ui.compute``
-reserves before it starts.
+logit lens): the prompts' lengths. What each computation holds at its peak is its operation's
+(``mha_core.operations.circuits``).
 """
 
 from __future__ import annotations
 
-from mha_core.interventions.patching import DEFAULT_BATCH_SIZE
 from mha_core.interventions.readout import CircuitError, prompt_ids
 
 # Patching runs the corrupted prompt once per head (270 times for SmolLM2): the page takes prompts up to this
@@ -13,11 +12,11 @@ from mha_core.interventions.readout import CircuitError, prompt_ids
 MAX_PAGE_TOKENS = 64
 LENS_TOP_K = 3
 EXACT_TOP = 10
-FLOAT_BYTES = 4
 
 
-def check_prompt(model, text: str, what: str) -> int:
-    """The prompt's token count; a clear error for an empty prompt or one longer than the page takes."""
+def check_prompt(model, text, what: str) -> int:
+    """The prompt's token count (a text, or one tokenized once: ``mha_core.operations.prompt``); a clear error for
+    an empty prompt or one longer than the page takes."""
     count = len(prompt_ids(model, text, what))
     if count > MAX_PAGE_TOKENS:
         raise CircuitError(
@@ -25,37 +24,3 @@ def check_prompt(model, text: str, what: str) -> int:
             "runs it once per head). Shorten it, or use the command line (python -m mha_core patch)."
         )
     return count
-
-
-def pass_bytes(model, rows: int, tokens: int, kept_layers: int = 0, backward: bool = False) -> int:
-    """What one pass of ``rows`` copies of a ``tokens``-token prompt holds at its peak: one layer's activations
-    (residual, q/k/v/o, the MLP's hidden units, the attention scores and weights) per row, ``kept_layers``
-    recorded per-layer outputs ``[tokens, d]`` per row, and the last position's logits. With ``backward``
-    every layer's activations stay for the backward pass."""
-    config = model.hf_model.config
-    d_model = getattr(config, "hidden_size", None) or config.n_embd
-    d_mlp = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d_model
-    vocab = model.lm_model.get_output_embeddings().weight.shape[0]
-    layer = tokens * (6 * d_model + 3 * d_mlp) + 2 * model.num_heads * tokens * tokens
-    held = layer * (model.num_layers if backward else 1) + kept_layers * tokens * d_model
-    return FLOAT_BYTES * rows * (held + vocab)
-
-
-def attribution_bytes(model, tokens: int) -> int:
-    """Logit attribution's peak: one pass keeping every head's, MLP's and block's output."""
-    return pass_bytes(model, 1, tokens, kept_layers=3 * model.num_layers + 1)
-
-
-def patching_bytes(model, tokens: int, method: str) -> int:
-    """Patching's peak: both prompts' recorded outputs, and one batch of patched passes (or the backward pass)."""
-    recorded = 2 * 3 * model.num_layers  # both prompts' head, MLP and block outputs
-    batch = pass_bytes(model, DEFAULT_BATCH_SIZE, tokens)
-    if method == "attribution":
-        batch = max(batch, pass_bytes(model, 1, tokens, backward=True))
-    return pass_bytes(model, 1, tokens, kept_layers=recorded) + batch
-
-
-def lens_bytes(model, tokens: int) -> int:
-    """The logit lens's peak: the pass, every block's output, then one layer's logits over the vocabulary."""
-    vocab = model.lm_model.get_output_embeddings().weight.shape[0]
-    return pass_bytes(model, 1, tokens, kept_layers=model.num_layers) + 2 * FLOAT_BYTES * tokens * vocab

@@ -2,7 +2,7 @@
 folder in the sidebar's "Other"): Explore's source and target boxes (or "let the model write it"), the switch
 between the encoder's, the decoder's and the cross-attention, and Compare's two layers of cross-attention.
 
-The runs come from the app's one gated, budget-reserving path (``compute.get_seq2seq_run``, work handed to
+The runs come from the app's one gated, budget-reserving path (``computations.get_seq2seq_run``, work handed to
 ``compute.compute`` with its peak bytes reserved), like every other forward pass; the views are the head-view component (``ui.headview``),
 which draws cross-attention with the target's tokens down the side and the source's along the top.
 """
@@ -13,7 +13,7 @@ import streamlit as st
 
 from mha_core.errors import EngineNotSupported, HeadscopeError
 from mha_core.models.seq2seq import DEFAULT_MAX_NEW_TOKENS
-from ui import address, compute, figures, headview
+from ui import address, computations, compute, figures, headview
 from ui.widgets import charts, messages, pickers
 
 KIND_LABELS = {
@@ -42,12 +42,12 @@ def encoder_decoder_model(model_name: str | None):
 
 
 def run_or_fallback(model_name: str, engine: str, source: str, target: str | None):
-    """``compute.get_seq2seq_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
+    """``computations.get_seq2seq_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
     try:
-        return compute.get_seq2seq_run(model_name, engine, source, target)
+        return computations.get_seq2seq_run(model_name, engine, source, target)
     except EngineNotSupported as error:
         st.warning(f"{messages.public_message(error)} Showing the transformers engine instead.")
-        return compute.get_seq2seq_run(model_name, "transformers", source, target)
+        return computations.get_seq2seq_run(model_name, "transformers", source, target)
 
 
 def texts(model) -> tuple[str, str | None] | None:

@@ -1,20 +1,18 @@
-"""Training a lab model in the background of one session, within a server-wide cap (plain Python, no Streamlit).
+"""Training a lab model in the background of one session (plain Python, no Streamlit).
 
-* ``TrainingSlots``: at most ``slots`` trainings at once on this server; a session that finds none free
-  is told so instead of slowing everyone down.
-* ``LabRunner``: one session's lab and the thread that trains it. Start / Pause / Reset; the page reads a
-  consistent ``snapshot()`` while the thread trains. The thread stops by itself when it reaches its step
-  budget or when it is paused. Between two steps it waits while the session's page is away (``ui.jobs.
-  Presence``: no heartbeat for 3 s; a page that comes back resumes it) and ends once the session is gone:
-  a closed tab does not keep a core busy. It trains in slices of ``score_every`` steps, each admitted by
-  ``admit`` (the app's: heavy work's share of the memory budget and of the compute slots, ``ui.compute``), so
-  that trainings and other heavy work take turns and light work never waits for them; while the page is away
-  it leaves its slot at the next step.
+``LabRunner``: one session's lab and the thread that trains it. Start / Pause / Reset; the page reads a
+consistent ``snapshot()`` while the thread trains. The thread stops by itself when it reaches its step budget or
+when it is paused. Between two steps it waits while the session's page is away (``ui.jobs.Presence``: no
+heartbeat for 3 s; a page that comes back resumes it) and ends once the session is gone: a closed tab does not
+keep a core busy. It trains in slices of ``score_every`` steps, each one operation
+(``mha_core.operations.LabTraining``) run by ``run`` (the app's ``ui.compute.run_admitted``: the slice's peak bytes
+held in heavy work's share of the memory budget and a compute slot of heavy work's share, as every other
+computation), so that trainings and other heavy work take turns in one queue and light work never waits for
+them; while the page is away it leaves its slot at the next step.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,33 +22,10 @@ import pandas as pd
 
 from mha_core.errors import redact_paths
 from mha_core.lab import Lab, LabConfig, history_frame, phase_change_step, role_appearance
+from mha_core.operations import LabTraining
 from ui.jobs import PageAway, Presence, SessionGone
 
 SCORE_EVERY = 25  # steps between two scorings: ~40 points on a 1000-step curve
-
-
-class TrainingSlots:
-    """A counting gate: ``acquire()`` takes a slot if one is free (never waits), ``release()`` gives it back."""
-
-    def __init__(self, slots: int):
-        self.slots = max(1, int(slots))
-        self._used = 0
-        self._lock = threading.Lock()
-
-    def acquire(self) -> bool:
-        with self._lock:
-            if self._used >= self.slots:
-                return False
-            self._used += 1
-            return True
-
-    def release(self) -> None:
-        with self._lock:
-            self._used = max(0, self._used - 1)
-
-    @property
-    def in_use(self) -> int:
-        return self._used
 
 
 class StopTraining(Exception):
@@ -78,16 +53,15 @@ class LabRunner:
         self,
         config: LabConfig,
         total_steps: int,
-        slots: TrainingSlots,
+        run: Callable[..., object],
         score_every: int = SCORE_EVERY,
         presence: Presence | None = None,
-        admit: Callable[[Callable[[], None], Callable[[str], None]], contextlib.AbstractContextManager] | None = None,
     ):
-        """``admit(check, waiting)``: a context manager holding what one slice of training needs (the app's
-        ``ui.compute.lab_admission``), calling ``waiting(message)`` while it waits and ``check()``, which may
-        raise to leave the queue; None: nothing to wait for."""
-        self.config, self.total_steps, self.slots = config, int(total_steps), slots
-        self._admit = admit or (lambda check, waiting: contextlib.nullcontext())
+        """``run(operation, lab, progress, check, waiting)``: what runs one slice of training (the app's
+        ``ui.compute.run_admitted``), calling ``waiting(message)`` while it waits for its turn and ``check()``,
+        which may raise to leave the queue; ``progress`` goes to the training's steps."""
+        self.config, self.total_steps = config, int(total_steps)
+        self._run = run
         self.waiting = ""
         self.score_every = int(score_every)
         self.presence = presence if presence is not None else Presence()  # the session's (ui.session.presence)
@@ -100,15 +74,10 @@ class LabRunner:
 
     # ---- control ---------------------------------------------------------------------------
     def start(self) -> bool:
-        """Start or resume training in a thread; False (with ``message``) when the server has no free slot."""
+        """Start or resume training in a thread (its slices then wait for their turn); False when it is done."""
         with self._lock:
             if self.status == "running" or self.lab.step >= self.total_steps:
                 return self.status == "running"
-            if not self.slots.acquire():
-                self.message = (
-                    f"{self.slots.slots} trainings are already running on this server; try again in a minute."
-                )
-                return False
             self.status, self.message = "running", ""
             self._pause.clear()
             self.presence.beat()  # the page that pressed Start is there, however long it was idle before
@@ -169,15 +138,11 @@ class LabRunner:
                     self._check()
                     # Slices end at a multiple of score_every: the curves are scored at the same steps as in one go.
                     steps = min(self.score_every - self.lab.step % self.score_every, self.total_steps - self.lab.step)
+                    training = LabTraining(
+                        self.config, steps, self.score_every, score_last=self.lab.step + steps >= self.total_steps
+                    )
                     try:
-                        with self._admit(self._check_in_slice, self._queued):
-                            self.waiting = ""
-                            self.lab.train(
-                                steps,
-                                score_every=self.score_every,
-                                progress=self._check_in_slice,
-                                score_last=self.lab.step + steps >= self.total_steps,
-                            )
+                        self._run(training, self.lab, self._check_in_slice, self._check_in_slice, self._queued)
                     except PageAway:
                         continue
         except StopTraining as stop:
@@ -186,7 +151,6 @@ class LabRunner:
             outcome, self.message = "failed", f"training failed: {redact_paths(str(error))}"
         finally:
             self.waiting = ""
-            self.slots.release()
             with self._lock:
                 self.status = outcome
 

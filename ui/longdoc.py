@@ -3,7 +3,7 @@
 The visitor pastes a document or picks one of the long examples (``assets/long/documents.json``); a long run
 (``mha_core.models.long.run_long``) is computed in a thread of the session (``ui.jobs``) inside one of the
 server's compute slots, with its real bytes reserved in the budget first (``long_run_bytes``), through the one
-gated path (``compute.long_run``). A progress bar says how long is left, and a Stop
+gated path (``computations.long_run``). A progress bar says how long is left, and a Stop
 button ends the pass at its next block. The view (``ui.longview``) zooms into any region of any head, exact at
 every level; the address keeps the document, the zoom and the pooling (``?long=&lzoom=&lreduce=&lview=``).
 With a decoder, a needle-in-a-haystack test (``?long=needle&needle=&nq=&nlen=&ndepth=``) lists the retrieval heads
@@ -21,7 +21,7 @@ import weakref
 import streamlit as st
 
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, long_documents, needle_prompt
-from ui import address, compute, longview, session
+from ui import address, computations, compute, longview, session
 from ui.widgets import messages, pickers
 
 MAX_LONG_CHARS = 120_000  # more than any model's context: 8,192 tokens are about 36,000 characters
@@ -54,14 +54,14 @@ def _stops() -> dict:
 
 
 def get_long_run(model_name: str, document: Document):
-    """The ``LongRun`` of ``document`` (``compute.long_run``: a job with a progress bar and time left) with a Stop
+    """The ``LongRun`` of ``document`` (``computations.long_run``: a job with a progress bar and time left) with a Stop
     button; None once stopped."""
     stop = _stops().setdefault(document.key(model_name), threading.Event())
     stop_slot = st.empty()
     stop_slot.button("Stop", key="long_stop", on_click=stop.set, help="End the pass at its next block of rows")
     try:
-        return compute.long_run(model_name, document.text, stop, token_ids=document.token_ids)
-    except compute.LongRunStopped:
+        return computations.long_run(model_name, document.text, stop, token_ids=document.token_ids)
+    except computations.LongRunStopped:
         _stops().pop(document.key(model_name), None)
         st.session_state["long_requested"] = False
         st.info("Stopped. Press the button again to read the document.", icon=":material/stop_circle:")
@@ -164,7 +164,7 @@ def section() -> None:
             st.info("Paste a document to read it.")
             return
         if address.query_value("lzoom") and pickers.link_may_start(
-            compute.long_run_ready(model_name, document.text, document.token_ids)
+            computations.long_run_ready(model_name, document.text, document.token_ids)
         ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once
         if st.button("Read every head of this document", key="long_go", type="primary"):

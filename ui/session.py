@@ -67,7 +67,7 @@ _LAB_RUN = "_lab_run"
 
 
 def set_lab_run(run) -> None:
-    """Explore shows this run of the session's lab model (``ui.compute.open_lab_in_explore``) instead of the
+    """Explore shows this run of the session's lab model (``ui.computations.open_lab_in_explore``) instead of the
     sidebar's model, until ``close_lab_run``."""
     st.session_state[_LAB_RUN] = run
 

@@ -14,7 +14,6 @@ import torch
 from mha_core.analysis import metrics
 from mha_core.models import sources
 from ui.budget import runs_budget, tune_allocator
-from ui.lab_runner import TrainingSlots
 
 LOG = logging.getLogger("headscope.app")
 
@@ -111,12 +110,6 @@ class ServerSettings:
 @functools.cache
 def settings() -> ServerSettings:
     return ServerSettings.from_env()
-
-
-@functools.cache
-def lab_slots() -> TrainingSlots:
-    """How many Lab trainings may run at once on this server: HEADSCOPE_MAX_LAB_TRAININGS (default 2)."""
-    return TrainingSlots(_env_int("HEADSCOPE_MAX_LAB_TRAININGS", 2))
 
 
 def model_choices() -> dict[str, str]:

@@ -23,7 +23,7 @@ import torch
 from ..edits import LayerEdits, forward_hooks, record_heads
 from ..engine import registry as families
 from ..errors import HeadscopeError, quoted
-from ..models.tokens import check_text
+from ..models.tokens import EncodedText, check_text
 
 if TYPE_CHECKING:
     from ..models.loaded import LoadedModel
@@ -82,17 +82,24 @@ def decoder_types() -> list[str]:
 
 
 # ---- inputs -------------------------------------------------------------------------------------
-def prompt_ids(model: LoadedModel, text: str, what: str = "prompt") -> list[int]:
-    """The prompt's token ids, tokenized as ``model.run`` does (BOS first for decoders); a clear error for an
-    empty prompt or one longer than the model takes (cutting it would change the question)."""
-    check_text(text, what)
+def encoded_prompt(model: LoadedModel, text: str | EncodedText, what: str = "prompt") -> EncodedText:
+    """The prompt tokenized as ``model.run`` does (BOS first for decoders), or an ``EncodedText`` as it is; a clear
+    error for an empty prompt or one longer than the model takes (cutting it would change the question)."""
+    if not isinstance(text, EncodedText):
+        check_text(text, what)
     encoded = model.encode(text)
     if encoded.truncated:
         raise CircuitError(
             f"The {what} has {encoded.num_input_tokens:,} tokens; this model takes at most {model.max_tokens:,} "
             "here. Shorten it."
         )
-    return list(encoded.input_ids)
+    return encoded
+
+
+def prompt_ids(model: LoadedModel, text: str | EncodedText, what: str = "prompt") -> list[int]:
+    """The prompt's token ids (``encoded_prompt``): every reading of this package takes a text or an
+    ``EncodedText`` (tokenized once before, ``mha_core.operations``)."""
+    return list(encoded_prompt(model, text, what).input_ids)
 
 
 def token_id(model: LoadedModel, token: str | int, what: str = "answer") -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ..errors import HeadscopeError
+from ..operations.lab import training_step_bytes
 
 POSITIONS = ("learned", "sinusoidal", "none")
 
@@ -13,7 +14,8 @@ TASKS = ("induction", "positional", "largest")
 
 
 # The lab trains tiny models: a config is refused before anything is allocated when a training step would
-# hold more than this (``LabConfig.training_bytes``; the largest size the Lab page offers needs about 15 MB).
+# hold more than this (``mha_core.operations.lab.training_step_bytes``, which its training also reserves on a
+# server; the largest size the Lab page offers needs about 15 MB).
 MAX_TRAINING_BYTES = 2 << 30
 
 
@@ -83,9 +85,10 @@ class LabConfig:
             raise HeadscopeError(f"other_weight must be between 0 and 1, got {self.other_weight}")
         if not 0 <= self.seed <= MAX_SEED:
             raise HeadscopeError(f"seed must be between 0 and {MAX_SEED}, got {self.seed}")
-        if self.training_bytes() > MAX_TRAINING_BYTES:
+        step_bytes = training_step_bytes(self)
+        if step_bytes > MAX_TRAINING_BYTES:
             raise HeadscopeError(
-                f"this lab model is too large: a training step would hold about {self.training_bytes() / 2**30:,.1f} "
+                f"this lab model is too large: a training step would hold about {step_bytes / 2**30:,.1f} "
                 f"GB (at most {MAX_TRAINING_BYTES / 2**30:.0f} GB). The lab trains tiny models: fewer layers or "
                 "heads, a smaller d_model, vocabulary, batch or sequence."
             )
@@ -100,17 +103,6 @@ class LabConfig:
     def position_rows(self) -> int:
         """Rows of the position table: training starts each sequence at a random row (``position_offsets``)."""
         return self.seq_len + self.position_offsets
-
-    def training_bytes(self) -> int:
-        """About what a training step holds at its peak, in bytes: float32 weights, their gradients and
-        AdamW's two moments, and the activations kept for the backward pass (every layer's attention
-        weights and hidden states, the logits)."""
-        hidden = self.batch_size * self.seq_len * self.d_model
-        attention = self.batch_size * self.num_heads * self.seq_len**2
-        per_layer = 2 * attention + (8 if self.mlp else 4) * hidden
-        logits = 2 * self.batch_size * self.seq_len * self.vocab_size
-        table = self.position_rows() * self.d_model if self.positions == "sinusoidal" else 0
-        return 4 * (4 * self.parameter_count() + table + self.num_layers * per_layer + logits)
 
     @classmethod
     def from_dict(cls, values: dict) -> LabConfig:

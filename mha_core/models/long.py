@@ -5,8 +5,9 @@
 row's log-sum-exp, never the ``[n, n]`` weights. During the pass it pools every head's overview at
 ``overview_size`` cells a side (mean and max) and streams the head metrics and long-context statistics
 (``mha_core.analysis.streamed``); afterwards any block is exact on demand (``attention_block``) and any region
-can be pooled again from exact blocks (``attention_overview``). Memory grows with n: ``long_run_bytes`` says how
-much before a run starts, so that a budget can reserve it.
+can be pooled again from exact blocks (``attention_overview``). Memory grows with n: the operation that runs it
+(``mha_core.operations.long.LongAttention.peak_bytes``) says how much before a run starts, so that a budget can
+reserve it.
 
 Where the limit binds: decoders run to their own context length (SmolLM2: 8,192 tokens; GPT-2: 1,024), encoders
 to their learned positions (MiniLM, BERT: 512; MPNet: 512) or their tokenizer's limit, whichever is smaller
@@ -25,7 +26,7 @@ import pandas as pd
 import torch
 
 from ..analysis.long_roles import local_windows, long_roles, needle_copies, sink_by_distance
-from ..analysis.streamed import ROW_FIELDS, RowStatistics
+from ..analysis.streamed import RowStatistics
 from ..engine.blockwise import BLOCK_BYTES, CHUNK, Block, BlockwiseAttention, LayerScores, as_positions
 from ..engine.core import core_attentions, core_family, core_model
 from ..errors import InputTextError
@@ -208,32 +209,6 @@ def _region(region, n: int, what: str) -> tuple[int, int]:
     if positions.numel() == 0:
         raise ValueError(f"{what} is an empty region")
     return int(positions[0]), int(positions[-1]) + 1
-
-
-def _config_sizes(model) -> tuple[int, int, int, int, int, int]:
-    """(layers, heads, key heads, head size, hidden size, feed-forward size) from the model's config."""
-    config = model.hf_model.config
-    d_model = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or config.dim
-    heads = model.num_heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or d_model // heads
-    ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d_model
-    return model.num_layers, heads, kv, head_dim, d_model, ffn
-
-
-def long_run_bytes(model, num_tokens: int, overview_size: int = OVERVIEW_SIZE) -> int:
-    """The bytes a ``run_long`` of ``num_tokens`` holds at its peak, beyond the loaded model: what it keeps
-    (queries, stored keys, log-sum-exps, row statistics, overviews) and what one layer's pass needs at once
-    (its activations, the block buffers and their temporaries), with half as much again for the allocator's
-    slack (measured: bench/long.py). A budget reserves this before the run starts."""
-    layers, heads, kv, head_dim, d_model, ffn = _config_sizes(model)
-    n = int(num_tokens)
-    cells = min(overview_size, n) ** 2
-    kept = layers * (heads + kv) * n * head_dim * 4 + layers * heads * n * 4
-    statistics = len(ROW_FIELDS) * layers * heads * n * 4 + layers * heads * n * 8  # the rows, the column masses
-    overviews = 2 * layers * heads * cells * 4
-    layer_pass = n * (8 * d_model + 3 * ffn) * 4 + 3 * n * heads * head_dim * 4 + 6 * BLOCK_BYTES
-    return int(1.5 * (kept + statistics + overviews + layer_pass))
 
 
 def long_run_limit(model) -> int:

@@ -133,7 +133,10 @@ class Seq2SeqModel:
         return self._encoded(ids, text, full > limit, full)
 
     def encode_source(self, source: str) -> EncodedText:
-        """The source as the encoder reads it (with the tokenizer's special tokens), cut to ``max_tokens``."""
+        """The source as the encoder reads it (with the tokenizer's special tokens), cut to ``max_tokens``; an
+        ``EncodedText`` (encoded once before, ``mha_core.operations``) as it is."""
+        if isinstance(source, EncodedText):
+            return source
         encoded = self._tokenize(check_text(source, "source text"), False, self.max_tokens)
         if encoded.special_mask.all():
             raise HeadscopeError(f"The source text {quoted(source, 40)} is empty to this model's tokenizer.")
@@ -141,7 +144,9 @@ class Seq2SeqModel:
 
     def encode_target(self, target: str) -> EncodedText:
         """The target as the decoder reads it: the decoder start token, then the target's tokens (as a
-        generated sequence would be), cut to ``max_tokens``."""
+        generated sequence would be), cut to ``max_tokens``; an ``EncodedText`` (encoded once before) as it is."""
+        if isinstance(target, EncodedText):
+            return target
         encoded = self._tokenize(check_text(target, "target text"), True, self.max_tokens - 1)
         return self.decoder_ids(
             [self.decoder_start_id, *encoded.input_ids], target, encoded.truncated, encoded.num_input_tokens + 1
@@ -153,17 +158,6 @@ class Seq2SeqModel:
         if text is None:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return self._encoded(ids, text, truncated, num_input_tokens or len(ids))
-
-    def attention_bytes(self, source: str, target: str | None = None) -> int:
-        """Bytes of a run's three float32 attention arrays for these texts (a target the model writes counted
-        at its longest, ``DEFAULT_MAX_NEW_TOKENS``); 0 for a text the run itself will refuse."""
-        try:
-            n_src = len(self.encode_source(source).input_ids)
-            n_tgt = DEFAULT_MAX_NEW_TOKENS + 1 if target is None else len(self.encode_target(target).input_ids)
-        except HeadscopeError:
-            return 0
-        cells = self.encoder_layers * self.num_heads * n_src**2
-        return 4 * (cells + self.decoder_layers * self.decoder_heads * (n_tgt**2 + n_tgt * n_src))
 
     # ---- writing the target ----
     def write(self, source_ids, max_new_tokens: int | None = None, progress: Progress | None = None) -> list[int]:

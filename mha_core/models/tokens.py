@@ -235,7 +235,12 @@ class TextEncoder:
         ``bos``: begin with the tokenizer's BOS token (a special token of no word), where it has one and
         does not add it itself. Decoders put much of their attention on whatever comes first (an
         "attention sink"); a BOS gives that attention a place that is not a word of the text.
+
+        An ``EncodedText`` is returned as it is (its pair, BOS and cut were decided when it was encoded): a caller
+        that tokenized once (``mha_core.operations``) hands it to every function that takes a text.
         """
+        if isinstance(text_or_words, EncodedText):
+            return text_or_words
         given_words = None
         if isinstance(text_or_words, (list, tuple)):
             if not text_or_words:

@@ -1,5 +1,5 @@
 """Downloads of a run: the whole run as .npz and one head as CSV, named by model, text, layer and head, built
-only when clicked (``ui.compute.deferred``)."""
+only when clicked (``ui.computations.deferred``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import unicodedata
 
 import streamlit as st
 
-from ui import compute
+from ui import computations
 
 SLUG_CHARS = 40  # a file name's share of the text: about the first six words
 
@@ -57,12 +57,12 @@ def download_name(run, suffix: str, layer: int | None = None, head: int | None =
 
 def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
     """The whole run as .npz and the selected head as CSV, named by model, text, layer and head; both built
-    only when clicked, by callables that do not hold the run (``compute.deferred``: Streamlit keeps them as long
+    only when clicked, by callables that do not hold the run (``computations.deferred``: Streamlit keeps them as long
     as the session)."""
     cols = st.columns(2)
     cols[0].download_button(
         "Attention tensor (.npz)",
-        data=compute.deferred(run, lambda view: view.to_npz_bytes()),
+        data=computations.deferred(run, lambda view: view.to_npz_bytes()),
         file_name=download_name(run, ".npz"),
         mime="application/octet-stream",
         key=f"{key_prefix}dl_npz",
@@ -76,7 +76,7 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
 
     cols[1].download_button(
         f"Layer {layer} head {head} weights (.csv)",
-        data=compute.deferred(run, head_csv),
+        data=computations.deferred(run, head_csv),
         file_name=download_name(run, ".csv", layer=layer, head=head),
         mime="text/csv",
         key=f"{key_prefix}dl_csv",

@@ -13,7 +13,7 @@ import streamlit as st
 from mha_core.errors import EmptyTextError, EngineNotSupported
 from mha_core.models import DEFAULT_MODEL, ENGINES
 from mha_core.models.tokens import visible_text
-from ui import address, compute, session
+from ui import address, computations, compute, session
 from ui.jobs import BEAT_S
 from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices, settings
 from ui.widgets.messages import error_display, md_escape, public_message
@@ -265,12 +265,12 @@ def run_for(
 
 
 def _run_or_fallback(model: str, engine: str, text: str, text_pair: str | None, bos: bool | None):
-    """``compute.get_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
+    """``computations.get_run``; an engine that cannot replay this model falls back to transformers, with a warning."""
     try:
-        return compute.get_run(model, engine, text, text_pair, bos)
+        return computations.get_run(model, engine, text, text_pair, bos)
     except EngineNotSupported as error:
         st.warning(f"{public_message(error)} Showing the transformers engine instead.")
-        return compute.get_run(model, "transformers", text, text_pair, bos)
+        return computations.get_run(model, "transformers", text, text_pair, bos)
 
 
 def current_run(notices: bool = True):

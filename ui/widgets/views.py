@@ -11,7 +11,7 @@ import streamlit as st
 
 from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
 from mha_core.engine.registry import FAMILIES
-from ui import compute, figures, headview
+from ui import computations, figures, headview
 from ui.widgets.charts import PRESENTATION_SCALE, presenting, show_chart
 from ui.widgets.messages import md_escape, public_message
 from ui.widgets.pickers import set_head, set_layer
@@ -28,7 +28,7 @@ def shaped_run(run, words: bool, hide_special: bool):
     if not (words or hide_special):
         return run
     # Reshaping peaks at about twice the run's attention (measured: 540 MB for a 270 MB SmolLM2 run).
-    return compute.computed_from(run, f"shaped:{int(words)}{int(hide_special)}", shape, 2 * run.attentions.nbytes)
+    return computations.computed_from(run, f"shaped:{int(words)}{int(hide_special)}", shape, 2 * run.attentions.nbytes)
 
 
 def figure_options(run) -> dict:

@@ -1,0 +1,56 @@
+"""Computations that describe themselves: every computation the app or the command line runs, as a small frozen
+object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, progress)`` (``base``).
+
+By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
+long document, a needle test's tokens), ``corpus`` (a profile, coreference, a search index), ``causal``
+(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens) and
+``lab`` (the Lab's training, ablation and example).
+
+    op = Attention.of(model, "The cat sat on the mat.")      # tokenized once, here
+    op.key, op.peak_bytes(model), op.work_class              # what names it, what it holds, its share
+    run = op.run(model, progress=None)                       # the AttentionRun
+
+The app runs each through ``ui.compute.compute(op)`` (gated, budgeted, cached under ``op.key``), the command line
+through ``mha_core.__main__.load_compute_write``.
+"""
+
+from .base import HEAVY, LIGHT, Operation, WorkClass, key_of, operation
+from .causal import AblationEffect, DecoderScores, GroupAblation, Importance, InductionExperiment, RoleAblation
+from .circuits import Attribution, LogitLens, Patching, prompt
+from .corpus import Coreference, Profile, SearchIndex
+from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
+from .long import LongAttention, long_run_bytes, most_tokens_within
+from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
+
+__all__ = [
+    "HEAVY",
+    "LIGHT",
+    "AblationEffect",
+    "Attention",
+    "Attribution",
+    "Coreference",
+    "DecoderScores",
+    "GroupAblation",
+    "Importance",
+    "InductionExperiment",
+    "LabAblation",
+    "LabExample",
+    "LabTraining",
+    "LogitLens",
+    "LongAttention",
+    "Neurons",
+    "Operation",
+    "Patching",
+    "Profile",
+    "RoleAblation",
+    "SearchIndex",
+    "SearchVector",
+    "Seq2SeqAttention",
+    "WorkClass",
+    "key_of",
+    "long_run_bytes",
+    "most_tokens_within",
+    "operation",
+    "prompt",
+    "training_step_bytes",
+]
