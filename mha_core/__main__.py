@@ -25,22 +25,33 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from .corpus.profiling import profile
-from .corpus.reading import corpus_texts, open_corpus, read_corpus
+from .corpus.reading import corpus_texts, read_corpus
 from .corpus.shards import DEFAULT_SHARD_SIZE, check_profile_settings, shards_in_cache
 from .corpus.tables import head_table, profile_summary, write_table
 from .errors import HeadscopeError, quoted
-from .interventions.attribution import logit_attribution
-from .interventions.experiments import group_ablation, head_groups, induction_experiment, summarize_experiment
-from .interventions.importance import IMPORTANCE_METHODS, head_importance, pruning_curve
-from .interventions.patching import DEFAULT_BATCH_SIZE, DEFAULT_EXACT_TOP, PATCH_METHODS, PATCH_OVER, patch
+from .interventions.experiments import head_groups, summarize_experiment
+from .interventions.importance import IMPORTANCE_METHODS
+from .interventions.patching import DEFAULT_BATCH_SIZE, DEFAULT_EXACT_TOP, PATCH_METHODS, PATCH_OVER
 from .interventions.prompts import TASKS_BY_NAME
 from .lab import MAX_SEED, POSITIONS, TASKS, Lab, LabConfig, lab_summary
 from .models import DEFAULT_MODEL, ENGINES, load_model, sources
 from .models.ablation import ABLATIONS, parse_heads
 from .models.outputs import loss_table
 from .models.tokens import check_text
-from .progress import fraction
+from .operations import (
+    AblationEffect,
+    Attention,
+    Attribution,
+    GroupAblation,
+    Importance,
+    InductionExperiment,
+    LabTraining,
+    Operation,
+    Patching,
+    Profile,
+    prompt,
+)
+from .progress import Progress, fraction
 
 EXIT_USAGE, EXIT_FAILURE, EXIT_INTERRUPTED = 2, 1, 130
 TABLE_SUFFIXES = (".csv", ".parquet")
@@ -172,6 +183,25 @@ def print_progress(done: float, total: float, message: str = "") -> None:
     print(f"[{fraction(done, total):4.0%}] {message}", file=sys.stderr, flush=True)
 
 
+def load_compute_write(name: str, build, write, progress: Progress | None = print_progress, interrupted=None) -> int:
+    """What every command that reads a model does, once its arguments and paths are checked: ``--model`` checked
+    (``check_model``) and loaded (``loaded_model``), the operation ``build(model)`` made (``mha_core.operations``:
+    the same objects the app runs, their input tokenized once) and run with ``progress``, then ``write(value)``
+    (the tables and the one-line result). ``interrupted(model, operation)``: what Ctrl-C during the run says and
+    returns (None: it ends the command, ``main`` says so)."""
+    check_model(name)
+    model = loaded_model(name)
+    operation: Operation = build(model)
+    try:
+        value = operation.run(model, progress)
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        return interrupted(model, operation)
+    write(value)
+    return 0
+
+
 # ---- extract ------------------------------------------------------------------------------------
 def add_extract(subparsers) -> None:
 
@@ -203,13 +233,15 @@ def run_extract(args) -> int:
     if args.pair is not None:
         check_text(args.pair, "pair text")
     out = check_output(args.out, "--out")
-    check_model(args.model)
-    model = loaded_model(args.model)
-    run = model.run(args.text, text_pair=args.pair, engine=args.engine)
-    if out is not None:
-        write_output(out, run.save)
-    print(run.summary() + (f" -> {args.out}" if out is not None else ""))
-    return 0
+
+    def write(run) -> None:
+        if out is not None:
+            write_output(out, run.save)
+        print(run.summary() + (f" -> {args.out}" if out is not None else ""))
+
+    return load_compute_write(
+        args.model, lambda model: Attention.of(model, args.text, args.pair, engine=args.engine), write, progress=None
+    )
 
 
 # ---- profile ------------------------------------------------------------------------------------
@@ -289,48 +321,51 @@ def run_profile(args) -> int:
     check_profile_settings(args.batch_size, args.shard_size)
     if args.executor == "local" and (args.workers is not None or args.address is not None or args.worker_threads != 1):
         raise HeadscopeError("--workers, --worker-threads and --address need --executor ray")
-    sentences = open_corpus(args.corpus, args.column, args.max_sentences)  # lazy: read as shards are cut
-    if next(iter(sentences), None) is None:  # reads one sentence
+    settings = dict(column=args.column, max_sentences=args.max_sentences, batch_size=args.batch_size)
+    settings.update(shard_size=args.shard_size, cache=not args.no_cache, executor=args.executor)
+    settings.update(workers=args.workers, threads=args.worker_threads, address=args.address)
+    if next(iter(Profile(args.model, args.corpus, **settings).sentences()), None) is None:  # reads one sentence
         raise UsageError(f"the corpus {quoted(args.corpus)} holds no sentences")
-    check_model(args.model)
-    model = loaded_model(args.model)
-    settings = dict(batch_size=args.batch_size, shard_size=args.shard_size)
-    executor = {"executor": args.executor}
-    if args.executor == "ray":
-        threads = args.worker_threads
-        executor.update(
-            workers=args.workers,
-            address=args.address,
-            executor_options={"threads": threads, "cpus_per_worker": threads},
-        )
-    try:
-        # Sentences, advanced shard by shard (the total is known once the corpus has been planned).
-        with tqdm(total=None, unit="sentence", file=sys.stderr) as bar:
 
-            def advance(done: float, total: float, message: str = "") -> None:
-                if bar.total != total:
-                    bar.total = total
-                bar.set_postfix_str(message, refresh=False)
-                bar.update(done - bar.n)
-
-            result = profile(model, sentences, progress=advance, cache=not args.no_cache, **settings, **executor)
-    except KeyboardInterrupt:
+    def interrupted(model, operation: Profile) -> int:
         if args.no_cache:
             print("interrupted: nothing was kept (--no-cache)", file=sys.stderr)
         else:
-            kept, total = shards_in_cache(model, sentences, **settings)
+            kept, total = shards_in_cache(
+                model, operation.sentences(), batch_size=args.batch_size, shard_size=args.shard_size
+            )
             print(
                 f"interrupted: {kept} of {total} shards are done and kept in the cache; run the same command "
                 "again to resume from them",
                 file=sys.stderr,
             )
-        return 130  # the shell's code for a run stopped by Ctrl-C
-    written = [str(write_table(head_table(result), out))]
-    if result.dependency is not None:
-        written.append(str(write_table(result.dependency, dependency_path(out))))
-    print(profile_summary(result))
-    print("wrote " + ", ".join(written))
-    return 0
+        return EXIT_INTERRUPTED  # the shell's code for a run stopped by Ctrl-C
+
+    def write(result) -> None:
+        written = [str(write_table(head_table(result), out))]
+        if result.dependency is not None:
+            written.append(str(write_table(result.dependency, dependency_path(out))))
+        print(profile_summary(result))
+        print("wrote " + ", ".join(written))
+
+    bar = None  # sentences, advanced shard by shard (the total is known once the corpus has been planned)
+
+    def advance(done: float, total: float, message: str = "") -> None:
+        nonlocal bar
+        bar = bar if bar is not None else tqdm(total=None, unit="sentence", file=sys.stderr)
+        if bar.total != total:
+            bar.total = total
+        bar.set_postfix_str(message, refresh=False)
+        bar.update(done - bar.n)
+
+    def build(model) -> Profile:
+        return Profile(model.name, args.corpus, **settings)
+
+    try:
+        return load_compute_write(args.model, build, write, progress=advance, interrupted=interrupted)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def dependency_path(out: Path) -> Path:
@@ -416,7 +451,7 @@ def run_lab(args) -> int:
             bar.update(done - bar.n)
 
         try:
-            lab.train(args.steps, score_every=args.score_every, progress=advance)
+            LabTraining(config, args.steps, args.score_every).run(lab, advance)
         except KeyboardInterrupt:
             print(f"interrupted at step {lab.step}: writing what was trained", file=sys.stderr)
     print(lab_summary(lab))
@@ -488,30 +523,36 @@ def run_ablate(args) -> int:
     if args.experiment == "roles":
         groups = roles_table_groups(args.roles_table, args.role_column, args.score_columns, args.top_k)
         texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
-    check_model(args.model)
-    model = loaded_model(args.model)
-    if args.experiment == "roles":
-        table = group_ablation(model, texts, groups, draws=args.draws, ablation=args.ablation, progress=print_progress)
-        print(table.drop(columns="head_list").to_string(index=False))
-    elif args.experiment == "induction":
-        table = induction_experiment(
-            model, top_k=args.top_k, random_draws=args.draws, ablation=args.ablation, progress=print_progress
-        )
-        print(summarize_experiment(table).to_string(index=False))
-    else:
-        before = model.run(args.text, engine=args.engine, losses=True)
-        after = model.run(args.text, engine=args.engine, ablate=heads, ablation=args.ablation, losses=True)
-        table = loss_table(before, after)
-        if after.token_losses is not None:
-            finite = np.isfinite(after.token_losses)
-            print(
-                f"mean loss {np.mean(before.token_losses[finite]):.4f} -> {np.mean(after.token_losses[finite]):.4f} "
-                f"nats with {len(heads)} heads {args.ablation}-ablated"
-            )
+    settings = dict(draws=args.draws, ablation=args.ablation)
+
+    def build(model) -> Operation:
+        if args.experiment == "roles":
+            return GroupAblation.of(model, texts, groups, **settings)
+        if args.experiment == "induction":
+            return InductionExperiment(model.name, top_k=args.top_k, **settings)
+        return AblationEffect(model.name, model.encode(args.text), heads, args.ablation, args.engine)
+
+    def write(value) -> None:
+        if args.experiment == "roles":
+            table = value
+            print(table.drop(columns="head_list").to_string(index=False))
+        elif args.experiment == "induction":
+            table = value
+            print(summarize_experiment(table).to_string(index=False))
         else:
-            print(f"output change (cosine distance of the mean-pooled output): {after.output_change:.4g}")
-    print(f"wrote {write_table(table, out)}")
-    return 0
+            before, after = value
+            table = loss_table(before, after)
+            if after.token_losses is not None:
+                finite = np.isfinite(after.token_losses)
+                print(
+                    f"mean loss {np.mean(before.token_losses[finite]):.4f} -> "
+                    f"{np.mean(after.token_losses[finite]):.4f} nats with {len(heads)} heads {args.ablation}-ablated"
+                )
+            else:
+                print(f"output change (cosine distance of the mean-pooled output): {after.output_change:.4g}")
+        print(f"wrote {write_table(table, out)}")
+
+    return load_compute_write(args.model, build, write)
 
 
 def roles_table_groups(path: str | None, role_column: str | None, score_columns: str, top_k: int) -> dict:
@@ -577,35 +618,25 @@ def run_importance(args) -> int:
     out = check_output(args.out, "--out", TABLE_SUFFIXES)
     pruning_out = check_output(args.pruning_out, "--pruning-out", TABLE_SUFFIXES)
     check_distinct(**{"--out": out, "--pruning-out": pruning_out})
-    texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
-    check_model(args.model)
-    model = loaded_model(args.model)
-    importance = head_importance(model, texts, method=args.method, progress=print_progress)
-    written = [str(write_table(importance, out))]
-    top = importance.sort_values("importance", ascending=False).head(5)
-    print(
-        f"{importance.attrs['method']} importance over {len(texts)} texts ({importance.attrs['loss']}); top heads: "
-        + ", ".join(f"L{r.layer}H{r.head} {r.importance:.3f}" for r in top.itertuples())
-    )
-    if args.pruning_out:
-        curves = pd.concat(
-            [
-                pruning_curve(
-                    model,
-                    texts,
-                    order,
-                    importance=importance,
-                    steps=args.steps,
-                    seeds=tuple(range(args.seeds)),
-                    progress=print_progress,
-                )
-                for order in ("importance", "random")
-            ],
-            ignore_index=True,
+    texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))  # the corpus checked before the model loads
+    settings = dict(method=args.method, corpus=args.corpus, steps=args.steps, seeds=args.seeds)
+
+    def build(model) -> Importance:
+        return Importance(model.name, args.max_sentences, pruning=args.pruning_out is not None, **settings)
+
+    def write(value) -> None:
+        importance, curves = value
+        written = [str(write_table(importance, out))]
+        top = importance.sort_values("importance", ascending=False).head(5)
+        print(
+            f"{importance.attrs['method']} importance over {len(texts)} texts ({importance.attrs['loss']}); top "
+            "heads: " + ", ".join(f"L{r.layer}H{r.head} {r.importance:.3f}" for r in top.itertuples())
         )
-        written.append(str(write_table(curves, pruning_out)))
-    print("wrote " + ", ".join(written))
-    return 0
+        if curves is not None:
+            written.append(str(write_table(curves, pruning_out)))
+        print("wrote " + ", ".join(written))
+
+    return load_compute_write(args.model, build, write)
 
 
 # ---- attribute and patch (circuits) -------------------------------------------------------------
@@ -668,9 +699,16 @@ def add_attribute(subparsers) -> None:
 def run_attribute(args) -> int:
     out = check_output(args.out, "--out", TABLE_SUFFIXES)
     settings = prompt_settings(args, pair=False)
-    check_model(args.model)
-    model = loaded_model(args.model)
-    table = logit_attribution(model, position=args.position, progress=print_progress, **settings)
+
+    def build(model) -> Attribution:
+        encoded = prompt(model, settings["text"])
+        return Attribution(model.name, encoded, settings["answer"], settings["foil"], position=args.position)
+
+    return load_compute_write(args.model, build, lambda table: print_attribution(table, out))
+
+
+def print_attribution(table: pd.DataFrame, out: Path) -> None:
+    """The attribution's largest terms on stdout, and its table written to ``out``."""
     top = table.reindex(table["contribution"].abs().sort_values(ascending=False).index).head(5)
     named = ", ".join(
         f"{r.component}"
@@ -685,7 +723,6 @@ def run_attribute(args) -> int:
         f"{len(table)} terms ({table['contribution'].sum():.4f}); largest: {named}"
     )
     print(f"wrote {write_table(table, out)}")
-    return 0
 
 
 def add_patch(subparsers) -> None:
@@ -724,27 +761,28 @@ def add_patch(subparsers) -> None:
 def run_patch(args) -> int:
     out = check_output(args.out, "--out", TABLE_SUFFIXES)
     settings = prompt_settings(args, pair=True)
-    check_model(args.model)
-    model = loaded_model(args.model)
-    table = patch(
-        model,
-        over=args.over,
-        method=args.method,
-        batch_size=args.batch_size,
-        exact_top=args.top,
-        progress=print_progress,
-        engine=args.engine,
-        **settings,
-    )
-    label = {"heads": "head", "layers": "component", "positions": "position"}[args.over]
-    top = table.sort_values("score", ascending=False).head(5)
-    named = ", ".join(f"L{r.layer} {label} {getattr(r, label)} {r.score:.3f}" for r in top.itertuples())
-    print(
-        f"{args.method} patching over {args.over}: metric {table.attrs['corrupted_metric']:.3f} (corrupted) -> "
-        f"{table.attrs['clean_metric']:.3f} (clean); top: {named}"
-    )
-    print(f"wrote {write_table(table, out)}")
-    return 0
+
+    def build(model) -> Patching:
+        clean, corrupted = (
+            prompt(model, settings["clean"], "clean prompt"),
+            prompt(model, settings["corrupted"], "corrupted prompt"),
+        )
+        options = dict(over=args.over, method=args.method, batch_size=args.batch_size, exact_top=args.top)
+        return Patching(
+            model.name, clean, corrupted, settings["answer"], settings["foil"], engine=args.engine, **options
+        )
+
+    def write(table: pd.DataFrame) -> None:
+        label = {"heads": "head", "layers": "component", "positions": "position"}[args.over]
+        top = table.sort_values("score", ascending=False).head(5)
+        named = ", ".join(f"L{r.layer} {label} {getattr(r, label)} {r.score:.3f}" for r in top.itertuples())
+        print(
+            f"{args.method} patching over {args.over}: metric {table.attrs['corrupted_metric']:.3f} (corrupted) -> "
+            f"{table.attrs['clean_metric']:.3f} (clean); top: {named}"
+        )
+        print(f"wrote {write_table(table, out)}")
+
+    return load_compute_write(args.model, build, write)
 
 
 COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab, add_attribute, add_patch]
