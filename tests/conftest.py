@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,19 @@ def require(condition: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true and a required component is missing: {what}")
     pytest.skip(f"missing component: {what}")
+
+
+# A bound on waiting for something that must happen (a thread reaching a point, a page showing a state), never
+# a speed claim: generous, so that a machine with other work on its cores is slow, not wrong.
+WAIT_S = 120.0
+
+
+def until(condition, limit_s: float = WAIT_S) -> None:
+    """Wait (bounded) until ``condition()`` holds: what a test waits for instead of sleeping for a time."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
 
 
 def pytest_addoption(parser):
