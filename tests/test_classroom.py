@@ -9,7 +9,6 @@ import pickle
 import re
 import sys
 import threading
-import time
 import types
 
 import numpy as np
@@ -72,16 +71,21 @@ def test_evicted_runs_give_their_memory_back_to_the_system():
 
 def test_one_computation_per_key_and_waiters_take_over_when_it_stops():
     cache = ByteBudgetCache(budget_bytes=1 << 20)
-    calls, started = [], threading.Event()
+    calls, started, waiters = [], threading.Event(), set()
+
+    def wait_here():  # a waiter's check, called on each of its polls while another computes its key
+        waiters.add(threading.get_ident())
 
     def slow():
         calls.append(1)
-        started.set()
-        time.sleep(0.5)
+        until(lambda: len(waiters) == 3)  # the three others wait for this computation, not compute their own
         return np.ones(10)
 
     results = []
-    threads = [threading.Thread(target=lambda: results.append(cache.get_or_compute("k", slow))) for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(cache.get_or_compute("k", slow, check=wait_here)))
+        for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -91,12 +95,12 @@ def test_one_computation_per_key_and_waiters_take_over_when_it_stops():
     class Stopped(BaseException):
         pass
 
+    waiting = threading.Event()
+
     def stopped():
         started.set()
-        time.sleep(0.3)
-        raise Stopped  # the session that computed it went away
-
-    started.clear()
+        assert waiting.wait(WAIT_S)  # another caller waits for this computation...
+        raise Stopped  # ...when the session that computed it goes away
 
     def compute_then_stop():
         with pytest.raises(Stopped):
@@ -104,10 +108,11 @@ def test_one_computation_per_key_and_waiters_take_over_when_it_stops():
 
     first = threading.Thread(target=compute_then_stop)
     first.start()
-    started.wait(5)
-    value = cache.get_or_compute("j", lambda: np.full(3, 7.0))  # the waiter computes it itself
+    assert started.wait(WAIT_S)
+    value = cache.get_or_compute("j", lambda: np.full(3, 7.0), check=waiting.set)  # the waiter computes it itself
     first.join()
     np.testing.assert_array_equal(value, [7.0, 7.0, 7.0])
+    assert waiting.is_set()
 
 
 def test_waiting_for_another_computation_can_be_given_up():
