@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import require
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
-from tests.page_helpers import open_app, rerun, run_page, widget
+from tests.page_helpers import open_app, rerun, run_page, train_to_the_end, widget
 from tests.page_links import LINKS, PageLink
 from ui.address import MAX_TEXT_CHARS
 
@@ -153,7 +153,7 @@ def test_the_labs_head_to_switch_off_comes_back_once_trained(tmp_path):
     app.button(key="lab_start").click()
     rerun(app)
     runner = app.session_state["lab_runner"]
-    runner.join(timeout=120)
+    train_to_the_end(runner)
     assert runner.status == "done"
     rerun(app)
     assert (widget(app, "lab_ablate_layer_induction").value, widget(app, "lab_ablate_head_induction").value) == (1, 1)

@@ -9,7 +9,7 @@ import pytest
 
 from mha_core.lab import ROLE_THRESHOLD, phase_change_step, role_appearance
 from tests.model_fixtures import build_tiny_bert
-from tests.page_helpers import head_view_data, plotly_elements, rerun, run_page
+from tests.page_helpers import head_view_data, plotly_elements, rerun, run_page, train_to_the_end
 from ui.lab_runner import appearance_table
 
 FASTEST = "2x2"  # pages/lab.py SIZES: 2 layers x 2 heads, d_model 32
@@ -28,7 +28,7 @@ def test_training_on_the_page_draws_the_labs_own_numbers(tiny_bert):
     app.button(key="lab_start").click()
     rerun(app)
     runner = app.session_state["lab_runner"]
-    runner.join(timeout=120)
+    train_to_the_end(runner)
     assert runner.status == "done" and runner.lab.step == 100
     rerun(app)
     charts = plotly_elements(app)

@@ -232,7 +232,9 @@ def long_run_bytes(model, num_tokens: int, overview_size: int = OVERVIEW_SIZE) -
     kept = layers * (heads + kv) * n * head_dim * 4 + layers * heads * n * 4
     statistics = len(ROW_FIELDS) * layers * heads * n * 4 + layers * heads * n * 8  # the rows, the column masses
     overviews = 2 * layers * heads * cells * 4
-    layer_pass = n * (8 * d_model + 3 * ffn) * 4 + 3 * n * heads * head_dim * 4 + 6 * BLOCK_BYTES
+    # the layer's activations; its queries, keys and values, and the values with the keys and key features beside
+    # them (the product that gives the block sums); the block buffers
+    layer_pass = n * (8 * d_model + 3 * ffn) * 4 + 5 * n * heads * head_dim * 4 + 6 * BLOCK_BYTES
     return int(1.5 * (kept + statistics + overviews + layer_pass))
 
 
@@ -306,7 +308,9 @@ def run_long(
                 grids.append(PooledGrid(model.num_heads, (0, n), (0, n), overview_size))
             grids[block.layer].add(block.row_start, block.weights, block.chunks, CHUNK)
 
-    kernel = BlockwiseAttention(model.num_layers, (Overviews, statistics), progress, statistics.key_features)
+    kernel = BlockwiseAttention(
+        model.num_layers, (Overviews, statistics), progress, statistics.key_features, score_sums=True
+    )
     input_ids = torch.tensor([encoded.input_ids])
     token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
     with torch.inference_mode():
