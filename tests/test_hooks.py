@@ -17,7 +17,10 @@ import torch
 
 import mha_core as mc
 from mha_core.hooks import HookError
-from tests.conftest import ENGINE_ATOL, require
+from mha_core.lab.config import LabConfig
+from mha_core.lab.model import LabModel
+from mha_core.models.capture import attention_recorders
+from tests.conftest import ENGINE_ATOL, ROOT, require
 from tests.model_fixtures import (
     build_tiny_bart,
     build_tiny_bert,
@@ -392,6 +395,39 @@ def test_multi_head_attention_points_against_the_formulas():
     assert torch.equal(edited_weights, uniform.expand(2, 4, 5, 5))
     with pytest.raises(HookError, match="blocks"), mc.attention.attention_kernel(lambda *args, **kwargs: (None, None)):
         mha(x, hooks={"hook_pattern": lambda t: t})
+
+
+def test_the_capture_reads_the_modules_each_family_declares(tiny):
+    """Each layer's weights come from the module the family declares (no private attribute of transformers): a
+    run's attentions are exactly what ``output_attentions`` returns."""
+    kind, model = tiny
+    if kind in ("t5", "bart"):
+        return  # an encoder-decoder's run uses output_attentions itself
+    recorders = attention_recorders(model.modules)
+    layers = model.modules.stacks["blocks"].layers
+    assert [module for module, _ in recorders] == [layer.attention.weights_module for layer in layers]
+    ids = torch.tensor([model.encode(TEXT).input_ids])
+    with torch.inference_mode():
+        expected = torch.stack(model.hf_model(input_ids=ids, output_attentions=True).attentions, dim=1)[0]
+    assert torch.equal(torch.from_numpy(model.run(TEXT).attentions), expected)
+    sources = "".join(path.read_text() for path in (ROOT / "mha_core").rglob("*.py"))
+    assert "_can_record_outputs" not in sources
+
+
+def test_the_labs_head_mask_is_a_function_on_hook_z():
+    torch.manual_seed(0)
+    lab = LabModel(LabConfig(num_layers=2, num_heads=4, d_model=16, vocab_size=12, seq_len=8, mlp=True)).eval()
+    ids = torch.randint(0, 12, (3, 8))
+    mask = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.5, 1.0, 1.0, 0.0]])
+    seen: dict = {}
+    with torch.no_grad():
+        plain, _ = lab(ids, hooks={"blocks.1.attn.hook_pattern": lambda t: seen.setdefault("pattern", t)})
+        masked, _ = lab(ids, head_mask=mask)
+        hooked, _ = lab(ids, hooks={f"blocks.{l}.attn.hook_z": mc.scale_heads(mask[l]) for l in range(2)})
+        uniform, weights = lab(ids, hooks={"blocks.1.attn.hook_pattern": lambda t: torch.tril(torch.ones_like(t))})
+    assert torch.equal(masked, hooked) and (masked - plain).abs().max() > 1e-3
+    assert seen["pattern"].shape == (3, 4, 8, 8)
+    assert torch.equal(weights[1], torch.tril(torch.ones(3, 4, 8, 8))) and (uniform - plain).abs().max() > 1e-3
 
 
 # ---- real weights ------------------------------------------------------------------------------------------
