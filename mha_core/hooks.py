@@ -15,13 +15,13 @@ function call per point and nothing else.
 
 from __future__ import annotations
 
-import re
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
 
-from .errors import HeadscopeError
+from .errors import HeadscopeError, quoted
 
 HookFunction = Callable[[torch.Tensor], torch.Tensor | None]
 NameFilter = None | str | Iterable[str] | Callable[[str], bool]
@@ -125,12 +125,13 @@ def name_filter(names: NameFilter, known: Iterable[str]) -> Callable[[str], bool
 
 def check_names(names: Iterable[str], known: Iterable[str]) -> None:
     """A ``HookError`` naming the first of ``names`` that is not one of ``known``, with the nearest known names."""
-    known = set(known)
-    for name in sorted(set(names) - known):
-        pattern = re.sub(r"\.\d+\.", ".{l}.", name)
-        similar = sorted({re.sub(r"\.\d+\.", ".{l}.", k) for k in known if k.split(".")[-1] == name.split(".")[-1]})
-        hint = f" Points of that kind here: {', '.join(similar[:6])}." if similar else ""
-        raise HookError(f"This model has no hook point {name!r} ({pattern}).{hint} See model.hook_names().")
+    known = list(known)
+    missing = sorted(set(names) - set(known))
+    if missing:
+        name = str(missing[0])
+        near = difflib.get_close_matches(name, known, n=3)
+        hint = f" Nearest: {', '.join(near)}." if near else ""
+        raise HookError(f"This model has no hook point {quoted(name, 80)}.{hint} See model.hook_names().")
 
 
 # ---- the names ----------------------------------------------------------------------------------------------
