@@ -76,8 +76,8 @@ class LoadedModel:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # Measured, not looked up: layers, heads and causality come from the attentions of a short probe.
         self.is_causal = False
-        # One forward pass at a time uses the hooks on shared modules (capture, ablation); re-entrant because
-        # an ablated pass holds it around the capture, which takes it too.
+        # One forward pass at a time uses the hooks on shared modules (the capture, the named points); re-entrant,
+        # so that a hook function may itself run a pass of this model.
         self._forward_lock = threading.RLock()
         self._recorders: list = []
         # Where each part of the model is (the family's declaration): the named hook points, head ablation, capture.
