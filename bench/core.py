@@ -12,7 +12,9 @@ round by round so that machine load hits them alike, all under torch.inference_m
 
 Prints, for each of ``--runs`` sittings, a markdown table of medians and the ratios core / torch+w (goal <= 1.0),
 core / torch (goal <= 1.10) and core / before, then the range of each ratio over the sittings, and the load
-average. Usage: python -m bench.core [--rounds N] [--threads T] [--runs R] [--compare PATH] [--lengths N ...]
+average. ``--cpu`` (with ``--threads 1``) times the thread's CPU time instead of the wall clock: on a crowded machine
+the other processes' time is then left out (their effect on caches and memory bandwidth is not).
+Usage: python -m bench.core [--rounds N] [--threads T] [--runs R] [--compare PATH] [--lengths N ...] [--cpu]
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def contestants(reference: nn.MultiheadAttention, other=None):
     return runners
 
 
-def measure(d_model: int, heads: int, n: int, rounds: int, other=None) -> dict[str, float]:
+def measure(d_model: int, heads: int, n: int, rounds: int, other=None, clock=time.perf_counter) -> dict[str, float]:
     torch.manual_seed(0)
     reference = nn.MultiheadAttention(d_model, heads, batch_first=True).eval()
     runners = contestants(reference, other)
@@ -70,9 +72,9 @@ def measure(d_model: int, heads: int, n: int, rounds: int, other=None) -> dict[s
                 run(x)
         for _ in range(rounds):
             for name, run in runners.items():
-                start = time.perf_counter()
+                start = clock()
                 run(x)
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -83,9 +85,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="sittings, one after the other")
     parser.add_argument("--compare", default=None, help="another checkout whose MultiHeadAttention is timed beside")
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--cpu", action="store_true", help="thread CPU time instead of wall-clock (with --threads 1)")
     args = parser.parse_args()
+    if args.cpu and args.threads != 1:
+        parser.error("--cpu counts this thread only: use it with --threads 1")
     if args.threads:
         torch.set_num_threads(args.threads)
+    clock = time.thread_time if args.cpu else time.perf_counter
     other = load_other(args.compare) if args.compare else None
     ratios: dict[tuple, list] = {}
     for sitting in range(args.runs):
@@ -93,7 +99,8 @@ def main() -> None:
         load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
         print(
             f"run {sitting + 1}: torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-            f"load average {load}; batch 1, medians of {args.rounds} interleaved rounds (n = 1024: a quarter)\n"
+            f"load average {load}; batch 1, medians of {args.rounds} interleaved rounds (n = 1024: a quarter), "
+            f"{'thread CPU' if args.cpu else 'wall-clock'} time\n"
         )
         extra = " | before (ms) | core / before" if other else ""
         print(f"| d_model | n | core (ms) | torch+w (ms) | torch (ms) | core / torch+w | core / torch{extra} |")
@@ -101,7 +108,7 @@ def main() -> None:
         for d_model, heads in CONFIGS:
             for n in args.lengths:
                 rounds = args.rounds if n < 1024 else max(5, args.rounds // 4)
-                med = measure(d_model, heads, n, rounds, other)
+                med = measure(d_model, heads, n, rounds, other, clock)
                 row = (med["core"] / med["torch+w"], med["core"] / med["torch"])
                 cells = f"{med['core'] * 1e3:.2f} | {med['torch+w'] * 1e3:.2f} | {med['torch'] * 1e3:.2f}"
                 line = f"| {d_model} | {n} | {cells} | {row[0]:.3f} | {row[1]:.3f}"

@@ -347,7 +347,12 @@ class MultiHeadAttention(nn.Module):
             head_point(hooks, name, t)
             for name, t in zip(("hook_q", "hook_k", "hook_v"), self.project(query, key, value))
         )
-        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, score=self.score, hooks=hooks)
+        score = self.score
+        if score == "scaled" and not hooks.wants("hook_q") and not (torch.is_grad_enabled() and q.requires_grad):
+            # 1/sqrt(d_k) folded into the queries in place: their memory is this call's own projection (nothing
+            # else holds it), so the scaled product costs no new [n, d] buffer. The same numbers as "scaled".
+            q, score = q.mul_(1.0 / math.sqrt(self.d_k)), "dot"
+        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, score=score, hooks=hooks)
         merged = self.merge_heads(head_point(hooks, "hook_z", heads))
         out = linear(merged, self.out_proj.weight, self.out_proj.bias)
         if unbatched:
