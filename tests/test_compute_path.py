@@ -31,6 +31,7 @@ NOT_A_PASS = {
     "position_embeddings",
     "logits",
     "output_projections",
+    "hook_names",
 }
 # Library functions that take the model but run no pass: its tokenizer only, or an estimate of a run's bytes.
 NO_PASS_FUNCTIONS = {"prompt_ids", "needle_prompt", "long_run_bytes"}
@@ -193,7 +194,7 @@ def offenders(source: str, path: str, methods: set[str], functions: set[str]) ->
 def signatures():
     methods, functions = loaded_model_methods(), model_functions()
     # What the derivation must find (if one of these disappears, the derivation or the library changed).
-    assert {"run", "run_ids", "run_batch", "forward_encoded", "layer_inputs", "final_hidden"} <= methods
+    assert {"run", "run_ids", "run_batch", "forward_encoded", "layer_inputs", "run_with_cache"} <= methods
     assert methods >= NOT_A_PASS, NOT_A_PASS - methods
     assert {
         "profile",

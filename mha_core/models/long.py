@@ -195,12 +195,6 @@ class LongRun:
         return local_windows(self.statistics.rows["window"], self.is_causal)
 
 
-def bin_edges_of(rows, cols, size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The token edges of an overview's rows and columns (as ``attention_overview`` cuts them)."""
-    rows, cols = _region(rows, n, "rows"), _region(cols, n, "cols")
-    return bin_edges(*rows, size), bin_edges(*cols, size)
-
-
 def _region(region, n: int, what: str) -> tuple[int, int]:
     if region is None:
         return (0, n)
