@@ -48,11 +48,21 @@ def test_pack_layer_sends_exact_pooled_values_and_token_labels(tiny_long):
         data["token_level"] and data["row_tokens"] == run.tokens[200:240] and data["col_tokens"] == run.tokens[180:230]
     )
     np.testing.assert_allclose(longview.decode_values(data), run.attention_block(0, 3, (200, 240), (180, 230)), atol=0)
-    # The overviews of every head of the layer, each scaled to its own largest cell.
-    grid = np.frombuffer(__import__("base64").b64decode(data["grid"]), dtype=np.uint8).reshape(run.num_heads, 32, 32)
+    # The overviews of every head of the layer (max pooling, the default), each sent as bytes scaled to its own
+    # largest cell with that largest value: decoded, each is the pass's overview to half a byte of its largest cell.
+    assert data["reduce"] == "max" and data["colour"] == "absolute"
+    raw = np.frombuffer(__import__("base64").b64decode(data["grid"]), dtype=np.uint8).reshape(run.num_heads, 32, 32)
+    decoded = longview.decode_grid(data)
     for head in range(run.num_heads):
-        expected = run.overview_mean[0, head] / run.overview_mean[0, head].max()
-        np.testing.assert_allclose(grid[head] / 255, expected, atol=0.5 / 255 + 1e-6)
+        top = run.overview_max[0, head].max()
+        assert data["grid_tops"][head] == pytest.approx(float(top))
+        np.testing.assert_allclose(raw[head] / 255, run.overview_max[0, head] / top, atol=0.5 / 255 + 1e-6)
+        np.testing.assert_allclose(decoded[head], run.overview_max[0, head], atol=0.5 / 255 * top + 1e-7)
+    assert data["grid_edges"] == list(range(0, 513, 16))  # 32 cells of 16 tokens
+    # The palette: the app's figures' colour scale and masked colour.
+    from ui.figures.common import ATTENTION_COLORSCALE, MASKED_COLOR
+
+    assert data["colorscale"] == ATTENTION_COLORSCALE and data["masked_color"] == MASKED_COLOR
 
 
 def test_model_view_merges_the_pass_overviews_exactly(tiny_long):
@@ -75,13 +85,28 @@ def test_zoom_links_and_browser_state_are_checked():
     assert longview.parse_link(zoom.link()) == longview.Zoom(3, 1, 10, 90, 0, 50)
     with pytest.raises(ValueError, match=r"layer\.head"):
         longview.parse_link("3.1.10")
-    assert longview.checked(longview.Zoom(99, -1, -5, 9999, 40, 40), 4, 4, 100) == longview.Zoom(3, 0, 0, 100, 40, 41)
+    # Within the run: nothing changed, nothing said.
+    assert longview.checked(zoom, 4, 4, 100) == (zoom, [])
+    # Cut at the document's ends; a span wholly past the end (or empty) is the whole document; each change said.
+    shown, notes = longview.checked(longview.Zoom(99, -1, -5, 9999, 40, 40), 4, 4, 100)
+    assert shown == longview.Zoom(3, 0, 0, 100, 0, 100)
+    assert notes == [
+        "layer 99 is not one of this model's (0 to 3): showing layer 3",
+        "head -1 is not one of this model's (0 to 3): showing head 0",
+        "queries -5-9998 are not all in this document of 100 tokens (0 to 99): showing queries 0-99",
+        "keys 40-39 are not all in this document of 100 tokens (0 to 99): showing keys 0-99",
+    ]
+    # The issue's link: lzoom=99.99.5000-9000.0-99999 on a 512-token document of a 6 x 12 model.
+    shown, notes = longview.checked(longview.parse_link("99.99.5000-9000.0-99999"), 6, 12, 512)
+    assert shown == longview.Zoom(5, 11, 0, 512, 0, 512) and len(notes) == 4
+    assert "queries 5000-8999 are not all in this document of 512 tokens (0 to 511): showing queries 0-511" in notes
+    shown, notes = longview.checked(longview.Zoom(0, 0, 0, 8, 0, 8, "median", "side", "loud"), 2, 2, 100)
+    assert (shown.reduce, shown.view, shown.colour) == ("max", "head", "absolute") and len(notes) == 3
     assert longview.parse_zoom({"layer": 1, "head": 0, "r0": 5, "r1": 2, "c0": 0, "c1": 1}) is None
     assert longview.parse_zoom({"layer": "x"}) is None
-    assert (
-        longview.parse_zoom({"layer": 1, "head": 0, "r0": 0, "r1": 2, "c0": 0, "c1": 1, "reduce": "max"}).reduce
-        == "max"
-    )
+    browser = {"layer": 1, "head": 0, "r0": 0, "r1": 2, "c0": 0, "c1": 1, "reduce": "mean", "colour": "stretched"}
+    assert longview.parse_zoom(browser) == longview.Zoom(1, 0, 0, 2, 0, 1, "mean", "head", "stretched")
+    assert longview.parse_zoom({**browser, "colour": "loud"}) is None
 
 
 def test_explore_reads_a_long_document_and_keeps_the_zoom_in_the_address():
@@ -152,3 +177,4 @@ def test_the_needle_test_is_offered_for_decoders_only_and_checks_its_link():
     app = open_app("explore", {"long": "needle"})  # MiniLM, an encoder: no needle test, the first example instead
     assert app.session_state["long_doc"] == "0"
     assert any("long=needle" in w.value or "is not one of" in w.value for w in app.warning)
+

@@ -195,7 +195,7 @@ def _zoom(run) -> longview.Zoom:
                 st.warning(f"The link's lzoom={raw[:40]!r} is not {error}; showing the whole first head.")
         reduce, view = address.query_value("lreduce", "mean"), address.query_value("lview", "head")
         zoom = dataclasses.replace(zoom, reduce=reduce, view=view)
-    return longview.checked(zoom, run.num_layers, run.num_heads, run.num_tokens)
+    return longview.checked(zoom, run.num_layers, run.num_heads, run.num_tokens)[0]
 
 
 def _take_zoom(zoom: longview.Zoom) -> None:
