@@ -13,7 +13,7 @@ import mha_core as mc
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, needle_prompt, run_long
 from tests.conftest import ATTENTION_ATOL, require
 from tests.model_fixtures import build_tiny_llama
-from tests.page_helpers import open_app, rerun
+from tests.page_helpers import head_view_data, open_app, rerun
 from ui import longdoc, longview
 
 
@@ -178,3 +178,79 @@ def test_the_needle_test_is_offered_for_decoders_only_and_checks_its_link():
     assert app.session_state["long_doc"] == "0"
     assert any("long=needle" in w.value or "is not one of" in w.value for w in app.warning)
 
+
+@pytest.fixture(scope="module")
+def tiny_decoder(tmp_path_factory):
+    """A tiny Llama with a BOS token its tokenizer does not add (as SmolLM2's): its folder and the model."""
+    path = build_tiny_llama(tmp_path_factory.mktemp("llama_bos"), max_positions=512, randomised=True)
+    model = mc.load_model(str(path))
+    assert model.bos_token is not None and model.default_bos
+    return str(path), model
+
+
+SENTENCE = "The cat sat on the mat because it was tired."
+
+
+@pytest.mark.parametrize("bos", ["0", "1"])
+def test_the_long_document_is_tokenized_as_the_sentence(tiny_decoder, bos):
+    # The same text as the sentence and as the long document: one tokenization, with or without the BOS token.
+    path, model = tiny_decoder
+    query = {"model": path, "text": SENTENCE, "long": "paste", "lzoom": "0.0.0-64.0-64", "bos": bos}
+    app = open_app("explore", query)
+    app.text_area(key="long_text").input(SENTENCE)
+    rerun(app)
+    sentence_tokens = head_view_data(app)["tokens"]
+    data = long_view_data(app)
+    assert data["token_level"] and data["row_tokens"] == sentence_tokens == data["col_tokens"]
+    expected = model.encode(SENTENCE, bos=bos == "1")
+    assert len(sentence_tokens) == len(expected.input_ids)
+    assert (sentence_tokens[0] == model.bos_token) == (bos == "1")
+    assert data["region"] == [0, len(sentence_tokens), 0, len(sentence_tokens)]
+
+
+def test_the_zoom_opens_at_the_page_layer_and_head_with_max_pooling(tiny_decoder):
+    path, model = tiny_decoder
+    app = open_app("explore", {"model": path, "layer": "1", "head": "2", "long": "0"})
+    app.button(key="long_go").click()
+    rerun(app)
+    data = long_view_data(app)
+    n = model.context_length
+    assert (data["layer"], data["head"], data["region"], data["reduce"]) == (1, 2, [0, n, 0, n], "max")
+    run = run_long(model, longdoc.examples()[0]["text"])
+    np.testing.assert_allclose(
+        longview.decode_values(data), run.attention_overview(1, 2, longview.ZOOM_SIZE, "max"), atol=ATTENTION_ATOL
+    )
+    captions = " ".join(str(c.value) for c in app.caption)
+    assert "Max pooling (the view opens with it)" in captions
+    assert app.query_params["lzoom"] == f"1.2.0-{n}.0-{n}" and "lreduce" not in app.query_params  # max: the default
+    # The picker names the examples' lengths in this model's tokens (the file's labels name SmolLM2's).
+    options = app.selectbox(key="long_doc").options
+    counts = [len(model.encode_long(example["text"]).input_ids) for example in longdoc.examples()]
+    assert options[: len(counts)] == [longdoc.example_label(e, c) for e, c in zip(longdoc.examples(), counts)]
+    assert not any("SmolLM2" in option for option in options)
+    assert f"({counts[0]:,} tokens for this model)" in options[0]
+
+
+def test_a_zoom_the_document_cannot_show_is_changed_with_a_notice(tiny_decoder):
+    path, model = tiny_decoder
+    n = model.context_length
+    app = open_app("explore", {"model": path, "long": "0", "lzoom": "99.99.5000-9000.0-99999", "lreduce": "x"})
+    data = long_view_data(app)
+    assert (data["layer"], data["head"]) == (model.num_layers - 1, model.num_heads - 1)
+    assert data["region"] == [0, n, 0, n] and data["reduce"] == "max"  # not one stretched row
+    (warning,) = [w.value for w in app.warning if "long-document view was changed" in w.value]
+    assert f"layer 99 is not one of this model's \\(0 to {model.num_layers - 1}\\)" in warning
+    assert f"queries 5000\\-8999 are not all in this document of {n} tokens" in warning
+    assert "there is no pooling 'x'" in warning
+    # Markdown or HTML in the address reaches the notice escaped (shown as text, never an image or a link).
+    app = open_app("explore", {"model": path, "long": "0", "lzoom": "![a](http://host/b.png)<b>x</b>"})
+    (warning,) = [w.value for w in app.warning if "long-document view was changed" in w.value]
+    assert "\\!\\[a\\]\\(http\\:" in warning and "\\<b\\>" in warning
+    assert "![a]" not in warning and "<b>" not in warning
+    assert long_view_data(app)["region"] == [0, n, 0, n]
+
+
+def test_role_counts_are_singular_or_plural():
+    assert longdoc.plural(1, "head") == "1 head"
+    assert longdoc.plural(0, "head") == "0 heads"
+    assert longdoc.plural(1083, "token") == "1,083 tokens"

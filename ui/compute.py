@@ -355,15 +355,24 @@ class LongRunStopped(Exception):
     """The visitor pressed Stop: a long run ends at its next block."""
 
 
-def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Sequence[int] | None = None):
-    """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length, or of
-    ``token_ids`` taken as they are (a needle-in-a-haystack prompt): in a job of the session's with a progress
-    bar that says how long is left, its real bytes (``long_run_bytes``) reserved first; ``stop`` set ends it at
-    its next block (``LongRunStopped``)."""
+def long_run(
+    model_name: str,
+    text: str,
+    stop: threading.Event,
+    token_ids: Sequence[int] | None = None,
+    bos: bool | None = None,
+):
+    """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length, tokenized
+    as the page's sentence is (``bos``: begin with the BOS token; None: the model's default), or of ``token_ids``
+    taken as they are (a needle-in-a-haystack prompt): in a job of the session's with a progress bar that says how
+    long is left, its real bytes (``long_run_bytes``) reserved first; ``stop`` set ends it at its next block
+    (``LongRunStopped``)."""
     model = get_model(model_name)
     ids = None if token_ids is None else [int(i) for i in token_ids]
-    num_tokens = len(model.encode_long(text).input_ids) if ids is None else len(model.encode_long_ids(ids).input_ids)
-    what = text if ids is None else "ids:" + ",".join(map(str, ids))
+    bos = model.default_bos if bos is None else bool(bos)
+    encoded = model.encode_long(text, bos) if ids is None else model.encode_long_ids(ids)
+    num_tokens = len(encoded.input_ids)
+    what = f"bos:{int(bos)}:{text}" if ids is None else "ids:" + ",".join(map(str, ids))
 
     def work(model, progress):
         started = time.monotonic()
@@ -377,7 +386,7 @@ def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Seque
             progress(done, total, f"Every head of {num_tokens:,} tokens: {message}{when}")
 
         if ids is None:
-            return run_long(model, text, progress=timed)
+            return run_long(model, text, progress=timed, bos=bos)
         return run_long(model, token_ids=ids, progress=timed)
 
     return compute(
