@@ -8,14 +8,10 @@ without first rendering every other element of the rerun."""
 
 import streamlit as st
 
-from ui import address, class_questions, compute, encoder_decoder, figures, headview, longdoc, session, shell
+from ui import address, class_questions, encoder_decoder, figures, headview, longdoc, session, shell
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
-
-# The attention-sink note shows once at least this share of the heads park most of their attention on a token
-# of no content (MiniLM on "The cat sat on the mat because it was tired.": 34 of 72).
-SINK_NOTE_SHARE = 0.25
 
 st.title("Explore")
 st.markdown(messages.INTRO)
@@ -74,14 +70,7 @@ def explore_view() -> None:
             notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
         if notes:
             st.caption(" ".join(notes))
-        sinks = compute.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
-        if sinks.mean() >= SINK_NOTE_SHARE:
-            st.info(
-                f"{sinks.sum()} of the {sinks.size} heads put most of their attention on a token of no content "
-                "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when "
-                "it has nothing to do. Look for the heads that do not.",
-                icon=":material/info:",
-            )
+        views.sink_note(run)
 
 
 def take_pick(pick: dict) -> None:
@@ -123,10 +112,7 @@ def view_section(words: bool, hide_special: bool) -> None:
     if shape == "lines":
         lines_view(view, layer, head)
     downloads.downloads(view, layer, head)
-    source = views.layer_source_code(run.family) if run.engine == "core" else None
-    if source:
-        with st.expander("The from-scratch layer code that computed these weights"):
-            st.code(source, language="python")
+    views.layer_code(run)
 
 
 def lines_view(view, layer: int, head: int) -> None:

@@ -339,15 +339,17 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
     )
 
 
-def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None):
+def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None, *, stoppable: bool = True):
     """An encoder-decoder model's ``Seq2SeqRun`` (``target`` None: the model writes it), from the shared cache
-    or computed in a compute slot, stopping if this session goes away, with its peak memory reserved first."""
+    or computed in a compute slot, stopping if this session goes away (``stoppable=False``: never, for a download
+    made outside a script run), with its peak memory reserved first."""
     model = get_model(model_name)
     return compute(
         ("seq2seq-run", _cache_key(model_name), engine, source, target),
         lambda model, progress: model.run(source, target, engine=engine, progress=progress),
         model=model,
         reserve_bytes=lambda: int(RUN_PEAK_FACTOR * model.attention_bytes(source, target)),
+        stoppable=stoppable,
     )
 
 

@@ -218,6 +218,32 @@ def difference_view(
     return True
 
 
+# The attention-sink note shows once at least this share of the heads park most of their attention on a token
+# of no content (MiniLM on "The cat sat on the mat because it was tired.": 34 of 72).
+SINK_NOTE_SHARE = 0.25
+
+
+def sink_note(run) -> None:
+    """The attention-sink note, when at least ``SINK_NOTE_SHARE`` of the run's heads put most of their attention
+    on a token of no content (a head's ``sink_mass`` of 0.5 or more)."""
+    sinks = compute.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
+    if sinks.mean() >= SINK_NOTE_SHARE:
+        st.info(
+            f"{sinks.sum()} of the {sinks.size} heads put most of their attention on a token of no content "
+            "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when "
+            "it has nothing to do. Look for the heads that do not.",
+            icon=":material/info:",
+        )
+
+
+def layer_code(run) -> None:
+    """For the from-scratch engine: the layer code that computed the run's weights, in an expander."""
+    source = layer_source_code(run.family) if run.engine == "core" else None
+    if source:
+        with st.expander("The from-scratch layer code that computed these weights"):
+            st.code(source, language="python")
+
+
 def layer_source_code(family: str) -> str | None:
     """The from-scratch engine's own code for ``family``: its layer function and the helpers it calls,
     as the family registry names them; None for a family the engine does not replay."""
