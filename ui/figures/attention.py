@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from ui.figures.common import (
     ATTENTION_COLORSCALE,
+    COLORBAR_ABOVE_ROOM,
     COLORBAR_MARGIN,
     DIFFERENCE_COLORSCALE,
     DIFFERENCE_SCALE,
@@ -23,6 +24,7 @@ from ui.figures.common import (
     SEGMENT_COLOR,
     TOKEN_TICK_LIMIT,
     base_layout_dict,
+    colorbar_above,
     colorbar_at_right,
     plotly_text,
 )
@@ -239,6 +241,7 @@ def tiled_heatmap(
     annotations: list[dict] | None = None,
     axis_titles: tuple[str, str] | None = None,
     colorbar: bool = True,
+    colorbar_on_top: bool = False,
 ) -> go.Figure:
     """Tiles ``[R, C, n, m]`` laid out in an R x C grid as ONE heatmap trace.
 
@@ -253,7 +256,9 @@ def tiled_heatmap(
     Cells are square; ``width_hint`` (the chart's expected width in pixels) sets the height to match.
     ``annotations`` replace the row and column labels; ``axis_titles`` are (x, y) axis titles.
     ``colorbar=False`` leaves out the colour bar (drawing one is a small chart of its own: ticks, title,
-    text measured), for a grid shown next to a chart whose colour bar it shares.
+    text measured), for a grid shown next to a chart whose colour bar it shares; ``colorbar_on_top`` draws it
+    above the plot from its left edge, next to a map narrower than its chart (one square tile), instead of at the
+    chart's right edge.
     """
     tiles = np.asarray(tiles, dtype=np.float32)
     if tiles.ndim != 4:
@@ -284,7 +289,7 @@ def tiled_heatmap(
         # More cells than pixels (the model view at 128 tokens): let the browser scale one image
         # (measured 15% faster); fewer, larger cells stay crisp (no interpolation).
         zsmooth="fast" if full.shape[1] > width_hint - 150 else False,
-        colorbar=colorbar_at_right("left − right" if difference else "weight"),
+        colorbar=(colorbar_above if colorbar_on_top else colorbar_at_right)("left − right" if difference else "weight"),
         showscale=colorbar,
     )
     data, layout = [heatmap], {}
@@ -309,7 +314,10 @@ def tiled_heatmap(
     layout.update(base_layout_dict(height, title))
     row_labels_shown = any(row_labels) and not show_token_ticks
     layout["margin"].update(l=70 if row_labels_shown else 10, t=60 if title else 30)
-    layout["margin"].update(COLORBAR_MARGIN if colorbar else {"autoexpand": False})
+    if colorbar and colorbar_on_top:
+        layout["margin"].update(t=layout["margin"]["t"] + COLORBAR_ABOVE_ROOM, autoexpand=False)
+    else:
+        layout["margin"].update(COLORBAR_MARGIN if colorbar else {"autoexpand": False})
     if show_token_ticks:
         layout["margin"].update(_tick_label_margins(xaxis, yaxis, axis_titles is not None))
     # Square cells; the spare width or height goes to the right or the bottom, so the token labels
@@ -377,6 +385,7 @@ def head_heatmap(
         axis_titles=("key (attended to)", "query (attending)"),
         difference=difference,
         zmax=DIFFERENCE_SCALE if difference else 1.0,
+        colorbar_on_top=True,  # one square map: its colour bar right above it
     )
 
 

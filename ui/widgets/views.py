@@ -162,6 +162,37 @@ def alignment_note(difference) -> str:
     return " ".join(notes)
 
 
+# How Compare pairs the layers of two models of different depths.
+PAIRINGS = {"depth": "By relative depth", "hand": "By hand"}
+
+
+def depth_matched_layer(layer: int, layers: int, other_layers: int) -> int:
+    """The layer of a model of ``other_layers`` layers at the relative depth of ``layer`` of one of ``layers``:
+    round(layer * (other_layers - 1) / (layers - 1)), halves up (the first with the first, the last with the last)."""
+    if layers <= 1:
+        return 0
+    return min(other_layers - 1, int(np.floor(layer * (other_layers - 1) / (layers - 1) + 0.5)))
+
+
+def pairing_note(pairing: str, left: tuple[str, int, int], right: tuple[str, int, int]) -> str:
+    """Which layers are shown against each other, and why: ``left`` and ``right`` are (model name, its number of
+    layers, the layer shown)."""
+    (left_name, left_layers, left_layer), (right_name, right_layers, right_layer) = left, right
+    shown = (
+        f"Layer {left_layer} of {md_escape(left_name)} (of 0 to {left_layers - 1}) against layer {right_layer} of "
+        f"{md_escape(right_name)} (of 0 to {right_layers - 1})"
+    )
+    if pairing == "depth":
+        exact = left_layer * (right_layers - 1) / max(left_layers - 1, 1)
+        return (
+            f"{shown}: paired by relative depth, round({left_layer} × {right_layers - 1} / {max(left_layers - 1, 1)}) "
+            f"= round({exact:.3g}) = {right_layer}, so the first layers and the last layers meet."
+        )
+    if left_layers != right_layers:
+        return f"{shown}: paired by hand (the two models have {left_layers} and {right_layers} layers)."
+    return f"{shown}."
+
+
 # Differences below this are the size of float32 rounding between two exact computations of one model
 # (the from-scratch engine against transformers: about 1e-6 after six layers).
 ROUNDING_SIZE = 1e-4
