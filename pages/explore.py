@@ -2,9 +2,9 @@
 
 Both views are one component drawn in the browser (ui/headview/: headview.js). The page's body is a
 fragment that also draws the sidebar's sentence boxes, so Enter reruns the body only; inside it, the view's own
-fragment reruns alone when the visitor switches a layer, a head or the view. In both, the view is drawn first
-and the controls and notes above it after (into containers placed above it), so the browser paints the view
-without first rendering every other element of the rerun."""
+fragment reruns alone when the visitor switches a layer, a head or the view. The sentence boxes, the notes and
+toggles above the view (the attention-sink note too) are drawn before it, in their places: nothing arrives later
+and pushes the view down."""
 
 import streamlit as st
 
@@ -55,22 +55,21 @@ def explore_view() -> None:
     run = explore_run()
     if run is None:
         return
-    header = st.container()  # filled after the view is drawn, shown above it
-    words, hide_special = pickers.view_settings(run)
+    # The notes above the view are drawn before it, the sink note's measurements included (cached with the run):
+    # drawn after it, they arrived seconds later on a first visit and pushed the view down.
+    st.caption(messages.md_escape(run.summary()))
+    messages.engine_note(run)
+    words, hide_special = pickers.view_toggles(run)
+    view = views.shaped_run(run, words, hide_special)
+    notes = []
+    if view.is_causal:
+        notes.append("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
+    if views.figure_options(view)["segment_ids"] is not None:
+        notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
+    if notes:
+        st.caption(" ".join(notes))
+    views.sink_note(run)
     view_section(words, hide_special)
-    with header:
-        st.caption(messages.md_escape(run.summary()))
-        messages.engine_note(run)
-        pickers.view_toggles(run)  # the same values as view_settings above
-        view = views.shaped_run(run, words, hide_special)
-        notes = []
-        if view.is_causal:
-            notes.append("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
-        if views.figure_options(view)["segment_ids"] is not None:
-            notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
-        if notes:
-            st.caption(" ".join(notes))
-        views.sink_note(run)
 
 
 def take_pick(pick: dict) -> None:
