@@ -100,7 +100,7 @@ def test_one_weight_is_one_colour_in_the_figures_the_head_view_and_the_long_view
     ):
         # The head view sends a weight as round(w * 255) and the long view paints step round(w * 255): each paints
         # Plotly's colour of that step, rounded to whole channel values...
-        stepped = figure_colours(fig, np.floor(values.astype(np.float64) * 255 + 0.5) / 255)
+        stepped = figure_colours(fig, viewkit.steps(values) / 255)
         np.testing.assert_allclose(head_rgb[visible], stepped[visible], atol=0.5 + 1e-9)
         np.testing.assert_allclose(long_rgb[visible], stepped[visible], atol=0.5 + 1e-9)
         # ...which is within 2 of Plotly's colour of the weight itself on any channel: the scale's steepest stretch
@@ -157,6 +157,8 @@ def test_packing_helpers_round_trip():
     weights = np.array([[0.0, 0.0014, 0.390, 0.5, 1.0, np.nan]], dtype=np.float32)
     raw = np.frombuffer(viewkit.weight_bytes(weights), dtype=np.uint8)
     assert raw.tolist() == [0, 0, 99, 128, 255, 0]  # round(w * 255): 0.357 -> 0, 99.45 -> 99, 127.5 -> 128
+    # Halves go up, as the browser rounds (numpy's rint would send 126.5 to 126): float32 of 126.5 / 255 times 255.
+    assert viewkit.steps(np.float32([126.5 / 255, 0.5 / 255, 2.0, -1.0])).tolist() == [127, 1, 255, 0]
     images = np.array([[[0.0, 0.002], [0.001, 0.0005]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float32)
     packed, tops = viewkit.scaled_bytes(images)
     assert tops == [pytest.approx(0.002), 0.0]

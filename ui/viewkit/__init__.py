@@ -42,10 +42,17 @@ def palette() -> dict:
 
 
 def steps(values: np.ndarray) -> np.ndarray:
-    """The colour scale's step of each value in [0, 1]: round(v * 255), halves up, in float64 (as the browser's
-    ``levelOf`` computes it, so a weight sent as a byte and a weight sent as a float get one colour), NaN as 0."""
-    values = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0)
-    return np.floor(np.clip(values, 0.0, 1.0) * LEVELS + 0.5).astype(np.uint8)
+    """The colour scale's step of each value in [0, 1]: floor(v * 255 + 0.5) in float32 arithmetic, NaN as 0. The
+    browser's ``levelOf`` computes the same (``Math.fround`` after each operation), so a weight sent as a byte (the
+    head view) and a weight sent as a float (the long view) get one colour. In place on one float32 copy: 3 M
+    weights (MiniLM's layer at 512 tokens) in about 60 ms on this machine."""
+    work = np.array(values, dtype=np.float32)  # a copy, worked on in place
+    np.nan_to_num(work, copy=False, nan=0.0)
+    np.clip(work, 0.0, 1.0, out=work)
+    work *= LEVELS
+    work += 0.5
+    np.floor(work, out=work)
+    return work.astype(np.uint8)
 
 
 def weight_bytes(weights: np.ndarray) -> bytes:

@@ -35,11 +35,12 @@ export function lookupTable(colorscale) {
   return table;
 }
 
-// The colour-scale step of a value: round(value * stretch * 255), clamped to 0..255 (stretch 1: the weight itself).
+// The colour-scale step of a value: floor(value * stretch * 255 + 0.5), clamped to 0..255 (stretch 1: the weight
+// itself), each operation rounded to float32 as ui/viewkit.steps packs the head view's bytes: one weight, one step.
 export function levelOf(value, stretch = 1) {
-  const t = value * stretch;
+  const t = Math.fround(value * stretch);
   if (!(t > 0)) return 0; // also NaN
-  return t >= 1 ? LEVELS : Math.round(t * LEVELS);
+  return t >= 1 ? LEVELS : Math.floor(Math.fround(Math.fround(t * LEVELS) + 0.5));
 }
 
 // The [r, g, b] colour of a value on the colour scale ``lut`` (lookupTable), stretched ``stretch`` times.

@@ -42,7 +42,10 @@ def figure_options(run) -> dict:
 MODEL_VIEW_MAX_CELLS = headview.ALL_LAYERS_MAX_CELLS  # so the model view always has every layer
 
 
-HEAD_VIEW_MAX_CELLS = 800_000
+HEAD_VIEW_MAX_CELLS = 800_000  # the Plotly head view (Compare): 4 bytes a cell, and a chart of them
+# Explore's canvas head view sends one layer at one byte a weight: every token of a model's longest input (512) for
+# up to 16 heads (MiniLM at 512 tokens: 3.1 MB a layer), so a sentence at the model's limit is shown whole.
+CANVAS_HEAD_MAX_CELLS = 16 * 512 * 512
 
 
 def token_limit(max_cells: int, num_tiles: int) -> int:
@@ -93,13 +96,17 @@ def attention_view(run, view: str, layer: int, head: int, key: str, shape: str =
     a click on a head and the switches between the views and the head's shapes redraw there at once; the
     layer and head selection follows here (and in the link) on the next rerun, and ``on_pick(pick)`` gets
     the rest of the visitor's pick (``view`` and ``shape``)."""
-    per_layer = token_limit(HEAD_VIEW_MAX_CELLS, run.num_heads)
+    per_layer = token_limit(CANVAS_HEAD_MAX_CELLS, run.num_heads)
     whole = token_limit(MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads)
     if view == "model":
         shown = first_tokens(run, MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads, "model view")
     else:
         shown = first_tokens(
-            run, HEAD_VIEW_MAX_CELLS, run.num_heads, "head view", rest="the Lines view and the downloads have them all"
+            run,
+            CANVAS_HEAD_MAX_CELLS,
+            run.num_heads,
+            "head view",
+            rest="the Lines view and the downloads have them all",
         )
     options = figure_options(shown)
     data = headview.pack(
