@@ -2,23 +2,18 @@
 side by side and, if asked, their difference map (left minus right), with a per-layer curve of one measurement.
 Two models of different depths are paired by relative depth unless the visitor pairs the layers by hand."""
 
-import pandas as pd
 import streamlit as st
 
-from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.models import DEFAULT_MODEL, ENGINES
-from ui import address, compute, encoder_decoder, figures, session, shell
+from ui import address, encoder_decoder, session, shell
 from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices
-from ui.widgets import charts, messages, pickers, sidebar, views
+from ui.widgets import messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
-# The measurements a per-layer curve can show, in words.
-CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
-
 st.title("Compare")
 selection = session.selection()
-if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two layers of cross-attention
+if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two layers of one of its attentions
     with messages.error_display():
         encoder_decoder.compare(selection.model, selection.engine)
     st.stop()
@@ -27,29 +22,6 @@ mode = pickers.url_choice("Compare", MODES, key="compare_mode", url_key="compare
 run = sidebar.current_run()
 if run is None:
     st.stop()
-
-
-def metric_curves(runs_by_name: dict, key: str) -> None:
-    """Per-layer curves of one head measurement, one line per run."""
-    metric = pickers.url_select(
-        st.selectbox,
-        "Per-layer summary",
-        CURVES,
-        key=f"{key}_metric",
-        url_key="summary",
-        format_func=METRIC_DESCRIPTIONS.get,
-    )
-    tables = [compute.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
-    charts.show_chart(
-        figures.layer_curves(
-            pd.concat(tables, ignore_index=True),
-            metric,
-            series="series",
-            label=METRIC_DESCRIPTIONS[metric],
-            title=f"Per layer: {METRIC_DESCRIPTIONS[metric]}",
-        ),
-        key=f"{key}_curve",
-    )
 
 
 def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tuple[str, str], key: str) -> None:
@@ -88,7 +60,7 @@ if mode == "sentences":
         st.stop()
     layer = pickers.select_layer(run.num_layers)
     compared(run, other, layer, layer, (f"A: {selection.text}", f"B: {other_text}"), key="cmp_sentences")
-    metric_curves({"A": run, "B": other}, key="cmp_sentences")
+    views.metric_curves({"A": run, "B": other}, key="cmp_sentences")
 
 elif mode == "models":
     st.caption(
@@ -156,7 +128,7 @@ elif mode == "models":
     )
     names = [f"{r.model_name} ({ENGINE_LABELS[r.engine]})" for r in (run, other)]
     compared(run, other, left_layer, right_layer, (names[0], names[1]), key="cmp_models")
-    metric_curves(dict(zip(names, (run, other))), key="cmp_models")
+    views.metric_curves(dict(zip(names, (run, other))), key="cmp_models")
 
 else:
     st.caption("Two layers of the same run, every head of each, side by side.")
@@ -172,4 +144,4 @@ else:
         default=run.num_layers - 1,
     )
     compared(run, run, layer_a, layer_b, (f"Layer {layer_a}", f"Layer {layer_b}"), key="cmp_layers")
-    metric_curves({"this sentence": run}, key="cmp_layers")
+    views.metric_curves({"this sentence": run}, key="cmp_layers")

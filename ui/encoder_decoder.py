@@ -295,20 +295,7 @@ def compare(model_name: str, engine: str) -> None:
             headview.show(data, key=f"s2s_compare_{side}")
     if difference:
         layer_difference(view, kind, left, right)
-    metric = pickers.url_select(
-        st.selectbox,
-        "Per-layer summary",
-        charts.CURVE_METRICS,
-        key="s2s_compare_metric",
-        url_key="summary",
-        format_func=charts.CURVE_METRICS.get,
-    )
-    table = compute.metrics_for(view).assign(series=KIND_LABELS[kind])
-    label = charts.CURVE_METRICS[metric]
-    charts.show_chart(
-        figures.layer_curves(table, metric, series="series", label=label, title=f"Per layer: {label}"),
-        key="s2s_compare_curve",
-    )
+    views.metric_curves({KIND_LABELS[kind]: view}, key="s2s_compare")
 
 
 def layer_difference(view, kind: str, left: int, right: int) -> None:

@@ -7,14 +7,16 @@ import dataclasses
 import inspect
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
+from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.engine.registry import FAMILIES
 from ui import compute, figures, headview
 from ui.widgets.charts import PRESENTATION_SCALE, presenting, show_chart
 from ui.widgets.messages import md_escape, public_message
-from ui.widgets.pickers import set_head, set_layer
+from ui.widgets.pickers import set_head, set_layer, url_select
 
 
 def shaped_run(run, words: bool, hide_special: bool):
@@ -167,6 +169,33 @@ def alignment_note(difference) -> str:
             "of each layer's average over its heads."
         )
     return " ".join(notes)
+
+
+# The measurements a per-layer curve can show (Compare), in words: ``METRIC_DESCRIPTIONS``.
+CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
+
+
+def metric_curves(runs_by_name: dict, key: str) -> None:
+    """Per-layer curves of one head measurement (chosen here, ``?summary=``), one line per run."""
+    metric = url_select(
+        st.selectbox,
+        "Per-layer summary",
+        CURVES,
+        key=f"{key}_metric",
+        url_key="summary",
+        format_func=METRIC_DESCRIPTIONS.get,
+    )
+    tables = [compute.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
+    show_chart(
+        figures.layer_curves(
+            pd.concat(tables, ignore_index=True),
+            metric,
+            series="series",
+            label=METRIC_DESCRIPTIONS[metric],
+            title=f"Per layer: {METRIC_DESCRIPTIONS[metric]}",
+        ),
+        key=f"{key}_curve",
+    )
 
 
 # How Compare pairs the layers of two models of different depths.
