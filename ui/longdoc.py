@@ -80,20 +80,24 @@ def plural(count: int, noun: str) -> str:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def example_token_counts(model_name: str, bos: bool | None, _model) -> tuple[int, ...]:
-    """How many tokens of the model each long example has (its tokenizer only; no pass), as the long run reads it."""
-    return tuple(len(_model.encode_long(example["text"], bos).input_ids) for example in examples())
+def example_token_counts(model_name: str, bos: bool | None, _model) -> tuple[tuple[int, int], ...]:
+    """Each long example's length in the model's tokens and how many of them the long run reads (its context
+    length at most), as the run tokenizes it (the tokenizer only; no pass)."""
+    encoded = [_model.encode_long(example["text"], bos) for example in examples()]
+    return tuple((e.num_input_tokens, len(e.input_ids)) for e in encoded)
 
 
-def example_label(example: dict, tokens: int) -> str:
-    """An example's name with its length in the selected model's tokens (the file's label names SmolLM2's)."""
-    return f"{example['label'].split(' (')[0]} ({plural(tokens, 'token')} for this model)"
+def example_label(example: dict, tokens: int, read: int) -> str:
+    """An example's name with its length in the selected model's tokens (the file's label names SmolLM2's), and how
+    many of them are read when that is fewer."""
+    cut = f"; the first {read:,} read" if read < tokens else ""
+    return f"{example['label'].split(' (')[0]} ({plural(tokens, 'token')} for this model{cut})"
 
 
 def _document(model, model_name: str, bos: bool | None) -> Document:
     """What to read, from the picker (and the link): an example, a pasted document or (decoders) a needle test."""
     counts = example_token_counts(model_name, bos, model)
-    labels = [example_label(example, count) for example, count in zip(examples(), counts)]
+    labels = [example_label(example, *count) for example, count in zip(examples(), counts)]
     options = [*[str(index) for index in range(len(labels))], PASTE]
     names = dict(zip(options, [*labels, "Paste a document"]))
     if model.is_causal:
