@@ -147,6 +147,16 @@ def test_a_long_text_caps_the_model_view_not_the_head_view(minilm):
     assert head["switchable"] is False and model["switchable"] is False
 
 
+def test_a_text_at_the_model_limit_is_shown_whole_in_the_head_view(minilm):
+    # 600 words: cut to MiniLM's 512 tokens (with a notice), all of which the head view shows, one layer sent.
+    app = start(text=" ".join(["word"] * 600))
+    head = head_view_data(app)
+    assert len(head["tokens"]) == 512 and head["layers_sent"] == [0]
+    assert not any("shows the first" in caption for caption in texts(app, "caption"))
+    reference = minilm.run(" ".join(["word"] * 600))
+    np.testing.assert_allclose(head["weights_by_layer"][0], reference.attentions[0], rtol=0, atol=HEAD_VIEW_ATOL)
+
+
 def test_one_head_heatmap_lines_and_word_level(minilm):
     app = start(text=TEXT, layer="2", head="7")
     reference = minilm.run(TEXT)

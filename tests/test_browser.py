@@ -277,7 +277,7 @@ def test_clicking_a_head_opens_it(artifacts_dir):
         page.locator('.hs-model-canvas[data-layer="3"][data-head="2"]').click()
         page.wait_for_function(head_view_js(12, "word", layer=3))
         assert page.locator(".hs-big-title").text_content() == "Layer 3, head 2"
-        assert page.evaluate("() => document.querySelector('.hs-tile canvas').width") == 258  # its own cap
+        assert page.evaluate("() => document.querySelector('.hs-tile canvas').width") == 302  # all of them
         page.goto(f"{url}/?text=The+cat+sat+on+the+mat.")
         wait_for_app(page)
         page.wait_for_function(head_view_js(12, "cat"))

@@ -12,6 +12,7 @@ import plotly.io as pio
 import pytest
 
 from ui import figures
+from ui.figures.common import COLORBAR_ABOVE_ROOM
 
 
 def _attention(heads: int, n: int, seed: int = 0) -> np.ndarray:
@@ -78,11 +79,27 @@ def test_colour_bars_sit_in_a_fixed_margin_and_the_grid_can_leave_its_out():
     """A colour bar in a fixed right margin at the figure's edge: Plotly would otherwise widen the margin
     after drawing it (``margin.autoexpand``), a second layout and draw of the chart on every draw."""
     attention = _attention(12, 20)
-    for fig in (figures.head_grid(attention, TOKENS), figures.head_heatmap(attention[0], TOKENS, TOKENS)):
-        bar = fig.data[0].colorbar
-        assert fig.data[0].showscale in (None, True)
-        assert (bar.xref, bar.x, bar.xanchor, bar.title.text) == ("container", 1.0, "right", "weight")
-        assert fig.layout.margin.autoexpand is False and fig.layout.margin.r == 90
+    fig = figures.head_grid(attention, TOKENS)
+    bar = fig.data[0].colorbar
+    assert fig.data[0].showscale in (None, True)
+    assert (bar.xref, bar.x, bar.xanchor, bar.title.text) == ("container", 1.0, "right", "weight")
+    assert fig.layout.margin.autoexpand is False and fig.layout.margin.r == 90
+    # One square map is narrower than its chart: its bar lies above the plot from its left edge, in a fixed top
+    # margin (no room kept at the right).
+    one = figures.head_heatmap(attention[0], TOKENS, TOKENS)
+    bar = one.data[0].colorbar
+    assert (bar.orientation, bar.xref, bar.x, bar.xanchor, bar.yref, bar.y, bar.yanchor) == (
+        "h",
+        "paper",
+        0.0,
+        "left",
+        "paper",
+        1.0,
+        "bottom",
+    )
+    assert bar.title.text == "weight" and (bar.lenmode, bar.len) == ("pixels", 220)
+    assert one.layout.margin.autoexpand is False and one.layout.margin.r == 10
+    assert one.layout.margin.t == 30 + COLORBAR_ABOVE_ROOM
     bare = figures.head_grid(attention, TOKENS, colorbar=False)
     assert bare.data[0].showscale is False
     assert bare.layout.margin.autoexpand is False and bare.layout.margin.r == 10
@@ -90,8 +107,10 @@ def test_colour_bars_sit_in_a_fixed_margin_and_the_grid_can_leave_its_out():
         np.asarray(bare.data[0].z), np.asarray(figures.head_grid(attention, TOKENS).data[0].z)
     )
     # Presentation mode: the bar's text grows, and so does its margin.
-    big = figures.enlarge_text(figures.head_heatmap(attention[0], TOKENS, TOKENS), 1.6)
+    big = figures.enlarge_text(figures.head_grid(attention, TOKENS), 1.6)
     assert big.layout.margin.r == 144 and big.data[0].colorbar.tickfont.size == 19
+    big = figures.enlarge_text(figures.head_heatmap(attention[0], TOKENS, TOKENS), 1.6)
+    assert big.layout.margin.t == round((30 + COLORBAR_ABOVE_ROOM) * 1.6) and big.data[0].colorbar.tickfont.size == 19
 
 
 # ---- the canvas head view's data (ui/headview/) -----------------------------------------------------

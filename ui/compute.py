@@ -377,9 +377,10 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
     )
 
 
-def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None):
+def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None, *, stoppable: bool = True):
     """An encoder-decoder model's ``Seq2SeqRun`` (``target`` None: the model writes it), from the shared cache
-    or computed in a compute slot, stopping if this session goes away, with its peak memory reserved first."""
+    or computed in a compute slot, stopping if this session goes away (``stoppable=False``: never, for a download
+    made outside a script run), with its peak memory reserved first."""
     model = get_model(model_name)
     return compute(
         ("seq2seq-run", _cache_key(model_name), engine, source, target),
@@ -387,6 +388,7 @@ def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | Non
         model=model,
         work_class=LIGHT,
         reserve_bytes=lambda: int(RUN_PEAK_FACTOR * model.attention_bytes(source, target)),
+        stoppable=stoppable,
     )
 
 
@@ -432,15 +434,25 @@ class LongRunStopped(Exception):
     """The visitor pressed Stop: a long run ends at its next block."""
 
 
-def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Sequence[int] | None = None):
-    """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length, or of
-    ``token_ids`` taken as they are (a needle-in-a-haystack prompt): in a job of the session's with a progress
-    bar that says how long is left, its real bytes (``long_run_bytes``) reserved first; ``stop`` set ends it at
-    its next block (``LongRunStopped``)."""
+def long_run(
+    model_name: str,
+    text: str,
+    stop: threading.Event,
+    token_ids: Sequence[int] | None = None,
+    bos: bool | None = None,
+):
+    """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length, tokenized
+    as the page's sentence is (``bos``: begin with the BOS token; None: the model's default), or of ``token_ids``
+    taken as they are (a needle-in-a-haystack prompt): in a job of the session's with a progress bar that says how
+    long is left, its real bytes (``long_run_bytes``) reserved first; ``stop`` set ends it at its next block
+    (``LongRunStopped``)."""
     model = get_model(model_name)
     ids = None if token_ids is None else [int(i) for i in token_ids]
-    num_tokens = len(model.encode_long(text).input_ids) if ids is None else len(model.encode_long_ids(ids).input_ids)
+    bos = model.default_bos if bos is None else bool(bos)
+    encoded = model.encode_long(text, bos) if ids is None else model.encode_long_ids(ids)
+    num_tokens = len(encoded.input_ids)
     check_long_run_fits(model, num_tokens)
+    what = f"bos:{int(bos)}:{text}" if ids is None else "ids:" + ",".join(map(str, ids))
 
     def work(model, progress):
         started = time.monotonic()
@@ -454,7 +466,7 @@ def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Seque
             progress(done, total, f"Every head of {num_tokens:,} tokens: {message}{when}")
 
         if ids is None:
-            return run_long(model, text, progress=timed)
+            return run_long(model, text, progress=timed, bos=bos)
         return run_long(model, token_ids=ids, progress=timed)
 
     return compute(

@@ -33,6 +33,8 @@ def _heartbeat() -> None:
 
 
 SENTENCE_LABEL = "Sentence"  # also tools.browser.SENTENCE_LABEL, which the browser tests type into
+SENTENCE_HELP = "Press Enter to run. Long texts are truncated to the model's limit."
+PAIR_LABEL = "Second sentence (encoders only, optional)"
 
 
 def sentence_boxes(place: str = "sidebar") -> None:
@@ -46,13 +48,17 @@ def sentence_boxes(place: str = "sidebar") -> None:
         st.session_state["_sentence_place"] = place
         _sentences()
         st.session_state["text"], st.session_state["pair"] = st.session_state["_sentences"]
-    limited_text_input(
-        SENTENCE_LABEL,
-        key="text",
-        what="sentence",
-        help="Press Enter to run. Long texts are truncated to the model's limit.",
-    )
-    limited_text_input("Second sentence (encoders only, optional)", key="pair", what="second sentence")
+    limited_text_input(SENTENCE_LABEL, key="text", what="sentence", help=SENTENCE_HELP)
+    limited_text_input(PAIR_LABEL, key="pair", what="second sentence")
+
+
+def sentence_placeholders() -> None:
+    """The sentence boxes as they will look, disabled, holding their place in the sidebar until the page's fragment
+    draws the boxes there (``sentences_in_page``): drawn later into an empty place, they pushed the sidebar's
+    controls below them down on a first visit."""
+    text, text_pair = _sentences()
+    st.text_input(SENTENCE_LABEL, value=text, disabled=True, help=SENTENCE_HELP)
+    st.text_input(PAIR_LABEL, value=text_pair or "", disabled=True)
 
 
 def _sentences() -> tuple[str, str | None]:
@@ -67,18 +73,17 @@ def _sentences() -> tuple[str, str | None]:
 @contextlib.contextmanager
 def sentences_in_page(slot, place: str):
     """For a page's fragment that shows what the sentence decides: takes what the sentence boxes hold into
-    the selection and the link, runs the body, then draws the boxes into ``slot`` (their place in the
-    sidebar, ``session.sentence_slot()``). Enter in them then reruns that fragment only, not the sidebar and
-    the whole page (Explore: about 57 elements re-rendered by the browser on every Enter), and the body's
-    elements reach the browser before the boxes'. ``place`` names the page (``sentence_boxes``)."""
+    the selection and the link, draws the boxes into ``slot`` (their place in the sidebar,
+    ``session.sentence_slot()``), then runs the body. Enter in them then reruns that fragment only, not the
+    sidebar and the whole page (Explore: about 57 elements re-rendered by the browser on every Enter). The boxes
+    come first: drawn after the body, they reached a first visit's browser seconds after the rest of the
+    sidebar and pushed it down. ``place`` names the page (``sentence_boxes``)."""
     text, text_pair = _sentences()
     session.set_selection(dataclasses.replace(session.selection(), text=text, text_pair=text_pair))
     address.write_query(text=text, pair=text_pair)
-    try:
-        yield
-    finally:
-        with slot:
-            sentence_boxes(place)
+    with slot.container():  # in place of the placeholders
+        sentence_boxes(place)
+    yield
 
 
 def sidebar(sentence_in_page: bool = False) -> session.Selection:
@@ -129,8 +134,12 @@ def sidebar(sentence_in_page: bool = False) -> session.Selection:
             if chosen is not None and 0 <= chosen < len(examples):
                 st.caption(f":material/lightbulb: {md_escape(examples[chosen]['shows'])}")
         if sentence_in_page:
-            # The page draws the sentence boxes here from its own fragment (``sentences_in_page``).
-            session.set_sentence_slot(st.container())
+            # The page draws the sentence boxes here from its own fragment (``sentences_in_page``); until then
+            # their placeholders hold the place.
+            slot = st.empty()
+            with slot.container():
+                sentence_placeholders()
+            session.set_sentence_slot(slot)
         else:
             session.set_sentence_slot(None)
             sentence_boxes()
