@@ -392,14 +392,16 @@ def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | Non
     )
 
 
-def _long_run_key(model_name: str, text: str, token_ids: Sequence[int] | None) -> tuple:
-    what = text if token_ids is None else "ids:" + ",".join(str(int(i)) for i in token_ids)
+def _long_run_key(model_name: str, text: str, token_ids: Sequence[int] | None, bos: bool) -> tuple:
+    what = f"bos:{int(bos)}:{text}" if token_ids is None else "ids:" + ",".join(str(int(i)) for i in token_ids)
     return ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest())
 
 
-def long_run_ready(model_name: str, text: str, token_ids: Sequence[int] | None = None) -> bool:
+def long_run_ready(model_name: str, text: str, token_ids: Sequence[int] | None = None, bos: bool | None = None) -> bool:
     """True when ``long_run``'s value for these inputs is in the server's cache (showing it computes nothing)."""
-    return _long_run_key(model_name, text, token_ids) in shared().cache
+    model = get_model(model_name)
+    bos = model.default_bos if bos is None else bool(bos)
+    return _long_run_key(model_name, text, token_ids, bos) in shared().cache
 
 
 def longest_long_run(model) -> int:
@@ -452,7 +454,6 @@ def long_run(
     encoded = model.encode_long(text, bos) if ids is None else model.encode_long_ids(ids)
     num_tokens = len(encoded.input_ids)
     check_long_run_fits(model, num_tokens)
-    what = f"bos:{int(bos)}:{text}" if ids is None else "ids:" + ",".join(map(str, ids))
 
     def work(model, progress):
         started = time.monotonic()
@@ -470,7 +471,7 @@ def long_run(
         return run_long(model, token_ids=ids, progress=timed)
 
     return compute(
-        _long_run_key(model_name, text, ids),
+        _long_run_key(model_name, text, ids, bos),
         work,
         model=model,
         work_class=HEAVY,

@@ -198,7 +198,7 @@ def section() -> None:
             st.info("Paste a document to read it.")
             return
         if address.query_value("lzoom") and pickers.link_may_start(
-            compute.long_run_ready(model_name, document.text, document.token_ids)
+            compute.long_run_ready(model_name, document.text, document.token_ids, selection.bos)
         ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once
         if st.button("Read every head of this document", key="long_go", type="primary"):
