@@ -104,14 +104,15 @@ def test_one_sided_t_p_and_quantile_on_hand_values():
 
 
 def test_the_t_reference_keeps_the_boundary_test_closer_to_its_level_than_the_normal():
-    """A margin exactly on the threshold, 20 held-out sentences: the normal reference rejects it in 6.6% of
-    halves at alpha 5%, Student's t(19) in 5.7% (docs/metrics.md's table, from 100,000 simulations). Here 20,000
-    simulations: a rate's Monte Carlo standard error is 0.15 points; the bounds are 3 standard errors wide."""
+    """A margin exactly on the threshold, 20 held-out sentences: the normal reference rejects it in 6.5% of
+    halves at alpha 5%, Student's t(19) in 5.6% (docs/findings/held_out_test_size.csv, 100,000 simulations, quoted
+    in docs/metrics.md). Here 20,000 simulations: a rate's Monte Carlo standard error is 0.15 points; the bounds
+    are 3 standard errors wide."""
     size = stats.margin_test_size(20, simulations=20_000, seed=5)
     margin = 3 * size["monte_carlo_se"]
     assert size["rate_normal"] > 0.05 + margin  # anti-conservative
     assert size["rate_t"] < size["rate_normal"] - margin
-    assert size["rate_t"] <= 0.0575 + margin  # the measured 5.7%, within 3 standard errors
+    assert size["rate_t"] <= 0.0564 + margin  # the measured 5.6%, within 3 standard errors
     # With many sentences both are at the level.
     large = stats.margin_test_size(400, simulations=20_000, seed=6)
     assert abs(large["rate_t"] - 0.05) <= margin and abs(large["rate_normal"] - 0.05) <= margin
