@@ -86,6 +86,7 @@ def test_circuits_page_in_chromium(artifacts_dir):
         assert page.locator('[data-testid="stException"]').count() == 0
         assert "Traceback" not in page.content()
         page.screenshot(path=str(artifacts_dir / "page-circuits.png"), full_page=True)
+        assert page.get_by_text("Where SmolLM2 fails (measured)").count() == 1  # SmolLM2's own measurements
         # The estimate scatter: no label covers another label or a point, as drawn.
         page.get_by_text(ESTIMATE_TITLE).first.scroll_into_view_if_needed()
         boxes = page.evaluate(SCATTER_BOXES_JS, ESTIMATE_TITLE)
