@@ -103,9 +103,10 @@ with messages.error_display():
         foil = pickers.url_text(
             "Foil", key="circuits_foil", url_key="foil", default=" John", what="foil", container=cols[1]
         )
+    # Quoted, not in code spans: markdown shows a code span's backslashes, so escaped text there read "apples\.".
     st.markdown(
-        f"**Clean:** `{messages.md_escape(clean)}` → `{messages.md_escape(answer)}`  \n"
-        f"**Corrupted:** `{messages.md_escape(corrupted)}` → `{messages.md_escape(foil)}`"
+        f"**Clean:** “{messages.md_escape(clean)}” → {messages.md_escape(repr(answer))}  \n"
+        f"**Corrupted:** “{messages.md_escape(corrupted)}” → {messages.md_escape(repr(foil))}"
     )
     tokens = {
         "clean": circuits.prompt_tokens(model, clean, "clean prompt"),
@@ -256,6 +257,6 @@ with messages.error_display():
         with st.expander("Where SmolLM2 fails (measured)"):
             for text, right, wrong, difference, note in SMOLLM2_FAILURES:
                 st.markdown(
-                    f"- `{messages.md_escape(text)}`: logit({messages.md_escape(repr(right))}) − "
+                    f"- “{messages.md_escape(text)}”: logit({messages.md_escape(repr(right))}) − "
                     f"logit({messages.md_escape(repr(wrong))}) = {difference:+.2f}; {messages.md_escape(note)}."
                 )

@@ -87,6 +87,12 @@ def test_circuits_page_in_chromium(artifacts_dir):
         assert "Traceback" not in page.content()
         page.screenshot(path=str(artifacts_dir / "page-circuits.png"), full_page=True)
         assert page.get_by_text("Where SmolLM2 fails (measured)").count() == 1  # SmolLM2's own measurements
+        page.get_by_text("Where SmolLM2 fails (measured)").click()
+        page.get_by_text("Together they have").first.wait_for(timeout=60_000)
+        text = page.inner_text("body")
+        # The prompts read as typed: no markdown escape shows (a code span printed "apples\.").
+        assert "four apples. Together they have" in text and "apples\\." not in text
+        assert f"Clean: “{task.clean}”" in text and "\\" not in text
         # The estimate scatter: no label covers another label or a point, as drawn.
         page.get_by_text(ESTIMATE_TITLE).first.scroll_into_view_if_needed()
         boxes = page.evaluate(SCATTER_BOXES_JS, ESTIMATE_TITLE)
