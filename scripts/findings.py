@@ -65,6 +65,45 @@ def smollm2_decoder_heads() -> None:
     write_table(scores, FINDINGS / "smollm2_decoder_heads.csv")
 
 
+# The held-out test's false-positive rate on shuffled trees: MiniLM's heads on the first n dev sentences, each
+# sentence's tree shuffled this many times (docs/metrics.md, "The held-out test of a syntactic role").
+SHUFFLED_SIZES = {50: 500, 100: 500, 400: 500, 2001: 200}
+# The size of the held-out test at its boundary, by held-out sentences (stats.margin_test_size).
+BOUNDARY_CLUSTERS = (10, 20, 30, 50, 100, 200, 400)
+BOUNDARY_SIMULATIONS = 100_000
+
+
+def minilm_shuffled_trees() -> None:
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.analysis.roles import shuffled_tree_tests
+    from mha_core.corpus.measure import word_predictions
+    from mha_core.corpus.tables import write_table
+
+    sentences = mc.ud_ewt_dev()
+    predictions, has_words = word_predictions(mc.load_model("minilm"), sentences)
+    frames = []
+    for size, shuffles in SHUFFLED_SIZES.items():
+        for how in ("permuted", "random"):
+            print(f"  {size} sentences, {shuffles} shuffles ({how})", flush=True)
+            table = shuffled_tree_tests(
+                predictions[:size], has_words[:size], sentences[:size], shuffles=shuffles, seed=size, how=how
+            )
+            frames.append(table.assign(sentences=size, how=how))
+    write_table(pd.concat(frames, ignore_index=True), FINDINGS / "minilm_shuffled_trees.csv")
+
+
+def held_out_test_size() -> None:
+    import pandas as pd
+
+    from mha_core.analysis.stats import margin_test_size
+    from mha_core.corpus.tables import write_table
+
+    rows = [margin_test_size(g, simulations=BOUNDARY_SIMULATIONS, seed=g) for g in BOUNDARY_CLUSTERS]
+    write_table(pd.DataFrame(rows), FINDINGS / "held_out_test_size.csv")
+
+
 def cli(line: str) -> tuple[str, ...]:
     """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
     return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
@@ -81,6 +120,19 @@ TARGETS: dict[str, Target] = {
             "profile --model mpnet --corpus ud-ewt-dev --batch-size 16 --shard-size 100 "
             "--out {mpnet_ud_ewt_dev_heads.csv}"
         ),
+    ),
+    "minilm-shuffled-trees": Target(
+        writes=("minilm_shuffled_trees.csv",),
+        call=minilm_shuffled_trees,
+        call_text="shuffled_tree_tests(*word_predictions(mc.load_model('minilm'), sentences[:n]), sentences[:n], "
+        "shuffles, how=...) for n in SHUFFLED_SIZES, how in ('permuted', 'random') -> "
+        "'docs/findings/minilm_shuffled_trees.csv'",
+    ),
+    "held-out-test-size": Target(
+        writes=("held_out_test_size.csv",),
+        call=held_out_test_size,
+        call_text="margin_test_size(g, simulations=100_000, seed=g) for g in BOUNDARY_CLUSTERS -> "
+        "'docs/findings/held_out_test_size.csv'",
     ),
     "minilm-coreference": Target(
         writes=("minilm_coreference.csv",),
