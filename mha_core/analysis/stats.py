@@ -139,7 +139,12 @@ def margin_test_size(clusters: int, simulations: int = 20_000, alpha: float = 0.
     offset = rng.binomial(cases, rng.beta(1.6, 2.4, shape))
     margin = head - offset  # y_s: the margin's right cases in each sentence
     error = ratio_standard_error(
-        margin.sum(1), (margin**2).sum(1), (margin * cases).sum(1), cases.sum(1), (cases**2).sum(1), clusters
+        total=margin.sum(1),
+        squares=(margin**2).sum(1),
+        cross=(margin * cases).sum(1),
+        count=cases.sum(1),
+        count_squares=(cases**2).sum(1),
+        clusters=clusters,
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         statistic = (margin.sum(1) / cases.sum(1) - BOUNDARY_MARGIN) / error
