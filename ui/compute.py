@@ -37,7 +37,7 @@ from mha_core.interventions.importance import head_importance, pruning_curve
 from mha_core.interventions.logit_lens import logit_lens
 from mha_core.interventions.patching import patch
 from mha_core.models import DEFAULT_MODEL, load_model, sources
-from mha_core.models.long import long_run_bytes, run_long
+from mha_core.models.long import NeedlePrompt, long_run_bytes, needle_run_bytes, run_long, run_needle
 from mha_core.progress import fraction
 from ui import circuits, session
 from ui.address import MAX_MODEL_CHARS
@@ -355,12 +355,20 @@ class LongRunStopped(Exception):
     """The visitor pressed Stop: a long run ends at its next block."""
 
 
-def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Sequence[int] | None = None):
+def long_run(
+    model_name: str,
+    text: str,
+    stop: threading.Event,
+    token_ids: Sequence[int] | None = None,
+    needle: NeedlePrompt | None = None,
+):
     """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length, or of
-    ``token_ids`` taken as they are (a needle-in-a-haystack prompt): in a job of the session's with a progress
-    bar that says how long is left, its real bytes (``long_run_bytes``) reserved first; ``stop`` set ends it at
-    its next block (``LongRunStopped``)."""
+    ``token_ids`` taken as they are, or a needle test (``needle``: the model answers the prompt, then the run reads
+    prompt and answer, ``run_needle``): in a job of the session's with a progress bar that says how long is left,
+    its real bytes (``long_run_bytes``, ``needle_run_bytes``) reserved first; ``stop`` set ends it at its next
+    block (``LongRunStopped``)."""
     model = get_model(model_name)
+    token_ids = needle.token_ids if needle is not None else token_ids
     ids = None if token_ids is None else [int(i) for i in token_ids]
     num_tokens = len(model.encode_long(text).input_ids) if ids is None else len(model.encode_long_ids(ids).input_ids)
     what = text if ids is None else "ids:" + ",".join(map(str, ids))
@@ -376,15 +384,21 @@ def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Seque
             when = f", about {left:.0f} s left" if left is not None else ""
             progress(done, total, f"Every head of {num_tokens:,} tokens: {message}{when}")
 
+        if needle is not None:
+            return run_needle(model, needle, progress=timed)
         if ids is None:
             return run_long(model, text, progress=timed)
         return run_long(model, token_ids=ids, progress=timed)
 
     return compute(
-        ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest()),
+        ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest(), needle is not None),
         work,
         model=model,
-        reserve_bytes=long_run_bytes(model, num_tokens),
+        reserve_bytes=(
+            long_run_bytes(model, num_tokens)
+            if needle is None
+            else needle_run_bytes(model, num_tokens, needle.answer_tokens)
+        ),
         progress_label=f"Every head of {num_tokens:,} tokens...",
     )
 
