@@ -65,6 +65,94 @@ def smollm2_decoder_heads() -> None:
     write_table(scores, FINDINGS / "smollm2_decoder_heads.csv")
 
 
+# The held-out test's false-positive rate on shuffled trees: MiniLM's heads on the first n dev sentences, each
+# sentence's tree shuffled this many times (docs/metrics.md, "The held-out test of a syntactic role").
+SHUFFLED_SIZES = {50: 500, 100: 500, 400: 500, 2001: 200}
+# The size of the held-out test at its boundary, by held-out sentences (stats.margin_test_size).
+BOUNDARY_CLUSTERS = (10, 20, 30, 50, 100, 200, 400)
+BOUNDARY_SIMULATIONS = 100_000
+
+
+def minilm_shuffled_trees() -> None:
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.analysis.roles import shuffled_tree_tests
+    from mha_core.corpus.measure import word_predictions
+    from mha_core.corpus.tables import write_table
+
+    sentences = mc.ud_ewt_dev()
+    predictions, has_words = word_predictions(mc.load_model("minilm"), sentences)
+    frames = []
+    for size, shuffles in SHUFFLED_SIZES.items():
+        for how in ("permuted", "random"):
+            print(f"  {size} sentences, {shuffles} shuffles ({how})", flush=True)
+            table = shuffled_tree_tests(
+                predictions[:size], has_words[:size], sentences[:size], shuffles=shuffles, seed=size, how=how
+            )
+            frames.append(table.assign(sentences=size, how=how))
+    write_table(pd.concat(frames, ignore_index=True), FINDINGS / "minilm_shuffled_trees.csv")
+
+
+def held_out_test_size() -> None:
+    import pandas as pd
+
+    from mha_core.analysis.stats import margin_test_size
+    from mha_core.corpus.tables import write_table
+
+    rows = [margin_test_size(g, simulations=BOUNDARY_SIMULATIONS, seed=g) for g in BOUNDARY_CLUSTERS]
+    write_table(pd.DataFrame(rows), FINDINGS / "held_out_test_size.csv")
+
+
+# The needle test on SmolLM2 (mha_core.models.long.run_needle): each length at each depth, the default needle and
+# question (whose end repeats the needle's words, as in Wu et al. 2024), and once a question that does not.
+NEEDLE_LENGTHS = (1024, 2048)
+NEEDLE_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
+PLAIN_QUESTION = "What is the secret password for the garden gate? Answer:"
+
+
+def smollm2_needle() -> None:
+    import numpy as np
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.analysis.long_roles import retrieval_scores
+    from mha_core.corpus.tables import write_table
+    from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, needle_question, run_needle
+
+    model = mc.load_model("smollm2")
+    trials = [("wording", NEEDLE_QUESTION, n, d) for n in NEEDLE_LENGTHS for d in NEEDLE_DEPTHS]
+    trials.append(("plain", PLAIN_QUESTION, NEEDLE_LENGTHS[0], 0.5))
+    frames = []
+    for form, question, tokens, depth in trials:
+        run = run_needle(model, needle_question(model, haystack(), NEEDLE, question, depth=depth, num_tokens=tokens))
+        answer = run.metadata["needle"]
+        print(f"  {form} question, {tokens} tokens, depth {depth}: answered {answer.answer!r}", flush=True)
+        argmax = run.statistics.rows["argmax"]
+        copies = list(answer.copies)
+        queries = sorted({query for query, _ in copies})
+        first = [pair for pair in copies if pair[0] == answer.answer_start - 1]
+        scored = retrieval_scores(argmax, copies) if copies else None
+        first_hit = retrieval_scores(argmax, first)["score"].to_numpy() if first else np.nan
+        layers, heads = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "question": form,
+                    "tokens": run.num_tokens,
+                    "depth": depth,
+                    "answer": answer.answer,
+                    "layer": layers,
+                    "head": heads,
+                    "copies": len(queries),
+                    "hits": np.rint(scored["score"].to_numpy() * len(queries)).astype(int) if copies else 0,
+                    "first_hit": first_hit,
+                }
+            )
+        )
+    write_table(pd.concat(frames, ignore_index=True), FINDINGS / "smollm2_needle.csv")
+
+
 def cli(line: str) -> tuple[str, ...]:
     """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
     return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
@@ -81,6 +169,19 @@ TARGETS: dict[str, Target] = {
             "profile --model mpnet --corpus ud-ewt-dev --batch-size 16 --shard-size 100 "
             "--out {mpnet_ud_ewt_dev_heads.csv}"
         ),
+    ),
+    "minilm-shuffled-trees": Target(
+        writes=("minilm_shuffled_trees.csv",),
+        call=minilm_shuffled_trees,
+        call_text="shuffled_tree_tests(*word_predictions(mc.load_model('minilm'), sentences[:n]), sentences[:n], "
+        "shuffles, how=...) for n in SHUFFLED_SIZES, how in ('permuted', 'random') -> "
+        "'docs/findings/minilm_shuffled_trees.csv'",
+    ),
+    "held-out-test-size": Target(
+        writes=("held_out_test_size.csv",),
+        call=held_out_test_size,
+        call_text="margin_test_size(g, simulations=100_000, seed=g) for g in BOUNDARY_CLUSTERS -> "
+        "'docs/findings/held_out_test_size.csv'",
     ),
     "minilm-coreference": Target(
         writes=("minilm_coreference.csv",),
@@ -107,6 +208,13 @@ TARGETS: dict[str, Target] = {
         call=smollm2_decoder_heads,
         call_text="write_table(mc.decoder_head_scores(mc.load_model('smollm2'), seq_len=50, repeats=2, batch=8, "
         "seed=0), 'docs/findings/smollm2_decoder_heads.csv')",
+    ),
+    "smollm2-needle": Target(
+        writes=("smollm2_needle.csv",),
+        call=smollm2_needle,
+        call_text="run_needle(model, needle_question(model, haystack(), NEEDLE, question, depth, tokens)) for "
+        "tokens in NEEDLE_LENGTHS, depth in NEEDLE_DEPTHS (and the plain question once) -> "
+        "'docs/findings/smollm2_needle.csv'",
     ),
     "smollm2-induction-ablation": Target(
         writes=("smollm2_induction_ablation.csv",),

@@ -307,6 +307,11 @@ def test_smollm2_attribution_identity_and_lens(smollm2):
     lens = mc.logit_lens(smollm2, task.clean, k=1)
     last = lens[lens["layer"] == smollm2.num_layers - 1]
     assert last["token_id"].tolist() == model_logits(smollm2, task.clean).argmax(-1).tolist()
+    # Tokens are shown as the head view shows them: white space as symbols, never an empty cell or an escape.
+    assert lens["shown"].str.strip().str.len().gt(0).all() and not lens["shown"].str.contains(r"\\x").any()
+    blank = lens[lens["token"].str.strip() == ""]
+    assert len(blank) > 0  # SmolLM2's early layers predict white space here (a no-break space among them)
+    assert all(set(shown) <= {"␣", "⍽", "⏎", "⇥", "␍"} for shown in blank["shown"])
 
 
 @pytest.mark.slow

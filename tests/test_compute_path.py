@@ -34,7 +34,7 @@ NOT_A_PASS = {
     "hook_names",
 }
 # Library functions that take the model but run no pass: its tokenizer only, or an estimate of a run's bytes.
-NO_PASS_FUNCTIONS = {"prompt_ids", "needle_prompt", "long_run_bytes"}
+NO_PASS_FUNCTIONS = {"prompt_ids", "needle_prompt", "needle_question", "long_run_bytes", "needle_run_bytes"}
 LOADERS = {"load_model", "from_pretrained"}  # only ui/compute.py loads a model
 COMPUTE_MODULE = "ui/compute.py"
 APP_FILES = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "ui").rglob("*.py"))]

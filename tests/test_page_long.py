@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mha_core as mc
-from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, needle_prompt, run_long
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, needle_question, run_long, run_needle
 from tests.conftest import ATTENTION_ATOL, require
 from tests.model_fixtures import build_tiny_llama
 from tests.page_helpers import head_view_data, open_app, rerun
@@ -140,18 +140,24 @@ def test_a_needle_test_scores_retrieval_heads_and_opens_their_evidence():
     query = {"model": "smollm2", "long": "needle", "nlen": "512", "ndepth": "40", "lzoom": "0.0.0-512.0-512"}
     app = open_app("explore", query)
     assert app.session_state["long_needle_tokens"] == 512 and app.session_state["long_needle_depth"] == 40
-    # The same prompt and run by hand: the table's heads and scores are the library's.
+    # The same prompt and test by hand: the model answers, and the table's heads and scores are the library's,
+    # scored on the tokens it wrote (Wu et al. 2024), not on a teacher-forced copy of the needle.
     model = mc.load_model("smollm2")
-    ids, copies = needle_prompt(model, haystack(), NEEDLE, NEEDLE_QUESTION, depth=0.4, num_tokens=512)
-    run = run_long(model, token_ids=ids)
+    prompt = needle_question(model, haystack(), NEEDLE, NEEDLE_QUESTION, depth=0.4, num_tokens=512)
+    run = run_needle(model, prompt)
+    answer = run.metadata["needle"]
+    assert "purple elephant nineteen" in answer.answer  # SmolLM2 finds the needle at 512 tokens
+    copies = list(answer.copies)
+    assert {query for query, _ in copies} == set(range(answer.answer_start - 1, run.num_tokens - 1))
     expected = run.roles(copies).query("role == 'retrieval'").sort_values("score", ascending=False)
-    assert len(expected) > 0  # SmolLM2 copies the needle at 512 tokens
+    assert len(expected) > 0
+    assert any(f"The model answered “{answer.answer.strip()}”" in c.value.replace("\\", "") for c in app.caption)
     shown = next(
         frame.value for frame in app.dataframe if "baseline" in frame.value.columns and "ci_low" in frame.value.columns
     )
     assert shown[["layer", "head"]].values.tolist() == expected[["layer", "head"]].values.tolist()
     np.testing.assert_allclose(shown["score"].to_numpy(float), expected["score"].to_numpy(float))
-    assert (shown["n"] == len(copies)).all()
+    assert (shown["n"] == len({query for query, _ in copies})).all()
     # A head's evidence: the answer's rows against the needle's tokens, single exact weights.
     layer, head = int(expected.iloc[0]["layer"]), int(expected.iloc[0]["head"])
     box = app.selectbox(key="long_evidence")

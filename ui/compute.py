@@ -40,7 +40,7 @@ from mha_core.interventions.importance import head_importance, pruning_curve
 from mha_core.interventions.logit_lens import logit_lens
 from mha_core.interventions.patching import patch
 from mha_core.models import DEFAULT_MODEL, load_model, sources
-from mha_core.models.long import long_run_bytes, run_long
+from mha_core.models.long import NeedlePrompt, long_run_bytes, needle_run_bytes, run_long, run_needle
 from mha_core.progress import fraction
 from ui import circuits, session
 from ui.address import MAX_MODEL_CHARS
@@ -392,16 +392,21 @@ def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | Non
     )
 
 
-def _long_run_key(model_name: str, text: str, token_ids: Sequence[int] | None, bos: bool) -> tuple:
+def _long_run_key(
+    model_name: str, text: str, token_ids: Sequence[int] | None, bos: bool, needle: bool = False
+) -> tuple:
     what = f"bos:{int(bos)}:{text}" if token_ids is None else "ids:" + ",".join(str(int(i)) for i in token_ids)
-    return ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest())
+    return ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest(), needle)
 
 
-def long_run_ready(model_name: str, text: str, token_ids: Sequence[int] | None = None, bos: bool | None = None) -> bool:
+def long_run_ready(
+    model_name: str, text: str, token_ids: Sequence[int] | None = None, bos: bool | None = None, needle: bool = False
+) -> bool:
     """True when ``long_run``'s value for these inputs is in the server's cache (showing it computes nothing)."""
     model = get_model(model_name)
     bos = model.default_bos if bos is None else bool(bos)
-    return _long_run_key(model_name, text, token_ids, bos) in shared().cache
+    ids = None if token_ids is None else [int(i) for i in token_ids]
+    return _long_run_key(model_name, text, ids, bos, needle) in shared().cache
 
 
 def longest_long_run(model) -> int:
@@ -442,13 +447,16 @@ def long_run(
     stop: threading.Event,
     token_ids: Sequence[int] | None = None,
     bos: bool | None = None,
+    needle: NeedlePrompt | None = None,
 ):
     """The ``LongRun`` of ``text`` (``mha_core.models.long.run_long``), up to the model's context length, tokenized
     as the page's sentence is (``bos``: begin with the BOS token; None: the model's default), or of ``token_ids``
-    taken as they are (a needle-in-a-haystack prompt): in a job of the session's with a progress bar that says how
-    long is left, its real bytes (``long_run_bytes``) reserved first; ``stop`` set ends it at its next block
+    taken as they are, or a needle test (``needle``: the model answers the prompt, then the run reads prompt and
+    answer, ``run_needle``): in a job of the session's with a progress bar that says how long is left, its real
+    bytes (``long_run_bytes``, ``needle_run_bytes``) reserved first; ``stop`` set ends it at its next block
     (``LongRunStopped``)."""
     model = get_model(model_name)
+    token_ids = needle.token_ids if needle is not None else token_ids
     ids = None if token_ids is None else [int(i) for i in token_ids]
     bos = model.default_bos if bos is None else bool(bos)
     encoded = model.encode_long(text, bos) if ids is None else model.encode_long_ids(ids)
@@ -466,16 +474,22 @@ def long_run(
             when = f", about {left:.0f} s left" if left is not None else ""
             progress(done, total, f"Every head of {num_tokens:,} tokens: {message}{when}")
 
+        if needle is not None:
+            return run_needle(model, needle, progress=timed)
         if ids is None:
             return run_long(model, text, progress=timed, bos=bos)
         return run_long(model, token_ids=ids, progress=timed)
 
     return compute(
-        _long_run_key(model_name, text, ids, bos),
+        _long_run_key(model_name, text, ids, bos, needle is not None),
         work,
         model=model,
         work_class=HEAVY,
-        reserve_bytes=long_run_bytes(model, num_tokens),
+        reserve_bytes=(
+            long_run_bytes(model, num_tokens)
+            if needle is None
+            else needle_run_bytes(model, num_tokens, needle.answer_tokens)
+        ),
         progress_label=f"Every head of {num_tokens:,} tokens...",
     )
 

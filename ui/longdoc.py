@@ -9,9 +9,9 @@ the page's layer and head with max pooling, zooms into any region of any head, e
 one colour scale; the address keeps the document, the zoom, the pooling and the colours
 (``?long=&lzoom=&lreduce=&lview=&lcolour=``), and a zoom the document cannot show is changed with a notice.
 An encoder-decoder model gets a note instead: the long pass reads single-stack models.
-With a decoder, a needle-in-a-haystack test (``?long=needle&needle=&nq=&nlen=&ndepth=``) lists the retrieval heads
-(Wu et al. 2024) with their scores, and opens a head's evidence (the answer's rows against the needle's tokens) in
-the view.
+With a decoder, a needle-in-a-haystack test (``?long=needle&needle=&nq=&nlen=&ndepth=``): the model answers the
+question itself, and the retrieval heads (Wu et al. 2024) are scored on the answer's tokens that copy the needle,
+with their scores; a head's evidence (the answer's rows against the needle's tokens) opens in the view.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import weakref
 
 import streamlit as st
 
-from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, long_documents, needle_prompt
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, NeedlePrompt, haystack, long_documents, needle_question
 from ui import address, compute, longview, session
 from ui.widgets import messages, pickers
 
@@ -36,12 +36,16 @@ EVIDENCE_MARGIN = 3  # tokens shown around the needle and its copy when a retrie
 
 @dataclasses.dataclass(frozen=True)
 class Document:
-    """What the long run reads: a text, or a needle test's tokens with its copies (``needle_copies``)."""
+    """What the long run reads: a text, or a needle test's prompt (``NeedlePrompt``), which the model answers."""
 
     choice: str
     text: str
-    token_ids: tuple[int, ...] | None = None
-    copies: tuple[tuple[int, int], ...] = ()
+    needle: NeedlePrompt | None = None
+
+    @property
+    def token_ids(self) -> tuple[int, ...] | None:
+        """A needle test's prompt as token ids (read as they are), else None (the text is tokenized)."""
+        return None if self.needle is None else tuple(self.needle.token_ids)
 
     def key(self, model_name: str, bos: bool | None) -> tuple:
         what = self.text if self.token_ids is None else ",".join(map(str, self.token_ids))
@@ -64,7 +68,7 @@ def get_long_run(model_name: str, document: Document, bos: bool | None = None):
     stop_slot = st.empty()
     stop_slot.button("Stop", key="long_stop", on_click=stop.set, help="End the pass at its next block of rows")
     try:
-        return compute.long_run(model_name, document.text, stop, token_ids=document.token_ids, bos=bos)
+        return compute.long_run(model_name, document.text, stop, bos=bos, needle=document.needle)
     except compute.LongRunStopped:
         _stops().pop(key, None)
         st.session_state["long_requested"] = False
@@ -123,14 +127,14 @@ def _document(model, model_name: str, bos: bool | None) -> Document:
 
 def _needle_test(model) -> Document:
     """A needle-in-a-haystack prompt (Wu et al. 2024): the long examples cut to length, the needle sentence at a
-    depth, the question, and the needle again as the answer, whose tokens the retrieval heads are scored on."""
+    depth, then the question, which the model answers; the retrieval heads are scored on its answer."""
     limit = model.context_length
     needle = pickers.url_widget(
         st.text_input, "Needle", key="long_needle", url_key="needle", default=NEEDLE, parse=address.sentence()
     )
     question = pickers.url_widget(
         st.text_input,
-        "Question (the answer that follows repeats the needle)",
+        "Question (the model answers it)",
         key="long_question",
         url_key="nq",
         default=NEEDLE_QUESTION,
@@ -160,13 +164,14 @@ def _needle_test(model) -> Document:
         max_value=100,
         step=5,
     )
-    ids, copies = needle_prompt(model, haystack(), needle, question, depth=depth / 100, num_tokens=int(tokens))
+    prompt = needle_question(model, haystack(), needle, question, depth=depth / 100, num_tokens=int(tokens))
     st.caption(
-        f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(ids):,} tokens with the needle "
-        f"at {depth}%, then the question and the needle again: {len(copies)} answer tokens copy the needle."
+        f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(prompt.token_ids):,} tokens with "
+        f"the needle at {depth}%, then the question; the model answers it (greedily, up to "
+        f"{prompt.answer_tokens} tokens)."
     )
-    text = f"{needle} | {question} | {len(ids)} tokens | depth {depth}%"
-    return Document(NEEDLE_TEST, text, token_ids=tuple(ids), copies=tuple(copies))
+    text = f"{needle} | {question} | {len(prompt.token_ids)} tokens | depth {depth}%"
+    return Document(NEEDLE_TEST, text, needle=prompt)
 
 
 def section() -> None:
@@ -198,7 +203,9 @@ def section() -> None:
             st.info("Paste a document to read it.")
             return
         if address.query_value("lzoom") and pickers.link_may_start(
-            compute.long_run_ready(model_name, document.text, document.token_ids, selection.bos)
+            compute.long_run_ready(
+                model_name, document.text, document.token_ids, selection.bos, document.needle is not None
+            )
         ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once
         if st.button("Read every head of this document", key="long_go", type="primary"):
@@ -214,9 +221,10 @@ def section() -> None:
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
         st.session_state["long_run_ref"] = weakref.ref(run)
         long_view()
-        roles = run.roles(list(document.copies) or None)  # once: retrieval heads too when the text copies a needle
-        if document.copies:
-            retrieval_table(run, roles, document.copies)
+        answer = run.metadata.get("needle")  # a needle test: what the model answered, and its copied tokens
+        roles = run.roles(list(answer.copies) if answer is not None and answer.copies else None)  # once
+        if answer is not None:
+            retrieval_table(run, roles, answer)
         roles_table(run, roles[roles["role"] != "retrieval"])
 
 
@@ -303,16 +311,24 @@ def evidence_zoom(layer: int, head: int, copies, n: int) -> longview.Zoom:
     return longview.Zoom(layer, head, r0=r0, r1=r1, c0=c0, c1=c1)
 
 
-def retrieval_table(run, roles, copies) -> None:
-    """The needle test's retrieval heads (from ``roles``, the run's roles with ``copies``) with their scores; a
-    head's evidence opens in the view above."""
+def retrieval_table(run, roles, answer) -> None:
+    """The needle test's retrieval heads (from ``roles``, the run's roles with the answer's copies) with their
+    scores, and what the model answered; a head's evidence opens in the view above."""
+    copies = answer.copies
     retrieval = roles[roles["role"] == "retrieval"].sort_values("score", ascending=False)
+    copied = len({query for query, _ in copies})
     st.markdown(f"**Retrieval heads** ({len(retrieval)} of {run.num_layers * run.num_heads})")
     st.caption(
-        f"Wu et al. 2024: for each of the {len(copies)} answer tokens that copy the needle, whether the head's "
-        "largest weight, at the position that writes the token, falls on the needle token being copied. A head "
-        "passes at a score of 0.1; the interval is Wilson's over the copies, the baseline a key chosen at random."
+        f"The model answered “{messages.md_escape(answer.answer.strip())}” ({len(answer.answer_ids)} tokens, its own "
+        f"greedy choice); {copied} of them are in the needle. Wu et al. 2024: for each answer token in the needle, "
+        "whether the head's largest weight, at the position that writes the token, falls on that token in the "
+        "needle. A head passes at a score of 0.1; the interval is Wilson's over the copied tokens, the baseline a "
+        "key chosen at random. After an answer's first token the next ones follow a copy already begun (an "
+        "induction head's task): docs/findings.md, section 8, compares these heads with the induction heads."
     )
+    if not copies:
+        st.info("The answer copies nothing from the needle: no head can be scored. Try another depth or question.")
+        return
     if retrieval.empty:
         st.info("No head copies the needle here: try another depth or a longer needle.")
         return

@@ -22,9 +22,10 @@ def logit_lens(
     model: LoadedModel, text: str, k: int = 5, progress: Progress | None = None, engine: str = "transformers"
 ) -> pd.DataFrame:
     """The top ``k`` next tokens after every layer at every position: a long-form table with ``layer``,
-    ``position``, ``rank`` (from 0), ``token``, ``token_id``, ``logit`` and ``probability``. The text is
-    tokenized as ``model.run`` does; ``table.attrs["tokens"]`` are its tokens. The residual stream after each
-    layer is its point ``blocks.{l}.hook_resid_post`` in ``engine``'s pass."""
+    ``position``, ``rank`` (from 0), ``token`` (the decoded text, e.g. " Paris"), ``shown`` (the token as the
+    head view shows it: ``model.display``, white space as symbols, "␣" for a space), ``token_id``, ``logit`` and
+    ``probability``. The text is tokenized as ``model.run`` does; ``table.attrs["tokens"]`` are its tokens. The
+    residual stream after each layer is its point ``blocks.{l}.hook_resid_post`` in ``engine``'s pass."""
     if not 1 <= int(k) <= MAX_K:
         raise CircuitError(f"k must be from 1 to {MAX_K}, got {k}.")
     parts = decoder_parts(model)
@@ -46,6 +47,7 @@ def logit_lens(
                     "position": torch.arange(len(ids)).repeat_interleave(int(k)).tolist(),
                     "rank": list(range(int(k))) * len(ids),
                     "token": [model.tokenizer.decode([i]) for i in token_ids],
+                    "shown": [model.display(raw) for raw in model.tokenizer.convert_ids_to_tokens(token_ids)],
                     "token_id": token_ids,
                     "logit": top.values.reshape(-1).tolist(),
                     "probability": probability.reshape(-1).tolist(),

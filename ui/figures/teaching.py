@@ -76,16 +76,31 @@ def encoding_heatmap(pe: np.ndarray, title: str = "PE[position, dimension]") -> 
     return _layout(fig, 420, title)
 
 
-def similarity_heatmap(similarity: np.ndarray, title: str) -> go.Figure:
+def similarity_heatmap(similarity: np.ndarray, title: str, clip_percent: float | None = None) -> go.Figure:
+    """Positions x positions coloured by similarity, on square axes fitted to the positions. ``clip_percent``:
+    the colour scale spans the ``clip_percent``-th to ``(100 - clip_percent)``-th percentile of the cells off the
+    diagonal (a position with itself, its squared length, left out), cells beyond drawn at the ends; the colour
+    bar's title says so. None: the whole range."""
+    similarity = np.asarray(similarity, dtype=np.float64)
+    n = similarity.shape[0]
+    scale, label = {}, "similarity"
+    if clip_percent is not None and n > 1:
+        off_diagonal = similarity[~np.eye(n, dtype=bool)]
+        low, high = np.percentile(off_diagonal, [clip_percent, 100 - clip_percent])
+        if high > low:
+            scale = {"zmin": float(low), "zmax": float(high)}
+            label = f"{clip_percent:g}-{100 - clip_percent:g}% of<br>off-diagonal"
     fig = go.Figure(
         go.Heatmap(
             z=_payload(similarity),
             colorscale="Viridis",
+            **scale,
+            colorbar=dict(title=dict(text=label), thickness=12),
             hovertemplate="position %{y} vs %{x}<br>similarity %{z:.4f}<extra></extra>",
         )
     )
-    fig.update_xaxes(title="position")
-    fig.update_yaxes(title="position", autorange="reversed", scaleanchor="x")
+    fig.update_xaxes(title="position", range=[-0.5, n - 0.5], constrain="domain")
+    fig.update_yaxes(title="position", range=[n - 0.5, -0.5], scaleanchor="x", constrain="domain")
     return _layout(fig, 380, title)
 
 
