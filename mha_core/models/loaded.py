@@ -175,6 +175,12 @@ class LoadedModel:
         ``run(hooks=...)`` and ``run_with_cache`` take, TransformerLens' (``blocks.3.attn.hook_pattern``)."""
         return list(self._hook_names)
 
+    @property
+    def forward_lock(self) -> threading.RLock:
+        """The lock every pass of this model holds (its hooks are on shared modules): code that calls the
+        checkpoint's own layers directly (the needle test's greedy answer, with a key-value cache) holds it too."""
+        return self._forward_lock
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head applied to final hidden states ``[..., d]`` -> float32 logits ``[..., vocab]``."""
         if self._lm_head is None:
