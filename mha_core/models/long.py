@@ -28,7 +28,6 @@ from ..analysis.long_roles import generated_copies, local_windows, long_roles, n
 from ..analysis.streamed import ROW_FIELDS, RowStatistics
 from ..engine.blockwise import BLOCK_BYTES, CHUNK, Block, BlockwiseAttention, LayerScores, as_positions
 from ..engine.core import core_attentions, core_family, core_model
-from ..engine.registry import FAMILIES
 from ..errors import InputTextError
 from ..pooling import PooledGrid, bin_edges, check_reduce
 from ..progress import Progress, progress_part, report
@@ -490,7 +489,8 @@ def run_needle(model, prompt: NeedlePrompt, progress: Progress | None = None) ->
     ids = [*prompt.token_ids, *answer]
     run = run_long(model, token_ids=ids, progress=progress_part(progress, 1, 2), keep_hidden=True)
     start = len(prompt.token_ids)
-    final_norm = FAMILIES[core_family(model.hf_model)].final_norm_of(model.hf_model)
+    stack = model.modules.stacks["blocks"] if model.modules is not None else None
+    final_norm = stack.final_norm if stack is not None else None
     with torch.inference_mode():
         rows = run.hidden[start - 1 : len(ids) - 1]
         chosen = model.logits(final_norm(rows) if final_norm is not None else rows).argmax(-1).tolist()
