@@ -129,7 +129,7 @@ def _decide_role(token: str) -> str:
             return TEACHER
         address.link_notice("this link's teacher key is not this class's: you joined as a student.")
     proof = _cookie(TEACHER_COOKIE)
-    if class_session.token_matches(proof, class_session.teacher_proof(token)):
+    if class_session.proof_matches(proof, token):
         return TEACHER
     kept = _cookie(STUDENT_COOKIE)
     if class_session.STUDENT_ID.fullmatch(kept):
