@@ -32,6 +32,9 @@ def classroom(monkeypatch, tmp_path):
     monkeypatch.setenv("HEADSCOPE_TEACHER_TOKEN", TOKEN)
     monkeypatch.setenv("HEADSCOPE_CLASS_DB", str(tmp_path / "class.sqlite3"))
     monkeypatch.delenv("HEADSCOPE_PUBLIC_URL", raising=False)
+    # AppTest has no browser cookies: every session here brings the identity the class server would have set.
+    student_cookie = class_session.signed_student(TOKEN)
+    monkeypatch.setattr(follow, "browser_cookie", lambda name: student_cookie if name == follow.STUDENT_COOKIE else "")
     restart()
     yield restart
     monkeypatch.undo()
@@ -154,3 +157,26 @@ def test_a_store_that_cannot_open_leaves_the_app_working(monkeypatch, tmp_path):
         monkeypatch.undo()
         compute.reset_server_state()
         follow.forget_store()
+
+
+def test_a_following_student_who_moves_a_step_leaves_follow_mode_and_is_told(classroom):
+    """Next on a following student's screen: the screen moves to step 4 and no longer claims to follow the teacher,
+    who is still on step 3 (it says so above the page); Follow the teacher brings it back to step 3."""
+    store = class_session.ClassStore(class_session.default_path())
+    session = class_session.class_id(TOKEN)
+    teacher = open_app("classroom", {"teacher": TOKEN, "step": "3"})
+    assert store.view(session).params["step"] == "3"
+    student = open_app()
+    assert student.query_params["step"] == "3" and "Following the teacher" in sidebar_text(student)
+    student.button(key="cls_next").click().run()
+    assert student.query_params["step"] == "4"
+    assert "Exploring on your own" in sidebar_text(student) and "Following the teacher" not in sidebar_text(student)
+    assert any("no longer follows the teacher" in str(note.value) for note in student.info)
+    rerun(teacher)
+    assert store.view(session).params["step"] == "3"  # the teacher did not move
+    rerun(student)
+    assert student.query_params["step"] == "4"  # nor does the student follow the teacher's next poll
+    student.button(key="class_follow").click().run()
+    rerun(student)
+    assert student.query_params["step"] == "3" and "Following the teacher" in sidebar_text(student)
+    assert not any("no longer follows the teacher" in str(note.value) for note in student.info)

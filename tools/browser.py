@@ -238,8 +238,10 @@ def start_streamlit(
     extra_args: Sequence[str] = (),
     startup_timeout: float = 120.0,
     root: Path = ROOT,
+    script: str = "app.py",
 ) -> Iterator[StreamlitServer]:
     """``streamlit run app.py`` on a free port, bound to ``address``; yields it once healthy; stops it after.
+    ``script="serve.py"``: the app with its HTTP side, as ``scripts/app.sh`` serves it (the class's cookies).
 
     ``env`` is laid over this process's environment (a value of None removes the variable);
     ``extra_args`` go after the server options (e.g. ``--server.fileWatcherType none``); ``root`` is
@@ -263,7 +265,7 @@ def start_streamlit(
                 "-m",
                 "streamlit",
                 "run",
-                "app.py",
+                script,
                 "--server.port",
                 str(port),
                 "--server.address",
