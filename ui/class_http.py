@@ -33,13 +33,6 @@ JOINS_ENV = "HEADSCOPE_CLASS_JOINS_PER_CLIENT"
 JOINS_PER_CLIENT = 10  # new student identities one client address may get an hour (a class on a LAN: one each)
 JOIN_WINDOW_S = 3600.0
 
-_active = False  # a ClassCookies was made in this process: the class's cookies come over HTTP
-
-
-def active() -> bool:
-    """True in a server started through ``serve.py``: the class's cookies are set over HTTP, HttpOnly."""
-    return _active
-
 
 def joins_per_client() -> int:
     """``HEADSCOPE_CLASS_JOINS_PER_CLIENT`` (default 10): raise it for a class whose browsers share one address
@@ -77,8 +70,6 @@ class ClassCookies:
     ``token()`` gives the class's teacher token (None: not a class, the middleware passes everything through)."""
 
     def __init__(self, app, token, joins: class_session.ClientLimits | None = None):
-        global _active
-        _active = True
         self.app, self.token = app, token
         self.joins = joins or class_session.ClientLimits(joins_per_client(), JOIN_WINDOW_S)
 
