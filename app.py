@@ -8,19 +8,21 @@ from pathlib import Path
 
 import streamlit as st
 
+from mha_core.errors import quoted
+from ui import address, follow, session, shell
+from ui.settings import configure_process, settings
+from ui.widgets import charts, messages, sidebar
+
 ROOT = Path(__file__).resolve().parent
-# A local icon file: a Material icon name would make the browser fetch it from fonts.gstatic.com.
+# A local icon file: a Material icon name would make the browser fetch it from fonts.gstatic.com. Once a run,
+# before anything is drawn: a projector's page (presentation mode) starts with the sidebar folded (its arrow opens
+# it); a second call in the run with another state would unfold it again on every rerun.
 st.set_page_config(
     page_title="Headscope",
     page_icon=str(ROOT / "assets" / "favicon.png"),
     layout="wide",
-    initial_sidebar_state="expanded",
+    initial_sidebar_state="collapsed" if charts.presenting_at_start() else "expanded",
 )
-
-from mha_core.errors import quoted  # noqa: E402
-from ui import address, follow, session, shell  # noqa: E402  (set_page_config must come first)
-from ui.settings import configure_process, settings  # noqa: E402
-from ui.widgets import charts, messages, sidebar  # noqa: E402
 
 configure_process()
 
@@ -83,8 +85,6 @@ with messages.error_display():
     )
 if not session.has_selection():  # the sidebar failed (its message is shown): nothing to show a page for
     st.stop()
-if charts.presenting():  # the projector shows the page; the sidebar opens from its arrow
-    st.set_page_config(initial_sidebar_state="collapsed")
 if settings().classroom:
     sidebar.join_class_panel()
     follow.class_panel()

@@ -115,6 +115,7 @@ with st.expander(
 
     names = example.token_labels
     features = example.notes.get("features")
+    all_steps = pickers.url_toggle("All steps on one page", "cls_all", "all")
     head = pickers.url_select(
         st.selectbox,
         "Head to follow",
@@ -285,16 +286,16 @@ def step_scores() -> None:
         }[score]
     )
     st.latex(teaching.SCORE_FORMULAS[score])
-    # The score the question is about: the focus token's query against the first key (the first key is seen by
-    # every query, also under the causal mask; which key scores highest is the question, so not that one).
+    # One score of the token the question is about, worked out: its query against its own key (a key every query
+    # sees, also under the causal mask). Which key scores highest is the question, so the formula does not pick it.
     st.latex(
         teaching.score_cell_latex(
             example.q[head, focus],
-            example.k[head, 0],
+            example.k[head, focus],
             score,
-            example.scores[head, focus, 0],
+            example.scores[head, focus, focus],
             query=teaching.latex_subscript_name(names[focus], str(focus + 1)),
-            key=teaching.latex_subscript_name(names[0], "1"),
+            key=teaching.latex_subscript_name(names[focus], str(focus + 1)),
         )
     )
     best = visible_keys[np.argmax(example.scores[head, focus, visible_keys])]
@@ -462,7 +463,6 @@ STEPS = [
 ]
 
 # ---- one step per screen -----------------------------------------------------------------------------------
-all_steps = pickers.url_toggle("All steps on one page", "cls_all", "all")
 if all_steps:
     for title, draw in STEPS:
         st.header(title)

@@ -242,8 +242,10 @@ def test_answers_figure_data():
     assert list(model_bars.y) == pytest.approx([0.2, 0.5, 0.3])
     ticks = list(fig.layout.xaxis.ticktext)
     assert ticks[1] == "&lt;b&gt;cat&lt;/b&gt;" and ticks[0].endswith("(you)")
+    assert fig.layout.showlegend  # two kinds of bar: a legend names them
     empty = answers_figure(["a", "b"], [0, 0])
     assert list(empty.data[0].y) == [0.0, 0.0] and len(empty.data) == 1
+    assert empty.layout.showlegend is False and empty.layout.margin.t < 40  # the class's bars alone: no legend
 
 
 def test_the_class_file_and_its_wal_are_private(tmp_path):

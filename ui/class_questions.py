@@ -23,10 +23,11 @@ import streamlit as st
 
 from ui import class_session, follow
 from ui.figures.answers import answers_figure
-from ui.widgets.charts import show_chart
+from ui.widgets.charts import presenting, show_chart
 from ui.widgets.messages import md_escape
 
 LIVE_S = 1.0  # how often the teacher's count and histogram refresh
+PRESENTED_CHART_HEIGHT = 230  # the class's answers beside the answer on a projector (enlarged by presentation mode)
 ANSWERS_PER_CLIENT_PER_S = 3  # answers one client address may send a second (the class's own cap is 60)
 SLOW_DOWN, LOCKED, NO_IDENTITY = "slow down", "locked", "no identity"
 MESSAGES = {
@@ -164,13 +165,24 @@ def _revealed(question, mine: int | None, answer_md: str | None) -> None:
     except class_session.StoreBusy:
         st.caption(BUSY_NOTE)
         return
+    # On a projector the answer and the class's chart sit side by side, so both show on the screen under the
+    # prompt (one below the other, the chart fell below the fold at 1400 x 900).
+    text, chart = st.columns([2, 3], vertical_alignment="center") if presenting() else (st.container(),) * 2
     if answer_md:
-        st.markdown(f"**Answer:** {answer_md}")
-    st.caption(f"The class's {sum(counts)} answer(s), the model's answer in green.")
-    show_chart(
-        answers_figure(question.options, counts, question.correct, question.model_values, mine),
-        key=f"class_result_chart_{question.key}",
-    )
+        text.markdown(f"**Answer:** {answer_md}")
+    text.caption(f"The class's {sum(counts)} answer(s), the model's answer in green.")
+    with chart:
+        show_chart(
+            answers_figure(
+                question.options,
+                counts,
+                question.correct,
+                question.model_values,
+                mine,
+                height=PRESENTED_CHART_HEIGHT if presenting() else 300,
+            ),
+            key=f"class_result_chart_{question.key}",
+        )
 
 
 def classroom_question(digest: str, prompt_md: str, options, correct: int, answer_md: str, shows_answer) -> bool:

@@ -230,6 +230,7 @@ def weights_figure(weights: np.ndarray, keep_mask: np.ndarray, names: list[str] 
     return _layout(fig, max(260, 30 * n + 110), "Attention weights A_i = softmax(scores): each row sums to 1")
 
 
+SATURATION_TOP = 95  # px above the plots: the figure's title, then each subplot's two-line title
 SATURATION_TITLES = ["largest weight in a row<br>(1 = one-hot)", "entropy / log(n)<br>(1 = uniform, 0 = one-hot)"]
 
 
@@ -260,7 +261,10 @@ def saturation_figure(table, n_keys: int) -> go.Figure:
     fig.update_xaxes(type="log", title="d_k (dimensions per head)")
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(legend=dict(orientation="h", y=-0.3))
-    return _layout(fig, 360, f"How peaked softmax gets as d_k grows ({n_keys} keys, random unit-variance q and k)")
+    _layout(fig, 400, f"How peaked softmax gets as d_k grows ({n_keys} keys, random unit-variance q and k)")
+    # The title pinned to the top, the subplots' two-line titles below it: room for both, also at 1.6 x text.
+    fig.update_layout(margin=dict(t=SATURATION_TOP), title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=8)))
+    return fig
 
 
 def latex_subscript_name(name: str, fallback: str) -> str:
