@@ -22,7 +22,18 @@ shell.in_app()  # a page's own address opened on a new server: run it inside app
 
 st.title("Classroom: multi-head attention by hand")
 
+
 # ---- the numbers --------------------------------------------------------------------------------------
+@st.cache_resource(max_entries=64, show_spinner=False)
+def numbers(source: str, seq_len: int, d_model: int, num_heads: int, seed: int, score: str, causal: bool):
+    """The example, computed once per setting for every screen (read only here; a class's screens all ask)."""
+    if source == "random":
+        return mc.random_example(seq_len, d_model, num_heads, seed, score, causal)
+    if source == "tutorial":
+        return mc.worked_example(score=score, causal=causal)
+    return mc.readable_example(score=score, causal=causal)
+
+
 SOURCES = {
     "words": "Four words: The cat sat down",
     "tutorial": "A popular tutorial's worked example",
@@ -101,12 +112,7 @@ with st.expander(
     )
 
     try:
-        if source == "random":
-            example = mc.random_example(seq_len, d_model, num_heads, int(seed), score, causal)
-        elif source == "tutorial":
-            example = mc.worked_example(score=score, causal=causal)
-        else:
-            example = mc.readable_example(score=score, causal=causal)
+        example = numbers(source, seq_len, d_model, num_heads, int(seed), score, causal)
     except ValueError as error:
         st.error(
             f"These settings do not work: {messages.md_escape(error)}. Pick a number of heads that divides d_model."

@@ -110,3 +110,56 @@ def test_outside_a_class_nothing_changes():
     middleware = class_http.ClassCookies(page_app(), token=lambda: None)
     status, headers = get(middleware, "/explore", f"teacher={TOKEN}")
     assert status == 200 and not set_cookies(headers)
+
+
+def test_a_timer_request_naming_a_page_the_session_left_is_dropped():
+    """The server starts a full run of page A (its new_session); then the browser's requests arrive: a fragment
+    timer's naming page B (sent before it took in the move to A) never reaches the app; the timer's naming A, a
+    click in a fragment and a full rerun naming B do (a person may move, a timer never does)."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    def request(page: str, fragment: str = "", auto: bool = False) -> bytes:
+        message = BackMsg()
+        message.rerun_script.page_script_hash = page
+        message.rerun_script.fragment_id = fragment
+        message.rerun_script.is_auto_rerun = auto
+        return message.SerializeToString()
+
+    started = ForwardMsg()
+    started.new_session.page_script_hash = "page-a"
+    started.metadata.run.script_run_id = "run-1"
+    in_fragment = ForwardMsg()  # a fragment's run of another page does not move the page the guard knows
+    in_fragment.new_session.page_script_hash = "page-b"
+    in_fragment.metadata.run.fragment_ids.append("poll")
+    incoming = [
+        request("page-b", "poll", auto=True),
+        request("page-a", "poll", auto=True),
+        request("page-b", "answers"),
+        request("page-b"),
+    ]
+    received = []
+
+    async def app(scope, receive, send):
+        await send({"type": "websocket.send", "bytes": started.SerializeToString()})
+        await send({"type": "websocket.send", "bytes": in_fragment.SerializeToString()})
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            received.append(BackMsg.FromString(message["bytes"]).rerun_script)
+
+    async def receive():
+        if incoming:
+            return {"type": "websocket.receive", "bytes": incoming.pop(0)}
+        return {"type": "websocket.disconnect"}
+
+    async def send(message):
+        pass
+
+    asyncio.run(class_http.StalePageGuard(app)({"type": "websocket"}, receive, send))
+    assert [(r.page_script_hash, r.fragment_id, r.is_auto_rerun) for r in received] == [
+        ("page-a", "poll", True),
+        ("page-b", "answers", False),
+        ("page-b", "", False),
+    ]

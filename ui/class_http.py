@@ -1,4 +1,5 @@
-"""The class server's HTTP side: what only an HTTP response can do for a class (plain ASGI, no Streamlit).
+"""The class server's HTTP side: what only the server's HTTP and websocket layer can do (ASGI middleware; of
+Streamlit only its protocol messages).
 
 ``serve.py`` (what ``scripts/app.sh`` runs) wraps the app in ``ClassCookies``, a middleware Streamlit's ``st.App``
 allows. A script cannot: Streamlit 1.67 gives a script no way to set a cookie, so a cookie a page script sets
@@ -16,6 +17,14 @@ address bar before any script could take it out. Here, before the page exists:
   (``ui.follow``), so a client that keeps no cookies cannot answer, and one client address gets at most
   ``joins_per_client()`` new identities an hour: a script cannot make voters for free.
 * The cookies are ``SameSite=Strict``, and ``Secure`` when the page came over HTTPS.
+
+And one thing for every session, on its websocket (``StalePageGuard``): a browser's fragment timers (the class
+poll) keep sending while the server moves the session to another page (``st.switch_page``: a follower moved to
+the teacher's page), until the browser has taken the new page in, each request naming the page the browser still
+shows. Streamlit runs such a request on that old page: the session's page flips back, and the browser, told of a
+run of another page than the one it shows, clears the page (a follower's screen went blank, its follow "never
+arrived", until the teacher's next move; more often the more the machine is loaded). A timer's request naming
+another page than the server last ran the session on is dropped here: a timer never changes the page.
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ from __future__ import annotations
 import os
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from ui import class_session
 
@@ -107,3 +119,59 @@ class ClassCookies:
             await send(message)
 
         await self.app(scope, receive, sending)
+
+
+SMALL_MESSAGE = 64 * 1024  # a run's new_session message is a few kB; larger ones (figures) are not read here
+
+
+class StalePageGuard:
+    """ASGI middleware on the app's websocket: drops a fragment timer's rerun request that names another page than
+    the one the server last started a full run of (see the module). Reads only small messages the server sends
+    (a run's new_session) and the requests the browser sends (small)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "websocket":
+            await self.app(scope, receive, send)
+            return
+        page = {"hash": None}  # the page of the last full run the server started for this connection
+
+        async def sending(message):
+            data = message.get("bytes") if message.get("type") == "websocket.send" else None
+            if data and len(data) < SMALL_MESSAGE:
+                page["hash"] = full_run_page(data) or page["hash"]
+            await send(message)
+
+        async def receiving():
+            while True:
+                message = await receive()
+                data = message.get("bytes") if message.get("type") == "websocket.receive" else None
+                if not (data and page["hash"] and stale_timer_request(data, page["hash"])):
+                    return message
+
+        await self.app(scope, receiving, sending)
+
+
+def full_run_page(data: bytes) -> str | None:
+    """The page a server message starts a full run of (a ``new_session`` for no fragment), else None."""
+    try:
+        message = ForwardMsg.FromString(data)
+    except Exception:  # not a message of this protocol: nothing to learn from it
+        return None
+    if message.WhichOneof("type") != "new_session" or message.metadata.run.fragment_ids:
+        return None
+    return message.new_session.page_script_hash or None
+
+
+def stale_timer_request(data: bytes, page: str) -> bool:
+    """True for a fragment timer's rerun request naming another page than ``page``."""
+    try:
+        message = BackMsg.FromString(data)
+    except Exception:  # left for Streamlit to refuse
+        return False
+    if message.WhichOneof("type") != "rerun_script":
+        return False
+    request = message.rerun_script
+    return bool(request.fragment_id and request.is_auto_rerun and request.page_script_hash not in ("", page))

@@ -81,6 +81,7 @@ _LEFT, _MOVES, _PUBLISHED, _REPLACED, _NOTICE, _RESEND, _TARGET, _HEAL = (
     "_class_target_page",
     "_class_heal",
 )
+_pages: dict = {}  # the app's pages by url path (app.py gives them to ``start`` every run), for the poll's moves
 # Kept when a follower is moved: the class's own keys and the session's running work; every other key is
 # view state, which the teacher's address decides again.
 _KEPT = ("_class_", "_presence", "_jobs", "_last_good_model", "_failed_model", "_link_notices")
@@ -180,6 +181,7 @@ def start(pages: dict, page: str) -> None:
     token = teacher_token()
     if session_id() is None:
         return
+    _pages.update(pages)
     if _ROLE not in st.session_state:
         st.session_state[_ROLE] = _decide_role(token)
         if st.session_state[_ROLE] == TEACHER:
@@ -288,10 +290,12 @@ def _poll() -> None:
     except class_session.StoreBusy:
         return
     stale = following() and (_behind() or _address_key(_view_params()) in st.session_state.get(_LEFT, ()))
-    if stale:
-        st.session_state[_HEAL] = True  # ``start``: this run's page and address are behind; move to the view
     if version > st.session_state.get(_SEEN, -1) or stale:
-        st.rerun(scope="app")  # the teacher moved, asked, revealed or reset: ``start`` decides what to do
+        if following() and _PAGE in st.session_state:
+            # Moved from here at once (one run fewer per follower and move): a new view, or this request came
+            # from before the browser took in the last move.
+            _follow(_pages, st.session_state[_PAGE], stale)
+        st.rerun(scope="app")  # the same view: asked, revealed or reset; the whole page shows it
     _resend_address()
 
 
