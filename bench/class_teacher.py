@@ -11,7 +11,8 @@ other, as a teacher with bookmarked steps does (docs/teaching.md): 5 Explore vie
 sentences) and 5 Classroom steps, each of those a question. Measured:
 
 * follow: from the teacher's page having finished its run (its view is published then) until each follower's
-  run of the same page and address finished (a Chromium follower: its address shows the view and its script
+  run of the same page and the teacher's address (the teacher's screen's, as the teacher's client holds it)
+  finished (a Chromium follower: its address shows the view and its script
   is idle); p95 over every follower and move; goal 2 s;
 * answers: at each question every lightweight follower clicks an answer, then replays a click on another one
   (a double click, or a forged message); an answer the page asks to click again is clicked again a second later.
@@ -80,6 +81,11 @@ def percentile(values: list[float], q: float) -> float | None:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def shown_by(teacher: StreamlitClient) -> dict:
+    """The view the teacher's screen shows: its address (the view is everything in it), the key left out."""
+    return {key: value for key, value in teacher.params().items() if key != "teacher"}
 
 
 def shows_view(client: StreamlitClient, page_hash: str, wanted: dict, since: float) -> bool:
@@ -191,10 +197,10 @@ async def teacher_part(
                     pages.append(await context.new_page())
                     await pages[-1].goto(f"{server.url}/")
             first_page = lesson()[0][0]
-            view = store.view(session)
+            wanted = shown_by(teacher)
             joined = await asyncio.gather(
                 *(
-                    client.wait_for(lambda c: shows_view(c, c.pages.get(first_page, "?"), view.params, 0), 300)
+                    client.wait_for(lambda c: shows_view(c, c.pages.get(first_page, "?"), wanted, 0), 300)
                     for client in clients
                 )
             )
@@ -213,17 +219,17 @@ async def teacher_part(
             for number, (page, params) in enumerate(lesson()[1:] + lesson()[:1], start=1):
                 teacher = await lead(page, params)
                 moved_at = teacher.finished_at
-                view = store.view(session)
+                wanted = shown_by(teacher)
                 page_hash = teacher.pages.get(page, "?")
                 arrived = await asyncio.gather(
-                    *(light_on_view(client, page_hash, view.params, moved_at) for client in clients),
-                    *(browser_on_view(p, page, view.params, FOLLOW_TIMEOUT_S) for p in pages),
+                    *(light_on_view(client, page_hash, wanted, moved_at) for client in clients),
+                    *(browser_on_view(p, page, wanted, FOLLOW_TIMEOUT_S) for p in pages),
                 )
                 light = [None if at is None else max(at - moved_at, 0.0) for at in arrived[: len(clients)]]
                 for client, at in zip(clients, light, strict=True):
                     if at is None:  # what this follower shows instead, for the log
                         shown = client.params()
-                        differs = {k: (v, shown.get(k)) for k, v in view.params.items() if shown.get(k) != v}
+                        differs = {k: (v, shown.get(k)) for k, v in wanted.items() if shown.get(k) != v}
                         print(f"    {client.name} not on the view: {differs or 'same address, run not finished'}")
                 real = [None if at is None else max(at - moved_at, 0.0) for at in arrived[len(clients) :]]
                 row["moves"].append({"move": number, "page": page, "light_s": light, "browser_s": real})
@@ -231,7 +237,7 @@ async def teacher_part(
                 await join(late)
                 if await late.wait_for(lambda c: c.runs_finished >= 1, FOLLOW_TIMEOUT_S):
                     first_drawn = late.finished_at
-                    on_view = await light_on_view(late, page_hash, view.params, 0)
+                    on_view = await light_on_view(late, page_hash, wanted, 0)
                     row["late_joiners_s"].append(None if on_view is None else max(on_view - first_drawn, 0.0))
                 else:
                     row["late_joiners_s"].append(None)

@@ -236,25 +236,25 @@ def _forget_view_state() -> None:
 
 def publish() -> None:
     """The teacher's session, at the end of a run: the class's view is now this page and address (no change, no
-    new version). The address it replaces is remembered: a poll sent before the browser took in this run's
-    address still carries that one, and must not publish it again."""
-    if not is_teacher() or _PAGE not in st.session_state:
-        return
-    here = _view_params()
-    previous = st.session_state.get(_PUBLISHED)
-    if _publish(here) and previous is not None and previous != here:
-        st.session_state[_REPLACED] = _address_key(previous)
+    new version)."""
+    if is_teacher() and _PAGE in st.session_state:
+        _publish(_view_params())
 
 
-def _publish(params: dict) -> bool:
+def _publish(params: dict) -> None:
+    """Publish ``params``; the addresses it replaces are remembered until the browser is seen to hold it: a poll
+    sent before that carries one of them, and must not publish it again (the class would step back, then on)."""
     try:
         version = store().publish_view(session_id(), st.session_state[_PAGE], params, wait_s=PUBLISH_WAIT_S)
     except class_session.StoreBusy:
         LOG.warning("the class file is locked: the teacher's view is published at the next poll")
-        return False
+        return
+    previous = st.session_state.get(_PUBLISHED)
+    if previous is not None and previous != params:
+        replaced = st.session_state.get(_REPLACED, [])
+        st.session_state[_REPLACED] = (replaced + [_address_key(previous)])[-KEPT_ADDRESSES:]
     st.session_state[_SEEN] = version
     st.session_state[_PUBLISHED] = params
-    return True
 
 
 def _resend_address() -> None:
@@ -277,10 +277,10 @@ def _poll() -> None:
     _drop_key()
     if is_teacher():
         here = _view_params()
-        if _behind() or _address_key(here) == st.session_state.get(_REPLACED):
-            return  # a request sent before the browser took in the last run's page or address
+        if _behind() or _address_key(here) in st.session_state.get(_REPLACED, ()):
+            return  # a request sent before the browser took in the last published page or address
         if here == st.session_state.get(_PUBLISHED):
-            st.session_state.pop(_REPLACED, None)  # the browser has caught up
+            st.session_state[_REPLACED] = []  # the browser holds what was published: no older request is coming
         else:
             _publish(here)  # a move made inside a page's fragment (a head clicked in Explore)
         _resend_address()
