@@ -180,3 +180,35 @@ def test_a_following_student_who_moves_a_step_leaves_follow_mode_and_is_told(cla
     rerun(student)
     assert student.query_params["step"] == "3" and "Following the teacher" in sidebar_text(student)
     assert not any("no longer follows the teacher" in str(note.value) for note in student.info)
+
+
+def test_a_locked_class_file_asks_to_click_again_and_shows_no_error(classroom, monkeypatch):
+    """Another process holds the class file's write lock longer than the store waits: the student's click is
+    answered "click it again" (no error on any screen, nothing stored), the teacher's screen works; once the lock
+    goes, the same click is stored."""
+    import sqlite3
+
+    from ui import follow
+
+    path = class_session.default_path()
+    teacher = open_app("classroom", {"teacher": TOKEN, "step": "3"})
+    student = open_app()
+    (pills,) = student.pills
+    impatient = class_session.ClassStore(path, write_wait_s=0.3)  # waits 0.3 s instead of 40 for the test
+    monkeypatch.setattr(follow, "store", lambda: impatient)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a backup tool, or a second server, holding the write lock
+    try:
+        student.pills(key=pills.key).set_value(1)
+        rerun(student)
+        assert any("could not be saved just now: click it again" in str(w.value) for w in student.warning)
+        rerun(teacher)  # the teacher's publish and live count meet the lock too: no error either
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    key = pills.key.removeprefix("class_pick_")
+    assert impatient.answers(class_session.class_id(TOKEN), key) == {}
+    student.pills(key=pills.key).set_value(1)
+    rerun(student)
+    assert any("Wait for the teacher" in str(s.value) for s in student.success)
+    assert len(impatient.answers(class_session.class_id(TOKEN), key)) == 1
