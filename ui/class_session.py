@@ -174,6 +174,14 @@ class ClientLimits:
             return True
 
 
+def _first(cursor):
+    """A query's first row (None without one), its statement run to the end and closed: a statement left open
+    keeps its read snapshot, and a pooled connection would go on reading that old state in later calls."""
+    rows = cursor.fetchall()
+    cursor.close()
+    return rows[0] if rows else None
+
+
 def _busy(error: sqlite3.OperationalError) -> bool:
     text = str(error).lower()
     return "locked" in text or "busy" in text
@@ -321,16 +329,14 @@ class ClassStore:
 
     def version(self, session: str, wait_s: float | None = None) -> int:
         """The number every follower polls: 0 for a session that does not exist (yet, or any more)."""
-        row = self._read(
-            lambda db: db.execute("SELECT version FROM sessions WHERE id = ?", (session,)).fetchone(), wait_s
-        )
+        row = self._read(lambda db: _first(db.execute("SELECT version FROM sessions WHERE id = ?", (session,))), wait_s)
         return int(row[0]) if row else 0
 
     def view(self, session: str) -> View:
         row = self._read(
-            lambda db: db.execute(
-                "SELECT version, page, params, current_question FROM sessions WHERE id = ?", (session,)
-            ).fetchone()
+            lambda db: _first(
+                db.execute("SELECT version, page, params, current_question FROM sessions WHERE id = ?", (session,))
+            )
         )
         if row is None:
             return View(0, None, {}, None)
@@ -345,7 +351,7 @@ class ClassStore:
 
         def publish(db) -> int:
             self._ensure(db, session, now)
-            row = db.execute("SELECT version, page, params FROM sessions WHERE id = ?", (session,)).fetchone()
+            row = _first(db.execute("SELECT version, page, params FROM sessions WHERE id = ?", (session,)))
             if row[1] == page and row[2] == text:
                 return int(row[0])
             db.execute(
@@ -396,7 +402,7 @@ class ClassStore:
             ).rowcount
             changed = inserted > 0
             if current:
-                row = db.execute("SELECT current_question FROM sessions WHERE id = ?", (session,)).fetchone()
+                row = _first(db.execute("SELECT current_question FROM sessions WHERE id = ?", (session,)))
                 if row[0] != key:
                     db.execute("UPDATE sessions SET current_question = ? WHERE id = ?", (key, session))
                     changed = True
@@ -417,11 +423,13 @@ class ClassStore:
 
     def question(self, session: str, key: str) -> Question | None:
         row = self._read(
-            lambda db: db.execute(
-                "SELECT key, kind, prompt, options, correct, model_values, revealed FROM questions "
-                "WHERE session = ? AND key = ?",
-                (session, key),
-            ).fetchone()
+            lambda db: _first(
+                db.execute(
+                    "SELECT key, kind, prompt, options, correct, model_values, revealed FROM questions "
+                    "WHERE session = ? AND key = ?",
+                    (session, key),
+                )
+            )
         )
         if row is None:
             return None
@@ -461,16 +469,16 @@ class ClassStore:
 
         def answer(db) -> str:
             now = self._clock()
-            row = db.execute(
-                "SELECT options, revealed FROM questions WHERE session = ? AND key = ?", (session, key)
-            ).fetchone()
+            row = _first(
+                db.execute("SELECT options, revealed FROM questions WHERE session = ? AND key = ?", (session, key))
+            )
             if row is None or row[1]:
                 return CLOSED
             if not (isinstance(choice, int) and 0 <= choice < len(json.loads(row[0]))):
                 raise ValueError("not one of the answers offered")
-            recent = db.execute(
-                "SELECT COUNT(*) FROM answers WHERE session = ? AND at > ?", (session, now - 1.0)
-            ).fetchone()[0]
+            recent = _first(
+                db.execute("SELECT COUNT(*) FROM answers WHERE session = ? AND at > ?", (session, now - 1.0))
+            )[0]
             if recent >= self.max_answers_per_s:
                 return BUSY
             inserted = db.execute(
@@ -484,9 +492,12 @@ class ClassStore:
 
     def answer_of(self, session: str, key: str, student: str) -> int | None:
         row = self._read(
-            lambda db: db.execute(
-                "SELECT choice FROM answers WHERE session = ? AND question = ? AND student = ?", (session, key, student)
-            ).fetchone()
+            lambda db: _first(
+                db.execute(
+                    "SELECT choice FROM answers WHERE session = ? AND question = ? AND student = ?",
+                    (session, key, student),
+                )
+            )
         )
         return None if row is None else int(row[0])
 
@@ -505,15 +516,15 @@ class ClassStore:
     def latest_question(self, session: str) -> str | None:
         """The key of the question asked last in ``session``."""
         row = self._read(
-            lambda db: db.execute(
-                "SELECT key FROM questions WHERE session = ? ORDER BY asked DESC LIMIT 1", (session,)
-            ).fetchone()
+            lambda db: _first(
+                db.execute("SELECT key FROM questions WHERE session = ? ORDER BY asked DESC LIMIT 1", (session,))
+            )
         )
         return None if row is None else row[0]
 
     @property
     def journal_mode(self) -> str:
-        return self._read(lambda db: db.execute("PRAGMA journal_mode").fetchone()[0])
+        return self._read(lambda db: _first(db.execute("PRAGMA journal_mode"))[0])
 
     def counts(self, session: str, key: str) -> list[int]:
         """How many students chose each option of ``key`` (zeros for an unknown question)."""
