@@ -175,10 +175,10 @@ class StreamlitClient:
             kind = message.WhichOneof("type")
             now = time.monotonic()
             if kind == "new_session":
-                self.page_hash = message.new_session.page_script_hash
-                if not message.metadata.run.fragment_ids:  # a full run: the browser stops its fragment timers
-                    for timer in self._timers.values():  # (the run registers the ones it keeps again)
-                        timer.cancel()
+                if not message.metadata.run.fragment_ids:  # a full run, as the browser reads it: its page, and
+                    self.page_hash = message.new_session.page_script_hash  # its fragment timers stopped (the run
+                    for timer in self._timers.values():  # registers the ones it keeps again); a fragment's run
+                        timer.cancel()  # changes neither
                     self._timers = {}
             elif kind == "navigation":
                 self.pages = {page.url_pathname: page.page_script_hash for page in message.navigation.app_pages}

@@ -112,10 +112,11 @@ def test_outside_a_class_nothing_changes():
     assert status == 200 and not set_cookies(headers)
 
 
-def test_a_timer_request_naming_a_page_the_session_left_is_dropped():
-    """The server starts a full run of page A (its new_session); then the browser's requests arrive: a fragment
-    timer's naming page B (sent before it took in the move to A) never reaches the app; the timer's naming A, a
-    click in a fragment and a full rerun naming B do (a person may move, a timer never does)."""
+def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
+    """The server starts a full run of page A; while it runs, the browser's fragment timers send requests naming
+    page B (sent before it took in the move to A): they are held, and once the run has finished only those naming A
+    go on. With no script running, a timer's request naming B is dropped and one naming A passes at once; a click in
+    a fragment and a full rerun naming B always pass (a person may move, a timer never does)."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
@@ -126,40 +127,58 @@ def test_a_timer_request_naming_a_page_the_session_left_is_dropped():
         message.rerun_script.is_auto_rerun = auto
         return message.SerializeToString()
 
-    started = ForwardMsg()
-    started.new_session.page_script_hash = "page-a"
-    started.metadata.run.script_run_id = "run-1"
-    in_fragment = ForwardMsg()  # a fragment's run of another page does not move the page the guard knows
-    in_fragment.new_session.page_script_hash = "page-b"
-    in_fragment.metadata.run.fragment_ids.append("poll")
-    incoming = [
-        request("page-b", "poll", auto=True),
-        request("page-a", "poll", auto=True),
-        request("page-b", "answers"),
-        request("page-b"),
+    def server(kind: str, page: str = "") -> bytes:
+        message = ForwardMsg()
+        if kind == "start":
+            message.new_session.page_script_hash = page
+            message.metadata.run.script_run_id = "run"
+        elif kind == "fragment-start":  # a fragment's run of another page: not a page change
+            message.new_session.page_script_hash = page
+            message.metadata.run.fragment_ids.append("poll")
+        else:
+            message.script_finished = 0
+        return message.SerializeToString()
+
+    script = [  # (what the server sends, then what the browser sends meanwhile)
+        (server("start", "page-a"), [request("page-b", "poll", auto=True), request("page-b", "live", auto=True)]),
+        (server("fragment-start", "page-b"), [request("page-a", "live", auto=True)]),
+        (server("finished"), []),
+        (None, [request("page-b", "poll", auto=True), request("page-a", "poll", auto=True)]),
+        (None, [request("page-b", "answers"), request("page-b")]),
     ]
-    received = []
+    steps, sent = [], []
 
-    async def app(scope, receive, send):
-        await send({"type": "websocket.send", "bytes": started.SerializeToString()})
-        await send({"type": "websocket.send", "bytes": in_fragment.SerializeToString()})
-        while True:
-            message = await receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            received.append(BackMsg.FromString(message["bytes"]).rerun_script)
+    async def run() -> None:
+        queue: asyncio.Queue = asyncio.Queue()
 
-    async def receive():
-        if incoming:
-            return {"type": "websocket.receive", "bytes": incoming.pop(0)}
-        return {"type": "websocket.disconnect"}
+        async def send(message):
+            sent.append(message)
 
-    async def send(message):
-        pass
+        async def app(scope, receive, send):
+            for from_server, from_browser in script:
+                if from_server is not None:
+                    await send({"type": "websocket.send", "bytes": from_server})
+                for data in from_browser:
+                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
+                got = []
+                while True:
+                    try:
+                        message = await asyncio.wait_for(receive(), 0.2)
+                    except TimeoutError:
+                        break
+                    rerun = BackMsg.FromString(message["bytes"]).rerun_script
+                    kind = "timer" if rerun.is_auto_rerun else "person"
+                    got.append((rerun.page_script_hash, rerun.fragment_id or "app", kind))
+                steps.append(got)
 
-    asyncio.run(class_http.StalePageGuard(app)({"type": "websocket"}, receive, send))
-    assert [(r.page_script_hash, r.fragment_id, r.is_auto_rerun) for r in received] == [
-        ("page-a", "poll", True),
-        ("page-b", "answers", False),
-        ("page-b", "", False),
+        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
+
+    asyncio.run(run())
+    assert steps == [
+        [],  # the run of A has started: both timers' requests are held
+        [],  # a fragment's run is still a run: the live timer's newer request is held in place of the older
+        [("page-a", "live", "timer")],  # the run finished: the held request naming A goes on, B's never does
+        [("page-a", "poll", "timer")],  # no script runs: the one naming A passes at once, B's is dropped
+        [("page-b", "answers", "person"), ("page-b", "app", "person")],  # a person's requests always pass
     ]
+    assert len(sent) == 3  # every message of the server reaches the browser

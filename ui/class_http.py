@@ -21,14 +21,16 @@ address bar before any script could take it out. Here, before the page exists:
 And one thing for every session, on its websocket (``StalePageGuard``): a browser's fragment timers (the class
 poll) keep sending while the server moves the session to another page (``st.switch_page``: a follower moved to
 the teacher's page), until the browser has taken the new page in, each request naming the page the browser still
-shows. Streamlit runs such a request on that old page: the session's page flips back, and the browser, told of a
-run of another page than the one it shows, clears the page (a follower's screen went blank, its follow "never
-arrived", until the teacher's next move; more often the more the machine is loaded). A timer's request naming
-another page than the server last ran the session on is dropped here: a timer never changes the page.
+shows. Streamlit queues such a request behind the run that moves the page and then runs it on the old page: the
+session's page flips back, and the browser, told of a run of another page than the one it shows, clears the page
+(a follower's screen went blank, its follow "never arrived", until the teacher's next move; more often the more
+the machine is loaded). Here a timer's request waits while a script of the session runs and goes on only if it
+names the page the server last ran the session on: a timer never changes the page.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
@@ -121,13 +123,15 @@ class ClassCookies:
         await self.app(scope, receive, sending)
 
 
-SMALL_MESSAGE = 64 * 1024  # a run's new_session message is a few kB; larger ones (figures) are not read here
+SMALL_MESSAGE = 64 * 1024  # a run's new_session or status message is a few bytes to kB; figures are not read here
 
 
 class StalePageGuard:
-    """ASGI middleware on the app's websocket: drops a fragment timer's rerun request that names another page than
-    the one the server last started a full run of (see the module). Reads only small messages the server sends
-    (a run's new_session) and the requests the browser sends (small)."""
+    """ASGI middleware on the app's websocket (see the module): a fragment timer's rerun request is held while a
+    script of the session runs and let through once none does, then only if it names the page the server last
+    started a full run of (a request sent before a page change, held while the run that made the change ran, would
+    be run on the old page after it). Every other request passes at once. Reads only the small messages the server
+    sends (a run's new_session, its running status) and the requests the browser sends (small)."""
 
     def __init__(self, app):
         self.app = app
@@ -136,42 +140,84 @@ class StalePageGuard:
         if scope.get("type") != "websocket":
             await self.app(scope, receive, send)
             return
-        page = {"hash": None}  # the page of the last full run the server started for this connection
+        state = {"page": None, "running": False}
+        held: dict[str, dict] = {}  # fragment id -> its timer's latest request, while a script runs
+        passed: asyncio.Queue = asyncio.Queue()
+
+        def release() -> None:
+            for message in held.values():
+                if not stale_timer_request(message["bytes"], state["page"]):
+                    passed.put_nowait(message)
+            held.clear()
 
         async def sending(message):
             data = message.get("bytes") if message.get("type") == "websocket.send" else None
             if data and len(data) < SMALL_MESSAGE:
-                page["hash"] = full_run_page(data) or page["hash"]
+                page, running = server_news(data)
+                state["page"] = page or state["page"]
+                if running is not None:
+                    state["running"] = running
+                    if not running:
+                        release()
             await send(message)
 
-        async def receiving():
+        async def pump() -> None:
             while True:
                 message = await receive()
                 data = message.get("bytes") if message.get("type") == "websocket.receive" else None
-                if not (data and page["hash"] and stale_timer_request(data, page["hash"])):
-                    return message
+                fragment = timer_fragment(data) if data else None
+                if fragment:
+                    held[fragment] = message  # a timer's latest request stands for its earlier ones
+                    if not state["running"]:
+                        release()
+                    continue
+                passed.put_nowait(message)
+                if message.get("type") == "websocket.disconnect":
+                    return
 
-        await self.app(scope, receiving, sending)
+        reader = asyncio.ensure_future(pump())
+        try:
+            await self.app(scope, passed.get, sending)
+        finally:
+            reader.cancel()
 
 
-def full_run_page(data: bytes) -> str | None:
-    """The page a server message starts a full run of (a ``new_session`` for no fragment), else None."""
+EARLY_FOR_RERUN = ForwardMsg.FINISHED_EARLY_FOR_RERUN  # a run stopped because another starts at once
+
+
+def server_news(data: bytes) -> tuple[str | None, bool | None]:
+    """From a server message: the page a full run starts (its ``new_session``), and whether a script runs now:
+    True when one starts, False when one finished with nothing after it (a run stopped for the next one, e.g. the
+    poll's ``st.rerun``, is not the end: a request let through then would meet the run that follows)."""
     try:
         message = ForwardMsg.FromString(data)
     except Exception:  # not a message of this protocol: nothing to learn from it
-        return None
-    if message.WhichOneof("type") != "new_session" or message.metadata.run.fragment_ids:
-        return None
-    return message.new_session.page_script_hash or None
+        return None, None
+    kind = message.WhichOneof("type")
+    if kind == "new_session":
+        return (None if message.metadata.run.fragment_ids else message.new_session.page_script_hash or None), True
+    if kind == "script_finished":
+        return None, None if message.script_finished == EARLY_FOR_RERUN else False
+    return None, None
 
 
-def stale_timer_request(data: bytes, page: str) -> bool:
-    """True for a fragment timer's rerun request naming another page than ``page``."""
+def _rerun_request(data: bytes):
     try:
         message = BackMsg.FromString(data)
     except Exception:  # left for Streamlit to refuse
+        return None
+    return message.rerun_script if message.WhichOneof("type") == "rerun_script" else None
+
+
+def timer_fragment(data: bytes) -> str | None:
+    """The fragment of a timer's rerun request (``run_every``); None for anything else (a person's request)."""
+    request = _rerun_request(data)
+    return request.fragment_id if request is not None and request.is_auto_rerun and request.fragment_id else None
+
+
+def stale_timer_request(data: bytes, page: str | None) -> bool:
+    """True for a fragment timer's rerun request naming another page than ``page`` (None: not known yet)."""
+    request = _rerun_request(data)
+    if request is None or not (request.fragment_id and request.is_auto_rerun):
         return False
-    if message.WhichOneof("type") != "rerun_script":
-        return False
-    request = message.rerun_script
-    return bool(request.fragment_id and request.is_auto_rerun and request.page_script_hash not in ("", page))
+    return bool(page and request.page_script_hash not in ("", page))
