@@ -71,3 +71,32 @@ def test_the_second_sentence_only_for_a_model_that_reads_one(minilm_present, tmp
             labels = sidebar_labels(app)
             assert "Sentence" in labels and PAIR_LABEL not in labels, (model, page)  # one sentence box
             assert "pair" not in app.query_params
+
+
+def test_explore_draws_the_sentence_box_before_its_forward_pass(minilm_present, monkeypatch):
+    """The first screen is not pushed down: Explore's sentence boxes (drawn by the page's fragment into their
+    place in the sidebar) are drawn before the page computes its run, so they show with the page, not seconds
+    after it once the run has finished; and they are drawn again before each rerun's run."""
+    from ui.widgets import sidebar
+
+    order = []
+    draw_boxes, run_for = sidebar.sentence_boxes, sidebar.run_for
+
+    def boxes(*args, **kwargs):
+        order.append("boxes")
+        return draw_boxes(*args, **kwargs)
+
+    def run(*args, **kwargs):
+        order.append("run")
+        return run_for(*args, **kwargs)
+
+    monkeypatch.setattr(sidebar, "sentence_boxes", boxes)
+    monkeypatch.setattr(sidebar, "run_for", run)
+    app = open_app("explore", {"model": "minilm", "text": "A dog barked."})
+    assert order and order[0] == "boxes" and "run" in order
+    assert order.index("boxes") < order.index("run")
+    order.clear()
+    app.sidebar.text_input(key="text").set_value("The cat sat.").run()
+    assert not app.exception
+    assert order.index("boxes") < order.index("run")
+    assert app.sidebar.text_input(key="text").value == "The cat sat."

@@ -104,20 +104,19 @@ def _sentences() -> tuple[str, str | None]:
 @contextlib.contextmanager
 def sentences_in_page(slot, place: str):
     """For a page's fragment that shows what the sentence decides: takes what the sentence boxes hold into
-    the selection and the link, runs the body, then draws the boxes into ``slot`` (their place in the
-    sidebar, ``session.sentence_slot()``). Enter in them then reruns that fragment only, not the sidebar and
-    the whole page (Explore: about 57 elements re-rendered by the browser on every Enter), and the body's
-    elements reach the browser before the boxes'. ``place`` names the page (``sentence_boxes``)."""
+    the selection and the link, draws the boxes into ``slot`` (their place in the sidebar,
+    ``session.sentence_slot()``), then runs the body. Enter in them then reruns that fragment only, not the
+    sidebar and the whole page (Explore: about 57 elements re-rendered by the browser on every Enter). The boxes
+    come first: drawn after the body, they appeared only once its first run had finished, seconds after the
+    page, and pushed the sidebar below them down. ``place`` names the page (``sentence_boxes``)."""
     text, text_pair = _sentences()
     pair = reads_pair(session.selection().model)
     text_pair = text_pair if pair else None
     session.set_selection(dataclasses.replace(session.selection(), text=text, text_pair=text_pair))
     address.write_query(text=text, pair=text_pair)
-    try:
-        yield
-    finally:
-        with slot:
-            sentence_boxes(place, pair=pair)
+    with slot:
+        sentence_boxes(place, pair=pair)
+    yield
 
 
 def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
