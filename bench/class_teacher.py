@@ -323,10 +323,17 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
     # The teacher reveals; every follower's screen shows the class's answers.
     revealed_at = time.monotonic()
     await teacher.click(teacher.widget(f"class_reveal_{key}"), trigger_value=True)
-    shown = await asyncio.gather(
-        *(client.wait_for(lambda c: c.shows("answer(s), the model"), 60) for client in clients)
-    )
-    reveal_s = [client.finished_at - revealed_at for client, ok in zip(clients, shown, strict=True) if ok]
+
+    async def reveal_shown(client: StreamlitClient) -> float | None:
+        """Seconds from the click until ``client`` shows the reveal (None: not within 60 s), taken when it does:
+        a follower's last finished run, read after every follower was waited for, is a later poll's."""
+        if await client.wait_for(lambda c: c.shows("answer(s), the model"), 60):
+            return time.monotonic() - revealed_at
+        return None
+
+    seconds = await asyncio.gather(*(reveal_shown(client) for client in clients))
+    shown = [s is not None for s in seconds]
+    reveal_s = [s for s in seconds if s is not None]
     late_acks = sum(ack > ACK_GOAL_S for ack in acks)
     print(
         f"    question {key}: {sum(counts)} answers, lost {lost}, accepted twice {twice}, "
