@@ -293,8 +293,11 @@ def start_streamlit(
     extra_args: Sequence[str] = (),
     startup_timeout: float = 120.0,
     root: Path = ROOT,
+    script: str | None = None,
 ) -> Iterator[StreamlitServer]:
-    """``streamlit run serve.py`` (app.py behind ``ui.server``) on a free port, bound to ``address``; yields it once healthy; stops it after.
+    """``streamlit run serve.py`` (app.py with its HTTP side: ``ui.server``, and in a class the teacher key out of
+    the address and the class's HttpOnly cookies, as ``scripts/app.sh`` serves it) on a free port, bound to
+    ``address``; yields it once healthy; stops it after. ``script``: another script (``app.py`` alone).
 
     ``env`` is laid over this process's environment (a value of None removes the variable);
     ``extra_args`` go after the server options (e.g. ``--server.fileWatcherType none``); ``root`` is
@@ -318,7 +321,7 @@ def start_streamlit(
                 "-m",
                 "streamlit",
                 "run",
-                "serve.py" if (root / "serve.py").is_file() else "app.py",  # an earlier checkout: its app.py
+                script or ("serve.py" if (root / "serve.py").is_file() else "app.py"),  # an earlier checkout: app.py
                 "--server.port",
                 str(port),
                 "--server.address",
