@@ -197,3 +197,34 @@ def test_weighted_scores_equal_the_plain_sum_of_weights_times_scores(causal, sco
     if causal:
         scores = scores.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
     torch.testing.assert_close(output, torch.softmax(scores, dim=-1) @ v, rtol=1e-5, atol=1e-5)  # the output unchanged
+
+
+def test_the_kernel_flushes_denormals_while_it_computes_blocks_and_restores_them():
+    """Rows whose scores lie far below their largest (spread 100 here) have exponentials below float32's smallest
+    normal number: inside the pass they are flushed to zero (no slow path), outside the pass the thread's
+    arithmetic is as it was, and the output is the softmax's."""
+    torch.manual_seed(5)
+    heads, n, d = 2, 64, 8
+    q, k, v = torch.randn(1, heads, n, d) * 6, torch.randn(1, heads, n, d) * 6, torch.randn(1, heads, n, d)
+    flushing = []
+
+    class Check:
+        @staticmethod
+        def add(block):
+            flushing.append(blockwise.flushing_denormals())
+
+    assert not blockwise.flushing_denormals()
+    assert torch.tensor(1e-39).item() > 0  # a denormal number is kept outside the pass
+    with torch.inference_mode():
+        output, _ = BlockwiseAttention(1, [Check])(q, k, v, None, False, "dot")
+    assert flushing == [True]
+    assert not blockwise.flushing_denormals() and torch.tensor(1e-39).item() > 0
+    scores = (q @ k.transpose(-2, -1)).double()
+    assert (scores - scores.amax(dim=-1, keepdim=True) < -88).float().mean() > 0.3  # exp(-88) < 1.2e-38
+    torch.testing.assert_close(output, (torch.softmax(scores, dim=-1) @ v.double()).float(), rtol=1e-5, atol=1e-5)
+    torch.set_flush_denormal(True)  # a caller that flushes already keeps flushing after the pass
+    try:
+        BlockwiseAttention(1, [Check])(q, k, v, None, False, "dot")
+        assert flushing == [True, True] and blockwise.flushing_denormals()
+    finally:
+        torch.set_flush_denormal(False)
