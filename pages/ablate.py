@@ -30,6 +30,27 @@ def parse_name(name: str) -> tuple[int, int]:
     return parse_heads(name)[0]
 
 
+def link_heads(names: list[str], model_name: str):
+    """A parser of the link's ``heads=``: the heads of ``names`` it lists, each once, in its order. A name this
+    model has no head for drops itself alone, with a notice naming it (the valid heads are kept)."""
+
+    def parse(raw: str) -> list[str]:
+        if raw == address.NONE:
+            return []
+        parts = list(dict.fromkeys(part.strip() for part in raw.split(",")))
+        dropped = [part for part in parts if part not in names]
+        if dropped:
+            shown = ", ".join(messages.md_escape(part[:20]) for part in dropped[:5])
+            more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
+            st.warning(
+                f"The link's heads= names {shown}{more}, which {messages.md_escape(model_name)} does not have "
+                f"(heads L0H0 to {names[-1]}); {'kept the others' if len(dropped) < len(parts) else 'none picked'}."
+            )
+        return [part for part in parts if part in names]
+
+    return parse
+
+
 def toggle_clicked() -> None:
     """A click on the heads map adds that head to the ablated set, or removes it."""
     pickers.select_clicked_head(MAP_KEY)
@@ -81,7 +102,7 @@ with messages.error_display():
     scores = map_scores(run, selection.model)
     names = [head_name(layer, head) for layer in range(run.num_layers) for head in range(run.num_heads)]
     # The heads to ablate: the map below marks them before their box is drawn.
-    pickers.url_setting(HEADS_KEY, "heads", [], address.choices(names))
+    pickers.url_setting(HEADS_KEY, "heads", [], link_heads(names, selection.model))
     st.session_state[HEADS_KEY] = [h for h in st.session_state[HEADS_KEY] if h in names]
     cols = st.columns([3, 1, 1])
     labels = {name: label for name, (label, _) in scores.items()}
