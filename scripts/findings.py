@@ -254,7 +254,8 @@ def markdown(header: list[str], rows: list[list[str]], right_from: int = 1) -> s
 
 
 def relation_table(dependency, direction: str) -> str:
-    """The best head per relation, chosen on the selection half, with both halves and the held-out test."""
+    """The best head per relation, chosen on the selection half, with both halves and the held-out test: the
+    held-out half's best offset (the test's baseline) and the selection half's offset scored there."""
     from mha_core.analysis.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
 
     best = best_heldout_heads(dependency, min_count=SHOWN_MIN_COUNT)
@@ -275,7 +276,8 @@ def relation_table(dependency, direction: str) -> str:
                 f"{percent(r.selection_accuracy)} vs {percent(r.selection_baseline_accuracy)} "
                 f"({r.selection_baseline_offset:+d})",
                 percent(r.heldout_accuracy),
-                percent(r.heldout_baseline_accuracy),
+                f"{percent(r.heldout_baseline_accuracy)} ({r.heldout_baseline_offset:+d})",
+                percent(r.heldout_selected_baseline_accuracy),
                 f"{percent(r.heldout_margin, True)} ({percent(r.heldout_margin_low, True)} to "
                 f"{percent(r.heldout_margin_high, True)})",
                 str(r.heldout_rank),
@@ -288,7 +290,8 @@ def relation_table(dependency, direction: str) -> str:
         "head",
         "selection half: head vs offset",
         "held-out: head",
-        "held-out: offset",
+        "held-out: best offset",
+        "held-out: selection's offset",
         "held-out margin (95% CI)",
         "held-out rank",
         "role (Holm p)",
