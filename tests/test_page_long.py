@@ -118,6 +118,11 @@ def test_explore_reads_a_long_document_and_keeps_the_zoom_in_the_address():
     model = mc.load_model("minilm")
     run = run_long(model, longdoc.examples()[0]["text"])
     assert run.num_tokens == 512 and run.truncated
+    # The roles' expander counts heads (a head with two roles once), in English ("1 head", "2 heads").
+    roles = run.roles()
+    heads = {(int(r.layer), int(r.head)) for r in roles[roles["role"] != "retrieval"].itertuples()}
+    labels = [e.label for e in app.expander if e.label.startswith("Long-context roles")]
+    assert labels == [f"Long-context roles ({len(heads)} {'head' if len(heads) == 1 else 'heads'})"], labels
     np.testing.assert_allclose(
         longview.decode_values(data), run.attention_block(2, 5, (100, 164), (90, 150)), atol=ATTENTION_ATOL
     )

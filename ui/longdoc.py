@@ -351,7 +351,8 @@ def retrieval_table(run, roles, answer) -> None:
 
 def roles_table(run, roles) -> None:
     """Sink-at-length and local heads (``roles``) with their evidence, and each layer's 90%-mass window."""
-    with st.expander(f"Long-context roles ({plural(len(roles), 'head')})"):
+    heads = len(roles[["layer", "head"]].drop_duplicates())
+    with st.expander(f"Long-context roles ({plural(heads, 'head')})"):
         st.caption(
             "Sink at length: most of a query's mass on the first 4 tokens, for queries at least 64 tokens away "
             "(StreamingLLM). Local: 90% of a query's mass within a window of at most 16 tokens. Retrieval heads "

@@ -327,7 +327,9 @@ def shuffled_heads(sentence: Sentence, rng: np.random.Generator, how: str = "per
     ``order[i]`` (the same number of arcs of each relation; a head may become the word itself, a case nothing
     predicts). The words that are heads stay heads: the sentence's main predicate still heads many arcs.
     ``"random"``: every word that has a head (not the root) gets a head drawn uniformly among the other words,
-    keeping its relation: no word is more often a head than another, so no rule beats another on average.
+    keeping its relation: no word is more often a head than another, so no rule beats another at finding the
+    parent. Not a null for the child direction: the relation still names its dependent by type (the punctuation
+    mark is a ``punct`` child), so a head that looks at punctuation finds that child without any tree.
     """
     if how not in SHUFFLES:
         raise ValueError(f"how must be one of {SHUFFLES}, got {how!r}")
