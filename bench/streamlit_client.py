@@ -140,6 +140,8 @@ class StreamlitClient:
                     self.texts.append(element.alert.body)
                 elif which == "html":
                     self.texts.append(element.html.body)
+                elif which == "progress":  # a job's progress bar: its place in a queue while it waits
+                    self.texts.append(element.progress.text)
                 elif which == "exception":
                     self.errors.append(element.exception.message)
                 else:

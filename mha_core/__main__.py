@@ -157,6 +157,15 @@ def check_model(name: str) -> None:
     sources.checkpoint_weight_names(checkpoint.source, name)
 
 
+def loaded_model(name: str):
+    """``load_model(name)`` with progress on stderr, and each of its warnings there as one ``warning:`` line: the
+    messages the app shows for it (e.g. a config that names code of its own, never run)."""
+    model = load_model(name, progress=print_progress)
+    for warning in getattr(model, "warnings", None) or ():
+        print(f"warning: {one_line(warning)}", file=sys.stderr, flush=True)
+    return model
+
+
 def print_progress(done: float, total: float, message: str = "") -> None:
     """Progress on stderr, so stdout stays the one-line result."""
 
@@ -195,7 +204,7 @@ def run_extract(args) -> int:
         check_text(args.pair, "pair text")
     out = check_output(args.out, "--out")
     check_model(args.model)
-    model = load_model(args.model, progress=print_progress)
+    model = loaded_model(args.model)
     run = model.run(args.text, text_pair=args.pair, engine=args.engine)
     if out is not None:
         write_output(out, run.save)
@@ -284,7 +293,7 @@ def run_profile(args) -> int:
     if next(iter(sentences), None) is None:  # reads one sentence
         raise UsageError(f"the corpus {quoted(args.corpus)} holds no sentences")
     check_model(args.model)
-    model = load_model(args.model, progress=print_progress)
+    model = loaded_model(args.model)
     settings = dict(batch_size=args.batch_size, shard_size=args.shard_size)
     executor = {"executor": args.executor}
     if args.executor == "ray":
@@ -480,7 +489,7 @@ def run_ablate(args) -> int:
         groups = roles_table_groups(args.roles_table, args.role_column, args.score_columns, args.top_k)
         texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
     check_model(args.model)
-    model = load_model(args.model, progress=print_progress)
+    model = loaded_model(args.model)
     if args.experiment == "roles":
         table = group_ablation(model, texts, groups, draws=args.draws, ablation=args.ablation, progress=print_progress)
         print(table.drop(columns="head_list").to_string(index=False))
@@ -570,7 +579,7 @@ def run_importance(args) -> int:
     check_distinct(**{"--out": out, "--pruning-out": pruning_out})
     texts = corpus_texts(read_corpus(args.corpus, args.max_sentences))
     check_model(args.model)
-    model = load_model(args.model, progress=print_progress)
+    model = loaded_model(args.model)
     importance = head_importance(model, texts, method=args.method, progress=print_progress)
     written = [str(write_table(importance, out))]
     top = importance.sort_values("importance", ascending=False).head(5)
@@ -660,7 +669,7 @@ def run_attribute(args) -> int:
     out = check_output(args.out, "--out", TABLE_SUFFIXES)
     settings = prompt_settings(args, pair=False)
     check_model(args.model)
-    model = load_model(args.model, progress=print_progress)
+    model = loaded_model(args.model)
     table = logit_attribution(model, position=args.position, progress=print_progress, **settings)
     top = table.reindex(table["contribution"].abs().sort_values(ascending=False).index).head(5)
     named = ", ".join(
@@ -716,7 +725,7 @@ def run_patch(args) -> int:
     out = check_output(args.out, "--out", TABLE_SUFFIXES)
     settings = prompt_settings(args, pair=True)
     check_model(args.model)
-    model = load_model(args.model, progress=print_progress)
+    model = loaded_model(args.model)
     table = patch(
         model,
         over=args.over,

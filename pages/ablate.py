@@ -81,7 +81,7 @@ with messages.error_display():
     scores = map_scores(run, selection.model)
     names = [head_name(layer, head) for layer in range(run.num_layers) for head in range(run.num_heads)]
     # The heads to ablate: the map below marks them before their box is drawn.
-    pickers.url_setting(HEADS_KEY, "heads", [], address.choices(names))
+    pickers.url_setting(HEADS_KEY, "heads", [], address.head_names(run.num_layers, run.num_heads))
     st.session_state[HEADS_KEY] = [h for h in st.session_state[HEADS_KEY] if h in names]
     cols = st.columns([3, 1, 1])
     labels = {name: label for name, (label, _) in scores.items()}

@@ -103,8 +103,8 @@ with messages.error_display():
             "Foil", key="circuits_foil", url_key="foil", default=" John", what="foil", container=cols[1]
         )
     st.markdown(
-        f"**Clean:** `{messages.md_escape(clean)}` → `{messages.md_escape(answer)}`  \n"
-        f"**Corrupted:** `{messages.md_escape(corrupted)}` → `{messages.md_escape(foil)}`"
+        f"**Clean:** {messages.md_code(clean)} → {messages.md_code(answer)}  \n"
+        f"**Corrupted:** {messages.md_code(corrupted)} → {messages.md_code(foil)}"
     )
     method = pickers.url_select(
         st.radio,
@@ -121,10 +121,18 @@ with messages.error_display():
         "difference), 1 means all of it (the clean run's)."
     )
 
+    if not pickers.start_button(
+        "Compute attribution, patching and the logit lens",
+        key="circuits_patching",
+        ready=compute.circuit_patching_ready(selection.model, clean, corrupted, answer, foil, method=method),
+    ):
+        st.stop()
     attribution = compute.circuit_attribution(selection.model, clean, answer, foil)
     patched = compute.circuit_patching(selection.model, clean, corrupted, answer, foil, method)
     cols = st.columns(3)
-    cols[0].metric(f"Logit difference, clean ({model.name})", f"{patched.attrs['clean_metric']:.3f}")
+    cols[0].metric(
+        f"Logit difference, clean ({messages.md_escape(model.name)})", f"{patched.attrs['clean_metric']:.3f}"
+    )
     cols[1].metric("Logit difference, corrupted", f"{patched.attrs['corrupted_metric']:.3f}")
     heads_total = attribution["contribution"][attribution["component"] == "head"].sum()
     cols[2].metric("Written by all heads (attribution)", f"{heads_total:.3f}")
@@ -209,6 +217,6 @@ with messages.error_display():
     with st.expander("Where SmolLM2 fails (measured)"):
         for text, right, wrong, difference, note in SMOLLM2_FAILURES:
             st.markdown(
-                f"- `{messages.md_escape(text)}`: logit({messages.md_escape(repr(right))}) − "
+                f"- {messages.md_code(text)}: logit({messages.md_escape(repr(right))}) − "
                 f"logit({messages.md_escape(repr(wrong))}) = {difference:+.2f}; {messages.md_escape(note)}."
             )

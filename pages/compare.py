@@ -107,7 +107,9 @@ elif mode == "models":
             format_func=views.PAIRINGS.get,
         )
     cols = st.columns(2)
-    left_layer = pickers.select_layer(run.num_layers, label=f"Layer of {run.model_name}", container=cols[0])
+    left_layer = pickers.select_layer(
+        run.num_layers, label=f"Layer of {messages.md_escape(run.model_name)}", container=cols[0]
+    )
     if pairing == "depth":
         right_layer = views.depth_matched_layer(left_layer, run.num_layers, other.num_layers)
         cols[1].markdown(f"Layer of {messages.md_escape(other.model_name)}: **{right_layer}**")
@@ -116,7 +118,7 @@ elif mode == "models":
         # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
         right_layer = pickers.select_layer(
             other.num_layers,
-            label=f"Layer of {other.model_name}",
+            label=f"Layer of {messages.md_escape(other.model_name)}",
             key="compare_other_layer",
             url_key="layer2",
             container=cols[1],

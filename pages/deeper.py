@@ -152,7 +152,16 @@ size = pickers.url_select(
     default=100,
 )
 if pickers.url_toggle(
-    "Search the corpus", "deeper_search", "search", help="Indexing takes a few seconds the first time."
+    "Search the corpus",
+    "deeper_search",
+    "search",
+    help="Indexing takes a few seconds the first time.",
+    on_change=pickers.mark_started,
+    args=("deeper_search",),
+) and pickers.start_button(
+    "Build the search index",
+    key="deeper_search",
+    ready=compute.corpus_index_ready(run.model_name, layer, head, kind, size),
 ):
     index = compute.corpus_index(run.model_name, layer, head, kind, size)
     vector = compute.search_vector(run, query, layer, head, kind)

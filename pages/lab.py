@@ -112,13 +112,15 @@ st.markdown(TASK_TEXT[task])
 try:
     config = LabConfig(task=task, positions=positions, seed=int(seed), offset=int(offset), **SIZES[size])
 except HeadscopeError as error:
-    st.error(str(error))
+    st.error(messages.public_message(error))
     st.stop()
 
 runner: LabRunner | None = st.session_state.get(RUNNER)
 untouched = runner is not None and runner.status == "new"
 if runner is None or (untouched and (runner.config != config or runner.total_steps != total_steps)):
-    runner = st.session_state[RUNNER] = LabRunner(config, total_steps, lab_slots(), presence=session.presence())
+    runner = st.session_state[RUNNER] = LabRunner(
+        config, total_steps, lab_slots(), presence=session.presence(), admit=compute.lab_admission(config)
+    )
 settings_differ = runner.config != config or runner.total_steps != total_steps
 
 
@@ -151,7 +153,7 @@ buttons[2].button("Reset", on_click=reset, disabled=runner.running, key="lab_res
 if settings_differ:
     buttons[3].caption("The settings above changed: press **Reset** to train a new model with them.")
 if runner.message:
-    st.warning(runner.message)
+    st.warning(messages.md_escape(runner.message))
 messages.explain(WATCH_FOR[runner.config.task])
 
 
@@ -170,7 +172,8 @@ def live_view(was_running: bool) -> None:
     }[snapshot.status]
     st.progress(
         snapshot.step / snapshot.total_steps,
-        text=f"{status} Step {snapshot.step} of {snapshot.total_steps}, {runner.lab.seconds:.1f} s of training.",
+        text=f"{status} Step {snapshot.step} of {snapshot.total_steps}, {runner.lab.seconds:.1f} s of training."
+        + (f" {snapshot.waiting}" if snapshot.waiting else ""),
     )
     if snapshot.history.empty:
         st.caption("The curves appear here as soon as training starts.")

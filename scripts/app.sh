@@ -4,7 +4,7 @@
 #   bash scripts/app.sh --classroom       a class: serves on every interface of this machine, prints the
 #                                         link (and shows it with a QR code in the app), safe settings on
 #                                         (docs/classroom.md). HEADSCOPE_PORT picks the port (default 8501).
-# Any further arguments go to `streamlit run` (e.g. --server.port 8600).
+# Any further arguments go to `streamlit run` (e.g. --server.port 8600). serve.py serves app.py (ui/server.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -30,7 +30,7 @@ if [ "${1:-}" = "--classroom" ]; then
   offered=${HEADSCOPE_ALLOWED_MODELS:-$(.venv/bin/python -c "$classroom_models")}
   echo "  Models offered: ${offered}; cache budget ${HEADSCOPE_CACHE_BUDGET_MB:-2048} MB."
   echo
-  exec .venv/bin/python -m streamlit run app.py --server.address 0.0.0.0 --server.port "$port" \
+  exec .venv/bin/python -m streamlit run serve.py --server.address 0.0.0.0 --server.port "$port" \
     --browser.serverAddress "${host:-localhost}" "$@"
 fi
-exec .venv/bin/python -m streamlit run app.py "$@"
+exec .venv/bin/python -m streamlit run serve.py "$@"

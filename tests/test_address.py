@@ -90,3 +90,34 @@ def test_flags_are_1_or_0():
     for raw in ("true", "on", "yes", "", "01", "¹"):
         with pytest.raises(ValueError, match=r"^1 \(on\) or 0 \(off\)$"):
             address.flag(raw)
+
+
+def test_a_list_of_heads_keeps_the_models_heads_and_names_the_refused_ones():
+    from mha_core.models.ablation import AblationError, parse_heads, split_heads
+
+    assert split_heads("L99H99,L0H0,zzz 3.2; l1h1 3.2", num_layers=6, num_heads=12) == (
+        [(0, 0), (3, 2), (1, 1)],
+        ["L99H99", "zzz"],
+    )
+    assert split_heads("L99H99, 0:5") == ([(99, 99), (0, 5)], [])  # without the model's sizes: the names only
+    with pytest.raises(AblationError, match=r"^'L6H0', 'x' name no head \(this model has layers 0 to 5 and heads"):
+        parse_heads("L6H0 L0H0 x", num_layers=6, num_heads=12)
+    parse = address.head_names(6, 12)
+    assert parse("L0H1,3.2") == ["L0H1", "L3H2"] and parse(address.NONE) == []
+    with pytest.raises(address.PartlyRefused) as refused:
+        parse("L99H99,L0H0,zzz")
+    assert refused.value.kept == ["L0H0"] and "'L99H99', 'zzz' name no head" in str(refused.value)
+    with pytest.raises(address.PartlyRefused) as refused:
+        parse("L0H1,L0H1")
+    assert refused.value.kept == ["L0H1"] and "more than once" in str(refused.value)
+    with pytest.raises(address.PartlyRefused) as refused:
+        parse("1" * 40)  # a name of no head, however long: refused by name, nothing kept
+    assert refused.value.kept == []
+
+
+def test_a_layer_or_head_number_names_the_models_range():
+    assert address.index_number("5", 6, "layer") == 5
+    assert address.index_number("99", 6, "layer") == 99  # past the last: the page clamps it, with a notice
+    for raw in ("1e9", "²", "-1x", "9" * 12):
+        with pytest.raises(ValueError, match=r"^a head number from 0 to 11$"):
+            address.index_number(raw, 12, "head")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import METRIC_TOL, require
 from tests.page_helpers import open_app
-from ui.budget import RUN_PEAK_FACTOR, ByteBudgetCache, attention_bytes, run_peak_bytes, runs_budget
+from ui.budget import RUN_PEAK_FACTOR, ByteBudgetCache, OverBudget, attention_bytes, run_peak_bytes, runs_budget
 
 MB = 1 << 20
 TEXT = "The cat sat on the mat because it was tired."
@@ -100,7 +100,7 @@ def test_a_waiting_reservation_can_be_given_up():
     assert cache.get_or_compute("k", lambda: block(1), reserve_bytes=4 * MB).nbytes == MB  # computable again
 
 
-def test_alone_or_nested_a_computation_larger_than_the_room_goes_ahead():
+def test_nested_a_computation_larger_than_the_room_goes_ahead_and_none_larger_than_the_budget_runs():
     cache = ByteBudgetCache(budget_bytes=10 * MB)
 
     def outer():
@@ -110,10 +110,17 @@ def test_alone_or_nested_a_computation_larger_than_the_room_goes_ahead():
 
     value = cache.get_or_compute("outer", outer, reserve_bytes=8 * MB)  # alone: 8 MB fits; nested: 16 MB
     assert value.nbytes == 2 * MB and cache.stats()["reserved_bytes"] == 0
-    huge = cache.get_or_compute("huge", lambda: block(12), reserve_bytes=18 * MB)  # more than the budget
+    # More than the whole budget: refused before it starts, never run alone over the budget.
+    with pytest.raises(OverBudget) as refused:
+        cache.get_or_compute("huge", lambda: pytest.fail("must be refused, not run"), reserve_bytes=18 * MB)
+    assert (refused.value.nbytes, refused.value.limit, refused.value.share) == (18 * MB, 10 * MB, None)
+    assert "18 MB" in str(refused.value) and "10 MB" in str(refused.value)
+    assert cache.stats()["reserved_bytes"] == 0 and cache.stats()["in_flight"] == 0 and "huge" not in cache
+    # A value larger than the budget (its estimate was too small): not cached, but counted while the caller holds
+    # it; so is "outer", evicted to make room and still held.
+    huge = cache.get_or_compute("huge", lambda: block(12), reserve_bytes=9 * MB)
     stats = cache.stats()
-    assert "huge" not in cache._entries and stats["entries"] == 0  # everything went to make room
-    # Not cached, but counted while the caller holds it; so is "outer", evicted to make room and still held.
+    assert "huge" not in cache and stats["entries"] == 0  # everything went to make room
     assert stats["in_use_elsewhere_bytes"] == (12 + 2) * MB
     del huge, value
     gc.collect()

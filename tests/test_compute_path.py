@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import ROOT
-from ui.budget import ByteBudgetCache, ComputeGate
+from ui.budget import HEAVY, LIGHT, ByteBudgetCache, ComputeGate, WorkClass
 
 # LoadedModel's public methods that run no forward pass (the tokenizer, a table look-up, the LM head on given
 # hidden states, the list of output projections). Every other public method counts as a pass.
@@ -283,8 +283,8 @@ class RecordingGate(ComputeGate):
     held = 0
 
     @contextlib.contextmanager
-    def slot(self, check=None, waiting=None):
-        with super().slot(check, waiting):
+    def slot(self, check=None, waiting=None, share=None):
+        with super().slot(check, waiting, share):
             self.held += 1
             try:
                 yield
@@ -295,7 +295,11 @@ class RecordingGate(ComputeGate):
 def test_compute_reserves_the_peak_and_takes_a_slot_before_the_work(monkeypatch):
     from ui import compute
 
-    shared = SimpleNamespace(cache=ByteBudgetCache(10_000), gate=RecordingGate(1), profile_lock=threading.Lock())
+    shared = SimpleNamespace(
+        cache=ByteBudgetCache(10_000, shares={"heavy": 5_000}),
+        gate=RecordingGate(1, shares={"heavy": 1}),
+        profile_lock=threading.Lock(),
+    )
     monkeypatch.setattr(compute, "shared", lambda: shared)
     model = object()
     seen = {}
@@ -304,21 +308,52 @@ def test_compute_reserves_the_peak_and_takes_a_slot_before_the_work(monkeypatch)
         seen.update(model=given, reserved=shared.cache.reserved_bytes, slots=shared.gate.held, progress=progress)
         return "value"
 
-    assert compute.compute(("k",), work, model=model, reserve_bytes=1_234, stoppable=False) == "value"
+    assert compute.compute(("k",), work, model=model, reserve_bytes=1_234, work_class=LIGHT, stoppable=False) == "value"
     assert seen == {"model": model, "reserved": 1_234, "slots": 1, "progress": None}
     assert shared.cache.reserved_bytes == 0 and shared.gate.held == 0  # both released
     seen.clear()
-    assert compute.compute(("k",), work, model=model, reserve_bytes=1_234, stoppable=False) == "value"
+    assert compute.compute(("k",), work, model=model, reserve_bytes=1_234, work_class=LIGHT, stoppable=False) == "value"
     assert seen == {}  # kept under its key: the second call did not run the work
-    assert compute.compute(None, work, model=model, reserve_bytes=lambda: 567, stoppable=False) == "value"
+    assert compute.compute(None, work, model=model, reserve_bytes=lambda: 567, work_class=HEAVY, stoppable=False)
     assert seen["reserved"] == 567 and seen["slots"] == 1 and len(shared.cache) == 1  # key None: not kept
+    assert shared.cache.stats()["heavy_reserved_bytes"] == 0
 
     def failing(given, progress):
         raise ValueError("the work failed")
 
     with pytest.raises(ValueError):
-        compute.compute(("bad",), failing, model=model, reserve_bytes=99, stoppable=False)
+        compute.compute(("bad",), failing, model=model, reserve_bytes=99, work_class=LIGHT, stoppable=False)
     assert shared.cache.reserved_bytes == 0 and shared.gate.held == 0  # released on failure too
+
+
+def work_classes(source: str) -> list[tuple[int, str | None]]:
+    """Every ``compute(...)`` call of ``source`` with the work class it declares (``work_class=HEAVY``), or None."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _dotted(node.func) in ("compute", "compute.compute"):
+            declared = next((k.value for k in node.keywords if k.arg == "work_class"), None)
+            found.append((node.lineno, None if declared is None else ast.unparse(declared)))
+    return found
+
+
+def test_every_computation_declares_its_work_class():
+    """Light or heavy is said where a computation is declared (its ``compute`` call), never left to a default;
+    the heavy ones are those the server's share is for (docs/classroom.md)."""
+    for path in APP_FILES:
+        found = work_classes(path.read_text(encoding="utf-8"))
+        assert all(declared in ("LIGHT", "HEAVY") for _, declared in found), (path, found)
+    tree = ast.parse((ROOT / COMPUTE_MODULE).read_text(encoding="utf-8"))
+    declared = {}
+    for function in tree.body:
+        if isinstance(function, ast.FunctionDef):
+            for _, work_class in work_classes(ast.unparse(function)):
+                declared.setdefault(work_class, set()).add(function.name)
+    assert {"long_run", "corpus_profile", "importance_and_pruning", "corpus_index", "circuit_patching"} <= declared[
+        "HEAVY"
+    ]
+    assert {"get_run", "neuron_view", "get_ablated_run", "run_with_norms"} <= declared["LIGHT"]
+    assert work_classes("compute(key, work, model=m, reserve_bytes=0)") == [(1, None)]  # the check sees a missing one
+    assert {w.share for w in WorkClass} == {None, "heavy"}
 
 
 @pytest.mark.parametrize("name", ["compute", "session", "settings", "address", "budget"])

@@ -84,6 +84,23 @@ def test_odd_numbers_in_a_link_give_notices_and_defaults(raw):
     assert ("The link's k=" in shown) is (raw != "-1")
 
 
+def test_a_list_of_heads_keeps_the_heads_of_the_model_and_names_the_others():
+    app = open_app("ablate", {"heads": "L99H99,L0H0,zzz,3.2"})
+    assert not app.error and app.session_state["ablate_heads"] == ["L0H0", "L3H2"]
+    shown = "\n".join(warnings(app))
+    assert "'L99H99', 'zzz' name no head (this model has layers 0 to 5 and heads 0 to 11)" in shown, shown
+    assert "kept L0H0,L3H2" in shown
+    app = open_app("ablate", {"heads": "L6H0,L0H12"})  # one past the last layer, one past the last head
+    assert app.session_state["ablate_heads"] == [] and "kept none" in "\n".join(warnings(app))
+
+
+def test_a_layer_that_is_no_number_gets_the_models_range():
+    app = open_app("compare", {"right_layer": "1e9"})
+    shown = "\n".join(warnings(app))
+    assert "The link's right_layer=1e9 is not a layer number from 0 to 5; using the default." in shown, shown
+    assert app.session_state["compare_layer_b"] == 5 and "999999999" not in shown
+
+
 def test_a_layer_past_the_model_is_its_last_layer_with_a_notice():
     app = open_app("compare", {"layer": "999999999", "right_layer": "7"})
     assert not app.error
@@ -96,7 +113,7 @@ def test_bad_choices_lists_and_flags_give_notices_and_defaults():
     app = open_app("ablate", {"heads": "L0H1,L0H1", "colour": "nonsense", "ablation": "half", "top": "0"})
     assert not app.error
     assert [app.session_state[key] for key in ("ablate_heads", "ablate_colour", "ablate_kind", "ablate_top_k")] == [
-        [],
+        ["L0H1"],  # kept once, with a notice
         "sink_mass",
         "zero",
         5,

@@ -1,4 +1,4 @@
-"""Drive the app in Debian Chromium: start `streamlit run app.py` on a free loopback port, open pages with Playwright.
+"""Drive the app in Debian Chromium: start `streamlit run serve.py` (app.py behind ui.server) on a free loopback port, open pages with Playwright.
 
 Shared by the browser tests and the benchmarks (tests/test_browser*.py, bench/); kept out of the installed `ui`
 package, so it is imported from the repository root (`python -m bench.browser`, pytest). The JavaScript snippets
@@ -219,7 +219,7 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class StreamlitServer:
-    """A running ``streamlit run app.py``: ``url`` is always on loopback, whatever address it is bound to."""
+    """A running ``streamlit run serve.py``: ``url`` is always on loopback, whatever address it is bound to."""
 
     url: str
     process: subprocess.Popen
@@ -239,7 +239,7 @@ def start_streamlit(
     startup_timeout: float = 120.0,
     root: Path = ROOT,
 ) -> Iterator[StreamlitServer]:
-    """``streamlit run app.py`` on a free port, bound to ``address``; yields it once healthy; stops it after.
+    """``streamlit run serve.py`` (app.py behind ``ui.server``) on a free port, bound to ``address``; yields it once healthy; stops it after.
 
     ``env`` is laid over this process's environment (a value of None removes the variable);
     ``extra_args`` go after the server options (e.g. ``--server.fileWatcherType none``); ``root`` is
@@ -263,7 +263,7 @@ def start_streamlit(
                 "-m",
                 "streamlit",
                 "run",
-                "app.py",
+                "serve.py" if (root / "serve.py").is_file() else "app.py",  # an earlier checkout: its app.py
                 "--server.port",
                 str(port),
                 "--server.address",
@@ -303,7 +303,7 @@ def start_streamlit(
 
 @contextlib.contextmanager
 def streamlit_server(startup_timeout: float = 120.0):
-    """``streamlit run app.py`` on a free loopback port; yields the base URL; stops the server after."""
+    """``streamlit run serve.py`` on a free loopback port; yields the base URL; stops the server after."""
     with start_streamlit(startup_timeout=startup_timeout) as server:
         yield server.url
 

@@ -16,6 +16,7 @@ import streamlit as st
 
 from mha_core.errors import quoted
 from mha_core.models import DEFAULT_MODEL, ENGINES
+from mha_core.models.ablation import refused_heads_message, split_heads
 from mha_core.models.tokens import visible_text
 from ui.settings import OTHER_MODEL, model_choices
 
@@ -38,6 +39,15 @@ def whole_number(raw: str, minimum: int = 0, maximum: int = LARGEST) -> int:
     if not minimum <= value <= maximum:
         raise ValueError(f"a whole number from {minimum} to {maximum}")
     return value
+
+
+def index_number(raw: str, count: int, noun: str) -> int:
+    """``raw`` as a layer or head number (``noun``) of a model with ``count`` of them: ASCII digits; a number past
+    the model's last is the caller's to clamp (and say so). Refused: ``ValueError`` naming the model's range."""
+    try:
+        return whole_number(raw)
+    except ValueError:
+        raise ValueError(f"a {noun} number from 0 to {max(int(count) - 1, 0)}") from None
 
 
 def number(minimum: int, maximum: int = LARGEST):
@@ -92,6 +102,34 @@ def choices(options):
     return parse
 
 
+class PartlyRefused(ValueError):
+    """Some of a list's values were refused: the setting takes the others (``kept``); the message names the
+    refused ones."""
+
+    def __init__(self, message: str, kept: list):
+        super().__init__(message)
+        self.kept = kept
+
+
+def head_names(num_layers: int, num_heads: int):
+    """A parser of heads of a model of ``num_layers`` x ``num_heads``, named L3H2 (or 3.2) and joined by commas
+    (``NONE``: none), as ``["L3H2", ...]``, each once: the heads it does not have and names of no head are
+    refused by name (``PartlyRefused``) and the others kept."""
+
+    def parse(raw: str) -> list[str]:
+        if raw == NONE:
+            return []
+        heads, refused = split_heads(raw, num_layers, num_heads)
+        names = [f"L{layer}H{head}" for layer, head in heads]
+        if refused:
+            raise PartlyRefused(refused_heads_message(refused, num_layers, num_heads), names)
+        if len(names) < len([item for item in raw.split(",") if item]):
+            raise PartlyRefused("a head is named more than once", names)
+        return names
+
+    return parse
+
+
 def format_choices(values) -> str:
     """``choices``' link text of ``values``."""
     return ",".join(str(value) for value in values) if len(values) else NONE
@@ -134,8 +172,9 @@ def take_link_notices() -> list[str]:
     return st.session_state.pop("_link_notices", None) or []
 
 
-def link_index(key: str) -> int | None:
-    """A layer or head number the link asked for, once (checked against the model's size where drawn)."""
+def link_index(key: str) -> str | None:
+    """The layer or head number the link asked for (as written there), once: checked against the model's own
+    number of layers or heads where it is drawn (a number past them is clamped with a notice)."""
     return st.session_state.pop(f"_{key}_from_link", None)
 
 
@@ -192,4 +231,4 @@ def init_from_query() -> None:
             link_notice(f"the {key} {quoted(value)} is not a {key} number; showing {key} 0.")
             continue
         st.session_state[f"_{key}"] = number
-        st.session_state[f"_{key}_from_link"] = number
+        st.session_state[f"_{key}_from_link"] = str(number)

@@ -11,9 +11,14 @@ server process.
   *before* it starts (``reserve_bytes``; older entries are evicted to make room, and while other
   computations in flight fill the budget it waits for them), and an evicted value that a session still
   uses (a page being drawn) stays counted until it is freed.
+  No computation holds more than the budget: a larger one is refused (``OverBudget``), never run alone over it.
 * ``ComputeGate``: at most ``slots`` forward passes at once, first come first served, so thirty
   sessions pressing Enter together share the cores instead of thrashing them, and a waiting session
   can still be stopped.
+* ``WorkClass``: every computation is ``LIGHT`` (a sentence's heads) or ``HEAVY`` (long documents, needle
+  tests, patching, profiles, importance, the search index, Lab training), declared with it. Heavy work has a
+  share of both, the budget's ``heavy`` share in bytes and the gate's in slots, and a queue of its own in each:
+  light work never waits behind it (``queue_message`` says where a waiting computation is in its queue).
 * ``tune_allocator`` / ``release_memory``: the C allocator gives evicted bytes back to the system, so
   the server's memory follows the budget instead of its high-water mark.
 """
@@ -21,14 +26,23 @@ server process.
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 # The cache itself is plain library code (mha_core.cache); the app's modules import it from here.
-from mha_core.cache import POLL_S, ByteBudgetCache, c_library, estimate_bytes, release_memory  # noqa: F401
+from mha_core.cache import (  # noqa: F401
+    MB,
+    POLL_S,
+    ByteBudgetCache,
+    OverBudget,
+    c_library,
+    estimate_bytes,
+    release_memory,
+)
 from mha_core.errors import HeadscopeError
 
 # Working memory of a forward pass, as a multiple of its attention array (layers x heads x n^2 float32).
@@ -77,35 +91,85 @@ def tune_allocator() -> bool:
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(_M_ARENA_MAX, ARENA_MAX))
 
 
-class ComputeGate:
-    """At most ``slots`` holders at once, served in arrival order."""
+class WorkClass(enum.Enum):
+    """What a computation is to the server's shares, declared where the computation is declared (``ui.compute``:
+    every ``compute(...)`` names its class).
 
-    def __init__(self, slots: int):
+    LIGHT  one sentence's heads and what is computed from them (a run, its norms, a neuron view, a search vector,
+           an ablated run, the decoder scores): short, and never queued behind heavy work.
+    HEAVY  work that holds the server for long or holds much memory: long documents and needle tests, patching,
+           corpus profiles, head importance, the induction experiment, a corpus search index, Lab training.
+           In classroom mode it has its own small share of the memory budget and of the compute gate
+           (``HEADSCOPE_HEAVY_BUDGET_MB``, ``HEADSCOPE_HEAVY_RUNS``), and it starts on a click, never from a link.
+    """
+
+    LIGHT = "light"
+    HEAVY = "heavy"
+
+    @property
+    def share(self) -> str | None:
+        """The name of its share of the budget and of the gate (None: the work outside every share)."""
+        return None if self is WorkClass.LIGHT else self.value
+
+
+LIGHT, HEAVY = WorkClass.LIGHT, WorkClass.HEAVY
+
+
+def queue_message(work_class: WorkClass, ahead: int | None, waiting_for: str = "a compute slot") -> str:
+    """What a page shows while its computation waits: where it is in its class's queue (``ahead``: how many wait
+    before it; None: another visitor computes the same thing and this one waits for that)."""
+    if ahead is None:
+        return "Another visitor is computing the same thing; it shows here as soon as it is ready."
+    queue = (
+        "the queue of heavy work (long documents, tests, profiles, training)" if work_class is HEAVY else "the queue"
+    )
+    return f"The server is busy: yours is number {ahead + 1} in {queue}, waiting for {waiting_for}."
+
+
+class ComputeGate:
+    """At most ``slots`` holders at once, served in arrival order. ``shares``: name -> the most slots the holders
+    of that share may hold at once; they queue apart from the others, and take a free slot only when no holder
+    outside every share waits for it (so those are never queued behind a share's work)."""
+
+    def __init__(self, slots: int, shares: Mapping[str, int] | None = None):
         self.slots = max(1, int(slots))
+        self.shares = {name: max(1, min(int(count), self.slots)) for name, count in (shares or {}).items()}
         self._condition = threading.Condition()
-        self._queue: deque[object] = deque()
-        self._running = 0
+        self._queues: dict[str | None, deque[object]] = {pool: deque() for pool in (None, *self.shares)}
+        self._running = dict.fromkeys((None, *self.shares), 0)
+
+    def _free_for(self, share: str | None) -> int:  # under the lock: how many of the pool's queue may go now
+        free = self.slots - sum(self._running.values())
+        if share is None:
+            return free
+        return min(self.shares[share] - self._running[share], free - len(self._queues[None]))
 
     @contextlib.contextmanager
     def slot(
-        self, check: Callable[[], None] | None = None, waiting: Callable[[int], None] | None = None
+        self,
+        check: Callable[[], None] | None = None,
+        waiting: Callable[[int], None] | None = None,
+        share: str | None = None,
     ) -> Iterator[None]:
-        """Hold one slot for the ``with`` block. While queued, ``waiting(ahead)`` says how many are
-        ahead and ``check()`` may raise to leave the queue; both run outside the gate's lock."""
+        """Hold one slot (of ``share``) for the ``with`` block. While queued, ``waiting(ahead)`` says how many of
+        the same queue are ahead and ``check()`` may raise to leave the queue; both run outside the gate's lock."""
+        if share is not None and share not in self.shares:
+            raise KeyError(f"no share {share!r} in this gate (shares: {', '.join(self.shares) or 'none'})")
+        queue = self._queues[share]
         ticket = object()
         with self._condition:
-            self._queue.append(ticket)
+            queue.append(ticket)
         told = None  # the place last shown: a page update only when it changes
         try:
             while True:
                 with self._condition:
-                    ahead = self._queue.index(ticket)
-                    if ahead < self.slots - self._running:
-                        self._queue.remove(ticket)
-                        self._running += 1
+                    ahead = queue.index(ticket)
+                    if ahead < self._free_for(share):
+                        queue.remove(ticket)
+                        self._running[share] += 1
                         break
                     self._condition.wait(POLL_S)
-                    ahead = self._queue.index(ticket)
+                    ahead = queue.index(ticket)
                 if check is not None:
                     check()
                 if waiting is not None and ahead != told:
@@ -113,21 +177,26 @@ class ComputeGate:
                     told = ahead
         except BaseException:
             with self._condition:
-                if ticket in self._queue:
-                    self._queue.remove(ticket)
+                if ticket in queue:
+                    queue.remove(ticket)
                 self._condition.notify_all()
             raise
         try:
             yield
         finally:
             with self._condition:
-                self._running -= 1
+                self._running[share] -= 1
                 self._condition.notify_all()
 
     @property
     def queued(self) -> int:
         with self._condition:
-            return len(self._queue)
+            return sum(len(queue) for queue in self._queues.values())
+
+    def running(self, share: str | None = None) -> int:
+        """How many slots the holders of ``share`` (None: outside every share) hold now."""
+        with self._condition:
+            return self._running[share]
 
 
 class StopPoint:

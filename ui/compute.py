@@ -6,13 +6,16 @@ One server holds a class: models load once per server (``get_model``); runs and 
 them live in one cache bounded in bytes (``ByteBudgetCache``); at most a few forward passes run at once
 (``ComputeGate``); a run whose session has gone away or asked for something else stops at its next layer
 (``StopPoint``). ``compute`` always reserves the work's estimated peak bytes in the budget
-(``ui.budget``'s estimates) and always takes a compute slot before the work starts; long work runs in a
-thread of the session's with a progress bar (``background``). A page never hands a model to ``mha_core``
+(``ui.budget``'s estimates) and always takes a compute slot before the work starts, both in the share of the
+work's class, which every computation declares (``work_class=LIGHT`` or ``HEAVY``: heavy work has its own share and
+queues, so light work never waits behind it; ``admitted``); long work runs in a thread of the session's with a
+progress bar (``background``). A page never hands a model to ``mha_core``
 itself: it asks for what it shows (``get_run``, ``neuron_view``, ``corpus_profile``, ...).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -43,16 +46,23 @@ from ui import circuits, session
 from ui.address import MAX_MODEL_CHARS
 from ui.budget import (
     GRADIENT_PEAK_FACTOR,
+    HEAVY,
+    LIGHT,
+    MB,
     RUN_PEAK_FACTOR,
     ByteBudgetCache,
     ComputeGate,
+    OverBudget,
     StopPoint,
+    WorkClass,
     batch_peak_bytes,
     layer_inputs_bytes,
     pass_peak_bytes,
+    queue_message,
     run_peak_bytes,
     runs_budget,
 )
+from ui.escape import md_escape
 from ui.jobs import BEAT_S, Job
 from ui.settings import lab_slots, settings
 
@@ -69,8 +79,8 @@ class _Shared:
 def shared() -> _Shared:
     config = settings()
     return _Shared(
-        ByteBudgetCache(runs_budget(config.cache_budget_bytes)),
-        ComputeGate(config.max_concurrent_runs),
+        ByteBudgetCache(runs_budget(config.cache_budget_bytes), shares={HEAVY.share: config.heavy_budget_bytes}),
+        ComputeGate(config.max_concurrent_runs, shares={HEAVY.share: config.heavy_runs}),
         threading.Lock(),
     )
 
@@ -114,27 +124,52 @@ def stop_point() -> StopPoint:
 Work = Callable[[Any, Any], Any]  # work(model, progress) -> value
 
 
+@contextlib.contextmanager
+def admitted(
+    work_class: WorkClass,
+    nbytes: int,
+    check: Callable[[], None] | None = None,
+    waiting: Callable[[str], None] | None = None,
+):
+    """Hold ``nbytes`` of the server's budget and a compute slot, both in ``work_class``'s share, for the ``with``
+    block: first the memory, then the slot, each waiting in its class's queue (``waiting(message)`` says where,
+    whenever that changes; ``check()`` may raise to leave). More than the class may hold is refused
+    (``OverBudget``)."""
+    cache, gate = shared().cache, shared().gate
+
+    def told(waiting_for: str):
+        return None if waiting is None else lambda ahead: waiting(queue_message(work_class, ahead, waiting_for))
+
+    with (
+        cache.reserve(nbytes, check=check, share=work_class.share, waiting=told("memory")),
+        gate.slot(check=check, waiting=told("a compute slot"), share=work_class.share),
+    ):
+        yield
+
+
 def compute(
     key: tuple | None,
     work: Work,
     *,
     model,
     reserve_bytes: int | Callable[[], int],
+    work_class: WorkClass,
     progress_label: str | None = None,
     keep: bool = True,
     stoppable: bool = True,
 ):
     """``work(model, progress)``'s value, the only way the app runs a model: ``reserve_bytes`` (its estimated
     peak memory, or a callable giving it, asked only when the work is to run) are held in the server's budget
-    and a compute slot is taken before the work starts, both released when it ends.
+    and a compute slot is taken before the work starts, both in the share of its ``work_class`` (``LIGHT`` or
+    ``HEAVY``, declared by every computation) and released when it ends (``admitted``).
 
     ``key`` names the work: its value is kept in the server's byte-budgeted cache under it (``keep=False``:
     not kept there, e.g. the caller's ``st.cache_data`` keeps it; ``key=None``: neither), and a second session
     asking for it waits for the first. Without ``progress_label`` the work runs in this script run, stopping
     at its next ``progress`` call once the session has gone away (``stoppable=False``: never, for a download
-    made outside a script run; ``progress`` is then None); while it waits for a slot a notice says how many
-    requests are before it. With ``progress_label`` it runs in a thread of the session's (``background``)
-    under a progress bar with that label.
+    made outside a script run; ``progress`` is then None); while it waits a notice says where it is in its
+    queue. With ``progress_label`` it runs in a thread of the session's (``background``) under a progress bar
+    with that label, which says the same while it waits.
     """
     cache = shared().cache
     check = stop_point() if stoppable or progress_label is not None else None
@@ -147,30 +182,31 @@ def compute(
             raise ValueError("work in the background needs a key: its job is found again by it")
 
         def in_job(job: Job):
-            with cache.reserve(peak(), check=job.check), shared().gate.slot(check=job.check, waiting=job.queued):
+            with admitted(work_class, peak(), check=job.check, waiting=job.queued):
+                job.queued("")  # admitted: the bar shows the work's own progress, or its label
                 return work(model, job.progress)
 
         def start():
             return background(key, in_job, progress_label)
+
+        notice = None
     else:
+        notice = LatePlaceholder() if check is not None else None
 
         def start():
-            notice = LatePlaceholder() if check is not None else None
-
-            def show_waiting(ahead: int) -> None:
-                notice().caption(f"The server is busy: {ahead + 1} other request(s) before yours.")
-
-            with (
-                cache.reserve(peak(), check=check),
-                shared().gate.slot(check=check, waiting=show_waiting if notice else None),
-            ):
+            with admitted(work_class, peak(), check=check, waiting=show_waiting if notice else None):
                 if notice is not None:
                     notice.clear()
                 return work(model, check)
 
+    def show_waiting(message: str) -> None:
+        notice().caption(md_escape(message))
+
     if key is None or not keep:
         return start()
-    return cache.get_or_compute(key, start, check=check)
+    return cache.get_or_compute(
+        key, start, check=check, waiting=(lambda _: show_waiting(queue_message(work_class, None))) if notice else None
+    )
 
 
 # ---- long work in threads of the session's own ----------------------------------------------------
@@ -184,10 +220,11 @@ def background(key: tuple, work, label: str):
     job = jobs.get(key)
     if job is None or job.status == "stopped":
         job = jobs[key] = Job(work, session.presence(), name=f"headscope-{key[0]}")
-    bar = st.progress(job.fraction, text=job.message or label)
+    bar = st.progress(job.fraction, text=md_escape(job.message) if job.message else label)
     try:
         while not job.wait(BEAT_S):
-            bar.progress(job.fraction, text=job.message or label)  # where Streamlit ends a run it stops
+            text = md_escape(job.message) if job.message else label  # a library's message: names, tokens
+            bar.progress(job.fraction, text=text)  # where Streamlit ends a run it stops
             session.presence().beat()
     finally:
         bar.empty()
@@ -200,7 +237,7 @@ def report_progress(bar):
     """A library progress callback (``mha_core.progress``) drawn on a Streamlit progress bar."""
 
     def report(done: float, total: float, message: str = "") -> None:
-        bar.progress(fraction(done, total), text=message or None)
+        bar.progress(fraction(done, total), text=md_escape(message) if message else None)
 
     return report
 
@@ -252,7 +289,7 @@ def _load_model_cached(key: str, allow_downloads: bool):
 
     def load():
         files = folder_state(key)
-        bar = st.progress(0.0, text=f"Loading {key[:80]}...")
+        bar = st.progress(0.0, text=f"Loading {md_escape(key[:80])}...")
         try:
             return load_model(key, progress=report_progress(bar), download=allow_downloads)
         except ModelLoadError as error:
@@ -335,6 +372,7 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
         key,
         _run_work(key, text, text_pair, engine, bos),
         model=model,
+        work_class=LIGHT,
         reserve_bytes=lambda: run_peak_bytes(model, text, text_pair, bos),
     )
 
@@ -348,9 +386,49 @@ def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | Non
         ("seq2seq-run", _cache_key(model_name), engine, source, target),
         lambda model, progress: model.run(source, target, engine=engine, progress=progress),
         model=model,
+        work_class=LIGHT,
         reserve_bytes=lambda: int(RUN_PEAK_FACTOR * model.attention_bytes(source, target)),
         stoppable=stoppable,
     )
+
+
+def _long_run_key(model_name: str, text: str, token_ids: Sequence[int] | None, bos: bool) -> tuple:
+    what = f"bos:{int(bos)}:{text}" if token_ids is None else "ids:" + ",".join(str(int(i)) for i in token_ids)
+    return ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest())
+
+
+def long_run_ready(model_name: str, text: str, token_ids: Sequence[int] | None = None, bos: bool | None = None) -> bool:
+    """True when ``long_run``'s value for these inputs is in the server's cache (showing it computes nothing)."""
+    bos = get_model(model_name).default_bos if bos is None else bool(bos)
+    return _long_run_key(model_name, text, token_ids, bos) in shared().cache
+
+
+def longest_long_run(model) -> int:
+    """The most tokens of ``model`` whose long run (``long_run_bytes``) fits in what this server gives heavy work
+    (0: not even one)."""
+    limit = shared().cache.limit(HEAVY.share)
+    low, high = 0, int(model.context_length)
+    while low < high:  # the bytes grow with the tokens
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if long_run_bytes(model, middle) <= limit else (low, middle - 1)
+    return low
+
+
+def check_long_run_fits(model, num_tokens: int) -> None:
+    """A clear refusal (``OverBudget``) for a long run larger than heavy work's share of the budget: never run
+    alone over it."""
+    nbytes, limit = long_run_bytes(model, num_tokens), shared().cache.limit(HEAVY.share)
+    if nbytes > limit:
+        longest = longest_long_run(model)
+        raise OverBudget(
+            nbytes,
+            limit,
+            HEAVY.share,
+            f"Every head of {num_tokens:,} tokens of {model.name} needs about {nbytes / MB:,.0f} MB at its peak, "
+            f"more than the {limit / MB:,.0f} MB this server gives heavy work (long documents, tests, profiles, "
+            "training), so it does not run here. "
+            + (f"At most {longest:,} tokens fit: choose fewer tokens or a shorter document." if longest else ""),
+        )
 
 
 class LongRunStopped(Exception):
@@ -374,7 +452,7 @@ def long_run(
     bos = model.default_bos if bos is None else bool(bos)
     encoded = model.encode_long(text, bos) if ids is None else model.encode_long_ids(ids)
     num_tokens = len(encoded.input_ids)
-    what = f"bos:{int(bos)}:{text}" if ids is None else "ids:" + ",".join(map(str, ids))
+    check_long_run_fits(model, num_tokens)
 
     def work(model, progress):
         started = time.monotonic()
@@ -392,9 +470,10 @@ def long_run(
         return run_long(model, token_ids=ids, progress=timed)
 
     return compute(
-        ("long-run", _cache_key(model_name), hashlib.sha1(what.encode("utf-8")).hexdigest()),
+        _long_run_key(model_name, text, ids, bos),
         work,
         model=model,
+        work_class=HEAVY,
         reserve_bytes=long_run_bytes(model, num_tokens),
         progress_label=f"Every head of {num_tokens:,} tokens...",
     )
@@ -438,6 +517,7 @@ def run_with_norms(run):
         derived_key(run, "norms"),
         forward,
         model=get_model(run.model_name),
+        work_class=LIGHT,
         reserve_bytes=2 * int(RUN_PEAK_FACTOR * run.attentions.nbytes),
     )
 
@@ -455,6 +535,7 @@ def neuron_view(run, layer: int, head: int, query: int):
         derived_key(run, f"neuron-{layer}-{head}-{query}"),
         lambda model, progress: mha_core.neuron_view(model, token_ids, layer, head, query, engine=run.engine),
         model=model,
+        work_class=LIGHT,
         reserve_bytes=lambda: (
             pass_peak_bytes(model.num_layers, model.num_heads, n)
             + layer_inputs_bytes(model.num_layers, n, _hidden_width(model))
@@ -473,8 +554,19 @@ def search_vector(run, query: int, layer: int, head: int, kind: str):
         derived_key(run, f"search-{kind}-{layer}-{head}-{query}"),
         lambda model, progress: search.query_vector(model, token_ids, query, layer, head, kind=kind),
         model=model,
+        work_class=LIGHT,
         reserve_bytes=lambda: pass_peak_bytes(model.num_layers, model.num_heads, len(token_ids)),
     )
+
+
+def _index_key(model_name: str, layer: int, head: int, kind: str, max_sentences: int) -> tuple:
+    head = head if kind == "attention" else 0  # a representation belongs to the layer, not to a head
+    return ("search-index", _cache_key(model_name), layer, head, kind, max_sentences)
+
+
+def corpus_index_ready(model_name: str, layer: int, head: int, kind: str, max_sentences: int) -> bool:
+    """True when ``corpus_index``'s value for these inputs is in the server's cache."""
+    return _index_key(model_name, layer, head, kind, max_sentences) in shared().cache
 
 
 def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentences: int):
@@ -490,9 +582,10 @@ def corpus_index(model_name: str, layer: int, head: int, kind: str, max_sentence
         )
 
     return compute(
-        ("search-index", _cache_key(model_name), layer, head, kind, max_sentences),
+        _index_key(model_name, layer, head, kind, max_sentences),
         index,
         model=model,
+        work_class=HEAVY,
         reserve_bytes=lambda: batch_peak_bytes(model, sentences, SEARCH_BATCH),
         progress_label="Indexing the UD dev sentences...",
     )
@@ -520,6 +613,7 @@ def deferred(view, make):
                 key,
                 _run_work(key, text, text_pair, engine, bos),
                 model=model,
+                work_class=LIGHT,
                 reserve_bytes=lambda: run_peak_bytes(model, text, text_pair, bos),
                 stoppable=False,  # a download is made outside the page's script run
             )
@@ -574,6 +668,7 @@ def corpus_profile(model_name: str, max_sentences: int):
         ("corpus-profile", _cache_key(model_name), max_sentences),
         measure,
         model=model,
+        work_class=HEAVY,
         reserve_bytes=peak,
         progress_label=f"Profiling {len(sentences)} sentences...",
         keep=False,  # st.cache_data keeps it
@@ -592,6 +687,7 @@ def decoder_scores(model_name: str):
         ("decoder-scores", _cache_key(model_name)),
         lambda model, progress: mha_core.decoder_head_scores(model),
         model=model,
+        work_class=LIGHT,
         reserve_bytes=pass_peak_bytes(model.num_layers, model.num_heads, DECODER_SCORE_TOKENS),
         keep=False,  # st.cache_data keeps it
     )
@@ -635,6 +731,7 @@ def get_ablated_run(
         ("ablated-run", _cache_key(model_name), engine, text, text_pair, bos, tuple(heads), ablation),
         forward,
         model=model,
+        work_class=LIGHT,
         reserve_bytes=lambda: run_peak_bytes(model, text, text_pair, bos),
     )
 
@@ -665,6 +762,7 @@ def induction_table(model_name: str, top_k: int, draws: int, role: str, ablation
         ("induction", _cache_key(model_name), top_k, draws, role, ablation),
         experiment,
         model=model,
+        work_class=HEAVY,
         reserve_bytes=pass_peak_bytes(model.num_layers, model.num_heads, INDUCTION_TOKENS, batch=INDUCTION_BATCH),
         progress_label="Running the experiment...",
         keep=False,  # st.cache_data keeps it
@@ -703,6 +801,7 @@ def importance_and_pruning(model_name: str, sentences: int, method: str, seeds: 
         ("importance", _cache_key(model_name), sentences, method, seeds, steps),
         measure,
         model=model,
+        work_class=HEAVY,
         reserve_bytes=lambda: batch_peak_bytes(model, texts, IMPORTANCE_BATCH, factor=GRADIENT_PEAK_FACTOR),
         progress_label=f"Head importance over {len(texts)} sentences...",
         keep=False,  # st.cache_data keeps it
@@ -718,9 +817,17 @@ def role_ablation(model_name: str, run, primary):
         derived_key(run, f"role-ablation-{groups}"),
         lambda model, progress: experiments.role_group_ablation(model, run.text, primary),
         model=model,
+        work_class=LIGHT,
         # one ablated pass at a time, with its losses
         reserve_bytes=lambda: run_peak_bytes(model, run.text, None, model.default_bos),
     )
+
+
+# ---- the Lab ---------------------------------------------------------------------------------------------
+def lab_admission(config):
+    """What one slice of a Lab training (``ui.lab_runner.LabRunner``'s ``admit``) holds: heavy work's share of
+    the budget (``LabConfig.training_bytes``, a training step's peak) and of the compute slots."""
+    return lambda check, waiting: admitted(HEAVY, config.training_bytes(), check=check, waiting=waiting)
 
 
 # ---- the Lab's trained model in Explore ----------------------------------------------------------
@@ -734,6 +841,7 @@ def open_lab_in_explore(lab) -> None:
             None,
             lambda model, progress: model.run(0),
             model=lab,
+            work_class=LIGHT,
             reserve_bytes=pass_peak_bytes(config.num_layers, config.num_heads, tokens),
         )
     )
@@ -748,8 +856,18 @@ def circuit_attribution(model_name: str, text: str, answer: str, foil: str):
         ("circuits-attribution", _cache_key(model_name), text, answer, foil),
         lambda model, progress: logit_attribution(model, text, answer, foil, progress=progress),
         model=model,
+        work_class=LIGHT,
         reserve_bytes=circuits.attribution_bytes(model, tokens),
     )
+
+
+def _patching_key(model_name: str, clean: str, corrupted: str, answer: str, foil: str, *, method: str) -> tuple:
+    return ("circuits-patching", _cache_key(model_name), clean, corrupted, answer, foil, method)
+
+
+def circuit_patching_ready(model_name: str, clean: str, corrupted: str, answer: str, foil: str, *, method: str) -> bool:
+    """True when ``circuit_patching``'s value for these inputs is in the server's cache."""
+    return _patching_key(model_name, clean, corrupted, answer, foil, method=method) in shared().cache
 
 
 def circuit_patching(model_name: str, clean: str, corrupted: str, answer: str, foil: str, method: str):
@@ -772,9 +890,10 @@ def circuit_patching(model_name: str, clean: str, corrupted: str, answer: str, f
         )
 
     return compute(
-        ("circuits-patching", _cache_key(model_name), clean, corrupted, answer, foil, method),
+        _patching_key(model_name, clean, corrupted, answer, foil, method=method),
         work,
         model=model,
+        work_class=HEAVY,
         reserve_bytes=circuits.patching_bytes(model, tokens, method),
     )
 
@@ -787,5 +906,6 @@ def circuit_lens(model_name: str, text: str, k: int = circuits.LENS_TOP_K):
         ("circuits-lens", _cache_key(model_name), text, k),
         lambda model, progress: logit_lens(model, text, k=k, progress=progress),
         model=model,
+        work_class=LIGHT,
         reserve_bytes=circuits.lens_bytes(model, tokens),
     )

@@ -103,7 +103,7 @@ class Presence:
 class Job:
     """``compute(job)`` in a thread of its own, started at once. ``compute`` reports through
     ``job.progress(done, total, message)`` (the ``mha_core.progress`` signature) and may call ``job.check()``
-    where it has nothing to report (e.g. while queued for a compute slot, whose ``waiting`` is
+    where it has nothing to report (e.g. while queued for memory or a compute slot, whose ``waiting`` is
     ``job.queued``); both raise ``PageAway`` while the page is away (see the module's docstring)."""
 
     def __init__(self, compute: Callable[[Job], Any], presence: Presence, name: str = "headscope-work"):
@@ -129,9 +129,10 @@ class Job:
         if self.presence.away:
             raise PageAway
 
-    def queued(self, ahead: int) -> None:
-        """A compute gate's ``waiting`` callable: what the page shows while the job waits for a slot."""
-        self.message = f"The server is busy: {ahead + 1} other request(s) before yours."
+    def queued(self, message: str) -> None:
+        """Where the job waits (``ui.compute.admitted``'s ``waiting``: its place in its queue), shown on its
+        progress bar until the computation reports progress of its own; ``""`` once it runs."""
+        self.message = message
 
     def _run(self) -> None:
         with self.presence.working():

@@ -6,12 +6,17 @@
   consistent ``snapshot()`` while the thread trains. The thread stops by itself when it reaches its step
   budget or when it is paused. Between two steps it waits while the session's page is away (``ui.jobs.
   Presence``: no heartbeat for 3 s; a page that comes back resumes it) and ends once the session is gone:
-  a closed tab does not keep a core busy.
+  a closed tab does not keep a core busy. It trains in slices of ``score_every`` steps, each admitted by
+  ``admit`` (the app's: heavy work's share of the memory budget and of the compute slots, ``ui.compute``), so
+  that trainings and other heavy work take turns and light work never waits for them; while the page is away
+  it leaves its slot at the next step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +24,7 @@ import pandas as pd
 
 from mha_core.errors import redact_paths
 from mha_core.lab import Lab, LabConfig, history_frame, phase_change_step, role_appearance
-from ui.jobs import Presence, SessionGone
+from ui.jobs import PageAway, Presence, SessionGone
 
 SCORE_EVERY = 25  # steps between two scorings: ~40 points on a 1000-step curve
 
@@ -65,6 +70,7 @@ class Snapshot:
     phase_step: int | None
     appearance: pd.DataFrame
     message: str = ""
+    waiting: str = ""  # where the next slice of training waits (its place in heavy work's queue), or ""
 
 
 class LabRunner:
@@ -75,8 +81,14 @@ class LabRunner:
         slots: TrainingSlots,
         score_every: int = SCORE_EVERY,
         presence: Presence | None = None,
+        admit: Callable[[Callable[[], None], Callable[[str], None]], contextlib.AbstractContextManager] | None = None,
     ):
+        """``admit(check, waiting)``: a context manager holding what one slice of training needs (the app's
+        ``ui.compute.lab_admission``), calling ``waiting(message)`` while it waits and ``check()``, which may
+        raise to leave the queue; None: nothing to wait for."""
         self.config, self.total_steps, self.slots = config, int(total_steps), slots
+        self._admit = admit or (lambda check, waiting: contextlib.nullcontext())
+        self.waiting = ""
         self.score_every = int(score_every)
         self.presence = presence if presence is not None else Presence()  # the session's (ui.session.presence)
         self.lab = Lab(config)
@@ -127,7 +139,8 @@ class LabRunner:
         return self.status == "running"
 
     # ---- the thread ------------------------------------------------------------------------
-    def _check(self, done: float, total: float, message: str = "") -> None:
+    def _check(self, done: float = 0, total: float = 0, message: str = "") -> None:
+        """Between two slices: waits while the page is away; ``StopTraining`` when paused or the session is gone."""
         if self._pause.is_set():
             raise StopTraining("paused")
         try:
@@ -137,20 +150,42 @@ class LabRunner:
         if self._pause.is_set():  # Pause or Reset pressed by the page that came back
             raise StopTraining("paused")
 
+    def _check_in_slice(self, done: float = 0, total: float = 0, message: str = "") -> None:
+        """Inside a slice (or its queue): ``StopTraining`` when paused, ``PageAway`` while the page is away, which
+        ends the slice (its steps are kept) and frees its slot; ``_train`` then waits outside."""
+        if self._pause.is_set():
+            raise StopTraining("paused")
+        if self.presence.away:
+            raise PageAway
+
+    def _queued(self, message: str) -> None:
+        self.waiting = message
+
     def _train(self) -> None:
         outcome = "done"
         try:
             with self.presence.working():
-                self.lab.train(
-                    self.total_steps - self.lab.step,
-                    score_every=self.score_every,
-                    progress=self._check,
-                )
+                while self.lab.step < self.total_steps:
+                    self._check()
+                    # Slices end at a multiple of score_every: the curves are scored at the same steps as in one go.
+                    steps = min(self.score_every - self.lab.step % self.score_every, self.total_steps - self.lab.step)
+                    try:
+                        with self._admit(self._check_in_slice, self._queued):
+                            self.waiting = ""
+                            self.lab.train(
+                                steps,
+                                score_every=self.score_every,
+                                progress=self._check_in_slice,
+                                score_last=self.lab.step + steps >= self.total_steps,
+                            )
+                    except PageAway:
+                        continue
         except StopTraining as stop:
             outcome = str(stop)
         except Exception as error:  # shown to the visitor: the thread must not die silently
             outcome, self.message = "failed", f"training failed: {redact_paths(str(error))}"
         finally:
+            self.waiting = ""
             self.slots.release()
             with self._lock:
                 self.status = outcome
@@ -173,6 +208,7 @@ class LabRunner:
             phase_step=phase_change_step(history) if len(history) else None,
             appearance=role_appearance(history),
             message=message,
+            waiting=self.waiting,
         )
 
 

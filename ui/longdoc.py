@@ -191,13 +191,15 @@ def section() -> None:
         document = _document(model, model_name, selection.bos)
         limit = model.context_length
         st.caption(
-            f"{model_name} reads up to {limit:,} tokens here ({'its context length' if model.is_causal else 'its learned positions'}); "
+            f"{messages.md_escape(model_name)} reads up to {limit:,} tokens here ({'its context length' if model.is_causal else 'its learned positions'}); "
             f"the views above stop at {model.max_tokens}. A longer document is cut at {limit:,} tokens."
         )
         if not document.text.strip():
             st.info("Paste a document to read it.")
             return
-        if address.query_value("lzoom"):
+        if address.query_value("lzoom") and pickers.link_may_start(
+            compute.long_run_ready(model_name, document.text, document.token_ids, selection.bos)
+        ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once
         if st.button("Read every head of this document", key="long_go", type="primary"):
             st.session_state["long_requested"] = True
@@ -207,6 +209,8 @@ def section() -> None:
         if run is None:
             return
         st.caption(messages.md_escape(run.summary()))
+        if run.metadata.get("cut"):  # the library cut the document to what the model reads, before the run
+            st.info(messages.md_escape(run.metadata["cut"]), icon=":material/content_cut:")
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
         st.session_state["long_run_ref"] = weakref.ref(run)
         long_view()

@@ -13,7 +13,7 @@ import torch
 
 from mha_core.analysis import metrics
 from mha_core.models import sources
-from ui.budget import tune_allocator
+from ui.budget import runs_budget, tune_allocator
 from ui.lab_runner import TrainingSlots
 
 LOG = logging.getLogger("headscope.app")
@@ -56,7 +56,13 @@ class ServerSettings:
     cache_budget_bytes    HEADSCOPE_CACHE_BUDGET_MB: the server's memory above its loaded models (default 2048 MB):
                           7/8 for runs and their measurements (cached, being computed, being drawn), 1/8 for
                           the rest (``ui.budget.runs_budget``)
-    max_concurrent_runs   HEADSCOPE_MAX_CONCURRENT_RUNS: forward passes at once (default: the number of CPUs)
+    max_concurrent_runs   HEADSCOPE_MAX_CONCURRENT_RUNS: forward passes at once (default: the number of CPUs; in
+                          classroom mode at least heavy_runs + 1, so that light work always has a slot)
+    heavy_budget_bytes    HEADSCOPE_HEAVY_BUDGET_MB: the part of the runs budget that heavy work (``ui.budget.
+                          WorkClass``) may hold at once; a heavy computation larger than it is refused
+                          (default: the whole runs budget; in classroom mode a quarter of it)
+    heavy_runs            HEADSCOPE_HEAVY_RUNS: compute slots heavy work may hold at once (default: all of them;
+                          in classroom mode half of them, at least 1)
     torch_threads         HEADSCOPE_TORCH_THREADS: torch threads per forward pass (default 1)
     max_profile_sentences HEADSCOPE_MAX_PROFILE_SENTENCES: corpus profile size from the Roles page
                           (default 2002, the whole UD dev split; PROFILE_SENTENCES in classroom mode)
@@ -68,6 +74,8 @@ class ServerSettings:
     allow_downloads: bool = True
     cache_budget_bytes: int = 2048 << 20
     max_concurrent_runs: int = 2
+    heavy_budget_bytes: int = runs_budget(2048 << 20)
+    heavy_runs: int = 2
     torch_threads: int = 1
     max_profile_sentences: int = 2002
     class_link: str | None = None
@@ -78,12 +86,20 @@ class ServerSettings:
         allowed = sources.parse_allowlist(
             os.environ.get("HEADSCOPE_ALLOWED_MODELS", ",".join(sources.CLASSROOM_MODELS) if classroom else "*")
         )
+        budget = _env_int("HEADSCOPE_CACHE_BUDGET_MB", 2048) << 20
+        slots = _env_int("HEADSCOPE_MAX_CONCURRENT_RUNS", os.cpu_count() or 2)
+        heavy_runs = min(_env_int("HEADSCOPE_HEAVY_RUNS", max(1, slots // 2) if classroom else slots), slots)
+        if classroom:
+            slots = max(slots, heavy_runs + 1)  # light work never waits for heavy work's slots
+        heavy_mb = _env_int("HEADSCOPE_HEAVY_BUDGET_MB", runs_budget(budget) // (4 if classroom else 1) >> 20)
         return cls(
             classroom=classroom,
             allowed_models=allowed,
             allow_downloads=_env_flag("HEADSCOPE_ALLOW_DOWNLOADS", not classroom),
-            cache_budget_bytes=_env_int("HEADSCOPE_CACHE_BUDGET_MB", 2048) << 20,
-            max_concurrent_runs=_env_int("HEADSCOPE_MAX_CONCURRENT_RUNS", os.cpu_count() or 2),
+            cache_budget_bytes=budget,
+            max_concurrent_runs=slots,
+            heavy_budget_bytes=min(heavy_mb << 20, runs_budget(budget)),
+            heavy_runs=heavy_runs,
             torch_threads=_env_int("HEADSCOPE_TORCH_THREADS", 1),
             max_profile_sentences=_env_int(
                 "HEADSCOPE_MAX_PROFILE_SENTENCES", PROFILE_SENTENCES if classroom else 2002, 10

@@ -115,15 +115,48 @@ def head_edits(model, heads, ablation: str = "zero", reference: Sequence[str] | 
 
 
 # ---- small helpers shared by the command line and the app -----------------------------------------
-def parse_heads(spec: str) -> list[tuple[int, int]]:
-    """``"3.2, 20.5"`` or ``"L3H2 L20H5"`` -> ``[(3, 2), (20, 5)]``."""
-    heads = []
-    for item in re.split(r"[\s,;]+", spec.strip()):
+_HEAD_NAME = re.compile(r"(?:[Ll](\d{1,6})[Hh](\d{1,6}))|(?:(\d{1,6})[.:/](\d{1,6}))")
+
+
+def split_heads(
+    spec: str, num_layers: int | None = None, num_heads: int | None = None
+) -> tuple[list[tuple[int, int]], list[str]]:
+    """``"3.2, L20H5, zzz"`` -> ``([(3, 2), (20, 5)], ["zzz"])``: the heads named as layer.head (3.2) or L3H2, each
+    once, in the given order, and the items refused, as written: those that name no head, and with
+    ``num_layers`` / ``num_heads`` those that name a head the model does not have."""
+    heads, refused = [], []
+    for item in re.split(r"[\s,;]+", str(spec).strip()):
         if not item:
             continue
-        match = re.fullmatch(r"(?:[Ll](\d+)[Hh](\d+))|(?:(\d+)[.:/](\d+))", item)
-        if match is None:
-            raise AblationError(f"Name heads as layer.head (3.2) or L3H2, got {item!r}.")
-        numbers = [int(g) for g in match.groups() if g is not None]
-        heads.append((numbers[0], numbers[1]))
+        match = _HEAD_NAME.fullmatch(item)
+        numbers = [int(g) for g in match.groups() if g is not None] if match else []
+        layer, head = numbers if numbers else (-1, -1)
+        if (
+            not numbers
+            or (num_layers is not None and layer >= num_layers)
+            or (num_heads is not None and head >= num_heads)
+        ):
+            refused.append(item)
+        elif (layer, head) not in heads:
+            heads.append((layer, head))
+    return heads, refused
+
+
+def refused_heads_message(refused: Sequence[str], num_layers: int | None = None, num_heads: int | None = None) -> str:
+    """What is wrong with the items ``split_heads`` refused, naming each (at most ten)."""
+    names = ", ".join(repr(item[:20]) for item in refused[:10]) + (", ..." if len(refused) > 10 else "")
+    sizes = (
+        f" (this model has layers 0 to {num_layers - 1} and heads 0 to {num_heads - 1})"
+        if num_layers is not None and num_heads is not None
+        else ""
+    )
+    return f"{names} name{'s' if len(refused) == 1 else ''} no head{sizes}: name heads as layer.head (3.2) or L3H2"
+
+
+def parse_heads(spec: str, num_layers: int | None = None, num_heads: int | None = None) -> list[tuple[int, int]]:
+    """``"3.2, 20.5"`` or ``"L3H2 L20H5"`` -> ``[(3, 2), (20, 5)]``; ``AblationError`` naming every item refused
+    (``split_heads``: with the model's sizes, heads it does not have too)."""
+    heads, refused = split_heads(spec, num_layers, num_heads)
+    if refused:
+        raise AblationError(refused_heads_message(refused, num_layers, num_heads) + ".")
     return heads

@@ -110,23 +110,25 @@ class LoadedModel:
         ``bos``: begin with the BOS token (None: ``default_bos``, True for decoders whose tokenizer has one)."""
         return self.encoder.encode(text_or_words, text_pair, self.default_bos if bos is None else bos)
 
-    def _long_encoder(self) -> TextEncoder:
+    def _long_encoder(self, max_tokens: int | None = None) -> TextEncoder:
         return TextEncoder(
             self.tokenizer,
             self.display,
-            max_tokens=self.context_length,
+            max_tokens=self.context_length if max_tokens is None else min(int(max_tokens), self.context_length),
             uses_token_types=self._uses_token_types,
             is_causal=self.is_causal,
             model_name=self.name,
         )
 
-    def encode_long(self, text: str, bos: bool | None = None) -> EncodedText:
-        """``encode`` up to the model's own ``context_length`` instead of ``max_tokens`` (the long path)."""
-        return self._long_encoder().encode(text, None, self.default_bos if bos is None else bos)
+    def encode_long(self, text: str, bos: bool | None = None, max_tokens: int | None = None) -> EncodedText:
+        """``encode`` up to the model's own ``context_length`` (or ``max_tokens``, if fewer) instead of
+        ``max_tokens`` (the long path)."""
+        return self._long_encoder(max_tokens).encode(text, None, self.default_bos if bos is None else bos)
 
-    def encode_long_ids(self, token_ids: Sequence[int]) -> EncodedText:
-        """Already-tokenized input for the long path, taken as is, cut to ``context_length``."""
-        return self._long_encoder().encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
+    def encode_long_ids(self, token_ids: Sequence[int], max_tokens: int | None = None) -> EncodedText:
+        """Already-tokenized input for the long path, taken as is, cut to ``context_length`` (or ``max_tokens``)."""
+        vocab = self.hf_model.get_input_embeddings().num_embeddings
+        return self._long_encoder(max_tokens).encode_ids(token_ids, vocab)
 
     def __repr__(self) -> str:
         return (

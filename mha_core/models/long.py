@@ -27,7 +27,7 @@ import torch
 from ..analysis.long_roles import local_windows, long_roles, needle_copies, sink_by_distance
 from ..analysis.streamed import ROW_FIELDS, RowStatistics
 from ..engine.blockwise import BLOCK_BYTES, CHUNK, Block, BlockwiseAttention, LayerScores, as_positions
-from ..engine.core import core_attentions, core_family
+from ..engine.core import core_attentions, core_family, core_model
 from ..errors import InputTextError
 from ..pooling import PooledGrid, bin_edges, check_reduce
 from ..progress import Progress
@@ -51,6 +51,8 @@ class LongRun:
     overview_max     the same by max
     statistics       ``RowStatistics``: per-row values of every head (the streamed metrics and long roles)
     hidden           the residual stream after the last layer ``[n, d]`` when asked for (``keep_hidden``)
+    truncated        True when the document was cut to what the model reads (``long_run_limit``) before the run;
+                     ``num_input_tokens`` is its full length and ``metadata["cut"]`` says so in a sentence
     """
 
     model_name: str
@@ -234,6 +236,22 @@ def long_run_bytes(model, num_tokens: int, overview_size: int = OVERVIEW_SIZE) -
     return int(1.5 * (kept + statistics + overviews + layer_pass))
 
 
+def long_run_limit(model) -> int:
+    """The most tokens a long run of ``model`` reads: its ``context_length``, and never more than the positions
+    its from-scratch engine has (learned positions are a table of that many rows)."""
+    positions = core_model(model.hf_model).max_positions
+    return int(model.context_length if positions is None else min(model.context_length, positions))
+
+
+def cut_notice(model, num_input_tokens: int, kept: int) -> str:
+    """What a long run says when it read only the first ``kept`` of ``num_input_tokens`` tokens."""
+    why = "its context length" if model.is_causal else "its learned positions"
+    return (
+        f"The document has {int(num_input_tokens):,} tokens; {model.name} reads at most {kept:,} ({why}), "
+        f"so its first {kept:,} tokens were read."
+    )
+
+
 def _core_pass(model, input_ids: torch.Tensor, token_type_ids, kernel: BlockwiseAttention, keep_hidden: bool):
     """The one call into the model's engine: the from-scratch pass with ``kernel`` in every layer's attention."""
     outputs: dict = {}
@@ -263,7 +281,12 @@ def run_long(
     core_family(model.hf_model)  # EngineNotSupported before any work
     if (text is None) == (token_ids is None):
         raise InputTextError("Give a text or token ids (one of them).")
-    encoded: EncodedText = model.encode_long(text, bos) if text is not None else model.encode_long_ids(token_ids)
+    limit = long_run_limit(model)  # cut before the run: the engine refuses more than its positions
+    encoded: EncodedText = (
+        model.encode_long(text, bos, max_tokens=limit)
+        if text is not None
+        else model.encode_long_ids(token_ids, max_tokens=limit)
+    )
     n = len(encoded.input_ids)
     tokens = model.display.display(encoded.raw_tokens, encoded.word_ids)
     statistics = RowStatistics(
@@ -308,7 +331,11 @@ def run_long(
         truncated=encoded.truncated,
         num_input_tokens=encoded.num_input_tokens,
         hidden=None if hidden is None else hidden[0],
-        metadata={"context_length": model.context_length, "overview_size": overview_size},
+        metadata={
+            "context_length": model.context_length,
+            "overview_size": overview_size,
+            **({"cut": cut_notice(model, encoded.num_input_tokens, n)} if encoded.truncated else {}),
+        },
     )
 
 

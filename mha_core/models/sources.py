@@ -451,11 +451,21 @@ def no_checkpoint_error(name: str) -> ModelLoadError:
     )
 
 
+def gguf_error(name: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"{quoted(name)} names a GGUF file: Headscope reads GGUF only for the embedded SmolLM2 (name it smollm2), "
+        "which it converts to a checkpoint on first use. Give a checkpoint folder instead (config.json, the "
+        "weights as model.safetensors, and the tokenizer files), e.g. one saved with save_pretrained."
+    )
+
+
 def resolve(name: str, progress: Progress | None = None) -> Checkpoint:
     """Where ``name``'s files are: an embedded package (converting it on first use), a folder, or a hub id."""
     if len(name) > MAX_NAME_CHARS:
         raise unknown_model_error(name)  # longer than any hub id or sensible folder: touch nothing
     key = name.strip().lower()
+    if key.endswith(".gguf"):  # said from the name alone: no probing of the file system
+        raise gguf_error(name)
     if key == "minilm":
         return Checkpoint(name, str(minilm_path()), True)
     if key == "smollm2":

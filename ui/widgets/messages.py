@@ -1,17 +1,17 @@
-"""Messages: what a page says to its visitor. User input in a message is made inert for markdown
-(``md_escape``) and never shows a server path (``public_message``); an unexpected error is one line, never a
+"""Messages: what a page says to its visitor. Text from an address or a user in a message is made inert for
+markdown (``md_escape``, ``md_code``: from ``ui.escape``, so that ``ui.compute``'s progress texts use them too) and never shows a server path (``public_message``); an unexpected error is one line, never a
 traceback (``error_display``)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 
 import streamlit as st
 
 from mha_core.errors import HeadscopeError, InputTextError, redact_paths
 from ui import address
+from ui.escape import md_code, md_escape  # noqa: F401 (the app's one way to put user text in a message)
 
 LOG = logging.getLogger("headscope.app")
 
@@ -37,14 +37,6 @@ FIRST_TEN_MINUTES = """
 - **Try it:** click a head in the grid to enlarge it; show it as **Lines** and pick a query token to see
   only its lines; switch to the model view to see every layer at once; the Head roles page names what each head does.
 """
-
-
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
-
-
-def md_escape(text: str) -> str:
-    """User text made inert for st.markdown/st.caption: markdown and tag characters shown literally."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text))
 
 
 def public_message(error, typed: str | None = None, limit: int = 600) -> str:
@@ -96,4 +88,4 @@ def engine_note(run) -> None:
             if run.max_abs_diff == 0
             else f"to {run.max_abs_diff:.1e} (largest absolute difference over every layer, head and weight)"
         )
-        st.success(f"{run.model_name}: the from-scratch engine matches transformers {match}.")
+        st.success(f"{md_escape(run.model_name)}: the from-scratch engine matches transformers {match}.")

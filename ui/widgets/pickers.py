@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 
 from ui import address
+from ui.settings import settings
 from ui.widgets.messages import md_escape
 
 
@@ -77,17 +78,21 @@ def select_head(
 SHARED_INDEX_KEYS = ("layer", "head")
 
 
-def _index_from_link(key: str, url_key: str, noun: str) -> int | None:
-    """The number the link gives an index selector, once: when this session has no value of its own for it."""
+def _index_from_link(key: str, url_key: str, noun: str, count: int) -> int | None:
+    """The number the link gives an index selector, once: when this session has no value of its own for it. A
+    value that is no number gets a notice naming this model's range."""
     if key in SHARED_INDEX_KEYS:
-        return address.link_index(key)
-    raw = address.query_value(url_key)
-    if raw is None or key in st.session_state or f"_{key}" in st.session_state:
+        raw = address.link_index(key)
+    else:
+        raw = address.query_value(url_key)
+        if key in st.session_state or f"_{key}" in st.session_state:
+            return None
+    if raw is None:
         return None
     try:
-        return address.whole_number(raw)
+        return address.index_number(raw, count, noun)
     except ValueError as error:
-        st.warning(f"The link's {url_key}={md_escape(raw[:40])} is not a {noun} number ({error}); using the default.")
+        st.warning(f"The link's {url_key}={md_escape(raw[:40])} is not {md_escape(error)}; using the default.")
         return None
 
 
@@ -96,7 +101,7 @@ def _select_index(
 ) -> int:
     stored = f"_{key}"  # survives pages where the widget is not drawn
     url_key = url_key or key
-    from_link = _index_from_link(key, url_key, noun)
+    from_link = _index_from_link(key, url_key, noun, count)
     if from_link is not None and from_link >= count:
         st.warning(
             f"The link asks for {noun} {from_link}, but this model has {count} ({noun}s 0 to {count - 1}); "
@@ -145,6 +150,12 @@ def url_setting(key: str, url_key: str, default, parse=str) -> None:
     if raw is not None:
         try:
             value = parse(raw)
+        except address.PartlyRefused as error:
+            value = error.kept
+            st.warning(
+                f"The link's {url_key}={md_escape(raw[:60])}: {md_escape(error)}; kept "
+                f"{md_escape(address.format_choices(value))}."
+            )
         except ValueError as error:
             st.warning(
                 f"The link's {url_key}={md_escape(raw[:40])} is not {md_escape(error) or 'a setting of this view'}; "
@@ -325,3 +336,31 @@ def select_clicked_head(chart_key: str, then=None) -> None:
     set_head(head)
     if then is not None:
         then()
+
+
+# ---- heavy work starts on a click ---------------------------------------------------------------------------
+STARTED = "_heavy_started"  # the keys of the heavy computations this session has started by hand
+
+
+def link_may_start(ready: bool) -> bool:
+    """Whether a link alone may start a heavy computation (``ui.budget.HEAVY``): on a classroom server only when
+    its value is ``ready`` (computed before, by anyone: showing it costs nothing), else it starts on a click and
+    the link only holds its settings. One person's own server lets a link start it."""
+    return ready or not settings().classroom
+
+
+def mark_started(key: str) -> None:
+    """A control changed by hand (an ``on_change``) counts as the click that starts the heavy work ``key``."""
+    st.session_state.setdefault(STARTED, set()).add(key)
+
+
+def start_button(label: str, *, key: str, ready: bool, help: str | None = None) -> bool:
+    """True when the heavy work ``key`` may run now: a link may start it (``link_may_start``), or this session
+    started it (this button, or ``mark_started``). Otherwise the button ``label`` is drawn: a click starts it."""
+    if link_may_start(ready) or key in st.session_state.get(STARTED, ()):
+        return True
+    if st.button(label, key=f"{key}_start", type="primary", help=help):
+        mark_started(key)
+        return True
+    st.caption("Heavy work on this class's server starts on a click, not from a link; the link keeps its settings.")
+    return False

@@ -1,0 +1,71 @@
+"""What the server adds to Streamlit's own (plain ASGI, no Streamlit): ``BackendBaseUrl``, the middleware
+``serve.py`` hands ``st.App``.
+
+Every page has its own address (``/explore``). Opened there, Streamlit's page does not know where the server's
+root is: it tries the page's address first as the root, asking ``/explore/_stcore/health`` and
+``/explore/_stcore/host-config`` (two 404s in the browser's console, on every page, every time one is opened
+or reloaded), then ``/``. ``BackendBaseUrl`` tells it, in the page's HTML, before Streamlit's script runs:
+``window.__streamlit.BACKEND_BASE_URL`` is the address's origin, so it asks the root at once. The HTML is the
+same for every page (Streamlit serves ``index.html`` for any address that is no file); nothing else changes.
+"""
+
+from __future__ import annotations
+
+# Streamlit reads window.__streamlit once, as its script loads (a classic script in <head> runs before it, a
+# module script, does). The origin is the browser's own: the same HTML serves 127.0.0.1 and a class's address.
+BASE_URL_SCRIPT = b"<script>window.__streamlit={BACKEND_BASE_URL:window.location.origin+'/'}</script>"
+_HEAD = b"<head>"
+
+
+def is_page_request(scope) -> bool:
+    """A GET of a page's address (``/``, ``/explore``): not a file (its last part has no dot), not Streamlit's
+    own endpoints (``/_stcore/...``), not media or static files."""
+    if scope.get("type") != "http" or scope.get("method") != "GET":
+        return False
+    path = scope.get("path", "")
+    return "." not in path.rsplit("/", 1)[-1] and not path.startswith(("/_stcore/", "/media/", "/app/", "/component"))
+
+
+def with_base_url(html: bytes) -> bytes:
+    """The page's HTML with ``BASE_URL_SCRIPT`` first in its head (unchanged when it has none, or has it)."""
+    if _HEAD not in html or BASE_URL_SCRIPT in html:
+        return html
+    return html.replace(_HEAD, _HEAD + BASE_URL_SCRIPT, 1)
+
+
+class BackendBaseUrl:
+    """ASGI middleware: a page's HTML says where the server's root is (``with_base_url``); any other response,
+    or a page's that is not HTML, passes unchanged. The page's HTML is asked for uncompressed (it is 2 KB) so that
+    it can be read; the rest keeps its compression."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if not is_page_request(scope):
+            await self.app(scope, receive, send)
+            return
+        scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"accept-encoding"]}
+        start: dict = {}
+        body: list[bytes] = []
+
+        async def rewrite(message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            content = b"".join(body)
+            headers = list(start.get("headers", []))
+            if dict(headers).get(b"content-type", b"").startswith(b"text/html"):
+                content = with_base_url(content)
+                headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+                headers.append((b"content-length", str(len(content)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+
+        await self.app(scope, receive, rewrite)
