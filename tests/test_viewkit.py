@@ -9,6 +9,7 @@ values and palette ``longview.pack_layer`` sends), and the two must agree.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -155,8 +156,10 @@ def test_a_view_script_is_one_module_with_the_kit_in_it(tmp_path):
 
 def test_packing_helpers_round_trip():
     weights = np.array([[0.0, 0.0014, 0.390, 0.5, 1.0, np.nan]], dtype=np.float32)
-    raw = np.frombuffer(viewkit.weight_bytes(weights), dtype=np.uint8)
+    packed = viewkit.weight_base64(weights)
+    raw = np.frombuffer(base64.b64decode(packed), dtype=np.uint8)
     assert raw.tolist() == [0, 0, 99, 128, 255, 0]  # round(w * 255): 0.357 -> 0, 99.45 -> 99, 127.5 -> 128
+    np.testing.assert_array_equal(viewkit.weight_decoded(packed, (1, 6)), np.float32([[0, 0, 99, 128, 255, 0]]) / 255)
     # Halves go up, as the browser rounds (numpy's rint would send 126.5 to 126): float32 of 126.5 / 255 times 255.
     assert viewkit.steps(np.float32([126.5 / 255, 0.5 / 255, 2.0, -1.0])).tolist() == [127, 1, 255, 0]
     images = np.array([[[0.0, 0.002], [0.001, 0.0005]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float32)

@@ -15,7 +15,6 @@ or draws them on a canvas, never as HTML.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from pathlib import Path
 
@@ -68,7 +67,7 @@ def pack(
     num_layers, num_heads = attentions.shape[:2]
     every = view == "model" or attentions.size <= max_cells
     sent = list(range(num_layers)) if every else [int(layer)]
-    raw = viewkit.weight_bytes(attentions[sent])
+    weights = viewkit.weight_base64(attentions[sent])
     tokens = [str(t) for t in tokens]
     keys = None if key_tokens is None else [str(t) for t in key_tokens]
     if attentions.shape[2:] != (len(tokens), len(tokens if keys is None else keys)):
@@ -79,7 +78,7 @@ def pack(
     if segment_ids is not None and np.any(np.asarray(segment_ids) != np.asarray(segment_ids)[0]):
         boundary = int(np.argmax(np.asarray(segment_ids) != np.asarray(segment_ids)[0]))
     described = "\x00".join(tokens) + ("" if keys is None else "\x01" + "\x00".join(keys))
-    digest = hashlib.sha1(raw + described.encode() + str((causal, boundary, sent)).encode())
+    digest = hashlib.sha1(weights.encode() + described.encode() + str((causal, boundary, sent)).encode())
     return {
         "sig": digest.hexdigest()[:16],
         "tokens": tokens,
@@ -87,7 +86,7 @@ def pack(
         "num_layers": int(num_layers),
         "num_heads": int(num_heads),
         "layers_sent": sent,
-        "weights": base64.b64encode(raw).decode("ascii"),
+        "weights": weights,
         "levels": LEVELS,
         "view": view,
         "switchable": bool(switchable and every),
@@ -106,8 +105,7 @@ def unpack(data: dict) -> dict[int, np.ndarray]:
     cross-attention): what the browser decodes."""
     rows, heads = len(data["tokens"]), data["num_heads"]
     columns = rows if data.get("key_tokens") is None else len(data["key_tokens"])
-    raw = np.frombuffer(base64.b64decode(data["weights"]), dtype=np.uint8)
-    weights = raw.reshape(len(data["layers_sent"]), heads, rows, columns).astype(np.float32) / data["levels"]
+    weights = viewkit.weight_decoded(data["weights"], (len(data["layers_sent"]), heads, rows, columns))
     return {layer: weights[index] for index, layer in enumerate(data["layers_sent"])}
 
 

@@ -3,7 +3,8 @@
 Explore's head view, model view and cross-attention view (``ui.headview``) and the long-document view
 (``ui.longview``) are Streamlit components v2 whose scripts import one JavaScript module, ``viewkit.js`` beside this
 file (the colour scale, the masked colour, decoding of packed arrays, element helpers, the colour bar). This
-module packs the arrays they send (``weight_bytes``, ``scaled_bytes``, ``float32_base64``), names the one palette
+module packs the arrays they send (``weight_base64``, ``scaled_bytes``, ``float32_base64``, and back: ``weight_decoded``, ``unscaled``,
+``float32_decoded``), names the one palette
 (``palette``: the app's Plotly figures' colour scale, so one weight is one colour in every view) and registers a
 view (``component``) with its script and style read from its package folder.
 
@@ -55,9 +56,15 @@ def steps(values: np.ndarray) -> np.ndarray:
     return work.astype(np.uint8)
 
 
-def weight_bytes(weights: np.ndarray) -> bytes:
-    """Weights in [0, 1] (any shape) as bytes, one a weight: their ``steps``, C order."""
-    return steps(weights).tobytes()
+def weight_base64(weights: np.ndarray) -> str:
+    """Weights in [0, 1] (any shape) as one byte a weight (their ``steps``, C order), in base64."""
+    return base64.b64encode(steps(weights).tobytes()).decode("ascii")
+
+
+def weight_decoded(raw: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``weight_base64``'s weights back as the browser decodes them: step / 255, float32, of ``shape``."""
+    data = np.frombuffer(base64.b64decode(raw), dtype=np.uint8).reshape(shape)
+    return data.astype(np.float32) / np.float32(LEVELS)
 
 
 def scaled_bytes(images: np.ndarray) -> tuple[str, list[float]]:
@@ -66,14 +73,12 @@ def scaled_bytes(images: np.ndarray) -> tuple[str, list[float]]:
     values = np.nan_to_num(np.asarray(images, dtype=np.float32), nan=0.0)
     tops = values.reshape(len(values), -1).max(axis=1)
     scaled = values / np.where(tops > 0, tops, 1.0)[:, None, None]
-    raw = steps(scaled).tobytes()
-    return base64.b64encode(raw).decode("ascii"), [float(t) for t in tops]
+    return weight_base64(scaled), [float(t) for t in tops]
 
 
 def unscaled(raw: str, tops: list[float], shape: tuple[int, int]) -> np.ndarray:
     """``scaled_bytes``' images back as the browser decodes them: ``[k, a, b]`` float32."""
-    data = np.frombuffer(base64.b64decode(raw), dtype=np.uint8).reshape(len(tops), *shape).astype(np.float32)
-    return data / LEVELS * np.asarray(tops, dtype=np.float32)[:, None, None]
+    return weight_decoded(raw, (len(tops), *shape)) * np.asarray(tops, dtype=np.float32)[:, None, None]
 
 
 def float32_base64(values: np.ndarray) -> str:
