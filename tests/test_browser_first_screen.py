@@ -3,8 +3,7 @@
 A first visit to a sentence not computed yet (so the page's fragment takes a moment: the forward pass, the
 head measurements) is watched frame by frame (a ``requestAnimationFrame`` loop started before the page's own script):
 the top of the sidebar's sentence box and of the controls under it ('Presentation mode'), and of the head view,
-from the frame each first appears. The sentence boxes hold their place from the sidebar's first frame
-(placeholders until the page's fragment draws them), and the notes above the view, the attention-sink note too,
+from the frame each first appears. The sentence boxes are drawn by the page's fragment before its forward pass, and the notes above the view, the attention-sink note too,
 are drawn before the view: none of them moves afterwards. (Before, the boxes came after the whole view, seconds
 later on a loaded machine, and pushed 'Presentation mode' down by 189 px.)"""
 

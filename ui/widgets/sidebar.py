@@ -37,8 +37,6 @@ def _heartbeat() -> None:
 
 
 SENTENCE_LABEL = "Sentence"  # also tools.browser.SENTENCE_LABEL, which the browser tests type into
-SENTENCE_HELP = "Press Enter to run. Long texts are truncated to the model's limit."
-PAIR_LABEL = "Second sentence (encoders only, optional)"
 
 
 # What a page may read from the sidebar; app.py's PAGES says which of them each page reads.
@@ -82,21 +80,16 @@ def sentence_boxes(place: str = "sidebar", pair: bool = True) -> None:
         st.session_state["_sentence_place"] = place
         _sentences()
         st.session_state["text"], st.session_state["pair"] = st.session_state["_sentences"]
-    limited_text_input(SENTENCE_LABEL, key="text", what="sentence", help=SENTENCE_HELP)
+    limited_text_input(
+        SENTENCE_LABEL,
+        key="text",
+        what="sentence",
+        help="Press Enter to run. Long texts are truncated to the model's limit.",
+    )
     if pair:
-        limited_text_input(PAIR_LABEL, key="pair", what="second sentence")
+        limited_text_input("Second sentence (encoders only, optional)", key="pair", what="second sentence")
     elif "pair" in st.session_state:
         st.session_state["pair"] = st.session_state["pair"]  # kept for a model that reads it
-
-
-def sentence_placeholders(pair: bool = True) -> None:
-    """The sentence boxes as they will look, disabled, holding their place in the sidebar until the page's fragment
-    draws the boxes there (``sentences_in_page``): drawn later into an empty place, they pushed the sidebar's
-    controls below them down on a first visit."""
-    text, text_pair = _sentences()
-    st.text_input(SENTENCE_LABEL, value=text, disabled=True, help=SENTENCE_HELP)
-    if pair:
-        st.text_input(PAIR_LABEL, value=text_pair or "", disabled=True)
 
 
 def _sentences() -> tuple[str, str | None]:
@@ -114,14 +107,14 @@ def sentences_in_page(slot, place: str):
     the selection and the link, draws the boxes into ``slot`` (their place in the sidebar,
     ``session.sentence_slot()``), then runs the body. Enter in them then reruns that fragment only, not the
     sidebar and the whole page (Explore: about 57 elements re-rendered by the browser on every Enter). The boxes
-    come first: drawn after the body, they reached a first visit's browser seconds after the rest of the
-    sidebar and pushed it down. ``place`` names the page (``sentence_boxes``)."""
+    come first: drawn after the body, they appeared only once its first run had finished, seconds after the
+    page, and pushed the sidebar below them down. ``place`` names the page (``sentence_boxes``)."""
     text, text_pair = _sentences()
     pair = reads_pair(session.selection().model)
     text_pair = text_pair if pair else None
     session.set_selection(dataclasses.replace(session.selection(), text=text, text_pair=text_pair))
     address.write_query(text=text, pair=text_pair)
-    with slot.container():  # in place of the placeholders
+    with slot:
         sentence_boxes(place, pair=pair)
     yield
 
@@ -185,12 +178,8 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
                 if chosen is not None and 0 <= chosen < len(examples):
                     st.caption(f":material/lightbulb: {md_escape(examples[chosen]['shows'])}")
             if sentence_in_page:
-                # The page draws the sentence boxes here from its own fragment (``sentences_in_page``); until then
-                # their placeholders hold the place.
-                slot = st.empty()
-                with slot.container():
-                    sentence_placeholders(pair=reads_pair(model))
-                session.set_sentence_slot(slot)
+                # The page draws the sentence boxes here from its own fragment (``sentences_in_page``).
+                session.set_sentence_slot(st.container())
             else:
                 session.set_sentence_slot(None)
                 sentence_boxes(pair=reads_pair(model))
