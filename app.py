@@ -8,33 +8,37 @@ from pathlib import Path
 
 import streamlit as st
 
+from mha_core.errors import quoted
+from ui import address, follow, session, shell
+from ui.settings import configure_process, settings
+from ui.widgets import charts, messages, sidebar
+
 ROOT = Path(__file__).resolve().parent
-# A local icon file: a Material icon name would make the browser fetch it from fonts.gstatic.com.
+# A local icon file: a Material icon name would make the browser fetch it from fonts.gstatic.com. Once a run,
+# before anything is drawn: a projector's page (presentation mode) starts with the sidebar folded (its arrow opens
+# it); a second call in the run with another state would unfold it again on every rerun.
 st.set_page_config(
     page_title="Headscope",
     page_icon=str(ROOT / "assets" / "favicon.png"),
     layout="wide",
-    initial_sidebar_state="expanded",
+    initial_sidebar_state="collapsed" if charts.presenting_at_start() else "expanded",
 )
-
-from mha_core.errors import quoted  # noqa: E402
-from ui import address, follow, session, shell  # noqa: E402  (set_page_config must come first)
-from ui.settings import configure_process, settings  # noqa: E402
-from ui.widgets import charts, messages, sidebar  # noqa: E402
 
 configure_process()
 
-# (file, title, icon, url path); the root address opens the first existing one.
+MODEL, ENGINE, SENTENCE = sidebar.MODEL, sidebar.ENGINE, sidebar.SENTENCE
+# (file, title, icon, url path, the sidebar's inputs the page reads: only those are shown on it); the root address
+# opens the first existing one.
 PAGES = [
-    ("pages/explore.py", "Explore", ":material/grid_view:", "explore"),
-    ("pages/compare.py", "Compare", ":material/compare:", "compare"),
-    ("pages/roles.py", "Head roles", ":material/badge:", "roles"),
-    ("pages/ablate.py", "Ablate", ":material/content_cut:", "ablate"),
-    ("pages/positions.py", "Positions", ":material/waves:", "positions"),
-    ("pages/classroom.py", "Classroom", ":material/school:", "classroom"),
-    ("pages/lab.py", "Lab", ":material/science:", "lab"),
-    ("pages/deeper.py", "Deeper", ":material/layers:", "deeper"),
-    ("pages/circuits.py", "Circuits", ":material/account_tree:", "circuits"),
+    ("pages/explore.py", "Explore", ":material/grid_view:", "explore", (MODEL, ENGINE, SENTENCE)),
+    ("pages/compare.py", "Compare", ":material/compare:", "compare", (MODEL, ENGINE, SENTENCE)),
+    ("pages/roles.py", "Head roles", ":material/badge:", "roles", (MODEL, ENGINE, SENTENCE)),
+    ("pages/ablate.py", "Ablate", ":material/content_cut:", "ablate", (MODEL, ENGINE, SENTENCE)),
+    ("pages/positions.py", "Positions", ":material/waves:", "positions", (MODEL,)),
+    ("pages/classroom.py", "Classroom", ":material/school:", "classroom", ()),  # its own toy numbers
+    ("pages/lab.py", "Lab", ":material/science:", "lab", ()),  # a model it trains
+    ("pages/deeper.py", "Deeper", ":material/layers:", "deeper", (MODEL, ENGINE, SENTENCE)),
+    ("pages/circuits.py", "Circuits", ":material/account_tree:", "circuits", (MODEL,)),  # its own prompts
 ]
 PAGE_GUIDE = (
     "- **Explore**: every head of a layer, one head enlarged, the whole model at once.\n"
@@ -56,7 +60,8 @@ available = [p for p in PAGES if (ROOT / p[0]).exists()]
 # Every page has its own address (/compare?...), which a visitor can bookmark, share or reload. The root
 # address is not a page: it opens the page ?page= names (links made before pages had addresses), else
 # the first, at that page's own address, with the rest of the link.
-pages = {path: st.Page(ROOT / file, title=title, icon=icon, url_path=path) for file, title, icon, path in available}
+pages = {path: st.Page(ROOT / file, title=title, icon=icon, url_path=path) for file, title, icon, path, _ in available}
+inputs = {path: reads for _, _, _, path, reads in available}
 # Never run (app.py switches away from it first); a function page needs a url_path of its own.
 root = st.Page(lambda: None, title="Headscope", url_path="start", default=True, visibility="hidden")
 # The menu is drawn here as links: Streamlit's own menu would first list the pages/ folder for a moment
@@ -75,7 +80,9 @@ with st.sidebar:
     st.divider()
 
 with messages.error_display():
-    sidebar.sidebar(sentence_in_page=navigation.url_path in SENTENCE_IN_PAGE)
+    sidebar.sidebar(
+        sentence_in_page=navigation.url_path in SENTENCE_IN_PAGE, inputs=inputs.get(navigation.url_path, ())
+    )
 if not session.has_selection():  # the sidebar failed (its message is shown): nothing to show a page for
     st.stop()
 if settings().classroom:

@@ -1,10 +1,29 @@
-"""The server: ``streamlit run serve.py`` (scripts/app.sh, tools/browser.py) serves app.py, as ``streamlit run
-app.py`` does, with ``ui.server.BackendBaseUrl``: a page opened at its own address (``/explore``) asks the server's
-root at once, instead of its own address first (two 404s in the browser's console on every page)."""
+"""Headscope as the server runs it: ``streamlit run serve.py`` (``scripts/app.sh`` and ``tools/browser.py`` do).
+
+``app.py`` is the app; this file adds its HTTP side through Streamlit's ``st.App``, which takes ASGI middleware where
+``streamlit run app.py`` takes none:
+
+- ``ui.server.BackendBaseUrl``: a page opened at its own address (``/explore``) asks the server's root at once,
+  instead of its own address first (two 404s in the browser's console on every page);
+- ``ui.class_http.ClassCookies``: in a class, the teacher key out of the address before the page loads, HttpOnly
+  cookies for the teacher's proof and the students' identities (outside a class it passes every request through);
+- ``ui.class_http.StalePageGuard``: a fragment timer's request waits while a script of the session runs and is
+  dropped if it names a page the server has moved the session away from, so that it cannot move the session back.
+"""
+
+from pathlib import Path
 
 import streamlit as st
 from starlette.middleware import Middleware
 
+from ui import class_http, follow
 from ui.server import BackendBaseUrl
 
-app = st.App("app.py", middleware=[Middleware(BackendBaseUrl)])
+app = st.App(
+    Path(__file__).with_name("app.py"),
+    middleware=[
+        Middleware(BackendBaseUrl),
+        Middleware(class_http.ClassCookies, token=follow.teacher_token),
+        Middleware(class_http.StalePageGuard),
+    ],
+)

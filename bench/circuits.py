@@ -10,8 +10,8 @@ object task of mha_core.interventions.prompts with a longer opening, the same in
   exact patching over all 270 heads, batched                         goal <= 30 s
   logit lens     every layer's top 5 at every position
 
-Prints a markdown table (seconds, ratio to one forward pass, goal) and the 1-minute load average before and
-after. With --findings, instead: for every shipped task, SmolLM2's logit differences and the heads that carry it
+Prints a markdown table (seconds, ratio to one forward pass, goal, and the same in process CPU seconds, which a
+crowded machine inflates less than wall-clock time) and the 1-minute load average before and after. With --findings, instead: for every shipped task, SmolLM2's logit differences and the heads that carry it
 (attribution patching over every head with the 20 heads of largest estimate patched exactly: the top 5 by exact
 score; and the top 5 by direct logit attribution), the table of docs/findings.md.
 Usage: python -m bench.circuits [--threads T] [--rounds R] [--batch-size B] [--findings]
@@ -32,15 +32,16 @@ from mha_core.interventions.prompts import CIRCUIT_TASKS, TASKS_BY_NAME
 OPENING = "It was a sunny day in the town. "
 
 
-def timed(function, rounds: int) -> float:
-    """Median wall-clock seconds of ``rounds`` calls (after one warm-up call)."""
+def timed(function, rounds: int) -> tuple[float, float]:
+    """Median wall-clock and process CPU seconds of ``rounds`` calls (after one warm-up call)."""
     function()
-    times = []
+    times, cpu = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         function()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(times), statistics.median(cpu)
 
 
 def main() -> None:
@@ -67,9 +68,9 @@ def main() -> None:
             model.lm_model(input_ids=ids)
 
     pair = (model, clean, corrupted, task.answer, task.foil)
-    forward_s = timed(forward, args.rounds)
+    forward_s, forward_cpu = timed(forward, args.rounds)
     rows = [
-        ("one forward pass", forward_s, None),
+        ("one forward pass", (forward_s, forward_cpu), None),
         (
             "logit attribution",
             timed(lambda: mc.logit_attribution(model, clean, task.answer, task.foil), args.rounds),
@@ -84,9 +85,9 @@ def main() -> None:
         ("logit lens, top 5", timed(lambda: mc.logit_lens(model, clean, k=5), args.rounds), None),
     ]
     print(f"SmolLM2, {tokens}-token prompt pair, torch threads {torch.get_num_threads()}, batch {args.batch_size}")
-    print("| measurement | seconds | forward passes | goal |")
-    print("|---|---:|---:|---|")
-    for name, seconds, goal in rows:
+    print("| measurement | seconds | forward passes | goal | CPU s | CPU forward passes |")
+    print("|---|---:|---:|---|---:|---:|")
+    for name, (seconds, cpu), goal in rows:
         ratio = seconds / forward_s
         if goal is not None:
             verdict = f"<= {goal} passes: {'met' if ratio <= goal else 'missed'}"
@@ -94,7 +95,7 @@ def main() -> None:
             verdict = f"<= 30 s: {'met' if seconds <= 30 else 'missed'}"
         else:
             verdict = ""
-        print(f"| {name} | {seconds:.3f} | {ratio:.2f} | {verdict} |")
+        print(f"| {name} | {seconds:.3f} | {ratio:.2f} | {verdict} | {cpu:.3f} | {cpu / forward_cpu:.2f} |")
     print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
 
 

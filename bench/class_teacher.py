@@ -1,19 +1,27 @@
 """bench/classroom.py's ``teacher`` part: one teacher leads, followers follow, the class answers questions.
 
-A classroom server with a teacher token (``HEADSCOPE_TEACHER_TOKEN``) and its own class store. ``followers``
-lightweight clients (``bench.streamlit_client``: the websocket protocol a browser speaks, each its own Streamlit
-session, the same script runs and the same data sent, nothing drawn) plus ``browsers`` real Chromium pages open
-the student link and follow. The teacher opens the links of 10 views one after the other, as a teacher with
-bookmarked steps does (docs/teaching.md): 5 Explore views (layers, heads, two new sentences) and 5 Classroom
-steps, each of those a question. Measured:
+A classroom server with a teacher token (``HEADSCOPE_TEACHER_TOKEN``) and its own class store, served as
+``scripts/app.sh`` serves it (``serve.py``; ``root``: another checkout, e.g. the code before a change, which is
+served through its own ``serve.py``, or its ``app.py`` when it has none). ``followers`` lightweight clients
+(``bench.streamlit_client``: the websocket protocol a browser speaks, each its own Streamlit session, the same
+script runs and the same data sent, nothing drawn; each loads the page over HTTP first and keeps its cookies, as a
+browser does, from its own loopback address, as each student's machine is its own address) plus ``browsers``
+real Chromium pages open the student link and follow. The teacher opens the links of 10 views one after the
+other, as a teacher with bookmarked steps does (docs/teaching.md): 5 Explore views (layers, heads, two new
+sentences) and 5 Classroom steps, each of those a question. Measured:
 
 * follow: from the teacher's page having finished its run (its view is published then) until each follower's
-  run of the same page and address finished (a Chromium follower: its address shows the view and its script
+  run of the same page and the teacher's address (the teacher's screen's, as the teacher's client holds it)
+  finished (a Chromium follower: its address shows the view and its script
   is idle); p95 over every follower and move; goal 2 s;
 * answers: at each question every lightweight follower clicks an answer, then replays a click on another one
-  (a double click, or a forged message); a ``busy`` answer is clicked again a second later, as the page asks.
+  (a double click, or a forged message); an answer the page asks to click again is clicked again a second later.
   Lost: a follower whose answer is not in the store; accepted twice: more than one answer, or not the first;
-  goal 0 and 0. Then the teacher reveals (a click), and every follower's screen must show the class's answers;
+  goal 0 and 0. A click is acknowledged when the follower's screen shows its answer taken or asks it to click
+  again: the time from the click, p95 and max, goal 2 s for every click. Then the teacher reveals (a click), and
+  every follower's screen must show the class's answers;
+* late joiners: at each move one more client opens the student link; from its first page drawn to the teacher's
+  view on its screen;
 * server CPU per follower per minute: the server's CPU seconds while the class follows an unmoving teacher
   (the polls alone), and over the whole lesson, each divided by followers and minutes.
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import re
 import secrets
@@ -37,6 +46,7 @@ from ui import class_session
 from ui.widgets.messages import md_escape
 
 FOLLOW_GOAL_S = 2.0
+ACK_GOAL_S = 2.0  # every click acknowledged within this
 FOLLOW_TIMEOUT_S = 60.0  # a follower not on the view by then counts as missing it
 IDLE_FOLLOW_S = 30.0  # the class follows an unmoving teacher this long, for the polls' CPU
 TEXTS = (
@@ -73,6 +83,11 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def shown_by(teacher: StreamlitClient) -> dict:
+    """The view the teacher's screen shows: its address (the view is everything in it), the key left out."""
+    return {key: value for key, value in teacher.params().items() if key != "teacher"}
+
+
 def shows_view(client: StreamlitClient, page_hash: str, wanted: dict, since: float) -> bool:
     params = client.params()
     return (
@@ -102,7 +117,30 @@ async def browser_on_view(page, path: str, wanted: dict, timeout_s: float) -> fl
     return time.monotonic()
 
 
-async def teacher_part(playwright, monitor_for, followers: int, browsers: int, results: dict) -> None:
+def follower_address(number: int) -> str:
+    """The loopback address follower ``number`` connects from: one per follower, as one per student's machine."""
+    return f"127.0.{10 + number // 200}.{10 + number % 200}"
+
+
+async def join(client: StreamlitClient, page: str = "", query: str = "") -> None:
+    """Load the page over HTTP, keeping its cookies, then open the session, as a browser does."""
+    await asyncio.to_thread(client.join, page, query)
+    await client.open(page, query)
+
+
+def student_of(client: StreamlitClient, token: str) -> str | None:
+    """The student id the server knows this client by: its signed identity cookie, or (a server before identities
+    were set over HTTP) the id it set by script."""
+    signed = client.cookies.get("headscope_student")
+    if signed:
+        return class_session.verified_student(signed, token)
+    found = re.search(r"headscope_student=([0-9a-f]{32})", " ".join(client.texts))
+    return found.group(1) if found else None
+
+
+async def teacher_part(
+    playwright, monitor_for, followers: int, browsers: int, results: dict, root: Path | None = None
+) -> None:
     token = "bench-" + secrets.token_urlsafe(24)
     folder = Path(tempfile.mkdtemp(prefix="headscope-class-"))
     env = {
@@ -111,9 +149,24 @@ async def teacher_part(playwright, monitor_for, followers: int, browsers: int, r
         "HEADSCOPE_CLASS_DB": str(folder / "class.sqlite3"),
         "HEADSCOPE_PUBLIC_URL": None,
     }
-    row: dict = {"followers": followers, "browsers": browsers, "moves": [], "questions": []}
+    served = {}
+    if root is not None:  # another checkout: its own packages first on the path
+        env["PYTHONPATH"] = str(root)
+        served = {"root": root, "script": "serve.py" if (root / "serve.py").exists() else "app.py"}
+    else:
+        served = {"script": "serve.py"}
+    row: dict = {
+        "followers": followers,
+        "browsers": browsers,
+        "moves": [],
+        "questions": [],
+        "late_joiners_s": [],
+        "root": str(root or "this checkout"),
+        "script": served["script"],
+        "load_average_start": os.getloadavg(),
+    }
     results["teacher"] = row
-    with start_streamlit(env=env) as server:
+    with start_streamlit(env=env, **served) as server:
         monitor = monitor_for(server.pid)
         store = class_session.ClassStore(folder / "class.sqlite3")
         session = class_session.class_id(token)
@@ -136,18 +189,18 @@ async def teacher_part(playwright, monitor_for, followers: int, browsers: int, r
 
             await lead(*lesson()[0])
             # The class joins: every follower opens the student link at once.
-            clients = [StreamlitClient(server.url, f"follower-{n}") for n in range(followers)]
-            await asyncio.gather(*(client.open() for client in clients))
+            clients = [StreamlitClient(server.url, f"follower-{n}", follower_address(n)) for n in range(followers)]
+            await asyncio.gather(*(join(client) for client in clients))
             if browser is not None:
                 for _ in range(browsers):
                     context = await browser.new_context(viewport={"width": 1400, "height": 1000})
                     pages.append(await context.new_page())
                     await pages[-1].goto(f"{server.url}/")
             first_page = lesson()[0][0]
-            view = store.view(session)
+            wanted = shown_by(teacher)
             joined = await asyncio.gather(
                 *(
-                    client.wait_for(lambda c: shows_view(c, c.pages.get(first_page, "?"), view.params, 0), 300)
+                    client.wait_for(lambda c: shows_view(c, c.pages.get(first_page, "?"), wanted, 0), 300)
                     for client in clients
                 )
             )
@@ -166,20 +219,29 @@ async def teacher_part(playwright, monitor_for, followers: int, browsers: int, r
             for number, (page, params) in enumerate(lesson()[1:] + lesson()[:1], start=1):
                 teacher = await lead(page, params)
                 moved_at = teacher.finished_at
-                view = store.view(session)
+                wanted = shown_by(teacher)
                 page_hash = teacher.pages.get(page, "?")
                 arrived = await asyncio.gather(
-                    *(light_on_view(client, page_hash, view.params, moved_at) for client in clients),
-                    *(browser_on_view(p, page, view.params, FOLLOW_TIMEOUT_S) for p in pages),
+                    *(light_on_view(client, page_hash, wanted, moved_at) for client in clients),
+                    *(browser_on_view(p, page, wanted, FOLLOW_TIMEOUT_S) for p in pages),
                 )
                 light = [None if at is None else max(at - moved_at, 0.0) for at in arrived[: len(clients)]]
                 for client, at in zip(clients, light, strict=True):
                     if at is None:  # what this follower shows instead, for the log
                         shown = client.params()
-                        differs = {k: (v, shown.get(k)) for k, v in view.params.items() if shown.get(k) != v}
+                        differs = {k: (v, shown.get(k)) for k, v in wanted.items() if shown.get(k) != v}
                         print(f"    {client.name} not on the view: {differs or 'same address, run not finished'}")
                 real = [None if at is None else max(at - moved_at, 0.0) for at in arrived[len(clients) :]]
                 row["moves"].append({"move": number, "page": page, "light_s": light, "browser_s": real})
+                late = StreamlitClient(server.url, f"late-{number}", follower_address(followers + number))
+                await join(late)
+                if await late.wait_for(lambda c: c.runs_finished >= 1, FOLLOW_TIMEOUT_S):
+                    first_drawn = late.finished_at
+                    on_view = await light_on_view(late, page_hash, wanted, 0)
+                    row["late_joiners_s"].append(None if on_view is None else max(on_view - first_drawn, 0.0))
+                else:
+                    row["late_joiners_s"].append(None)
+                await late.close()
                 missed = sum(value is None for value in light + real)
                 done = [value for value in light + real if value is not None]
                 print(
@@ -187,12 +249,13 @@ async def teacher_part(playwright, monitor_for, followers: int, browsers: int, r
                     flush=True,
                 )
                 if page == "classroom":
-                    row["questions"].append(await question(store, session, teacher, clients))
+                    row["questions"].append(await question(store, session, teacher, clients, token))
             row["lesson_seconds"] = time.monotonic() - lesson_began
             row["lesson_cpu_per_follower_minute"] = (
                 (monitor.cpu_seconds() - lesson_cpu) / max(followers + browsers, 1) / (row["lesson_seconds"] / 60)
             )
             row["errors"] = sum(len(client.errors) for client in clients)
+            row["load_average_end"] = os.getloadavg()
         finally:
             for client in [*clients, *([teacher] if teacher else [])]:
                 with contextlib.suppress(Exception):
@@ -202,7 +265,14 @@ async def teacher_part(playwright, monitor_for, followers: int, browsers: int, r
             monitor.close()
 
 
-async def question(store, session: str, teacher: StreamlitClient, clients) -> dict:
+REPLIES = ("Wait for the teacher", "click your answer again", "already answered", "needs the class's cookie")
+
+
+def answer_buttons(client: StreamlitClient, key: str) -> str | None:
+    return client.widget(f"class_pick_{key}")
+
+
+async def question(store, session: str, teacher: StreamlitClient, clients, token: str) -> dict:
     """Every follower answers the question the teacher's step asks (then replays another click); the teacher
     reveals; the store is checked."""
     key = store.latest_question(session)
@@ -211,25 +281,27 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
     options = len(labels)
     first = {client.name: random.randrange(options) for client in clients}
     busy = slow = 0
+    acks: list[float] = []
 
     async def answer(client: StreamlitClient) -> str:
         nonlocal busy, slow
-        shown = client.widget(f"class_pick_{key}")
+        shown = answer_buttons(client, key)
         if shown is None:
             return "no answer buttons"
         for _ in range(10):
             client.texts = []
+            sent = time.monotonic()
             await client.click(shown, string_array_value=[labels[first[client.name]]])
-            await client.wait_for(
-                lambda c: c.shows("Wait for the teacher") or c.shows("Many answers at this moment"), 30
-            )
+            replied = await client.wait_for(lambda c: any(c.shows(reply) for reply in REPLIES), 30)
+            if replied:
+                acks.append(time.monotonic() - sent)
             if client.shows("Wait for the teacher"):
                 # A second click on another answer (a double click, or a forged message): refused.
                 await client.click(shown, string_array_value=[labels[(first[client.name] + 1) % options]])
                 return "answered"
-            if client.shows("Many answers at this moment"):
+            if client.shows("click your answer again"):
                 busy += 1
-            else:  # no reply within 30 s (a starved server): the student clicks again
+            elif not replied:  # no reply within 30 s (a starved server): the student clicks again
                 slow += 1
             await asyncio.sleep(1.0)
         return "busy"
@@ -242,8 +314,8 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
     stored = store.answers(session, key)
     lost = twice = 0
     for client in clients:
-        found = re.search(r"headscope_student=([0-9a-f]{32})", " ".join(client.texts))
-        kept = stored.get(found.group(1)) if found else None
+        student = student_of(client, token)
+        kept = stored.get(student) if student else None
         if kept is None:
             lost += 1
         elif len(kept) > 1 or kept[0] != first[client.name]:
@@ -251,13 +323,23 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
     # The teacher reveals; every follower's screen shows the class's answers.
     revealed_at = time.monotonic()
     await teacher.click(teacher.widget(f"class_reveal_{key}"), trigger_value=True)
-    shown = await asyncio.gather(
-        *(client.wait_for(lambda c: c.shows("answer(s), the model"), 60) for client in clients)
-    )
-    reveal_s = [client.finished_at - revealed_at for client, ok in zip(clients, shown, strict=True) if ok]
+
+    async def reveal_shown(client: StreamlitClient) -> float | None:
+        """Seconds from the click until ``client`` shows the reveal (None: not within 60 s), taken when it does:
+        a follower's last finished run, read after every follower was waited for, is a later poll's."""
+        if await client.wait_for(lambda c: c.shows("answer(s), the model"), 60):
+            return time.monotonic() - revealed_at
+        return None
+
+    seconds = await asyncio.gather(*(reveal_shown(client) for client in clients))
+    shown = [s is not None for s in seconds]
+    reveal_s = [s for s in seconds if s is not None]
+    late_acks = sum(ack > ACK_GOAL_S for ack in acks)
     print(
         f"    question {key}: {sum(counts)} answers, lost {lost}, accepted twice {twice}, "
-        f"busy {busy}, clicked again after 30 s without a reply {slow}, reveal shown on {sum(shown)}",
+        f"asked to click again {busy}, clicked again after 30 s without a reply {slow}, "
+        f"clicks acknowledged p95 {percentile(acks, 95) or 0:.2f} s (after more than {ACK_GOAL_S:.0f} s: "
+        f"{late_acks}), reveal shown on {sum(shown)}",
         flush=True,
     )
     return {
@@ -268,8 +350,10 @@ async def question(store, session: str, teacher: StreamlitClient, clients) -> di
         "accepted_twice": twice,
         "busy_retries": busy,
         "unconfirmed_retries": slow,
+        "acks_s": acks,
         "answering_s": answered_s,
         "reveal_shown": sum(shown),
+        "reveal_s": reveal_s,
         "reveal_p95_s": percentile(reveal_s, 95),
     }
 
@@ -280,10 +364,13 @@ def report(row: dict, markdown) -> list[str]:
     every = light + real
     done = [v for v in every if v is not None]
     questions = row["questions"]
+    acks = [a for q in questions for a in q.get("acks_s", [])]
     out = [
         "",
         f"### A teacher leads ({row['followers']} lightweight followers + {row['browsers']} Chromium followers, "
-        f"{len(row['moves'])} moves, {len(questions)} questions)",
+        f"{len(row['moves'])} moves, {len(questions)} questions; served: {row.get('root', 'this checkout')}, "
+        f"{row.get('script', 'app.py')}; load average {_load(row.get('load_average_start'))} at the start, "
+        f"{_load(row.get('load_average_end'))} at the end)",
         "",
         markdown(
             ["measure", "value", "goal"],
@@ -296,6 +383,28 @@ def report(row: dict, markdown) -> list[str]:
                 ],
                 ["Chromium followers p95 (s)", _f(percentile([v for v in real if v is not None], 95)), ""],
                 ["follows missed (not on the view within 60 s)", sum(v is None for v in every), "0"],
+                [
+                    "move with the worst p95 (s)",
+                    _f(
+                        max(
+                            (percentile([v for v in m["light_s"] + m["browser_s"] if v is not None], 95) or 0)
+                            for m in row["moves"]
+                        )
+                        if row["moves"]
+                        else None
+                    ),
+                    f"<= {FOLLOW_GOAL_S}",
+                ],
+                [
+                    "late joiners on the view, from their first page drawn, max (s)",
+                    _f(max((v for v in row.get("late_joiners_s", []) if v is not None), default=None)),
+                    f"<= {FOLLOW_GOAL_S}",
+                ],
+                [
+                    "late joiners not on the view within 60 s",
+                    sum(v is None for v in row.get("late_joiners_s", [])),
+                    "0",
+                ],
                 ["answers lost", sum(q["lost"] for q in questions), "0"],
                 ["answers accepted twice", sum(q["accepted_twice"] for q in questions), "0"],
                 [
@@ -303,7 +412,17 @@ def report(row: dict, markdown) -> list[str]:
                     f"{sum(q['answers'] for q in questions)} / {len(questions) * row['followers']}",
                     "",
                 ],
-                ["answers refused as busy, then sent again", sum(q["busy_retries"] for q in questions), ""],
+                [
+                    "answers the page asked to click again, then sent again",
+                    sum(q["busy_retries"] for q in questions),
+                    "",
+                ],
+                [
+                    "clicks acknowledged, p95 / max (s)",
+                    f"{_f(percentile(acks, 95))} / {_f(max(acks, default=None))}",
+                    f"<= {ACK_GOAL_S}",
+                ],
+                [f"clicks acknowledged after more than {ACK_GOAL_S:.0f} s", sum(a > ACK_GOAL_S for a in acks), "0"],
                 [
                     "answers clicked again after 30 s without a reply",
                     sum(q.get("unconfirmed_retries", 0) for q in questions),
@@ -316,7 +435,7 @@ def report(row: dict, markdown) -> list[str]:
                 ],
                 [
                     "reveal reached the followers, p95 (s)",
-                    _f(percentile([q["reveal_p95_s"] for q in questions if q["reveal_p95_s"] is not None], 95)),
+                    _f(percentile([v for q in questions for v in q.get("reveal_s", [])], 95)),
                     "",
                 ],
                 [
@@ -334,6 +453,10 @@ def report(row: dict, markdown) -> list[str]:
         ),
     ]
     return out
+
+
+def _load(values) -> str:
+    return " / ".join(f"{v:.1f}" for v in values) if values else "-"
 
 
 def _f(value, digits: int = 2) -> str:

@@ -36,8 +36,9 @@ memory       A second server with ``HEADSCOPE_CACHE_BUDGET_MB`` (``--budget-mb``
 
 teacher      A teacher leads: 30 lightweight followers (Streamlit's websocket protocol, nothing drawn) and 2
              Chromium followers, 10 moves and 5 questions; follow time p95 (goal 2 s), answers lost and
-             accepted twice (goal 0), server CPU per follower per minute (bench/class_teacher.py;
-             ``--followers``, ``--class-browsers``).
+             accepted twice (goal 0), every click acknowledged within 2 s, late joiners on the view, server
+             CPU per follower per minute (bench/class_teacher.py; ``--followers``, ``--class-browsers``,
+             ``--class-root`` to serve another checkout, e.g. the code before a change).
 
 ``--quick`` (under 3 minutes once its cache holds the converted SmolLM2): N = 1, 3, fewer links, and a
 kept cache directory (bench/out/classroom-cache) instead of a fresh one, so SmolLM2 loads without the
@@ -1164,7 +1165,12 @@ async def run_benchmark(args, profile: Profile, results: dict) -> None:
                             monitor.close()
                 if "teacher" in args.parts:
                     await class_teacher.teacher_part(
-                        playwright, ServerMonitor, profile.followers, profile.class_browsers, results
+                        playwright,
+                        ServerMonitor,
+                        profile.followers,
+                        profile.class_browsers,
+                        results,
+                        root=Path(args.class_root).resolve() if args.class_root else None,
                     )
                 if "memory" in args.parts:
                     budget = {"HEADSCOPE_CACHE_BUDGET_MB": str(args.budget_mb)} if args.budget_mb else {}
@@ -1223,6 +1229,11 @@ def main() -> None:
     )
     parser.add_argument("--followers", type=int, help="the teacher part's lightweight followers (default 30; quick 5)")
     parser.add_argument("--class-browsers", type=int, help="the teacher part's Chromium followers (default 2; quick 1)")
+    parser.add_argument(
+        "--class-root",
+        help="the teacher part serves this checkout instead (e.g. the code before a change, exported with git "
+        "archive): its serve.py, or its app.py when it has none",
+    )
     parser.add_argument("--json", help="write every measured row to this file")
     parser.add_argument("--report", metavar="JSON", help="print the tables of a --json file again, run nothing")
     args = parser.parse_args()

@@ -85,7 +85,7 @@ class TorchAttention(nn.Module):
             self.inner.out_proj.weight.copy_(ours.out_proj.weight)
             self.inner.out_proj.bias.copy_(ours.out_proj.bias)
 
-    def forward(self, x, causal=True, edit=None):
+    def forward(self, x, causal=True, hooks=None):
         n = x.shape[1]
         hidden = torch.ones(n, n, dtype=torch.bool).triu(1)  # True = may not attend
         if self.need_weights:

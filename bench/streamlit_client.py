@@ -3,17 +3,22 @@
 It opens a session (``/_stcore/stream``), asks for a run of a page with a query string, keeps the address the
 server gives it (``page_info_changed``; ``st.switch_page`` and ``st.query_params`` changes), reruns a fragment every
 ``interval`` as the browser does for ``st.fragment(run_every=...)`` (``auto_rerun``), and sends widget values
-(a click) as the browser does. The server does the same work for it as for a browser (the same script runs,
-the same data is sent); only the drawing, which happens on each student's own machine, is left out.
-Loopback only; every wait is bounded by its caller.
+(a click) as the browser does: a widget drawn inside a fragment reruns that fragment. ``join()`` first loads the
+page over HTTP, as a browser does before it opens its websocket, and keeps the cookies the server sets, which the
+websocket then carries; ``source`` connects from another loopback address (127.0.0.N), so that many clients are
+many addresses to the server, as many students' machines are. The server does the same work for it as for a
+browser (the same script runs, the same data is sent); only the drawing, which happens on each student's own
+machine, is left out. Loopback only; every wait is bounded by its caller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import time
-from urllib.parse import parse_qsl
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qsl, urlsplit
 
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
@@ -22,10 +27,16 @@ from websockets.exceptions import ConnectionClosed
 
 
 class StreamlitClient:
-    def __init__(self, base_url: str, name: str = "client"):
+    def __init__(self, base_url: str, name: str = "client", source: str | None = None):
         assert base_url.startswith("http://127.0.0.1:"), "loopback only"
+        assert source is None or source.startswith("127."), "loopback only"
+        self.base_url, self.source = base_url, source
         self.url = base_url.replace("http://", "ws://") + "/_stcore/stream"
         self.name = name
+        self.cookies: dict[str, str] = {}  # what the server set on ``join``; sent with the websocket
+        self.addresses: list[str] = []  # every address the server gave this client, in order
+        self.widget_fragments: dict[str, str] = {}  # widget id -> the fragment that drew it
+        self.auto_reruns = True  # False: the fragments' timers send nothing (a test sends them by hand)
         self.query = ""
         self.page_hash = ""
         self.pages: dict[str, str] = {}  # url path -> page script hash
@@ -45,8 +56,42 @@ class StreamlitClient:
         self.errors: list[str] = []
 
     # ---- connection ---------------------------------------------------------------------------------------
+    def join(self, page: str = "", query: str = "") -> int:
+        """Load the page over HTTP as a browser does first (from ``source``), keeping the cookies the server sets;
+        returns the HTTP status (a redirect is followed once, as a browser follows the teacher link's)."""
+        parts = urlsplit(self.base_url)
+        path = f"/{page}" + (f"?{query}" if query else "")
+        for _ in range(2):
+            connection = http.client.HTTPConnection(
+                parts.hostname, parts.port, timeout=60, source_address=(self.source, 0) if self.source else None
+            )
+            try:
+                headers = {"Cookie": self.cookie_header()} if self.cookies else {}
+                connection.request("GET", path, headers=headers)
+                response = connection.getresponse()
+                response.read()
+                for header in response.headers.get_all("Set-Cookie") or []:
+                    jar = SimpleCookie()
+                    jar.load(header)
+                    self.cookies.update({name: morsel.value for name, morsel in jar.items()})
+                if response.status in (301, 302, 303, 307) and response.getheader("Location"):
+                    path = response.getheader("Location")
+                    continue
+                return response.status
+            finally:
+                connection.close()
+        return response.status
+
+    def cookie_header(self) -> str:
+        return "; ".join(f"{name}={value}" for name, value in self.cookies.items())
+
     async def open(self, page: str = "", query: str = "") -> None:
-        self._connection = await connect(self.url, subprotocols=["streamlit"], max_size=None, ping_interval=None)
+        extra = {"additional_headers": {"Cookie": self.cookie_header()}} if self.cookies else {}
+        if self.source:
+            extra["local_addr"] = (self.source, 0)
+        self._connection = await connect(
+            self.url, subprotocols=["streamlit"], max_size=None, ping_interval=None, **extra
+        )
         self._reader = asyncio.create_task(self._read())
         self.query = query
         await self.rerun(page_name=page)
@@ -59,13 +104,25 @@ class StreamlitClient:
         if self._reader is not None:
             self._reader.cancel()
 
-    async def rerun(self, *, page_name: str = "", fragment_id: str = "", widget_states=(), query: str | None = None):
+    async def rerun(
+        self,
+        *,
+        page_name: str = "",
+        fragment_id: str = "",
+        widget_states=(),
+        query: str | None = None,
+        as_if: tuple[str, str] | None = None,
+    ):
+        """Ask for a run. ``query``: this address from now on; ``as_if=(page_hash, query)``: this one request as a
+        browser sends it before it took in the server's last messages (its older page and address), the client's
+        own record left as it is."""
         if query is not None:
             self.query = query
+        page_hash, query_string = as_if or (self.page_hash, self.query)
         message = BackMsg()
         state = message.rerun_script
-        state.query_string = self.query
-        state.page_script_hash = self.page_hash
+        state.query_string = query_string
+        state.page_script_hash = page_hash
         state.page_name = page_name
         if fragment_id:
             state.fragment_id = fragment_id
@@ -74,13 +131,18 @@ class StreamlitClient:
             state.widget_states.widgets.append(widget_state)
         await self._connection.send(message.SerializeToString())
 
+    def fragments(self) -> list[str]:
+        """The ids of the fragments the server asked this client to rerun on a timer (the class poll)."""
+        return list(self._timers)
+
     def widget(self, key_suffix: str) -> str | None:
         """The id of the widget shown now whose id ends with ``key_suffix`` (the script's ``key=``), or None."""
         return next((wid for wid in self.widgets if wid.endswith(key_suffix)), None)
 
     async def click(self, widget_id: str, **value) -> None:
         """Set the widget ``widget_id`` (e.g. ``string_array_value=[label]`` for pills, ``trigger_value=True`` for a
-        button) and rerun, as a click does; an id no longer shown is sent all the same (a replayed message)."""
+        button) and rerun, as a click does: the fragment that drew it, or the app; an id no longer shown is sent
+        all the same (a replayed message)."""
         from streamlit.proto.WidgetStates_pb2 import WidgetState
 
         state = WidgetState(id=widget_id)
@@ -89,7 +151,7 @@ class StreamlitClient:
                 getattr(state, field).data.extend(given)
             else:
                 setattr(state, field, given)
-        await self.rerun(widget_states=[state])
+        await self.rerun(widget_states=[state], fragment_id=self.widget_fragments.get(widget_id, ""))
 
     def params(self) -> dict:
         return dict(parse_qsl(self.query, keep_blank_values=True))
@@ -98,7 +160,7 @@ class StreamlitClient:
     async def _auto_rerun(self, fragment_id: str, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            if not self.running:
+            if not self.running and self.auto_reruns:
                 await self.rerun(fragment_id=fragment_id)
 
     async def _read(self) -> None:
@@ -113,7 +175,11 @@ class StreamlitClient:
             kind = message.WhichOneof("type")
             now = time.monotonic()
             if kind == "new_session":
-                self.page_hash = message.new_session.page_script_hash
+                if not message.metadata.run.fragment_ids:  # a full run, as the browser reads it: its page, and
+                    self.page_hash = message.new_session.page_script_hash  # its fragment timers stopped (the run
+                    for timer in self._timers.values():  # registers the ones it keeps again); a fragment's run
+                        timer.cancel()  # changes neither
+                    self._timers = {}
             elif kind == "navigation":
                 self.pages = {page.url_pathname: page.page_script_hash for page in message.navigation.app_pages}
                 if message.navigation.page_script_hash != self._fragments_page:  # another page: its own fragments
@@ -124,6 +190,7 @@ class StreamlitClient:
                 self.page_hash = message.navigation.page_script_hash
             elif kind == "page_info_changed":
                 self.query = message.page_info_changed.query_string
+                self.addresses.append(self.query)
                 self.query_changed_at = now
             elif kind == "auto_rerun":
                 fragment_id, interval = message.auto_rerun.fragment_id, message.auto_rerun.interval
@@ -148,6 +215,7 @@ class StreamlitClient:
                     widget_id = getattr(getattr(element, which), "id", "") if which else ""
                     if isinstance(widget_id, str) and widget_id:
                         self.widgets.add(widget_id)
+                        self.widget_fragments[widget_id] = message.delta.fragment_id
             elif kind == "script_finished":
                 self.finished_at = now
                 self.runs_finished += 1

@@ -3,7 +3,7 @@
 Never imports streamlit or plotly. The public API is what ``__all__`` lists; README.md shows it in use.
 """
 
-from . import edits, errors, operations
+from . import edits, errors, hooks, operations
 
 # Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
 from .analysis.flow import attention_flow, attention_rollout
@@ -119,7 +119,8 @@ __all__ = [
     "sinusoidal_encoding",
     "softmax_saturation",
     "worked_example",
-    # causal evidence
+    # named hook points (model.run_with_cache, model.run(hooks=...): docs/hooks.md) and causal evidence
+    "hooks",
     "edits",
     "head_importance",
     "induction_experiment",

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .hooks import HookError, Points, as_points
+
 SCORE_FUNCTIONS = ("dot", "scaled", "cosine")
 
 
@@ -64,6 +66,29 @@ def _keep_mask(scores: torch.Tensor, mask: torch.Tensor | None, causal: bool) ->
     return keep
 
 
+def masked_scores(
+    scores: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(scores + mask with -inf at every hidden key, the keep-mask or None)``: what the softmax reads
+    (``attn.hook_attn_scores``). ``mask`` is boolean (True = attend) or additive float (0 = attend, -inf or a large
+    negative number = do not), broadcast against ``scores``."""
+    if mask is not None and mask.dtype != torch.bool:
+        scores = scores + mask.to(scores.dtype)  # additive mask: -inf where hidden
+    keep = _keep_mask(scores, mask, causal)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))  # hidden keys get -inf: exp(-inf) = 0
+    return scores, keep
+
+
+def softmax_rows(scores: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last axis; a row whose keys are all hidden (``keep``) gets all-zero weights, not the NaN
+    that 0/0 would give."""
+    weights = torch.softmax(scores, dim=-1)
+    if keep is not None:
+        weights = weights.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)
+    return weights
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
     """softmax(scores + mask) over the last axis: the formula, step by step.
 
@@ -72,15 +97,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, causa
     maximum before exponentiating, so scores of any magnitude stay finite. A row whose keys are
     all masked gets all-zero weights instead of the NaN that 0/0 would give.
     """
-    if mask is not None and mask.dtype != torch.bool:
-        scores = scores + mask.to(scores.dtype)  # additive mask: -inf where hidden
-    keep = _keep_mask(scores, mask, causal)
-    if keep is not None:
-        scores = scores.masked_fill(~keep, float("-inf"))  # hidden keys get -inf: exp(-inf) = 0
-    weights = torch.softmax(scores, dim=-1)
-    if keep is not None:
-        weights = weights.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)  # no key at all: zero, not NaN
-    return weights
+    return softmax_rows(*masked_scores(scores, mask, causal))
 
 
 def masked_softmax_(scores: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
@@ -130,24 +147,41 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     causal: bool = False,
     score: str = "scaled",
+    hooks: Points | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(score(q, k) + mask) v. Shapes ``[..., n_q, d_k]``, ``[..., n_k, d_k]``, ``[..., n_k, d_v]``.
 
-    Returns ``(output [..., n_q, d_v], weights [..., n_q, n_k])``.
+    Returns ``(output [..., n_q, d_v], weights [..., n_q, n_k])``. ``hooks`` (``mha_core.hooks``): the points
+    ``hook_attn_scores`` (what the softmax reads: scaled, with the mask's bias, -inf at hidden keys) and
+    ``hook_pattern`` (the weights), each ``[batch, head, query, key]``.
     """
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"query and key must share their last dimension, got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"key and value must have the same length, got {k.shape[-2]} and {v.shape[-2]}")
+    hooked = hooks is not None and (hooks.wants("hook_attn_scores") or hooks.wants("hook_pattern"))
     kernel = _ATTENTION_KERNEL.get()
     if kernel is not None:
+        if hooked:
+            raise HookError("A long run computes attention in blocks: it has no scores or pattern to hook.")
         return kernel(q, k, v, mask=mask, causal=causal, score=score)
     scores = attention_scores(q, k, score)
-    if torch.is_grad_enabled() and scores.requires_grad:
+    if hooked:  # the scores are kept or replaced: they are not overwritten by the weights
+        scores, keep = masked_scores(scores, mask, causal)
+        weights = hooks("hook_pattern", softmax_rows(hooks("hook_attn_scores", scores), keep))
+    elif torch.is_grad_enabled() and scores.requires_grad:
         weights = masked_softmax(scores, mask, causal)
     else:
         weights = masked_softmax_(scores, mask, causal)  # the same numbers, without a second [n, n] buffer
     return torch.matmul(weights, v), weights
+
+
+def head_point(hooks: Points, name: str, heads: torch.Tensor) -> torch.Tensor:
+    """The point ``name`` on per-head vectors ``[batch, heads, n, d]``, seen as ``[batch, n, heads, d]``
+    (TransformerLens' layout of q, k, v and z)."""
+    if not hooks.wants(name):
+        return heads
+    return hooks(name, heads.transpose(1, 2)).transpose(1, 2)
 
 
 class MultiHeadAttention(nn.Module):
@@ -269,13 +303,15 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         causal: bool = False,
         key_padding_mask: torch.Tensor | None = None,
-        edit=None,
+        hooks=None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns ``(output [batch, n_q, d_model], weights [batch, heads, n_q, n_k])``.
 
-        ``edit``: a function of the heads' outputs ``z = [batch, n_q, heads, d_k]`` before Concat and W^O, which
-        returns z edited (``mha_core.edits``: zero or mean ablation, the Lab's head mask, importance gates,
-        patching). The weights are returned unedited.
+        ``hooks``: ``{name: function}`` or a ``mha_core.hooks`` scope, on the points ``hook_q``, ``hook_k``,
+        ``hook_v`` (``[batch, n, heads, d_k]``), ``hook_attn_scores``, ``hook_pattern`` (``[batch, heads, n_q, n_k]``:
+        the weights returned are the pattern after its hook) and ``hook_z`` (each head's output before Concat and
+        W^O, ``[batch, n_q, heads, d_k]``: ``mha_core.edits``' zero or mean ablation, the Lab's head mask,
+        importance gates, patching).
 
         ``key``/``value`` default to ``query`` (self-attention); ``value`` defaults to ``key``.
         ``mask`` broadcasts to ``[batch, heads, n_q, n_k]`` (bool keep-mask or additive float);
@@ -286,6 +322,7 @@ class MultiHeadAttention(nn.Module):
             key = query
         if value is None:
             value = key
+        hooks = as_points(hooks)
         unbatched = query.dim() == 2
         if unbatched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
@@ -306,11 +343,17 @@ class MultiHeadAttention(nn.Module):
                 mask = mask & pad
             else:
                 mask = mask.masked_fill(~pad, float("-inf"))
-        q, k, v = self.project(query, key, value)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, score=self.score)
-        if edit is not None:
-            heads = edit(heads.transpose(1, 2)).transpose(1, 2)  # z = [batch, n_q, heads, d_k], as mha_core.edits
-        merged = self.merge_heads(heads)
+        q, k, v = (
+            head_point(hooks, name, t)
+            for name, t in zip(("hook_q", "hook_k", "hook_v"), self.project(query, key, value))
+        )
+        score = self.score
+        if score == "scaled" and not hooks.wants("hook_q") and not (torch.is_grad_enabled() and q.requires_grad):
+            # 1/sqrt(d_k) folded into the queries in place: their memory is this call's own projection (nothing
+            # else holds it), so the scaled product costs no new [n, d] buffer. The same numbers as "scaled".
+            q, score = q.mul_(1.0 / math.sqrt(self.d_k)), "dot"
+        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, score=score, hooks=hooks)
+        merged = self.merge_heads(head_point(hooks, "hook_z", heads))
         out = linear(merged, self.out_proj.weight, self.out_proj.bias)
         if unbatched:
             return out[0], weights[0]

@@ -1,17 +1,20 @@
-"""One way to edit a head: a function on every head's output before the output projection.
+"""One way to edit a head: a function on every head's output before the output projection; and the library's one
+place that puts a hook on a module.
 
 The thing edited is ``z``, each head's output ``softmax(QK^T / sqrt(d_k)) V`` before Concat and W^O, shaped
-``[batch, n, heads, d_head]`` (TransformerLens calls it ``hook_z``). An *edit* is a callable ``z -> z`` of the same
-shape; ``{layer: edit}`` edits a model. Zero ablation, mean ablation, the Lab's head mask, importance gates and
-activation patching are all edits; both engines apply them at the same place:
+``[batch, n, heads, d_head]``: the named hook point ``blocks.{l}.attn.hook_z`` (``mha_core.hooks``, docs/hooks.md).
+An *edit* is a hook function ``z -> z`` of the same shape; ``{"blocks.3.attn.hook_z": edit}`` edits a model, in both
+engines. Zero ablation, mean ablation, the Lab's head mask, importance gates and activation patching over heads
+are edits; ``replace_positions`` patches any ``[batch, n, ...]`` point (an MLP's output, the residual stream) in
+chosen rows and positions. Both engines apply them at the same place:
 
-- the from-scratch core (``MultiHeadAttention.forward(..., edit=...)``, the core engine's layers) applies the
-  edit to its own heads before W^O;
+- the from-scratch core computes its heads itself and calls the point (``MultiHeadAttention.forward(...,
+  hooks=...)``, the core engine's layers);
 - the transformers engine applies it in a forward pre-hook on each layer's output projection, whose input is
   Concat(heads) ``[batch, n, heads * d_head]`` (``apply_to_concat`` reshapes it to ``z`` and back).
 
-``forward_pre_hooks`` / ``forward_hooks`` are the library's only way to put a hook on a module: they always take
-the hooks off again, whatever happens inside.
+``forward_pre_hooks`` / ``forward_hooks`` / ``softmax_hooks`` are the library's only way to put a hook on a module:
+they always take the hooks off again, whatever happens inside.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 Edit = Callable[[torch.Tensor], torch.Tensor]
 LayerEdits = Mapping[int, Edit]
@@ -110,10 +115,29 @@ def replace_heads_per_row(chosen: torch.Tensor, values: torch.Tensor) -> Edit:
     return edit
 
 
+def replace_positions(
+    values: torch.Tensor, rows: torch.Tensor | None = None, positions: torch.Tensor | None = None
+) -> Edit:
+    """A ``[batch, n, ...]`` activation replaced by ``values`` (which broadcast to it: ``[n, d]`` for another run's
+    MLP output or residual stream) in the batch rows ``rows`` (booleans ``[batch]``; None: all) at ``positions``
+    (booleans ``[batch, n]``; None: every position)."""
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        where = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        if rows is not None:
+            where = where & rows.to(x.device)[:, None]
+        if positions is not None:
+            where = where & positions.to(x.device)
+        where = where.reshape(*where.shape, *([1] * (x.dim() - 2)))
+        return torch.where(where, values.to(x.device, x.dtype).expand_as(x), x)
+
+    return edit
+
+
 def gradient_probe(store: list) -> Edit:
-    """Adds a zero that requires a gradient to z, and appends it to ``store``: after ``backward()`` its
-    ``.grad`` is d(loss)/dz of every head at every position, through every path of the model (attribution
-    patching, Nanda 2023). The output itself is unchanged."""
+    """Adds a zero that requires a gradient to the point's tensor (z, or any other), and appends it to ``store``:
+    the gradient of a loss with respect to it is d(loss)/dz of every head at every position, through every path
+    of the model (attribution patching, Nanda 2023). The output itself is unchanged."""
 
     def edit(z: torch.Tensor) -> torch.Tensor:
         probe = torch.zeros_like(z, requires_grad=True)
@@ -123,18 +147,9 @@ def gradient_probe(store: list) -> Edit:
     return edit
 
 
-def record_heads(store: list) -> Edit:
-    """Leaves z as it is and appends it (detached, float32) to ``store``: the clean run of activation patching."""
-
-    def edit(z: torch.Tensor) -> torch.Tensor:
-        store.append(z.detach().float())
-        return z
-
-    return edit
-
-
 def chain(*edits: Edit | None) -> Edit | None:
-    """The edits applied one after the other (None entries skipped); None when there are none."""
+    """The edits (hook functions) applied one after the other (None entries skipped; a function that returns None
+    keeps its input); None when there are none."""
     present = [edit for edit in edits if edit is not None]
     if not present:
         return None
@@ -143,7 +158,8 @@ def chain(*edits: Edit | None) -> Edit | None:
 
     def edit(z: torch.Tensor) -> torch.Tensor:
         for one in present:
-            z = one(z)
+            replaced = one(z)
+            z = z if replaced is None else replaced
         return z
 
     return edit
@@ -168,22 +184,14 @@ def apply_to_concat(edit: Edit | None, concat: torch.Tensor, num_heads: int) -> 
     return edited.reshape(concat.shape)
 
 
-def concat_pre_hook(edit: Edit, num_heads: int):
-    """A forward pre-hook for an output projection that applies ``edit`` to its input, Concat(heads)."""
-
-    def hook(module, args):
-        return (apply_to_concat(edit, args[0], num_heads), *args[1:])
-
-    return hook
-
-
 @contextmanager
-def forward_pre_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]]):
-    """Register ``(module, hook)`` forward pre-hooks for the ``with`` block, and always remove them."""
+def forward_pre_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]], with_kwargs: bool = False):
+    """Register ``(module, hook)`` forward pre-hooks for the ``with`` block, and always remove them.
+    ``with_kwargs``: each hook is ``hook(module, args, kwargs) -> (args, kwargs) or None``."""
     handles = []
     try:
         for module, hook in hooks:
-            handles.append(module.register_forward_pre_hook(hook))
+            handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
         yield
     finally:
         for handle in handles:
@@ -191,13 +199,65 @@ def forward_pre_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]]):
 
 
 @contextmanager
-def forward_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]]):
-    """Register ``(module, hook)`` forward hooks for the ``with`` block, and always remove them."""
+def forward_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]], always_call: bool = False):
+    """Register ``(module, hook)`` forward hooks for the ``with`` block, and always remove them.
+    ``always_call``: each hook runs even when the module's forward raises (then with output None)."""
     handles = []
     try:
         for module, hook in hooks:
-            handles.append(module.register_forward_hook(hook))
+            handles.append(module.register_forward_hook(hook, always_call=always_call))
         yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+SOFTMAX_FUNCTIONS = (F.softmax, torch.softmax, torch.Tensor.softmax)
+
+
+class SoftmaxPoints(TorchFunctionMode):
+    """For the length of one module's forward: each softmax call's input goes through ``on_scores`` and its output
+    through ``on_weights`` (each returns its tensor or a replacement). How the transformers engine reaches the
+    scores and the weights of an attention inside the checkpoint's own attention code (which computes both in a
+    function, not a module); ``calls`` counts the softmaxes seen."""
+
+    def __init__(self, on_scores: Callable, on_weights: Callable):
+        super().__init__()
+        self.on_scores, self.on_weights, self.calls = on_scores, on_weights, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in SOFTMAX_FUNCTIONS:
+            return func(*args, **kwargs)
+        self.calls += 1
+        return self.on_weights(func(self.on_scores(args[0]), *args[1:], **kwargs))
+
+
+@contextmanager
+def softmax_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable, Callable]]):
+    """For the ``with`` block, every forward of each module runs inside a ``SoftmaxPoints(on_scores, on_weights)``
+    (``(module, on_scores, on_weights)``): entered by a forward pre-hook, left by a forward hook that always runs.
+    A forward that ran no softmax, or more than one, raises ``ValueError``: the attention is not computed the way
+    these points assume."""
+    hooks = list(hooks)
+    active: dict[int, list] = {}
+
+    def enter(on_scores: Callable, on_weights: Callable):
+        def hook(module, args):
+            mode = SoftmaxPoints(on_scores, on_weights)
+            active.setdefault(id(module), []).append(mode)
+            mode.__enter__()
+
+        return hook
+
+    def leave(module, args, output):
+        mode = active[id(module)].pop()
+        mode.__exit__(None, None, None)
+        if output is not None and mode.calls != 1:  # output None: the forward raised, its error goes on
+            raise ValueError(f"{type(module).__name__} ran {mode.calls} softmaxes: its scores cannot be named")
+
+    with (
+        forward_pre_hooks((module, enter(on_scores, on_weights)) for module, on_scores, on_weights in hooks),
+        forward_hooks(((module, leave) for module, _, _ in hooks), always_call=True),
+    ):
+        yield

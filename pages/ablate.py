@@ -168,6 +168,7 @@ with messages.error_display():
                     table["loss_after"].to_numpy(),
                     table["loss_before"].to_numpy(),
                     label="loss",
+                    positions=table["position"].tolist(),
                 ),
                 key="ablate_losses",
                 filename="headscope-ablate-losses",
@@ -177,7 +178,10 @@ with messages.error_display():
             st.metric("Output change (cosine distance of the sentence embedding)", f"{after.output_change:.4g}")
             charts.show_chart(
                 token_change_bars(
-                    table["token"].tolist(), table["output_change"].to_numpy(), label="output change (1 - cos)"
+                    table["token"].tolist(),
+                    table["output_change"].to_numpy(),
+                    label="output change (1 - cos)",
+                    positions=table["position"].tolist(),
                 ),
                 key="ablate_losses",
                 filename="headscope-ablate-output-change",

@@ -11,7 +11,7 @@ import streamlit as st
 from mha_core.interventions.attribution import head_grid
 from mha_core.interventions.patching import PATCH_METHODS
 from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
-from ui import address, computations, session, shell
+from ui import address, circuits, computations, session, shell
 from ui.figures.causal import head_score_map
 from ui.figures.circuits import estimate_against_exact, logit_lens_table
 from ui.widgets import charts, downloads, messages, pickers, sidebar
@@ -27,6 +27,7 @@ METHOD_LABELS = {
 MAPS = ("circuits_attribution_map", "circuits_patching_map")
 OPEN_EXPLORE = "_circuits_open_explore"
 LENS_POSITIONS = 16  # the logit lens shows the last this many positions
+SMOLLM2 = "smollm2"  # the model whose failures the page lists (measured on its shipped weights)
 
 
 def open_in_explore(chart_key: str):
@@ -102,10 +103,26 @@ with messages.error_display():
         foil = pickers.url_text(
             "Foil", key="circuits_foil", url_key="foil", default=" John", what="foil", container=cols[1]
         )
+    # Quoted, not in code spans: markdown shows a code span's backslashes, so escaped text there read "apples\.".
     st.markdown(
-        f"**Clean:** {messages.md_code(clean)} → {messages.md_code(answer)}  \n"
-        f"**Corrupted:** {messages.md_code(corrupted)} → {messages.md_code(foil)}"
+        f"**Clean:** “{messages.md_escape(clean)}” → {messages.md_escape(repr(answer))}  \n"
+        f"**Corrupted:** “{messages.md_escape(corrupted)}” → {messages.md_escape(repr(foil))}"
     )
+    prompts = computations.circuit_prompts(selection.model, clean, corrupted)  # tokenized once, for all of them
+    tokens = {
+        "clean": circuits.prompt_tokens(model, prompts[0], "clean prompt"),
+        "corrupted": circuits.prompt_tokens(model, prompts[1], "corrupted prompt"),
+    }
+    same_length = len(tokens["clean"]) == len(tokens["corrupted"])
+    if not same_length:
+        st.warning(
+            f"The clean prompt has {len(tokens['clean'])} tokens and the corrupted one {len(tokens['corrupted'])}: "
+            "patching replaces activations position by position, so it needs two prompts of the same number of "
+            "tokens (change a name for another name of one token). Attribution and the logit lens below read the "
+            "clean prompt alone; the tokens of both are listed here."
+        )
+    with st.expander("The tokens of both prompts", expanded=not same_length):
+        st.dataframe(circuits.token_table(tokens["clean"], tokens["corrupted"]), hide_index=True, width="stretch")
     method = pickers.url_select(
         st.radio,
         "Patching",
@@ -121,7 +138,6 @@ with messages.error_display():
         "difference), 1 means all of it (the clean run's)."
     )
 
-    prompts = computations.circuit_prompts(selection.model, clean, corrupted)  # tokenized once, for all of them
     if not pickers.start_button(
         "Compute attribution, patching and the logit lens",
         key="circuits_patching",
@@ -129,31 +145,43 @@ with messages.error_display():
     ):
         st.stop()
     attribution = computations.circuit_attribution(selection.model, prompts[0], answer, foil)
-    patched = computations.circuit_patching(selection.model, *prompts, answer, foil, method)
+    patched = None
+    if same_length:
+        with messages.error_display():  # a pair patching refuses (the same tokens) leaves attribution and the lens
+            patched = computations.circuit_patching(selection.model, *prompts, answer, foil, method)
     cols = st.columns(3)
-    cols[0].metric(
-        f"Logit difference, clean ({messages.md_escape(model.name)})", f"{patched.attrs['clean_metric']:.3f}"
+    clean_difference = attribution.attrs["logit_difference"]
+    cols[0].metric(f"Logit difference, clean ({messages.md_escape(model.name)})", f"{clean_difference:.3f}")
+    cols[1].metric(
+        "Logit difference, corrupted", "-" if patched is None else f"{patched.attrs['corrupted_metric']:.3f}"
     )
-    cols[1].metric("Logit difference, corrupted", f"{patched.attrs['corrupted_metric']:.3f}")
     heads_total = attribution["contribution"][attribution["component"] == "head"].sum()
     cols[2].metric("Written by all heads (attribution)", f"{heads_total:.3f}")
-    if patched.attrs["clean_metric"] <= 0:
+    if clean_difference <= 0:
         st.warning(
             f"{messages.md_escape(model.name)} does not get this one right: it prefers the foil on the clean prompt."
         )
 
     st.subheader("Which heads: attribution and patching")
-    grids = (
-        head_grid(attribution, model.num_layers, model.num_heads),
-        head_grid(patched, model.num_layers, model.num_heads, "score"),
-    )
-    labels = ("logit difference", "patching score" if method == "exact" else "estimated score")
-    titles = (
-        "Direct logit attribution: what each head writes (clean)",
-        "Patching: 0 = corrupted, 1 = clean" + (" (estimate)" if method == "attribution" else ""),
-    )
+    maps = [
+        (
+            MAPS[0],
+            head_grid(attribution, model.num_layers, model.num_heads),
+            "logit difference",
+            "Direct logit attribution: what each head writes (clean)",
+        )
+    ]
+    if patched is not None:
+        maps.append(
+            (
+                MAPS[1],
+                head_grid(patched, model.num_layers, model.num_heads, "score"),
+                "patching score" if method == "exact" else "estimated score",
+                "Patching: 0 = corrupted, 1 = clean" + (" (estimate)" if method == "attribution" else ""),
+            )
+        )
     cols = st.columns(2)
-    for col, chart_key, grid, label, title in zip(cols, MAPS, grids, labels, titles):
+    for col, (chart_key, grid, label, title) in zip(cols, maps):
         with col:
             charts.show_chart(
                 head_score_map(grid, label=label, title=title, signed=True),
@@ -166,16 +194,26 @@ with messages.error_display():
     clicked = st.session_state.pop(OPEN_EXPLORE, None)
     if clicked is not None:
         switch_to_explore(*clicked, clean)
-    if method == "attribution":
+    if patched is not None and method == "attribution":
         exact = patched[patched["exact"].notna()]
         names = [f"L{r.layer}H{r.head}" for r in exact.itertuples()]
-        charts.show_chart(
-            estimate_against_exact(
-                names, exact["score"].to_numpy(), exact["exact"].to_numpy(), title="Where the estimate holds"
-            ),
-            key="circuits_estimate",
-            filename="headscope-attribution-patching",
-        )
+        left, right = st.columns([3, 2])
+        with left:
+            charts.show_chart(
+                estimate_against_exact(
+                    names, exact["score"].to_numpy(), exact["exact"].to_numpy(), title="Where the estimate holds"
+                ),
+                key="circuits_estimate",
+                filename="headscope-attribution-patching",
+            )
+        with right:
+            st.dataframe(
+                exact[["layer", "head", "score", "exact"]]
+                .rename(columns={"score": "estimate"})
+                .sort_values("exact", ascending=False, key=abs),
+                hide_index=True,
+                width="stretch",
+            )
         st.caption(
             f"The {len(exact)} heads of largest estimated score, patched exactly: on the dotted line the linear "
             "estimate (one forward and one backward pass for every head) equals the real patched score."
@@ -194,30 +232,38 @@ with messages.error_display():
             "text/csv",
             key="circuits_attribution_csv",
         )
-    with st.expander("Patching scores"):
-        st.dataframe(patched.sort_values("score", ascending=False), hide_index=True, width="stretch")
+    if patched is not None:
+        with st.expander("Patching scores"):
+            st.dataframe(patched.sort_values("score", ascending=False), hide_index=True, width="stretch")
 
     st.subheader("The logit lens")
     table = computations.circuit_lens(selection.model, prompts[0])
     top = table[table["rank"] == 0]
     positions = sorted(top["position"].unique())[-LENS_POSITIONS:]
     shown = top[top["position"].isin(positions)]
-    tokens = shown.pivot(index="layer", columns="position", values="token").to_numpy()
-    probabilities = shown.pivot(index="layer", columns="position", values="probability").to_numpy()
+
+    def grid(column: str):
+        return shown.pivot(index="layer", columns="position", values=column).to_numpy()
+
     labels = [f"{p}:{table.attrs['tokens'][p]}" for p in positions]
     charts.show_chart(
-        logit_lens_table(labels, tokens, probabilities, title="Top next token after each layer"),
+        logit_lens_table(
+            labels, grid("shown"), grid("probability"), title="Top next token after each layer", decoded=grid("token")
+        ),
         key="circuits_lens",
         filename="headscope-logit-lens",
     )
     st.caption(
         "Each layer's residual stream read through the model's own final norm and unembedding, as if the layers "
-        "after it were not there. After the last layer it is the model's own prediction."
+        "after it were not there. After the last layer it is the model's own prediction. Tokens are written as "
+        "in the head view: a leading space is dropped, a token of white space shows as ␣ (space), ⍽ (no-break "
+        "space) or ⏎ (new line); hover a cell for the token's exact text."
         + (f" The last {LENS_POSITIONS} positions are shown." if len(top["position"].unique()) > LENS_POSITIONS else "")
     )
-    with st.expander("Where SmolLM2 fails (measured)"):
-        for text, right, wrong, difference, note in SMOLLM2_FAILURES:
-            st.markdown(
-                f"- {messages.md_code(text)}: logit({messages.md_escape(repr(right))}) − "
-                f"logit({messages.md_escape(repr(wrong))}) = {difference:+.2f}; {messages.md_escape(note)}."
-            )
+    if selection.model == SMOLLM2:  # measured on SmolLM2's shipped weights (tests/test_circuits.py)
+        with st.expander("Where SmolLM2 fails (measured)"):
+            for text, right, wrong, difference, note in SMOLLM2_FAILURES:
+                st.markdown(
+                    f"- “{messages.md_escape(text)}”: logit({messages.md_escape(repr(right))}) − "
+                    f"logit({messages.md_escape(repr(wrong))}) = {difference:+.2f}; {messages.md_escape(note)}."
+                )

@@ -2,17 +2,19 @@
 
 Three sets of numbers: four words with features you can name (the default), a popular tutorial's worked
 example (its printed numbers checked against the arithmetic), or random numbers of any size. Each step
-asks the class to predict something before it reveals the answer, computed from the numbers on screen.
+asks the class to predict something before it reveals the answer, computed from the numbers on screen; which
+answers are revealed is in the address (``reveal=``), so a copied link opens them revealed.
 """
 
 import hashlib
+import re
 
 import numpy as np
 import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import address, class_questions, computations, shell
+from ui import address, class_questions, computations, follow, shell
 from ui.figures import teaching
 from ui.widgets import charts, messages, pickers
 
@@ -20,7 +22,18 @@ shell.in_app()  # a page's own address opened on a new server: run it inside app
 
 st.title("Classroom: multi-head attention by hand")
 
+
 # ---- the numbers --------------------------------------------------------------------------------------
+@st.cache_resource(max_entries=64, show_spinner=False)
+def numbers(source: str, seq_len: int, d_model: int, num_heads: int, seed: int, score: str, causal: bool):
+    """The example, computed once per setting for every screen (read only here; a class's screens all ask)."""
+    if source == "random":
+        return mc.random_example(seq_len, d_model, num_heads, seed, score, causal)
+    if source == "tutorial":
+        return mc.worked_example(score=score, causal=causal)
+    return mc.readable_example(score=score, causal=causal)
+
+
 SOURCES = {
     "words": "Four words: The cat sat down",
     "tutorial": "A popular tutorial's worked example",
@@ -99,12 +112,7 @@ with st.expander(
     )
 
     try:
-        if source == "random":
-            example = mc.random_example(seq_len, d_model, num_heads, int(seed), score, causal)
-        elif source == "tutorial":
-            example = mc.worked_example(score=score, causal=causal)
-        else:
-            example = mc.readable_example(score=score, causal=causal)
+        example = numbers(source, seq_len, d_model, num_heads, int(seed), score, causal)
     except ValueError as error:
         st.error(
             f"These settings do not work: {messages.md_escape(error)}. Pick a number of heads that divides d_model."
@@ -113,6 +121,7 @@ with st.expander(
 
     names = example.token_labels
     features = example.notes.get("features")
+    all_steps = pickers.url_toggle("All steps on one page", "cls_all", "all")
     head = pickers.url_select(
         st.selectbox,
         "Head to follow",
@@ -128,20 +137,47 @@ focus = 2 if source == "words" else example.seq_len - 1
 visible_keys = np.flatnonzero(example.keep_mask[focus])
 
 
+# The revealed answers, in the address as ``reveal=`` (each question's digest): a copied link opens them revealed.
+REVEAL_URL_KEY = "reveal"
+REVEAL_LINK = re.compile(r"[0-9a-f]{12}(,[0-9a-f]{12}){0,15}")
+revealed_now: list[str] = []  # the digests of the answers revealed on this screen in this run
+
+
+def revealed_in_link() -> set[str]:
+    raw = address.query_value(REVEAL_URL_KEY)
+    if raw is None:
+        return set()
+    if not REVEAL_LINK.fullmatch(raw):
+        st.warning(
+            f"The link's {REVEAL_URL_KEY}={messages.md_escape(raw[:40])} is not a list of revealed answers; "
+            "nothing is revealed."
+        )
+        return set()
+    return set(raw.split(","))
+
+
+def keep_reveals_in_url() -> None:
+    address.write_query(**{REVEAL_URL_KEY: ",".join(revealed_now) or None})
+
+
 def ask(question: str, answer: str, shows_answer=None, options=None, correct: int | None = None) -> None:
     """A question to answer before looking; its answer, and ``shows_answer()`` (what would give the answer
     away: the matrix, table or chart that holds it), drawn only once "Reveal the answer" is switched on.
     Nothing of them reaches the browser before (a collapsed expander would send them, hidden). The switch
-    belongs to this question and these numbers: another step, head or setting asks again, unrevealed.
-    ``options`` (with the ``correct`` one): in a class, every screen answers by a click and the teacher reveals
-    (``ui.class_questions``)."""
+    belongs to this question and these numbers: another step, head or setting asks again, unrevealed; it starts
+    as the link says (``reveal=``) and is kept there. ``options`` (with the ``correct`` one): in a class, every
+    screen answers by a click and the teacher reveals (``ui.class_questions``)."""
     st.markdown(f"**Predict:** {question}")
     digest = hashlib.sha1(f"{question}\n{answer}".encode()).hexdigest()[:12]
     if options is not None and class_questions.classroom_question(
         digest, question, options, correct, answer, shows_answer
     ):
         return
-    if st.toggle("Reveal the answer", key=f"cls_reveal_{digest}"):
+    key = f"cls_reveal_{digest}"
+    if key not in st.session_state:
+        st.session_state[key] = digest in revealed_in_link()
+    if st.toggle("Reveal the answer", key=key):
+        revealed_now.append(digest)
         st.markdown(f"**Answer:** {answer}")
         if shows_answer is not None:
             shows_answer()
@@ -256,7 +292,18 @@ def step_scores() -> None:
         }[score]
     )
     st.latex(teaching.SCORE_FORMULAS[score])
-    st.latex(teaching.score_cell_latex(example.q[head, 0], example.k[head, 0], score, example.scores[head, 0, 0]))
+    # One score of the token the question is about, worked out: its query against its own key (a key every query
+    # sees, also under the causal mask). Which key scores highest is the question, so the formula does not pick it.
+    st.latex(
+        teaching.score_cell_latex(
+            example.q[head, focus],
+            example.k[head, focus],
+            score,
+            example.scores[head, focus, focus],
+            query=teaching.latex_subscript_name(names[focus], str(focus + 1)),
+            key=teaching.latex_subscript_name(names[focus], str(focus + 1)),
+        )
+    )
     best = visible_keys[np.argmax(example.scores[head, focus, visible_keys])]
 
     def scores_matrix() -> None:
@@ -422,11 +469,11 @@ STEPS = [
 ]
 
 # ---- one step per screen -----------------------------------------------------------------------------------
-all_steps = pickers.url_toggle("All steps on one page", "cls_all", "all")
 if all_steps:
     for title, draw in STEPS:
         st.header(title)
         draw()
+    keep_reveals_in_url()
     st.stop()
 
 
@@ -434,7 +481,14 @@ pickers.url_setting("cls_step", "step", 1, address.number(1, len(STEPS)))
 
 
 def move(by: int) -> None:
+    """Back or Next. A student following the teacher who moves leaves follow mode, and is told so: the screen
+    no longer claims to follow a teacher it has left behind."""
     st.session_state["cls_step"] = min(max(st.session_state["cls_step"] + by, 1), len(STEPS))
+    if follow.following_student():
+        follow.leave(
+            f"You moved to step {st.session_state['cls_step']} yourself, so this screen no longer follows the "
+            "teacher. **Follow the teacher** in the sidebar brings it back to the teacher's step."
+        )
 
 
 number = st.session_state["cls_step"]
@@ -448,3 +502,4 @@ pickers.keep_in_url("cls_step", "step", 1)
 title, draw = STEPS[number - 1]
 st.header(title)
 draw()
+keep_reveals_in_url()

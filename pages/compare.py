@@ -1,23 +1,19 @@
 """Compare: layer against layer, sentence against sentence, model or engine against model or engine,
-side by side or as a difference map (left minus right), with a per-layer curve of one measurement."""
+side by side and, if asked, their difference map (left minus right), with a per-layer curve of one measurement.
+Two models of different depths are paired by relative depth unless the visitor pairs the layers by hand."""
 
-import pandas as pd
 import streamlit as st
 
-from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.models import DEFAULT_MODEL, ENGINES
-from ui import computations, encoder_decoder, figures, session, shell
+from ui import address, encoder_decoder, session, shell
 from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices
-from ui.widgets import charts, messages, pickers, sidebar, views
+from ui.widgets import messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
-# The measurements a per-layer curve can show, in words.
-CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
-
 st.title("Compare")
 selection = session.selection()
-if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two layers of cross-attention
+if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two layers of one of its attentions
     with messages.error_display():
         encoder_decoder.compare(selection.model, selection.engine)
     st.stop()
@@ -28,40 +24,16 @@ if run is None:
     st.stop()
 
 
-def metric_curves(runs_by_name: dict, key: str) -> None:
-    """Per-layer curves of one head measurement, one line per run."""
-    metric = pickers.url_select(
-        st.selectbox,
-        "Per-layer summary",
-        CURVES,
-        key=f"{key}_metric",
-        url_key="summary",
-        format_func=METRIC_DESCRIPTIONS.get,
-    )
-    tables = [computations.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
-    charts.show_chart(
-        figures.layer_curves(
-            pd.concat(tables, ignore_index=True),
-            metric,
-            series="series",
-            label=METRIC_DESCRIPTIONS[metric],
-            title=f"Per layer: {METRIC_DESCRIPTIONS[metric]}",
-        ),
-        key=f"{key}_curve",
-    )
-
-
 def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tuple[str, str], key: str) -> None:
-    """The two layers side by side, or their difference (left minus right) as one grid."""
-    if pickers.url_toggle(
+    """The two layers side by side and, when asked, their difference (left minus right) below them."""
+    difference = pickers.url_toggle(
         "Show the difference (left − right)",
         f"{key}_difference",
         "diff",
-        help="One map of left minus right: red where the left attends more, blue where the right does. "
-        "Position by position where the two have the same tokens or one tokenizer and one length; word by word "
-        "for one text through two tokenizers.",
-    ) and views.difference_view(left_run, right_run, left_layer, right_layer, f"{key}_difference_grid", titles):
-        return
+        help="Below the two layers, one map of left minus right: red where the left attends more, blue where the "
+        "right does. Position by position where the two have the same tokens or one tokenizer and one length; word "
+        "by word for one text through two tokenizers.",
+    )
     left, right = st.columns(2)
     for column, side_run, layer, title, side in (
         (left, left_run, left_layer, titles[0], "left"),
@@ -70,6 +42,8 @@ def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tup
         with column:
             st.markdown(f"**{messages.md_escape(title)}**")
             views.head_view(side_run, layer, key=f"{key}_{side}", columns=3, width_hint=480)
+    if difference:
+        views.difference_view(left_run, right_run, left_layer, right_layer, f"{key}_difference_grid", titles)
 
 
 if mode == "sentences":
@@ -86,7 +60,7 @@ if mode == "sentences":
         st.stop()
     layer = pickers.select_layer(run.num_layers)
     compared(run, other, layer, layer, (f"A: {selection.text}", f"B: {other_text}"), key="cmp_sentences")
-    metric_curves({"A": run, "B": other}, key="cmp_sentences")
+    views.metric_curves({"A": run, "B": other}, key="cmp_sentences")
 
 elif mode == "models":
     st.caption(
@@ -121,21 +95,42 @@ elif mode == "models":
         messages.engine_note(candidate)
     if other.model_name == run.model_name and other.engine == run.engine:
         st.info("Both sides are the same model and engine: pick another model or engine to compare.")
+    pairing = "hand"
+    if run.num_layers != other.num_layers:  # two depths: layer l of one is not layer l of the other
+        pairing = pickers.url_select(
+            st.radio,
+            "Pair the layers",
+            views.PAIRINGS,
+            key="compare_pairing",
+            url_key="pair",
+            horizontal=True,
+            format_func=views.PAIRINGS.get,
+        )
     cols = st.columns(2)
     left_layer = pickers.select_layer(
         run.num_layers, label=f"Layer of {messages.md_escape(run.model_name)}", container=cols[0]
     )
-    # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
-    right_layer = pickers.select_layer(
-        other.num_layers,
-        label=f"Layer of {messages.md_escape(other.model_name)}",
-        key="compare_other_layer",
-        url_key="layer2",
-        container=cols[1],
+    if pairing == "depth":
+        right_layer = views.depth_matched_layer(left_layer, run.num_layers, other.num_layers)
+        cols[1].markdown(f"Layer of {messages.md_escape(other.model_name)}: **{right_layer}**")
+        address.write_query(layer2=None)  # the pairing decides it
+    else:
+        # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
+        right_layer = pickers.select_layer(
+            other.num_layers,
+            label=f"Layer of {messages.md_escape(other.model_name)}",
+            key="compare_other_layer",
+            url_key="layer2",
+            container=cols[1],
+        )
+    st.caption(
+        views.pairing_note(
+            pairing, (run.model_name, run.num_layers, left_layer), (other.model_name, other.num_layers, right_layer)
+        )
     )
     names = [f"{r.model_name} ({ENGINE_LABELS[r.engine]})" for r in (run, other)]
     compared(run, other, left_layer, right_layer, (names[0], names[1]), key="cmp_models")
-    metric_curves(dict(zip(names, (run, other))), key="cmp_models")
+    views.metric_curves(dict(zip(names, (run, other))), key="cmp_models")
 
 else:
     st.caption("Two layers of the same run, every head of each, side by side.")
@@ -151,4 +146,4 @@ else:
         default=run.num_layers - 1,
     )
     compared(run, run, layer_a, layer_b, (f"Layer {layer_a}", f"Layer {layer_b}"), key="cmp_layers")
-    metric_curves({"this sentence": run}, key="cmp_layers")
+    views.metric_curves({"this sentence": run}, key="cmp_layers")

@@ -2,20 +2,16 @@
 
 Both views are one component drawn in the browser (ui/headview/: headview.js). The page's body is a
 fragment that also draws the sidebar's sentence boxes, so Enter reruns the body only; inside it, the view's own
-fragment reruns alone when the visitor switches a layer, a head or the view. In both, the view is drawn first
-and the controls and notes above it after (into containers placed above it), so the browser paints the view
-without first rendering every other element of the rerun."""
+fragment reruns alone when the visitor switches a layer, a head or the view. The sentence boxes, the notes and
+toggles above the view (the attention-sink note too) are drawn before it, in their places: nothing arrives later
+and pushes the view down."""
 
 import streamlit as st
 
-from ui import address, class_questions, computations, encoder_decoder, figures, headview, longdoc, session, shell
+from ui import address, class_questions, encoder_decoder, figures, headview, longdoc, session, shell
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
-
-# The attention-sink note shows once at least this share of the heads park most of their attention on a token
-# of no content (MiniLM on "The cat sat on the mat because it was tired.": 34 of 72).
-SINK_NOTE_SHARE = 0.25
 
 st.title("Explore")
 st.markdown(messages.INTRO)
@@ -59,29 +55,21 @@ def explore_view() -> None:
     run = explore_run()
     if run is None:
         return
-    header = st.container()  # filled after the view is drawn, shown above it
-    words, hide_special = pickers.view_settings(run)
+    # The notes above the view are drawn before it, the sink note's measurements included (cached with the run):
+    # drawn after it, they arrived seconds later on a first visit and pushed the view down.
+    st.caption(messages.md_escape(run.summary()))
+    messages.engine_note(run)
+    words, hide_special = pickers.view_toggles(run)
+    view = views.shaped_run(run, words, hide_special)
+    notes = []
+    if view.is_causal:
+        notes.append("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
+    if views.figure_options(view)["segment_ids"] is not None:
+        notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
+    if notes:
+        st.caption(" ".join(notes))
+    views.sink_note(run)
     view_section(words, hide_special)
-    with header:
-        st.caption(messages.md_escape(run.summary()))
-        messages.engine_note(run)
-        pickers.view_toggles(run)  # the same values as view_settings above
-        view = views.shaped_run(run, words, hide_special)
-        notes = []
-        if view.is_causal:
-            notes.append("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
-        if views.figure_options(view)["segment_ids"] is not None:
-            notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
-        if notes:
-            st.caption(" ".join(notes))
-        sinks = computations.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
-        if sinks.mean() >= SINK_NOTE_SHARE:
-            st.info(
-                f"{sinks.sum()} of the {sinks.size} heads put most of their attention on a token of no content "
-                "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when "
-                "it has nothing to do. Look for the heads that do not.",
-                icon=":material/info:",
-            )
 
 
 def take_pick(pick: dict) -> None:
@@ -123,10 +111,7 @@ def view_section(words: bool, hide_special: bool) -> None:
     if shape == "lines":
         lines_view(view, layer, head)
     downloads.downloads(view, layer, head)
-    source = views.layer_source_code(run.family) if run.engine == "core" else None
-    if source:
-        with st.expander("The from-scratch layer code that computed these weights"):
-            st.code(source, language="python")
+    views.layer_code(run)
 
 
 def lines_view(view, layer: int, head: int) -> None:

@@ -10,6 +10,8 @@ from ui.widgets import charts, messages, pickers, sidebar
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
+LEARNED_CLIP_PERCENT = 1.0  # the learned map's colour scale: 1st to 99th percentile of the off-diagonal cells
+
 st.title("Positions")
 st.markdown(
     "Attention by itself does not know word order: shuffle the tokens and every head computes the same "
@@ -134,28 +136,36 @@ if model is not None:
             f"{name}: a learned table of {table.shape[0]} positions x {table.shape[1]} dimensions, "
             f"beside a sinusoidal encoding of the same size ({metric} similarity)."
         )
+
+        def by_distance(vectors):  # from distance 1: a position with itself is its squared length, not a likeness
+            curve = mc.similarity_by_distance(vectors, metric)
+            return curve[curve["distance"] >= 1]
+
         left, right = st.columns(2)
         with left:
             charts.show_chart(
-                teaching.similarity_curve(
-                    mc.similarity_by_distance(sinusoidal, metric), "Sinusoidal (the formula)", metric
-                ),
+                teaching.similarity_curve(by_distance(sinusoidal), "Sinusoidal (the formula)", metric),
                 key="pe_model_sinusoidal",
             )
         with right:
             charts.show_chart(
-                teaching.similarity_curve(
-                    mc.similarity_by_distance(learned, metric), f"Learned ({model.name})", metric
-                ),
+                teaching.similarity_curve(by_distance(learned), f"Learned ({model.name})", metric),
                 key="pe_model_learned",
             )
         charts.show_chart(
             teaching.similarity_heatmap(
-                mc.position_similarity(learned, metric), f"Learned position vectors of {model.name} ({metric})"
+                mc.position_similarity(learned, metric),
+                f"Learned position vectors of {model.name} ({metric})",
+                clip_percent=LEARNED_CLIP_PERCENT,
             ),
             key="pe_model_matrix",
         )
         st.caption(
             "Training found position vectors of its own. Where nearby positions are more alike than far ones, "
-            "the model learned the same idea the sine waves build in."
+            "the model learned the same idea the sine waves build in: a bright band along the diagonal of the map, "
+            "and a curve higher at small distances. The curves start at distance 1 (a position with itself is its "
+            f"own squared length). The map's colours span the middle {100 - 2 * LEARNED_CLIP_PERCENT:g}% of the "
+            "cells off the diagonal (the colour bar says so), so that no single cell (often position 0, far longer "
+            "than the rest) owns the scale; cells beyond are drawn at its ends, and the hover gives every cell's "
+            "value."
         )

@@ -4,15 +4,17 @@ are ``ui.figures.roles``."""
 
 import contextlib
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 import mha_core
+from mha_core.analysis import roles as roles_module
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.analysis.roles import ROLE_GROUPS
 from mha_core.errors import HeadscopeError
 from ui import computations, compute, figures, session, shell
-from ui.figures.roles import head_layout_map, role_map
+from ui.figures.roles import SOURCE_KEY, head_layout_map, role_map
 from ui.settings import PROFILE_SENTENCES, settings
 from ui.widgets import charts, messages, pickers, sidebar, views
 
@@ -40,29 +42,75 @@ GLOSSARY = """
 """
 MAP_KEY, LAYOUT_KEY = "roles_map", "roles_layout"
 ROLE_SOURCES = {"sentence": "this sentence", "corpus": "the corpus"}
-# The held-out table's columns (mha_core.best_heldout_heads): label, number format, help.
+# The held-out table's columns as shown (mha_core.best_heldout_heads with the head, the halves' accuracies and the
+# margin's interval written out, ``heldout_rows``): label, help. The role column first and pinned with the
+# relation: they stay in view if the table scrolls sideways.
 HELDOUT_TABLE = {
-    "relation": ("relation", None, ""),
-    "direction": ("direction", None, ""),
-    "layer": ("layer", "%d", "chosen on the selection half"),
-    "head": ("head", "%d", "chosen on the selection half"),
-    "count": ("cases", "%d", "cases of the relation in all profiled sentences"),
-    "selection_accuracy": ("selection: accuracy", "percent", "the head's accuracy on the half it was chosen on"),
-    "selection_baseline_accuracy": ("selection: offset", "percent", "the best fixed offset on that half"),
-    "heldout_accuracy": ("held-out: accuracy", "percent", "the same head on the other half"),
-    "heldout_baseline_accuracy": ("held-out: offset", "percent", "the selection half's offset on the other half"),
-    "heldout_margin": ("held-out margin", "percent", "held-out accuracy minus held-out offset accuracy"),
-    "heldout_margin_low": ("margin 95% CI from", "percent", "over sentences"),
-    "heldout_margin_high": ("margin 95% CI to", "percent", "over sentences"),
-    "heldout_count": ("held-out cases", "%d", ""),
-    "heldout_rank": ("held-out rank", "%d", "1: still the best head on the held-out half"),
+    "named": ("named", 60, "the held-out test passed: the head gets the role"),
+    "relation": ("relation", 70, ""),
+    "direction": ("direction", 60, ""),
+    "head_name": ("head", 55, "layer and head, chosen on the selection half"),
+    "count": ("cases", 50, "cases of the relation in all profiled sentences"),
+    "selection_text": (
+        "selection half",
+        95,
+        "the head's accuracy on the half it was chosen on, against the best fixed offset's there",
+    ),
+    "heldout_text": (
+        "held-out half",
+        95,
+        "the same head on the other half, against the best fixed offset of that half: the test's baseline (chosen "
+        "with hindsight there, it can only favour the offset, never the head)",
+    ),
+    "selected_text": (
+        "sel. offset",
+        70,
+        "the offset chosen on the selection half, scored on the held-out half: reported, not tested (it can fall "
+        "below the best offset there, which would favour the head)",
+    ),
+    "margin_text": ("margin (95% CI)", 150, "held-out head minus held-out offset, interval over sentences"),
+    "heldout_sentences": (
+        "sentences",
+        65,
+        "held-out sentences with a case: the test's Student's t has this many - 1 degrees of freedom",
+    ),
+    "heldout_rank": ("rank", 40, "1: still the best head on the held-out half"),
     "holm_p_value": (
         "Holm p",
-        "%.1e",
-        f"one-sided test of a held-out margin above {mha_core.analysis.roles.SYNTACTIC_MIN_MARGIN:+.0%}, Holm-adjusted",
+        70,
+        f"one-sided test of a held-out margin above {roles_module.SYNTACTIC_MIN_MARGIN:+.0%}, Holm-adjusted",
     ),
-    "named": ("role named", None, ""),
 }
+HELDOUT_NUMBERS = {"count": "%d", "heldout_sentences": "%d", "heldout_rank": "%d", "holm_p_value": "%.1e"}
+
+
+def heldout_rows(best: pd.DataFrame) -> pd.DataFrame:
+    """``best_heldout_heads`` with the columns the table shows written out: the head as "L1 H4", each half's
+    head against offset as "68% vs 40%", the held-out margin with its interval."""
+
+    def percent(value) -> str:
+        return f"{value:.0%}" if np.isfinite(value) else "-"
+
+    def margin(row) -> str:
+        if not np.isfinite(row["heldout_margin"]):
+            return "-"
+        interval = (
+            f" ({row['heldout_margin_low'] * 100:+.1f}, {row['heldout_margin_high'] * 100:+.1f})"
+            if np.isfinite(row["heldout_margin_low"])
+            else ""
+        )
+        return f"{row['heldout_margin']:+.1%}{interval}"
+
+    rows = [row for _, row in best.iterrows()]
+    return best.assign(
+        head_name=[f"L{int(r['layer'])} H{int(r['head'])}" for r in rows],
+        selection_text=[
+            f"{percent(r['selection_accuracy'])} vs {percent(r['selection_baseline_accuracy'])}" for r in rows
+        ],
+        heldout_text=[f"{percent(r['heldout_accuracy'])} vs {percent(r['heldout_baseline_accuracy'])}" for r in rows],
+        selected_text=[percent(r["heldout_selected_baseline_accuracy"]) for r in rows],
+        margin_text=[margin(r) for r in rows],
+    )
 
 
 def select_from_chart(chart_key: str) -> None:
@@ -221,9 +269,9 @@ with messages.error_display():
     counts = primary["group"].value_counts()
     st.subheader("Role of every head")
     st.caption(
-        "The letter in a cell says where its evidence comes from: s = this sentence only, c = the corpus "
-        "profile, r = repeated random tokens. A role is named only when its 95% interval clears what chance "
-        "would give; a syntactic role only when it holds on sentences it was not chosen on (table below)."
+        "Each cell names its head's role group; the shape in its corner says where the evidence comes from: "
+        f"{SOURCE_KEY}. A role is named only when its 95% interval clears what chance would give; a syntactic "
+        "role only when it holds on sentences it was not chosen on (table below)."
     )
     st.caption(" · ".join(f"{group}: {counts.get(group, 0)}" for group in ROLE_GROUPS if counts.get(group, 0)))
     charts.show_chart(
@@ -254,11 +302,12 @@ with messages.error_display():
         st.caption(
             "Clark et al. (2019): accuracy of the head's word-level argmax at finding the parent (or a child) "
             "against a fixed-offset baseline, on UD English EWT dev. The sentences fall in two halves by a hash "
-            "of their words: the head and the offset are chosen on the selection half, then measured on the "
-            "held-out half, with a 95% interval over sentences. A role is named (last column) only when the "
-            f"held-out margin beats +{mha_core.analysis.roles.SYNTACTIC_MIN_MARGIN:.0%} in a one-sided test, Holm-corrected "
-            f"over every head, relation and direction tried (relations with >= {mha_core.analysis.roles.SYNTACTIC_MIN_COUNT}"
-            " cases)."
+            "of their words: the head is chosen on the selection half, then measured on the held-out half against "
+            "the best fixed offset of the held-out half itself (the offset the selection half chose is shown beside "
+            "it), with a 95% interval over sentences. A role is named (first column) only when the held-out margin "
+            f"beats +{roles_module.SYNTACTIC_MIN_MARGIN:.0%} in a one-sided test (Student's t over the held-out "
+            f"sentences, at least {roles_module.SYNTACTIC_MIN_SENTENCES} of them), Holm-corrected over every head, "
+            f"relation and direction tried (relations with >= {roles_module.SYNTACTIC_MIN_COUNT} cases)."
         )
         min_count = pickers.url_number(
             st.number_input,
@@ -269,17 +318,26 @@ with messages.error_display():
             url_key="min_count",
             default=20,
         )
-        best = mha_core.best_heldout_heads(dependency, min_count=int(min_count))
+        best = heldout_rows(mha_core.best_heldout_heads(dependency, min_count=int(min_count)))
         st.dataframe(
-            best[list(HELDOUT_TABLE)],
+            best,
             hide_index=True,
             width="stretch",
+            column_order=list(HELDOUT_TABLE),
             column_config={
-                column: st.column_config.NumberColumn(label, format=number_format, help=help_text or None)
-                for column, (label, number_format, help_text) in HELDOUT_TABLE.items()
-                if number_format is not None
-            }
-            | {"named": st.column_config.CheckboxColumn("role named")},
+                column: (
+                    st.column_config.NumberColumn(
+                        label, format=HELDOUT_NUMBERS[column], help=help_text or None, width=width
+                    )
+                    if column in HELDOUT_NUMBERS
+                    else st.column_config.CheckboxColumn(label, help=help_text, width=width, pinned=True)
+                    if column == "named"
+                    else st.column_config.TextColumn(
+                        label, help=help_text or None, width=width, pinned=column == "relation" or None
+                    )
+                )
+                for column, (label, width, help_text) in HELDOUT_TABLE.items()
+            },
         )
 
     st.subheader("Map of heads")

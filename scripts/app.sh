@@ -4,7 +4,8 @@
 #   bash scripts/app.sh --classroom       a class: serves on every interface of this machine, prints the
 #                                         link (and shows it with a QR code in the app), safe settings on
 #                                         (docs/classroom.md). HEADSCOPE_PORT picks the port (default 8501).
-# Any further arguments go to `streamlit run` (e.g. --server.port 8600). serve.py serves app.py (ui/server.py).
+# Any further arguments go to `streamlit run` (e.g. --server.port 8600). The app runs through serve.py: app.py with
+# its HTTP side (in a class, the teacher key out of the address and the class's HttpOnly cookies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

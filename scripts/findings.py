@@ -65,6 +65,105 @@ def smollm2_decoder_heads() -> None:
     write_table(scores, FINDINGS / "smollm2_decoder_heads.csv")
 
 
+# The held-out test's false-positive rate on shuffled trees: MiniLM's heads on the first n dev sentences, each
+# sentence's tree shuffled this many times (docs/metrics.md, "The held-out test of a syntactic role").
+SHUFFLED_SIZES = {50: 200, 100: 200, 400: 100}
+# The size of the held-out test at its boundary, by held-out sentences (stats.margin_test_size).
+BOUNDARY_CLUSTERS = (10, 20, 30, 50, 100, 200, 400)
+BOUNDARY_SIMULATIONS = 100_000
+
+
+def minilm_shuffled_trees() -> None:
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.analysis.roles import shuffled_tree_tests
+    from mha_core.corpus.measure import word_predictions
+    from mha_core.corpus.tables import write_table
+
+    sentences = mc.ud_ewt_dev()[: max(SHUFFLED_SIZES)]
+    predictions, has_words = word_predictions(mc.load_model("minilm"), sentences)
+    frames = []
+    for size, shuffles in SHUFFLED_SIZES.items():
+        for how in ("permuted", "random"):
+            print(f"  {size} sentences, {shuffles} shuffles ({how})", flush=True)
+            table = shuffled_tree_tests(
+                predictions[:size], has_words[:size], sentences[:size], shuffles=shuffles, seed=size, how=how
+            )
+            frames.append(table.assign(sentences=size, how=how))
+            write_table(pd.concat(frames, ignore_index=True), FINDINGS / "minilm_shuffled_trees.csv")
+
+
+def held_out_test_size() -> None:
+    import pandas as pd
+
+    from mha_core.analysis.stats import margin_test_size
+    from mha_core.corpus.tables import write_table
+
+    rows = [margin_test_size(g, simulations=BOUNDARY_SIMULATIONS, seed=g) for g in BOUNDARY_CLUSTERS]
+    write_table(pd.DataFrame(rows), FINDINGS / "held_out_test_size.csv")
+
+
+# The needle test on SmolLM2 (mha_core.models.long.run_needle): the default needle and question (whose end repeats
+# the needle's words, as in Wu et al. 2024) at depths of 10% to 70% (each tenth) and 90% of a 1,024-token haystack
+# and at half depth of 2,048 tokens, and once a question that does not end with the needle's words. A trial is 3 to 10
+# minutes here; more trials are appended by adding them (a run resumes after the trials the table holds).
+PLAIN_QUESTION = "What is the secret password for the garden gate? Answer:"
+NEEDLE_TRIALS = (
+    *(("wording", 1024, depth) for depth in (0.1, 0.3, 0.5, 0.7, 0.9)),
+    ("wording", 2048, 0.5),
+    ("plain", 1024, 0.5),
+    *(("wording", 1024, depth) for depth in (0.2, 0.4, 0.6)),
+)
+
+
+def smollm2_needle() -> None:
+    """Each trial of ``NEEDLE_TRIALS`` appended to the table as it finishes (a run of the target resumes after the
+    trials the table holds)."""
+    import numpy as np
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.analysis.long_roles import retrieval_scores
+    from mha_core.corpus.tables import write_table
+    from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, needle_question, run_needle
+
+    path = FINDINGS / "smollm2_needle.csv"
+    done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["question", "length", "depth"])
+    model = mc.load_model("smollm2")
+    questions = {"wording": NEEDLE_QUESTION, "plain": PLAIN_QUESTION}
+    for form, length, depth in NEEDLE_TRIALS:
+        if ((done["question"] == form) & (done["length"] == length) & (done["depth"] == depth)).any():
+            continue
+        prompt = needle_question(model, haystack(), NEEDLE, questions[form], depth=depth, num_tokens=length)
+        run = run_needle(model, prompt)
+        answer = run.metadata["needle"]
+        print(f"  {form} question, {length} tokens, depth {depth}: answered {answer.answer!r}", flush=True)
+        argmax = run.statistics.rows["argmax"]
+        copies = list(answer.copies)
+        copied = len({query for query, _ in copies})
+        first = [pair for pair in copies if pair[0] == answer.answer_start - 1]
+        layers, heads = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
+        trial = pd.DataFrame(
+            {
+                "question": form,
+                "length": length,
+                "tokens": run.num_tokens,
+                "depth": depth,
+                "answer": answer.answer,
+                "layer": layers,
+                "head": heads,
+                "copies": copied,
+                "hits": np.rint(retrieval_scores(argmax, copies)["score"].to_numpy() * copied).astype(int)
+                if copies
+                else 0,
+                "first_hit": retrieval_scores(argmax, first)["score"].to_numpy() if first else np.nan,
+            }
+        )
+        done = pd.concat([done, trial], ignore_index=True) if len(done) else trial
+        write_table(done, path)
+
+
 def cli(line: str) -> tuple[str, ...]:
     """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
     return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
@@ -81,6 +180,19 @@ TARGETS: dict[str, Target] = {
             "profile --model mpnet --corpus ud-ewt-dev --batch-size 16 --shard-size 100 "
             "--out {mpnet_ud_ewt_dev_heads.csv}"
         ),
+    ),
+    "minilm-shuffled-trees": Target(
+        writes=("minilm_shuffled_trees.csv",),
+        call=minilm_shuffled_trees,
+        call_text="shuffled_tree_tests(*word_predictions(mc.load_model('minilm'), sentences[:n]), sentences[:n], "
+        "shuffles, how=...) for n in SHUFFLED_SIZES, how in ('permuted', 'random') -> "
+        "'docs/findings/minilm_shuffled_trees.csv'",
+    ),
+    "held-out-test-size": Target(
+        writes=("held_out_test_size.csv",),
+        call=held_out_test_size,
+        call_text="margin_test_size(g, simulations=100_000, seed=g) for g in BOUNDARY_CLUSTERS -> "
+        "'docs/findings/held_out_test_size.csv'",
     ),
     "minilm-coreference": Target(
         writes=("minilm_coreference.csv",),
@@ -107,6 +219,12 @@ TARGETS: dict[str, Target] = {
         call=smollm2_decoder_heads,
         call_text="write_table(mc.decoder_head_scores(mc.load_model('smollm2'), seq_len=50, repeats=2, batch=8, "
         "seed=0), 'docs/findings/smollm2_decoder_heads.csv')",
+    ),
+    "smollm2-needle": Target(
+        writes=("smollm2_needle.csv",),
+        call=smollm2_needle,
+        call_text="run_needle(model, needle_question(model, haystack(), NEEDLE, question, depth=depth, "
+        "num_tokens=length)) for each of NEEDLE_TRIALS -> 'docs/findings/smollm2_needle.csv'",
     ),
     "smollm2-induction-ablation": Target(
         writes=("smollm2_induction_ablation.csv",),
@@ -146,7 +264,8 @@ def markdown(header: list[str], rows: list[list[str]], right_from: int = 1) -> s
 
 
 def relation_table(dependency, direction: str) -> str:
-    """The best head per relation, chosen on the selection half, with both halves and the held-out test."""
+    """The best head per relation, chosen on the selection half, with both halves and the held-out test: the
+    held-out half's best offset (the test's baseline) and the selection half's offset scored there."""
     from mha_core.analysis.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
 
     best = best_heldout_heads(dependency, min_count=SHOWN_MIN_COUNT)
@@ -167,7 +286,8 @@ def relation_table(dependency, direction: str) -> str:
                 f"{percent(r.selection_accuracy)} vs {percent(r.selection_baseline_accuracy)} "
                 f"({r.selection_baseline_offset:+d})",
                 percent(r.heldout_accuracy),
-                percent(r.heldout_baseline_accuracy),
+                f"{percent(r.heldout_baseline_accuracy)} ({r.heldout_baseline_offset:+d})",
+                percent(r.heldout_selected_baseline_accuracy),
                 f"{percent(r.heldout_margin, True)} ({percent(r.heldout_margin_low, True)} to "
                 f"{percent(r.heldout_margin_high, True)})",
                 str(r.heldout_rank),
@@ -180,7 +300,8 @@ def relation_table(dependency, direction: str) -> str:
         "head",
         "selection half: head vs offset",
         "held-out: head",
-        "held-out: offset",
+        "held-out: best offset",
+        "held-out: selection's offset",
         "held-out margin (95% CI)",
         "held-out rank",
         "role (Holm p)",
@@ -360,6 +481,16 @@ def report() -> None:
             right_from=2,
         )
     )
+    print("\n## the held-out test at its boundary (stats.margin_test_size)\n")
+    print(size_table(pd.read_csv(FINDINGS / "held_out_test_size.csv")))
+    print("\n## the held-out test on shuffled trees (minilm)\n")
+    print(shuffled_table(pd.read_csv(FINDINGS / "minilm_shuffled_trees.csv")))
+    print("\n## smollm2 needle test\n")
+    print(
+        needle_summary(
+            pd.read_csv(FINDINGS / "smollm2_needle.csv"), pd.read_csv(FINDINGS / "smollm2_decoder_heads.csv")
+        )
+    )
     for name in ("minilm", "smollm2"):
         pruning = pd.read_csv(FINDINGS / f"{name}_pruning.csv")
         importance = pd.read_csv(FINDINGS / f"{name}_importance.csv")
@@ -368,6 +499,110 @@ def report() -> None:
         top = importance.sort_values("importance", ascending=False).head(8)
         print("top importance: " + ", ".join(f"{r.layer}-{r.head} {r.importance:.3f}" for r in top.itertuples()))
         print("raw importance by layer: " + ", ".join(f"{v:.2f}" for v in importance.groupby("layer")["raw"].sum()))
+
+
+def size_table(size) -> str:
+    """The held-out test's rejection rate of a margin on its threshold, by held-out sentences and reference."""
+    rows = [
+        [str(r.clusters), f"{r.rate_t:.1%}", f"{r.rate_normal:.1%}", f"{r.simulations:,}"] for r in size.itertuples()
+    ]
+    se = size["monte_carlo_se"].iloc[0]
+    return f"Monte Carlo standard error of a rate of 5%: {se:.2%}\n\n" + markdown(
+        ["held-out sentences", "Student's t (G - 1 df)", "normal", "simulations"], rows
+    )
+
+
+def shuffled_table(shuffled) -> str:
+    """The held-out test on shuffled trees: how often a shuffle names a role, with each reference."""
+    from mha_core.analysis.stats import wilson_interval
+
+    rows = []
+    for (how, size), part in shuffled.groupby(["how", "sentences"], sort=False):
+        shuffles = len(part)
+        cells = []
+        for column in ("named", "named_normal"):
+            count = int((part[column] > 0).sum())
+            _, high = wilson_interval(count / shuffles, shuffles)
+            cells.append(f"{count} of {shuffles} ({count / shuffles:.1%}; 95% CI up to {float(high):.1%})")
+        rows.append(
+            [
+                how,
+                str(size),
+                f"{part['tried'].mean():.0f}",
+                f"{part['tested'].mean():.1f}",
+                *cells,
+            ]
+        )
+    return markdown(
+        [
+            "trees",
+            "sentences",
+            "rows tried",
+            "rows tested (mean)",
+            "shuffles naming a role: t (the test)",
+            "normal reference",
+        ],
+        rows,
+        right_from=1,
+    )
+
+
+def needle_summary(needle, decoder) -> str:
+    """The needle test on SmolLM2: what it answered, its retrieval heads pooled over the answers that found the
+    needle's secret, and how many of them are induction heads (``decoder_head_scores``' induction score at the
+    roles' cut-off)."""
+    from mha_core.analysis.roles import decoder_min_score
+    from mha_core.analysis.stats import wilson_interval
+    from mha_core.models.long import NEEDLE
+
+    secret = NEEDLE.rstrip(".").split(" is ")[-1]  # "purple elephant nineteen"
+    trials = needle.drop_duplicates(["question", "length", "depth"])
+    lines = [
+        [
+            r.question,
+            f"{r.tokens:,}",
+            f"{r.depth:.0%}",
+            repr(r.answer),
+            str(int(r.copies)),
+            "yes" if secret in r.answer else "no",
+        ]
+        for r in trials.itertuples()
+    ]
+    out = markdown(
+        ["question", "tokens", "depth", "answer (greedy)", "answer tokens in the needle", "found the secret"], lines, 3
+    )
+    found = needle[needle["answer"].str.contains(secret, regex=False)]
+    pooled = found.groupby(["layer", "head"])[["hits", "copies"]].sum().reset_index()
+    pooled["score"] = pooled["hits"] / pooled["copies"]
+    first = found.groupby(["layer", "head"])["first_hit"].agg(["sum", "count"]).reset_index()
+    pooled = pooled.merge(first, on=["layer", "head"]).merge(
+        decoder[["layer", "head", "induction"]], on=["layer", "head"]
+    )
+    cut = decoder_min_score("induction")
+    induction = pooled[pooled["induction"] >= cut]
+    retrieval = pooled[pooled["score"] >= 0.1].sort_values(["score", "layer", "head"], ascending=[False, True, True])
+    copies = int(pooled["copies"].iloc[0])
+    low, high = wilson_interval(retrieval["score"].to_numpy(), copies)
+    rows = [
+        [
+            f"{r.layer}-{r.head}",
+            f"{r.score:.2f} ({lo:.2f}-{hi:.2f})",
+            f"{int(r.sum)} of {int(r.count)}",
+            f"{r.induction:.2f}" + (" (induction head)" if r.induction >= cut else ""),
+        ]
+        for r, lo, hi in zip(retrieval.itertuples(), low, high)
+    ]
+    both = retrieval.merge(induction[["layer", "head"]], on=["layer", "head"])
+    rank = pooled[["score", "induction"]].rank().corr().iloc[0, 1]
+    return (
+        out + f"\n\npooled over the {len(found.drop_duplicates(['question', 'length', 'depth']))} answers that found "
+        f"the secret: {copies} answer tokens in the needle\n\n"
+        + markdown(["head", "retrieval score (95% CI)", "first answer token copied", "induction score"], rows, 1)
+        + f"\n\nretrieval heads (score >= 0.1): {len(retrieval)} of {len(pooled)}; induction heads (induction >= "
+        f"{cut:g}): {len(induction)}; both: {len(both)} ("
+        + ", ".join(f"{r.layer}-{r.head}" for r in both.itertuples())
+        + f"); rank correlation of the two scores over all {len(pooled)} heads: {rank:.2f}"
+    )
 
 
 def dashed(heads: str) -> str:

@@ -19,7 +19,9 @@ want=$(cat requirements.txt requirements-models.txt constraints.txt pyproject.to
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing Python packages (about a minute the first time)"
   .venv/bin/python -m pip install -q --upgrade pip
-  # torch==2.13.0 is the CPU wheel on this machine's disk; constraints.txt pins every other package.
+  # constraints.txt pins torch to 2.13.0+cpu, the CPU build, and every other package. PyPI has only the CUDA
+  # build: pip must find the CPU wheel through its find-links or an index that holds it (where neither is
+  # configured: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
   .venv/bin/python -m pip install -q -r requirements.txt -c constraints.txt
   # The weight and parser packages declare loose dependencies (a bare torch would pull CUDA):
   # everything they need is already in requirements.txt.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +92,14 @@ def head_view_data(app, key: str = "head_view") -> dict:
     data["weights_by_layer"] = headview.unpack(data)
     data["enlarged_head"] = data["weights_by_layer"][data["layer"]][data["head"]]
     return data
+
+
+def train_to_the_end(runner, limit_s: float = 600.0) -> None:
+    """Wait (bounded) for a Lab page's training thread (``ui.lab_runner.LabRunner``) to stop, renewing its session's
+    heartbeat meanwhile as the open page's poll does every second. AppTest draws the page once and does not poll:
+    without the beat, a training that outlasts the 3 s grace (any training, on a busy machine) waits for a page
+    that never comes back, then ends as a closed tab's does."""
+    deadline = time.monotonic() + limit_s
+    while runner.running and time.monotonic() < deadline:
+        runner.touch()
+        runner.join(timeout=0.5)

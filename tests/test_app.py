@@ -147,6 +147,16 @@ def test_a_long_text_caps_the_model_view_not_the_head_view(minilm):
     assert head["switchable"] is False and model["switchable"] is False
 
 
+def test_a_text_at_the_model_limit_is_shown_whole_in_the_head_view(minilm):
+    # 600 words: cut to MiniLM's 512 tokens (with a notice), all of which the head view shows, one layer sent.
+    app = start(text=" ".join(["word"] * 600))
+    head = head_view_data(app)
+    assert len(head["tokens"]) == 512 and head["layers_sent"] == [0]
+    assert not any("shows the first" in caption for caption in texts(app, "caption"))
+    reference = minilm.run(" ".join(["word"] * 600))
+    np.testing.assert_allclose(head["weights_by_layer"][0], reference.attentions[0], rtol=0, atol=HEAD_VIEW_ATOL)
+
+
 def test_one_head_heatmap_lines_and_word_level(minilm):
     app = start(text=TEXT, layer="2", head="7")
     reference = minilm.run(TEXT)
@@ -260,7 +270,8 @@ def test_decoder_shows_the_causal_mask(tmp_path):
 
     reference = load_model(llama).run("the cat sat on the mat")
     app = start(model=llama, text="the cat sat on the mat", pair="a dog ran")
-    assert any("encoder models only" in s for s in texts(app, "info"))  # the pair is not used by a decoder
+    # A decoder reads one sentence: no second sentence box, and the pair in the link is not used (nor kept).
+    assert "pair" not in [box.key for box in app.sidebar.text_input] and "pair" not in app.query_params
     data = head_view_data(app)
     z = data["enlarged_head"]
     upper = np.triu(np.ones_like(z, dtype=bool), k=1)
@@ -360,12 +371,10 @@ def test_long_text_is_truncated_with_a_notice(minilm):
     reference = minilm.run(long_text)
     assert reference.truncated
     assert any(f"only the first {reference.num_tokens} are shown" in s for s in texts(app, "warning"))
-    # The head view shows the first tokens (only the shown layer at a time beyond its budget), and says so.
+    # The head view shows every token the model read (only the shown layer at a time beyond its budget).
     data = head_view_data(app)
-    assert 8 <= len(data["tokens"]) < reference.num_tokens and data["layers_sent"] == [data["layer"]]
-    n = len(data["tokens"])
-    np.testing.assert_allclose(data["enlarged_head"], reference.attentions[0, 0, :n, :n], rtol=0, atol=HEAD_VIEW_ATOL)
-    assert any("head view shows the first" in c for c in texts(app, "caption"))
+    assert len(data["tokens"]) == reference.num_tokens == 512 and data["layers_sent"] == [data["layer"]]
+    np.testing.assert_allclose(data["enlarged_head"], reference.attentions[0, 0], rtol=0, atol=HEAD_VIEW_ATOL)
 
 
 @pytest.mark.parametrize(
@@ -456,7 +465,8 @@ def test_every_page_opens_from_app_py(minilm, page):
     app = start(text=TEXT, page=page)
     assert app.query_params["page"] == page
     assert not [e.value for e in app.error]
-    assert app.text_input(key="text").value == TEXT  # the shared sidebar is on every page
+    if page in ("explore", "compare", "roles"):  # the pages that read the sentence show its box (test_sidebar_inputs)
+        assert app.text_input(key="text").value == TEXT
 
 
 def test_every_run_draws_the_sidebar_once_and_switches_pages(minilm):

@@ -95,6 +95,7 @@ LAZY_IMPORTS = {
     "spacy",
     "pyarrow",
     "sklearn",
+    "scipy.stats",  # Student's t of the held-out test: slow to import (0.5-3 s), imported on first use
     "transformers",
     "safetensors",
     "huggingface_hub",

@@ -416,18 +416,23 @@ def test_an_edit_zeroes_exactly_that_heads_share_of_the_output():
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
         full, weights = mha(x, causal=True)
-        ablated, ablated_weights = mha(x, causal=True, edit=scale_heads(torch.tensor([1.0, 0.0, 1.0, 1.0])))
+        ablated, ablated_weights = mha(
+            x, causal=True, hooks={"hook_z": scale_heads(torch.tensor([1.0, 0.0, 1.0, 1.0]))}
+        )
         q, k, v = mha.project(x, x, x)
         heads, _ = mc.scaled_dot_product_attention(q, k, v, causal=True)
         heads[:, 1] = 0.0
         expected = mha.merge_heads(heads) @ mha.W_o.T + mha.out_proj.bias
         # Per example: the first sequence keeps every head, the second drops head 3.
-        per_batch, _ = mha(x, causal=True, edit=scale_heads(torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])))
+        gates = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+        per_batch, _ = mha(x, causal=True, hooks={"hook_z": scale_heads(gates)})
     torch.testing.assert_close(ablated, expected, atol=ATOL, rtol=0)
     torch.testing.assert_close(ablated_weights, weights, atol=0, rtol=0)  # weights are what the head computed
     assert (ablated - full).abs().max() > 1e-3
     torch.testing.assert_close(per_batch[0], full[0], atol=ATOL, rtol=0)
     assert (per_batch[1] - full[1]).abs().max() > 1e-3
-    torch.testing.assert_close(mha(x, causal=True, edit=scale_heads(torch.ones(4)))[0], full, atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        mha(x, causal=True, hooks={"hook_z": scale_heads(torch.ones(4))})[0], full, atol=ATOL, rtol=0
+    )
     with pytest.raises(ValueError, match="factors"):
-        mha(x, edit=scale_heads(torch.ones(3)))
+        mha(x, hooks={"hook_z": scale_heads(torch.ones(3))})

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mha_core.analysis.streamed import LOCAL_WINDOW_MASS, causal_window
+from mha_core.attention import attention_scores
 from mha_core.engine import blockwise
 from mha_core.engine.blockwise import CHUNK, BlockwiseAttention
 from mha_core.pooling import PooledGrid, chunk_reduce, first_argmax, pool_dense
@@ -148,3 +149,82 @@ def test_the_kernel_hands_each_block_once_with_exact_sums():
     torch.testing.assert_close(output, reference, rtol=1e-5, atol=1e-5)
     stored = kernel.layers[0]
     assert stored.key.shape[0] == kv and stored.key_of_head.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "causal, score, with_bias",
+    [
+        (True, "scaled", False),
+        (False, "scaled", False),
+        (True, "dot", False),
+        (False, "dot", True),
+        (True, "cosine", False),
+    ],
+)
+def test_weighted_scores_equal_the_plain_sum_of_weights_times_scores(causal, score, with_bias, monkeypatch):
+    """sum_j w_ij s_ij, which sum w ln w is made of: from the kernel's product with the values (the keys beside them:
+    q_i . sum_j w_ij k_j) where the scores are products of queries and keys, from a pass over the block where they
+    are not (a score bias of the offset, as MPNet's; cosine scores), both against the sum written out here."""
+    torch.manual_seed(3)
+    heads, n, d = 3, 90, 8
+    q, k, v = (torch.randn(1, heads, n, d) * 2 for _ in range(3))
+    positions = torch.arange(n)
+    bias = torch.randn(heads, 2 * n - 1) if with_bias else None
+    mask = bias[:, positions[:, None] - positions[None, :] + n - 1][None] if with_bias else None
+    seen = []
+
+    class Check:
+        @staticmethod
+        def add(block):
+            rows = positions[block.row_start : block.row_start + block.weights.shape[1]]
+            keys = block.weights.shape[2]
+            scores = attention_scores(q[0, :, rows], k[0, :, :keys], score).double()
+            if with_bias:
+                scores = scores + bias[:, rows[:, None] - positions[None, :keys] + n - 1].double()
+            hidden = positions[None, None, :keys] > rows[None, :, None] if causal else torch.zeros(1, 1, keys).bool()
+            weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+            expected = (weights * scores.masked_fill(hidden, 0.0)).sum(dim=-1)
+            assert (block.score_sums is not None) == (score != "cosine" and not with_bias)
+            torch.testing.assert_close(block.weighted_scores().double(), expected, rtol=1e-5, atol=1e-4)
+            seen.append(block.row_start)
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 4 * heads * n * 40)  # blocks of 32 rows
+    kernel = BlockwiseAttention(1, [Check], score_sums=True)
+    with torch.inference_mode():
+        output, _ = kernel(q, k, v, mask, causal, score)
+    assert seen == [0, 32, 64]
+    scores = attention_scores(q, k, score) + (mask if with_bias else 0.0)
+    if causal:
+        scores = scores.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
+    torch.testing.assert_close(output, torch.softmax(scores, dim=-1) @ v, rtol=1e-5, atol=1e-5)  # the output unchanged
+
+
+def test_the_kernel_flushes_denormals_while_it_computes_blocks_and_restores_them():
+    """Rows whose scores lie far below their largest (spread 100 here) have exponentials below float32's smallest
+    normal number: inside the pass they are flushed to zero (no slow path), outside the pass the thread's
+    arithmetic is as it was, and the output is the softmax's."""
+    torch.manual_seed(5)
+    heads, n, d = 2, 64, 8
+    q, k, v = torch.randn(1, heads, n, d) * 6, torch.randn(1, heads, n, d) * 6, torch.randn(1, heads, n, d)
+    flushing = []
+
+    class Check:
+        @staticmethod
+        def add(block):
+            flushing.append(blockwise.flushing_denormals())
+
+    assert not blockwise.flushing_denormals()
+    assert torch.tensor(1e-39).item() > 0  # a denormal number is kept outside the pass
+    with torch.inference_mode():
+        output, _ = BlockwiseAttention(1, [Check])(q, k, v, None, False, "dot")
+    assert flushing == [True]
+    assert not blockwise.flushing_denormals() and torch.tensor(1e-39).item() > 0
+    scores = (q @ k.transpose(-2, -1)).double()
+    assert (scores - scores.amax(dim=-1, keepdim=True) < -88).float().mean() > 0.3  # exp(-88) < 1.2e-38
+    torch.testing.assert_close(output, (torch.softmax(scores, dim=-1) @ v.double()).float(), rtol=1e-5, atol=1e-5)
+    torch.set_flush_denormal(True)  # a caller that flushes already keeps flushing after the pass
+    try:
+        BlockwiseAttention(1, [Check])(q, k, v, None, False, "dot")
+        assert flushing == [True, True] and blockwise.flushing_denormals()
+    finally:
+        torch.set_flush_denormal(False)

@@ -1,10 +1,14 @@
-"""The class as one room, in Debian Chromium: a teacher and two students on one classroom server.
+"""The class as one room, in Debian Chromium: a teacher and two students on one classroom server (``serve.py``,
+as ``scripts/app.sh`` serves it).
 
-The teacher opens the teacher link; the students open the student link and follow: each waits (a generous bound,
-not a speed claim) until its screen shows the teacher's page and settings. At a Classroom step the students
-answer by a click, the teacher sees the count, reveals, and the students see the answer and the class's spread.
-A student leaves to explore (the teacher's next move does not take it along) and comes back with one click.
-A student link carrying a wrong teacher key leads nothing. Each browser context is one browser (its own cookies).
+The teacher opens the teacher link: the key is never in the address bar (the server answers the link without it)
+and the browser keeps HttpOnly cookies no page script reads. The students open the student link and follow: each
+waits (a generous bound, not a speed claim) until its screen shows the teacher's page and settings. At a Classroom
+step the students answer by a click, the teacher sees the count, reveals, and the students see the answer and the
+class's spread. A student leaves to explore (the teacher's next move does not take it along) and comes back with
+one click. In presentation mode at 1400 x 900 the sidebar is folded and the class's answers show without
+scrolling. A student link carrying a wrong teacher key leads nothing. Each browser context is one browser (its
+own cookies); two tabs of one fresh browser opened at the same moment answer once.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.conftest import require
-from tools.browser import chromium_available, chromium_launch_options, start_streamlit, wait_for_app
+from tools.browser import APP_IDLE_JS, chromium_available, chromium_launch_options, start_streamlit, wait_for_app
 from ui import class_session
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -45,6 +49,13 @@ def wait_for_view(page, path: str, timeout_ms: int = FOLLOW_BOUND_MS, **params) 
     page.wait_for_function(wanted, timeout=timeout_ms)
 
 
+# The sidebar folded: Streamlit marks it aria-expanded="false" (or it takes no width).
+SIDEBAR_FOLDED_JS = """() => {
+  const bar = document.querySelector('[data-testid="stSidebar"]');
+  return !!bar && (bar.getAttribute('aria-expanded') === 'false' || bar.getBoundingClientRect().width < 10);
+}"""
+
+
 def text_shown(page, text: str, timeout_ms: int = FOLLOW_BOUND_MS):
     page.get_by_text(text, exact=False).first.wait_for(timeout=timeout_ms)
 
@@ -59,16 +70,20 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
         "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
         "HEADSCOPE_PUBLIC_URL": None,
     }
-    with start_streamlit(env=env) as server, sync_playwright() as playwright:
+    with start_streamlit(env=env, script="serve.py") as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
             contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(3)]
             teacher, first, second = (context.new_page() for context in contexts)
-            teacher.goto(f"{server.url}/classroom?step=2&teacher={TOKEN}")
+            teacher.goto(f"{server.url}/classroom?step=2&teacher={TOKEN}", wait_until="commit")
+            assert "teacher" not in teacher.url  # the server answered the link without the key: never in the bar
             wait_for_app(teacher)
             text_shown(teacher, "You lead this class")
-            assert "teacher" not in teacher.url  # the key left the address (a projector shows it)
-            assert TOKEN not in teacher.content()
+            assert "teacher" not in teacher.url and TOKEN not in teacher.content()
+            cookies = {cookie["name"]: cookie for cookie in contexts[0].cookies()}
+            assert cookies["headscope_teacher"]["httpOnly"] and cookies["headscope_teacher"]["sameSite"] == "Strict"
+            assert TOKEN not in cookies["headscope_teacher"]["value"]
+            assert "headscope" not in teacher.evaluate("() => document.cookie")  # no page script reads them
 
             # Students open the plain link and land on the teacher's view, and follow it.
             for student in (first, second):
@@ -123,6 +138,25 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
             for student in (first, second):
                 wait_for_view(student, "explore", layer="3", head="1", present="1")
 
+            # Presentation mode on a 1400 x 900 projector: the teacher asks at step 4; a student answers; after the
+            # reveal the sidebar is folded and the class's answers are on the screen without scrolling.
+            first.set_viewport_size({"width": 1400, "height": 900})
+            teacher.goto(f"{server.url}/classroom?step=4&present=1")
+            wait_for_app(teacher)
+            wait_for_view(first, "classroom", step="4", present="1")
+            text_shown(first, "Your answer")
+            first.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile("^More$")).first.click()
+            text_shown(first, "Wait for the teacher to reveal it")
+            teacher.get_by_role("button", name="Reveal to the class").click()
+            text_shown(first, "The class's 1 answer(s)")
+            wait_for_app(first)
+            first.wait_for_function(f"() => ({SIDEBAR_FOLDED_JS})()")
+            chart = first.locator('[data-testid="stPlotlyChart"]').first
+            chart.wait_for()
+            box = chart.bounding_box()
+            assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 900, box
+            first.screenshot(path="test-artifacts/class-presented-student.png")
+
             # A wrong key leads nothing.
             intruder = contexts[2].new_page()
             intruder.goto(f"{server.url}/explore?teacher=wrong-key")
@@ -139,5 +173,53 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
             browser.close()
     store = class_session.ClassStore(tmp_path / "class.sqlite3")
     rows = store.export_csv(class_session.class_id(TOKEN)).splitlines()
-    assert len(rows) == 3 and sum(row.endswith(tuple("0123456789Z")) for row in rows[1:]) == 2
+    assert len(rows) == 4 and sum(row.endswith(tuple("0123456789Z")) for row in rows[1:]) == 3
     assert re.search(r",cat,cat,1,", rows[1] + rows[2]) and re.search(r",sat,cat,0,", rows[1] + rows[2])
+    assert ",More," in rows[3]
+
+
+def test_two_tabs_of_one_fresh_browser_answer_once(tmp_path):
+    """One fresh browser profile opens the student link in two tabs at the same moment: both tabs are one
+    student (one identity the server set for the browser), so their two clicks store one answer."""
+    requirements()
+    import asyncio
+
+    from playwright.async_api import async_playwright
+
+    env = {
+        "HEADSCOPE_CLASSROOM": "1",
+        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
+        "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
+        "HEADSCOPE_PUBLIC_URL": None,
+    }
+    store = class_session.ClassStore(tmp_path / "class.sqlite3")
+    session = class_session.class_id(TOKEN)
+
+    async def scenario(url: str) -> None:
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(**chromium_launch_options())
+            try:
+                teacher = await (await browser.new_context()).new_page()
+                await teacher.goto(f"{url}/classroom?step=4&teacher={TOKEN}")
+                await teacher.wait_for_function(APP_IDLE_JS, timeout=FOLLOW_BOUND_MS)
+                await teacher.get_by_text("answer(s) so far").first.wait_for(timeout=FOLLOW_BOUND_MS)
+                profile = await browser.new_context(viewport={"width": 1400, "height": 1000})
+                tabs = [await profile.new_page(), await profile.new_page()]
+                await asyncio.gather(*(tab.goto(f"{url}/") for tab in tabs))  # the same moment, no cookie yet
+                for tab, answer in zip(tabs, ("More", "Less"), strict=True):
+                    await tab.get_by_text("Your answer").first.wait_for(timeout=FOLLOW_BOUND_MS)
+                    buttons = tab.locator('[data-testid="stButtonGroup"] button')
+                    await buttons.filter(has_text=re.compile(f"^{answer}$")).first.click()
+                    await tab.get_by_text(re.compile("Wait for the teacher|already answered")).first.wait_for(
+                        timeout=FOLLOW_BOUND_MS
+                    )
+                # The second tab is the same student: it shows the first tab's answer, not its own click.
+                await tabs[1].get_by_text(re.compile("Your answer: More")).first.wait_for(timeout=FOLLOW_BOUND_MS)
+            finally:
+                await browser.close()
+
+    with start_streamlit(env=env, script="serve.py") as server:
+        asyncio.run(scenario(server.url))
+    key = store.latest_question(session)
+    answers = store.answers(session, key)
+    assert len(answers) == 1 and list(answers.values()) == [[0]]  # one student, the first click's "More"

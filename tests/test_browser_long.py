@@ -9,17 +9,21 @@ import time
 
 import numpy as np
 import pytest
+from plotly.colors import sample_colorscale
 
 import mha_core as mc
 from mha_core.models.long import run_long
 from tests.conftest import ATTENTION_ATOL, require
 from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
 from ui import longdoc, longview
+from ui.figures.common import ATTENTION_COLORSCALE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = ".hs-longview"
 DRAWN_JS = "(sel) => { const r = document.querySelector(sel); return r ? (r.dataset.drawn || '') : ''; }"
+PIXEL_JS = """([x, y]) => Array.from(
+  document.querySelector('.hs-lv-big').getContext('2d').getImageData(x, y, 1, 1).data)"""
 SHOWN_JS = """(sel) => { const r = document.querySelector(sel);
   return {region: JSON.parse(r.dataset.region), values: JSON.parse(r.dataset.values),
           rows: Array.from(r.querySelectorAll('.hs-lv-rowlabel')).map(e => e.textContent),
@@ -46,7 +50,7 @@ def test_deep_zoom_to_tokens_in_chromium(artifacts_dir):
     assert n == 512
 
     with streamlit_server() as url, chromium_page() as page:
-        page.goto(f"{url}/?page=explore&long=0&lzoom=3.2.0-512.0-512")
+        page.goto(f"{url}/?page=explore&long=0&lzoom=3.2.0-512.0-512&lreduce=mean")
         wait_for_app(page)
         page.wait_for_function(
             f"(sel) => ({DRAWN_JS})(sel).includes(':3:2:0-512:0-512:mean')", arg=ROOT, timeout=300_000
@@ -69,7 +73,7 @@ def test_deep_zoom_to_tokens_in_chromium(artifacts_dir):
         page.mouse.move(box["x"] + 105.5 * cell, box["y"] + 115.5 * cell, steps=5)
         page.mouse.up()
         drawn, zoom_s = wait_drawn_change(page, before)
-        assert drawn.endswith(":3:2:400-464:360-424:mean"), drawn
+        assert drawn.endswith(":3:2:400-464:360-424:mean:absolute"), drawn
         shown = page.evaluate(SHOWN_JS, ROOT)
         block = reference.attention_block(3, 2, (400, 464), (360, 424))
         np.testing.assert_allclose(np.array(shown["values"]).reshape(64, 64), block, atol=ATTENTION_ATOL)
@@ -82,20 +86,38 @@ def test_deep_zoom_to_tokens_in_chromium(artifacts_dir):
         before = drawn
         page.locator(".hs-lv-pan-right").click()
         drawn, pan_s = wait_drawn_change(page, before)
-        assert drawn.endswith(":3:2:400-464:392-456:mean"), drawn
+        assert drawn.endswith(":3:2:400-464:392-456:mean:absolute"), drawn
         shown = page.evaluate(SHOWN_JS, ROOT)
         np.testing.assert_allclose(
             np.array(shown["values"]).reshape(64, 64),
             reference.attention_block(3, 2, (400, 464), (392, 456)),
             atol=ATTENTION_ATOL,
         )
+        # One weight, one colour: the canvas paints a cell in the app's figures' colour of its weight (not against
+        # this view's largest, as it once did), and "Stretch colours" does that and says by how much.
+        values = np.array(shown["values"]).reshape(64, 64)
+        row, col = np.unravel_index(np.argmax(values), values.shape)
+        low_row, low_col = np.unravel_index(np.argmin(values), values.shape)
+        for r, c in ((row, col), (low_row, low_col)):
+            expected = np.array(sample_colorscale(ATTENTION_COLORSCALE, [float(values[r, c])], colortype="tuple")[0])
+            np.testing.assert_allclose(page.evaluate(PIXEL_JS, [int(c), int(r)])[:3], expected * 255, atol=2)
+        page.locator(ROOT).get_by_role("button", name="Stretch colours").click()
+        drawn, _ = wait_drawn_change(page, drawn)
+        assert drawn.endswith(":3:2:400-464:392-456:mean:stretched"), drawn
+        shown = page.evaluate(SHOWN_JS, ROOT)
+        top = values.max()
+        assert f"Colours stretched x{1 / top:.3g}" in shown["legend"] and "lcolour=stretched" in page.url
+        assert page.evaluate(PIXEL_JS, [int(col), int(row)])[:3] == [11, 20, 69]  # the darkest: the view's largest
+        page.screenshot(path=str(artifacts_dir / "long-tokens-stretched.png"), full_page=True)
+        page.locator(ROOT).get_by_role("button", name="Weights' colours").click()
+        drawn, _ = wait_drawn_change(page, drawn)
         # Max pooling of the whole head: each cell the largest exact weight in it.
         before = drawn
         page.locator(".hs-lv-whole").click()
         drawn, _ = wait_drawn_change(page, before)
         page.get_by_role("button", name="Max pooling").click()
         drawn, _ = wait_drawn_change(page, drawn)
-        assert drawn.endswith(":3:2:0-512:0-512:max"), drawn
+        assert drawn.endswith(":3:2:0-512:0-512:max:absolute"), drawn
         shown = page.evaluate(SHOWN_JS, ROOT)
         expected = reference.attention_overview(3, 2, longview.ZOOM_SIZE, "max")
         np.testing.assert_allclose(np.array(shown["values"]).reshape(expected.shape), expected, atol=ATTENTION_ATOL)

@@ -1,8 +1,12 @@
 """A session's long work ends with its browser tab, and outlives a connection lost for a moment: a Lab training,
-head importance and a corpus profile, driven in Debian Chromium, measured on the server (its CPU time, psutil).
+head importance and a corpus profile, driven in Debian Chromium.
 
-The tab is closed with Playwright; a lost connection is the page's own WebSocket closed and refused for 10 s
-(longer than the 3 s grace, shorter than the server's 30 s session TTL), then let through again."""
+While its page is open the work is seen to advance in the page (the loss curve's points, the heads ablated,
+the shards done). Once the page is gone, the server is seen to stop: its process falls idle (psutil: below
+``IDLE_CPU_PER_S``, which an idle server stays under whatever the machine's load; a busy rate is never asserted,
+since load changes it). The tab is closed with Playwright; a lost connection is the page's own WebSocket closed
+and refused until the server is idle (at least 10 s: longer than the 3 s grace, shorter than the server's 30 s
+session TTL), then let through again."""
 
 from __future__ import annotations
 
@@ -15,14 +19,13 @@ import pytest
 from tests.conftest import require
 from tools.browser import (
     DROP_CONNECTION_JS,
-    IDLE_CPU_PER_S,
+    IMPORTANCE_HEADS_JS,
     LAB_POINTS_JS,
     PROFILE_SHARDS_JS,
     RECONNECTED_JS,
     SOCKETS_JS,
     chromium_available,
     chromium_page,
-    cpu_rate,
     start_importance,
     start_lab_training,
     start_profile,
@@ -54,33 +57,39 @@ def assert_work_stops(process: psutil.Process, what: str) -> None:
     )
 
 
+def advances(page, reading_js: str) -> None:
+    """The page's reading (``reading_js``: the curve's points, the heads ablated) goes past where it is now."""
+    now = page.evaluate(reading_js)
+    page.wait_for_function(f"() => ({reading_js})() > {now}")
+
+
 def test_closing_the_tab_stops_a_training_and_a_computation(server, artifacts_dir):
     process = psutil.Process(server.pid)
     with chromium_page() as page:
         start_lab_training(page, server.url)
-        training = cpu_rate(process, 3.0)
-        assert training > 4 * IDLE_CPU_PER_S, f"the training uses {training:.2f} CPU-s/s"
+        advances(page, LAB_POINTS_JS)  # the training goes on while its tab is open
         page.close()
         assert_work_stops(process, "the Lab training")
 
         page = page.context.browser.new_page(viewport={"width": 1500, "height": 1100})
         start_importance(page, server.url)
-        computing = cpu_rate(process, 3.0)
-        assert computing > 4 * IDLE_CPU_PER_S, f"the importance computation uses {computing:.2f} CPU-s/s"
+        advances(page, IMPORTANCE_HEADS_JS)  # the computation goes on while its tab is open
         page.screenshot(path=str(artifacts_dir / "importance-computing.png"))
         page.close()
         assert_work_stops(process, "the importance computation")
 
 
-def lose_the_connection(page, process: psutil.Process) -> float:
-    """Close the page's WebSocket and refuse new ones for ``OUTAGE_S``; the server's CPU rate over the
-    outage's last 4 s (the work waits meanwhile); then let the page reconnect."""
+def lose_the_connection(page, process: psutil.Process, what: str) -> None:
+    """Close the page's WebSocket and refuse new ones until the server is idle (the work waits for the page;
+    bounded well within the session TTL) and for at least ``OUTAGE_S``; then let the page reconnect."""
     page.evaluate(DROP_CONNECTION_JS)
-    time.sleep(OUTAGE_S - 4.0)
-    waiting = cpu_rate(process, 4.0)
+    lost = time.monotonic()
+    assert wait_until_idle(process, BEFORE_THE_SESSION_TTL_S) is not None, (
+        f"{what} went on for nobody for {BEFORE_THE_SESSION_TTL_S:.0f} s"
+    )
+    time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - lost)))
     page.evaluate("() => { window.__blockSockets = false; }")
-    page.wait_for_function(RECONNECTED_JS, timeout=60_000)
-    return waiting
+    page.wait_for_function(RECONNECTED_JS)
 
 
 def test_a_connection_lost_for_a_moment_does_not_stop_the_work(server, artifacts_dir):
@@ -91,22 +100,19 @@ def test_a_connection_lost_for_a_moment_does_not_stop_the_work(server, artifacts
         page.add_init_script(SOCKETS_JS)
         start_lab_training(page, server.url)
         before = page.evaluate(LAB_POINTS_JS)
-        waiting = lose_the_connection(page, process)
-        assert waiting < IDLE_CPU_PER_S, f"the training went on for nobody: {waiting:.2f} CPU-s/s"
+        lose_the_connection(page, process, "the training")
         # Back: the training goes on by itself, from where it was, and the page shows it.
-        page.wait_for_function(f"() => ({LAB_POINTS_JS})() > {before + 2}", timeout=120_000)
-        assert cpu_rate(process, 2.0) > 4 * IDLE_CPU_PER_S
+        page.wait_for_function(f"() => ({LAB_POINTS_JS})() > {before + 2}")
         body = page.inner_text("body")
         assert "Training..." in body and "Stopped" not in body
         page.screenshot(path=str(artifacts_dir / "lab-after-reconnect.png"))
         page.get_by_role("button", name="Pause").click()
-        page.get_by_role("button", name="Resume").wait_for(timeout=60_000)
+        page.get_by_role("button", name="Resume").wait_for()
 
         start_profile(page, server.url, sentences=1000)  # 4 shards of 256 sentences
-        page.wait_for_function(f"() => ({PROFILE_SHARDS_JS})() >= 1", timeout=300_000)
+        page.wait_for_function(f"() => ({PROFILE_SHARDS_JS})() >= 1")
         reached = page.evaluate(PROFILE_SHARDS_JS)
-        waiting = lose_the_connection(page, process)
-        assert waiting < IDLE_CPU_PER_S, f"the profile went on for nobody: {waiting:.2f} CPU-s/s"
+        lose_the_connection(page, process, "the profile")
         # Back: the profile goes on without another click, from the shards it had finished (a new start
         # would count from 0), and the page shows its result.
         seen = []
@@ -116,6 +122,6 @@ def test_a_connection_lost_for_a_moment_does_not_stop_the_work(server, artifacts
                 break
             time.sleep(0.2)
         assert min(done for done in seen if done >= 0) >= reached, seen
-        page.get_by_text("Best head per dependency relation").wait_for(timeout=120_000)
+        page.get_by_text("Best head per dependency relation").wait_for()
         assert page.locator('[data-testid="stException"]').count() == 0
         page.screenshot(path=str(artifacts_dir / "profile-after-reconnect.png"))

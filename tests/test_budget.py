@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import importlib.util
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from mha_core.errors import EmptyTextError
 from mha_core.operations import Attention
 from mha_core.operations.base import RUN_PEAK_FACTOR, attention_bytes
-from tests.conftest import METRIC_TOL, require
+from tests.conftest import METRIC_TOL, WAIT_S, require, until
 from tests.page_helpers import open_app
 from ui.budget import ByteBudgetCache, OverBudget, runs_budget
 
@@ -59,14 +58,20 @@ def test_a_reservation_waits_while_others_in_flight_fill_the_budget():
 
     def second():
         first_running.wait(10)
-        cache.get_or_compute("second", lambda: (order.append("second computes"), block(1))[1], reserve_bytes=5 * MB)
+        cache.get_or_compute(
+            "second",
+            lambda: (order.append("second computes"), block(1))[1],
+            check=lambda: second_polls.append(1),  # called on every poll while it waits
+            reserve_bytes=5 * MB,
+        )
         peaks.append(cache.stats()["used_bytes"])
 
+    second_polls = []
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for thread in threads:
         thread.start()
-    first_running.wait(10)
-    time.sleep(0.6)  # more than two polls: 7 + 5 MB do not fit in 10 MB, so the second is still waiting
+    assert first_running.wait(WAIT_S)
+    until(lambda: len(second_polls) >= 2)  # two polls: 7 + 5 MB do not fit in 10 MB, so the second still waits
     assert order == [] and cache.stats()["reserved_bytes"] == 7 * MB
     let_first_finish.set()
     for thread in threads:

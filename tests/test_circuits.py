@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import mha_core as mc
-from mha_core.interventions.patching import patched_score
-from mha_core.interventions.readout import CircuitError
+from mha_core.edits import replace_heads_per_row, replace_positions
+from mha_core.interventions.patching import PatchRun
+from mha_core.interventions.readout import CircuitError, lm_pass
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2, build_tiny_llama
 
 CLEAN = "The cat sat on the mat."
@@ -52,6 +53,21 @@ def pair(model) -> tuple[str, str]:
     clean, corrupted = CLEAN, CORRUPTED
     assert len(model.encode(clean).input_ids) == len(model.encode(corrupted).input_ids)
     return clean, corrupted
+
+
+def patched_score(model, clean, corrupted, answer, foil, heads=(), mlps=()) -> float:
+    """The normalised score of patching several components together (heads ``[(layer, head), ...]`` and the MLPs
+    of the layers ``mlps``), with the library's hook functions on the named points."""
+    run = PatchRun(model, clean, corrupted, answer, foil, metric=None)
+    hooks = {}
+    for layer in {layer for layer, _ in heads}:
+        chosen = torch.zeros(1, model.num_heads, dtype=torch.bool)
+        chosen[0, [head for other, head in heads if other == layer]] = True
+        hooks[run.names["z"][layer]] = replace_heads_per_row(chosen, run.clean["z"][layer][0])
+    for layer in mlps:
+        hooks[run.names["mlp"][layer]] = replace_positions(run.clean["mlp"][layer][0])
+    logits, _ = lm_pass(model, run.corrupted_ids, hooks=hooks)
+    return float(run.normalised([float(run.metric(logits)[0])])[0])
 
 
 def model_logits(model, text: str) -> torch.Tensor:
@@ -232,7 +248,8 @@ def test_logit_lens_last_layer_is_the_models_prediction(decoder):
     assert (np.diff(top3["logit"]) <= 0).all()
     # An earlier layer reads its own block's output through the final norm and the unembedding.
     kept = {}
-    block = mc.families.FAMILY_OF_MODEL_TYPE[decoder.model_type].blocks_of(decoder.hf_model)[0]
+    stack = mc.families.FAMILY_OF_MODEL_TYPE[decoder.model_type].modules(decoder.hf_model).stacks["blocks"]
+    block = stack.layers[0].block
     handle = block.register_forward_hook(
         lambda m, a, out: kept.__setitem__("x", out[0] if isinstance(out, tuple) else out)
     )
@@ -240,7 +257,7 @@ def test_logit_lens_last_layer_is_the_models_prediction(decoder):
         model_logits(decoder, CLEAN)
     finally:
         handle.remove()
-    final_norm = mc.families.FAMILY_OF_MODEL_TYPE[decoder.model_type].final_norm_of(decoder.hf_model)
+    final_norm = stack.final_norm
     with torch.inference_mode():
         first = decoder.lm_model.get_output_embeddings()(final_norm(kept["x"]))[0]
     layer0 = lens[(lens["layer"] == 0) & (lens["rank"] == 0)]
@@ -290,6 +307,11 @@ def test_smollm2_attribution_identity_and_lens(smollm2):
     lens = mc.logit_lens(smollm2, task.clean, k=1)
     last = lens[lens["layer"] == smollm2.num_layers - 1]
     assert last["token_id"].tolist() == model_logits(smollm2, task.clean).argmax(-1).tolist()
+    # Tokens are shown as the head view shows them: white space as symbols, never an empty cell or an escape.
+    assert lens["shown"].str.strip().str.len().gt(0).all() and not lens["shown"].str.contains(r"\\x").any()
+    blank = lens[lens["token"].str.strip() == ""]
+    assert len(blank) > 0  # SmolLM2's early layers predict white space here (a no-break space among them)
+    assert all(set(shown) <= {"␣", "⍽", "⏎", "⇥", "␍"} for shown in blank["shown"])
 
 
 @pytest.mark.slow
@@ -395,16 +417,33 @@ def test_cli_task_fills_what_the_arguments_leave_out(tmp_path):
     np.testing.assert_allclose(pd.read_csv(out)["contribution"], expected["contribution"], rtol=1e-5, atol=1e-6)
 
 
-def test_exact_patching_in_the_from_scratch_engine_equals_transformers(decoder):
+@pytest.mark.parametrize("over", ["heads", "layers", "positions"])
+def test_patching_in_the_from_scratch_engine_equals_transformers(decoder, over):
+    """The same hook functions on the same named points: exact and attribution patching over heads, layers and
+    positions give the same scores in both engines."""
     clean, corrupted = pair(decoder)
     answer, foil = one_token_words(decoder)
-    core = mc.patch(decoder, clean, corrupted, answer, foil, engine="core")
-    hooked = mc.patch(decoder, clean, corrupted, answer, foil)
-    assert core.attrs["engine"] == "core"
-    np.testing.assert_allclose(core.attrs["clean_metric"], hooked.attrs["clean_metric"], rtol=1e-4, atol=1e-4)
-    # Two engines' float32 sums in another order, through every layer: ENGINE_ATOL-sized logit differences.
-    np.testing.assert_allclose(core["score"], hooked["score"], rtol=1e-3, atol=1e-3)
-    with pytest.raises(CircuitError, match="from-scratch engine patches heads exactly"):
-        mc.patch(decoder, clean, corrupted, answer, foil, engine="core", method="attribution")
+    for method in ("exact", "attribution"):
+        settings = dict(over=over, method=method, exact_top=3)
+        core = mc.patch(decoder, clean, corrupted, answer, foil, engine="core", **settings)
+        hooked = mc.patch(decoder, clean, corrupted, answer, foil, **settings)
+        assert core.attrs["engine"] == "core"
+        np.testing.assert_allclose(core.attrs["clean_metric"], hooked.attrs["clean_metric"], rtol=1e-4, atol=1e-4)
+        # Two engines' float32 sums in another order, through every layer: ENGINE_ATOL-sized logit differences.
+        np.testing.assert_allclose(core["score"], hooked["score"], rtol=1e-3, atol=1e-3)
+        if method == "attribution":
+            np.testing.assert_allclose(core["exact"], hooked["exact"], rtol=1e-3, atol=1e-3)
+    assert np.abs(hooked["score"]).max() > 0.05  # the patching moved something
     with pytest.raises(CircuitError, match="Unknown engine"):
         mc.patch(decoder, clean, corrupted, answer, foil, engine="jax")
+
+
+def test_attribution_and_the_lens_in_the_from_scratch_engine_equal_transformers(decoder):
+    answer, foil = one_token_words(decoder)
+    core = mc.logit_attribution(decoder, CLEAN, answer, foil, engine="core")
+    hooked = mc.logit_attribution(decoder, CLEAN, answer, foil)
+    np.testing.assert_allclose(core["contribution"], hooked["contribution"], rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(core["contribution"].sum(), core.attrs["logit_difference"], **LOGIT_TOL)
+    lens_core, lens = mc.logit_lens(decoder, CLEAN, k=3, engine="core"), mc.logit_lens(decoder, CLEAN, k=3)
+    assert lens_core["token_id"].tolist() == lens["token_id"].tolist()
+    np.testing.assert_allclose(lens_core["logit"], lens["logit"], rtol=1e-3, atol=1e-3)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -164,10 +165,46 @@ def test_token_check_is_strict():
     assert not cs.token_matches("", "")
     assert not cs.token_matches("é" * 10, token)  # non-ASCII text compares (and fails), no exception
     proof = cs.teacher_proof(token)
-    assert cs.token_matches(proof, cs.teacher_proof(token)) and proof != token and token not in proof
-    assert not cs.token_matches(proof, cs.teacher_proof(token + "y"))
+    assert cs.proof_matches(proof, token) and proof != token and token not in proof
+    assert cs.teacher_proof(token) != proof  # each browser its own proof (a random nonce)...
+    assert cs.proof_matches(cs.teacher_proof(token), token)
+    assert not cs.proof_matches(proof, token + "y")  # ...and a new token makes every old proof worthless
+    nonce, mac = proof.split(".")
+    assert not cs.proof_matches(f"{nonce}.{'0' * len(mac)}", token)
+    assert not cs.proof_matches(f"{'0' * len(nonce)}.{mac}", token)
+    for bad in (None, "", "x", proof + ".", "é.é", token):
+        assert not cs.proof_matches(bad, token)
+    assert not cs.proof_matches(proof, None)
     assert cs.class_id(token) != cs.class_id(token + "y") and token not in cs.class_id(token)
     assert cs.STUDENT_ID.fullmatch(cs.new_student_id()) and cs.new_student_id() != cs.new_student_id()
+
+
+def test_student_ids_are_signed_by_the_server():
+    """A student id counts only as the server signed it: an id made up by a client, or signed for another token,
+    is no id."""
+    token = "tok-" + "x" * 30
+    signed = cs.signed_student(token)
+    student, mac = signed.split(".")
+    assert cs.verified_student(signed, token) == student and cs.STUDENT_ID.fullmatch(student)
+    assert cs.verified_student(cs.signed_student(token, student), token) == student  # the same id signs the same
+    assert cs.signed_student(token) != signed
+    assert cs.verified_student(signed, token + "y") is None
+    assert cs.verified_student(f"{cs.new_student_id()}.{mac}", token) is None
+    assert cs.verified_student(student, token) is None  # a bare id, as an older server set it
+    for bad in (None, "", ".", "x.y", signed + "0", signed.upper(), "é" * 3):
+        assert cs.verified_student(bad, token) is None
+    assert cs.verified_student(signed, None) is None
+
+
+def test_client_limits_count_each_client_apart():
+    clock = Clock(0.0)
+    limits = cs.ClientLimits(3, window_s=1.0, clock=clock)
+    assert [limits.allow("10.0.0.1") for _ in range(5)] == [True, True, True, False, False]
+    assert limits.allow("10.0.0.2")  # another client has its own limit
+    clock.now += 0.5
+    assert not limits.allow("10.0.0.1")  # refusals were not counted: the window still holds the first three
+    clock.now += 0.6
+    assert limits.allow("10.0.0.1")  # a second after them
 
 
 def test_csv_export(tmp_path):
@@ -205,5 +242,83 @@ def test_answers_figure_data():
     assert list(model_bars.y) == pytest.approx([0.2, 0.5, 0.3])
     ticks = list(fig.layout.xaxis.ticktext)
     assert ticks[1] == "&lt;b&gt;cat&lt;/b&gt;" and ticks[0].endswith("(you)")
+    assert fig.layout.showlegend  # two kinds of bar: a legend names them
     empty = answers_figure(["a", "b"], [0, 0])
     assert list(empty.data[0].y) == [0.0, 0.0] and len(empty.data) == 1
+    assert empty.layout.showlegend is False and empty.layout.margin.t < 40  # the class's bars alone: no legend
+
+
+def test_the_class_file_and_its_wal_are_private(tmp_path):
+    """The class file holds raw student ids: it and its -wal and -shm are mode 0600 (an older file is made so)."""
+    path = tmp_path / "c.sqlite3"
+    store = cs.ClassStore(path)
+    store.ask("s", "q", "classroom", "?", ["a", "b"])
+    assert store.answer("s", "q", student(1), 0) == cs.ACCEPTED
+    files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+    assert all(name.exists() for name in files)  # WAL mode, a connection open: all three are there
+    assert [oct(name.stat().st_mode & 0o777) for name in files] == [oct(0o600)] * 3
+    store.close()
+    for name in files:
+        if name.exists():
+            os.chmod(name, 0o644)  # as an earlier version left them
+    reopened = cs.ClassStore(path)
+    reopened.answer("s", "q", student(2), 1)
+    assert [oct(name.stat().st_mode & 0o777) for name in files if name.exists()] == [oct(0o600)] * sum(
+        name.exists() for name in files
+    )
+
+
+@pytest.mark.slow
+def test_a_15_second_lock_loses_no_answer(tmp_path):
+    """Another process holds a write lock on the class file for 15 s while 12 students answer: every answer waits
+    and is stored once the lock goes (none lost, none twice); a publish that may wait only briefly says busy."""
+    path = tmp_path / "c.sqlite3"
+    store = cs.ClassStore(path)
+    store.ask("s", "q", "classroom", "?", ["a", "b", "c"])
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the write lock, as a backup tool or a second server would hold it
+        other.execute("UPDATE sessions SET touched = touched")
+        locked.set()
+        release.wait(15)
+        other.execute("COMMIT")
+        other.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert locked.wait(30)
+    results: dict[int, str] = {}
+
+    def send(n: int) -> None:
+        results[n] = store.answer("s", "q", student(n), n % 3)
+
+    senders = [threading.Thread(target=send, args=(n,)) for n in range(12)]
+    for sender in senders:
+        sender.start()
+    with pytest.raises(cs.StoreBusy):  # the teacher's publish does not wait the lock out: it tries again later
+        store.publish_view("s", "classroom", {"step": "2"}, wait_s=0.2)
+    assert sum(store.counts("s", "q")) == 0  # readers are not blocked by the lock (WAL); nothing is in yet
+    release.set()
+    holder.join(60)
+    for sender in senders:
+        sender.join(120)
+    assert results == {n: cs.ACCEPTED for n in range(12)}
+    assert store.answers("s", "q") == {student(n): [n % 3] for n in range(12)}
+
+
+def test_a_lock_past_the_deadline_is_store_busy_and_stores_nothing(tmp_path):
+    path = tmp_path / "c.sqlite3"
+    store = cs.ClassStore(path, write_wait_s=0.3)
+    store.ask("s", "q", "classroom", "?", ["a", "b"])
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(cs.StoreBusy):
+            store.answer("s", "q", student(1), 0)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.answers("s", "q") == {}
+    assert store.answer("s", "q", student(1), 0) == cs.ACCEPTED  # the lock gone, the click again is stored

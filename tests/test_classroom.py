@@ -9,13 +9,13 @@ import pickle
 import re
 import sys
 import threading
-import time
+import types
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ATTENTION_ATOL, ROOT, require
+from tests.conftest import ATTENTION_ATOL, ROOT, WAIT_S, require, until
 from tests.model_fixtures import build_tiny_bert
 from tests.page_helpers import head_view_data, open_app
 from tests.test_sources import _WritesMarker
@@ -71,16 +71,21 @@ def test_evicted_runs_give_their_memory_back_to_the_system():
 
 def test_one_computation_per_key_and_waiters_take_over_when_it_stops():
     cache = ByteBudgetCache(budget_bytes=1 << 20)
-    calls, started = [], threading.Event()
+    calls, started, waiters = [], threading.Event(), set()
+
+    def wait_here():  # a waiter's check, called on each of its polls while another computes its key
+        waiters.add(threading.get_ident())
 
     def slow():
         calls.append(1)
-        started.set()
-        time.sleep(0.5)
+        until(lambda: len(waiters) == 3)  # the three others wait for this computation, not compute their own
         return np.ones(10)
 
     results = []
-    threads = [threading.Thread(target=lambda: results.append(cache.get_or_compute("k", slow))) for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(cache.get_or_compute("k", slow, check=wait_here)))
+        for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -90,12 +95,12 @@ def test_one_computation_per_key_and_waiters_take_over_when_it_stops():
     class Stopped(BaseException):
         pass
 
+    waiting = threading.Event()
+
     def stopped():
         started.set()
-        time.sleep(0.3)
-        raise Stopped  # the session that computed it went away
-
-    started.clear()
+        assert waiting.wait(WAIT_S)  # another caller waits for this computation...
+        raise Stopped  # ...when the session that computed it goes away
 
     def compute_then_stop():
         with pytest.raises(Stopped):
@@ -103,18 +108,25 @@ def test_one_computation_per_key_and_waiters_take_over_when_it_stops():
 
     first = threading.Thread(target=compute_then_stop)
     first.start()
-    started.wait(5)
-    value = cache.get_or_compute("j", lambda: np.full(3, 7.0))  # the waiter computes it itself
+    assert started.wait(WAIT_S)
+    value = cache.get_or_compute("j", lambda: np.full(3, 7.0), check=waiting.set)  # the waiter computes it itself
     first.join()
     np.testing.assert_array_equal(value, [7.0, 7.0, 7.0])
+    assert waiting.is_set()
 
 
 def test_waiting_for_another_computation_can_be_given_up():
     cache = ByteBudgetCache(budget_bytes=1 << 20)
-    release = threading.Event()
-    worker = threading.Thread(target=lambda: cache.get_or_compute("k", lambda: release.wait(10) and np.ones(1)))
+    computing, release = threading.Event(), threading.Event()
+
+    def compute():
+        computing.set()
+        release.wait(60)
+        return np.ones(1)
+
+    worker = threading.Thread(target=lambda: cache.get_or_compute("k", compute))
     worker.start()
-    time.sleep(0.1)
+    assert computing.wait(WAIT_S)  # "k" is being computed by the worker
 
     class Gone(BaseException):
         pass
@@ -131,6 +143,7 @@ def test_waiting_for_another_computation_can_be_given_up():
 def test_gate_lets_at_most_its_slots_run_first_come_first_served():
     gate = ComputeGate(slots=2)
     running, peak, order, lock = [0], [0], [], threading.Lock()
+    done = [threading.Event() for _ in range(6)]  # the test ends each job: one slot frees at a time
 
     def job(index):
         with gate.slot():
@@ -138,18 +151,24 @@ def test_gate_lets_at_most_its_slots_run_first_come_first_served():
                 running[0] += 1
                 peak[0] = max(peak[0], running[0])
                 order.append(index)
-            time.sleep(0.15)
+            done[index].wait(60)
             with lock:
                 running[0] -= 1
 
     threads = []
-    for index in range(6):
+    for index in range(6):  # each arrives once the one before holds a slot or waits in the queue
         threads.append(threading.Thread(target=job, args=(index,)))
         threads[-1].start()
-        time.sleep(0.02)  # arrive in order
+        until(lambda index=index: len(order) + gate.queued > index)
+    assert order == [0, 1] and gate.queued == 4  # two hold the slots, four wait
+    for index in range(6):
+        done[index].set()  # a slot frees: the first in the queue, and only it, takes it
+        started = min(6, index + 3)
+        until(lambda started=started: len(order) >= started)
+        assert order == list(range(started)) and peak[0] == 2
     for thread in threads:
         thread.join()
-    assert peak[0] == 2 and order == list(range(6))
+    assert order == list(range(6)) and gate.queued == 0
 
 
 def test_a_queued_request_leaves_the_gate_when_stopped_and_sees_its_place():
@@ -173,14 +192,24 @@ def test_a_queued_request_leaves_the_gate_when_stopped_and_sees_its_place():
         pass
 
 
-def test_stop_point_touches_at_most_every_interval():
+def test_stop_point_touches_at_most_every_interval(monkeypatch):
+    clock = [100.0]  # a clock the test moves by hand: how fast the calls come is no part of what is tested
+    monkeypatch.setattr("ui.budget.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     touches = []
     check = StopPoint(lambda: touches.append(1), every_s=0.05)
     for _ in range(200):
         check(1, 2, "layer")
-    time.sleep(0.06)
+    assert touches == []  # within the first interval
+    clock[0] += 0.06
+    for _ in range(200):
+        check()
+    assert len(touches) == 1  # one touch for the interval, however many calls
+    clock[0] += 0.04
     check()
-    assert 1 <= len(touches) <= 3
+    assert len(touches) == 1
+    clock[0] += 0.02
+    check()
+    assert len(touches) == 2
 
 
 def test_estimate_bytes_counts_a_run_by_its_arrays():

@@ -35,6 +35,7 @@ NOT_A_PASS = {
     "position_embeddings",
     "logits",
     "output_projections",
+    "hook_names",
 }
 # The Lab's methods that run its model (``mha_core.lab.Lab``; ``run`` is counted with LoadedModel's).
 LAB_PASSES = {"train", "evaluate", "ablation", "attention"}
@@ -44,7 +45,9 @@ NO_PASS_FUNCTIONS = {
     "encoded_prompt",
     "prompt",
     "needle_prompt",
+    "needle_question",
     "long_run_bytes",
+    "needle_run_bytes",
     "most_tokens_within",
     "config_sizes",
     "batch_peak_bytes",
@@ -201,7 +204,7 @@ def offenders(source: str, path: str, methods: set[str], functions: set[str]) ->
 def signatures():
     methods, functions = loaded_model_methods(), model_functions()
     # What the derivation must find (if one of these disappears, the derivation or the library changed).
-    assert {"run", "run_ids", "run_batch", "forward_encoded", "layer_inputs", "final_hidden"} <= methods
+    assert {"run", "run_ids", "run_batch", "forward_encoded", "layer_inputs", "run_with_cache"} <= methods
     assert methods >= NOT_A_PASS, NOT_A_PASS - methods
     assert {
         "profile",
@@ -446,7 +449,15 @@ def test_every_operation_declares_its_work_class_once():
     assert all(declared in ("LIGHT", "HEAVY") for _, declared in classes.values()), classes
     heavy = {name for name, (_, declared) in classes.items() if declared == "HEAVY"}
     light = {name for name, (_, declared) in classes.items() if declared == "LIGHT"}
-    assert {"LongAttention", "Profile", "Importance", "SearchIndex", "Patching", "InductionExperiment"} <= heavy
+    assert {
+        "LongAttention",
+        "NeedleTest",
+        "Profile",
+        "Importance",
+        "SearchIndex",
+        "Patching",
+        "InductionExperiment",
+    } <= heavy
     assert "LabTraining" in heavy
     assert {"Attention", "Neurons", "SearchVector", "Attribution", "LogitLens", "DecoderScores"} <= light
     assert {w.share for w in WorkClass} == {None, "heavy"}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import mha_core as mc
-from mha_core.edits import apply_to_concat, chain, forward_hooks, forward_pre_hooks, record_heads
+from mha_core.edits import apply_to_concat, chain, forward_hooks, forward_pre_hooks, replace_positions
 from mha_core.models.forward import ForwardPass
 from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, ROOT
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2, build_tiny_llama
@@ -81,11 +81,11 @@ def test_scale_heads_values_and_gradient(z):
         mc.scale_heads(torch.ones(1, 1, HEADS))
 
 
-def test_record_chain_and_concat_view(z):
+def test_chain_and_concat_view(z):
     store: list = []
-    both = chain(record_heads(store), None, mc.zero_heads([1]))
+    both = chain(lambda z: store.append(z.clone()), None, mc.zero_heads([1]))  # a function returning None keeps z
     edited = both(z)
-    assert len(store) == 1 and torch.equal(store[0], z)  # recorded before the zeroing
+    assert len(store) == 1 and torch.equal(store[0], z)  # seen before the zeroing
     assert torch.equal(edited[:, :, 1], torch.zeros(BATCH, N, D_HEAD))
     assert chain(None, None) is None
     concat = z.reshape(BATCH, N, HEADS * D_HEAD)
@@ -98,6 +98,26 @@ def test_record_chain_and_concat_view(z):
         apply_to_concat(mc.zero_heads([0]), concat[..., :-1], HEADS)
     with pytest.raises(ValueError, match="keep z's shape"):
         apply_to_concat(lambda z: z[:, :1], concat, HEADS)
+
+
+def test_replace_positions_against_a_loop():
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(1))
+    values = torch.randn(4, 5, generator=torch.Generator().manual_seed(2))
+    rows = torch.tensor([True, False, True])
+    positions = torch.zeros(3, 4, dtype=torch.bool)
+    positions[0, 1] = positions[1, 3] = positions[2, 0] = True
+    expected = x.clone()
+    for b in range(3):
+        for i in range(4):
+            if rows[b] and positions[b, i]:
+                expected[b, i] = values[i]
+    assert torch.equal(replace_positions(values, rows=rows, positions=positions)(x), expected)
+    assert torch.equal(replace_positions(values)(x), values.expand_as(x))
+    z = torch.randn(2, 4, 3, 2)  # a point with more axes: replaced whole at each chosen position
+    where = torch.tensor([[True, False, False, True], [False, False, False, False]])
+    edited = replace_positions(torch.zeros(4, 3, 2), positions=where)(z)
+    assert torch.equal(edited[0, 0], torch.zeros(3, 2)) and torch.equal(edited[0, 1], z[0, 1])
+    assert torch.equal(edited[1], z[1])
 
 
 def test_hooks_are_removed_when_the_block_raises():
@@ -128,10 +148,11 @@ def edits_of(kind: str, model) -> dict:
     d_head = model.hf_model.config.hidden_size // model.num_heads
     values = torch.linspace(-1.0, 1.0, model.num_heads * d_head).reshape(model.num_heads, d_head)
     factors = torch.linspace(0.0, 2.0, model.num_heads)
+    last = model.num_layers - 1
     return {
-        "zero": {0: mc.zero_heads([1]), model.num_layers - 1: mc.zero_heads([0, 2])},
-        "replace": {0: mc.replace_heads([0, 3], values)},
-        "scale": {1: mc.scale_heads(factors)},
+        "zero": {"blocks.0.attn.hook_z": mc.zero_heads([1]), f"blocks.{last}.attn.hook_z": mc.zero_heads([0, 2])},
+        "replace": {"blocks.0.attn.hook_z": mc.replace_heads([0, 3], values)},
+        "scale": {"blocks.1.attn.hook_z": mc.scale_heads(factors)},
     }[kind]
 
 
@@ -161,7 +182,7 @@ def own_pre_hook(kind: str, model, layer: int):
 def test_both_engines_give_the_same_edited_output(model, kind):
     ids = torch.tensor([model.encode("The cat sat on the mat because it was warm.").input_ids])
     edits = edits_of(kind, model)
-    forward = ForwardPass(ids, edits=edits, keep_hidden=True)
+    forward = ForwardPass(ids, hooks=edits, keep_hidden=True)
     transformers = model.run_pass(forward, "transformers")
     core = model.run_pass(forward, "core")
     np.testing.assert_allclose(core.hidden.numpy(), transformers.hidden.numpy(), rtol=0, atol=ENGINE_ATOL)
@@ -169,7 +190,8 @@ def test_both_engines_give_the_same_edited_output(model, kind):
     np.testing.assert_allclose(core.reference.numpy(), transformers.attentions.numpy(), rtol=0, atol=ATTENTION_ATOL)
     # The transformers engine's edit against the test's own hooks on the output projections.
     projections = model.output_projections()
-    handles = [projections[layer].register_forward_pre_hook(own_pre_hook(kind, model, layer)) for layer in edits]
+    layers = [int(name.split(".")[1]) for name in edits]
+    handles = [projections[layer].register_forward_pre_hook(own_pre_hook(kind, model, layer)) for layer in layers]
     try:
         with torch.inference_mode():
             own = model.hf_model(input_ids=ids).last_hidden_state
@@ -195,18 +217,21 @@ def test_an_edit_that_raises_leaves_no_hook_behind(model):
 
     for engine in ("transformers", "core"):
         with pytest.raises(RuntimeError, match="a broken edit"):
-            model.run_pass(ForwardPass(ids, edits={0: broken}), engine)
+            model.run_pass(ForwardPass(ids, hooks={"blocks.0.attn.hook_z": broken}), engine)
     assert hooks_on_the_model() == hooks
     after = model.run_pass(ForwardPass(ids, keep_hidden=True))
     assert torch.equal(after.hidden, before.hidden) and torch.equal(after.attentions, before.attentions)
 
 
 def test_hooks_are_registered_only_in_edits():
-    """``register_forward_pre_hook`` / ``register_forward_hook`` appear in the library only in edits.py."""
+    """``register_forward_pre_hook`` / ``register_forward_hook`` appear in the library only in edits.py (and no
+    torch function mode is entered anywhere else)."""
     calls = []
     for path in sorted((ROOT / "mha_core").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr.startswith("register_forward"):
+                calls.append(Path(path).relative_to(ROOT).as_posix())
+            if isinstance(node, ast.Name) and node.id == "TorchFunctionMode":
                 calls.append(Path(path).relative_to(ROOT).as_posix())
     assert calls and set(calls) == {"mha_core/edits.py"}

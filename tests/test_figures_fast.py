@@ -7,11 +7,13 @@ import base64
 import json
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
 from ui import figures
+from ui.figures.common import COLORBAR_ABOVE_ROOM
 
 
 def _attention(heads: int, n: int, seed: int = 0) -> np.ndarray:
@@ -78,11 +80,27 @@ def test_colour_bars_sit_in_a_fixed_margin_and_the_grid_can_leave_its_out():
     """A colour bar in a fixed right margin at the figure's edge: Plotly would otherwise widen the margin
     after drawing it (``margin.autoexpand``), a second layout and draw of the chart on every draw."""
     attention = _attention(12, 20)
-    for fig in (figures.head_grid(attention, TOKENS), figures.head_heatmap(attention[0], TOKENS, TOKENS)):
-        bar = fig.data[0].colorbar
-        assert fig.data[0].showscale in (None, True)
-        assert (bar.xref, bar.x, bar.xanchor, bar.title.text) == ("container", 1.0, "right", "weight")
-        assert fig.layout.margin.autoexpand is False and fig.layout.margin.r == 90
+    fig = figures.head_grid(attention, TOKENS)
+    bar = fig.data[0].colorbar
+    assert fig.data[0].showscale in (None, True)
+    assert (bar.xref, bar.x, bar.xanchor, bar.title.text) == ("container", 1.0, "right", "weight")
+    assert fig.layout.margin.autoexpand is False and fig.layout.margin.r == 90
+    # One square map is narrower than its chart: its bar lies above the plot from its left edge, in a fixed top
+    # margin (no room kept at the right).
+    one = figures.head_heatmap(attention[0], TOKENS, TOKENS)
+    bar = one.data[0].colorbar
+    assert (bar.orientation, bar.xref, bar.x, bar.xanchor, bar.yref, bar.y, bar.yanchor) == (
+        "h",
+        "paper",
+        0.0,
+        "left",
+        "paper",
+        1.0,
+        "bottom",
+    )
+    assert bar.title.text == "weight" and (bar.lenmode, bar.len) == ("pixels", 220)
+    assert one.layout.margin.autoexpand is False and one.layout.margin.r == 10
+    assert one.layout.margin.t == 30 + COLORBAR_ABOVE_ROOM
     bare = figures.head_grid(attention, TOKENS, colorbar=False)
     assert bare.data[0].showscale is False
     assert bare.layout.margin.autoexpand is False and bare.layout.margin.r == 10
@@ -90,8 +108,10 @@ def test_colour_bars_sit_in_a_fixed_margin_and_the_grid_can_leave_its_out():
         np.asarray(bare.data[0].z), np.asarray(figures.head_grid(attention, TOKENS).data[0].z)
     )
     # Presentation mode: the bar's text grows, and so does its margin.
-    big = figures.enlarge_text(figures.head_heatmap(attention[0], TOKENS, TOKENS), 1.6)
+    big = figures.enlarge_text(figures.head_grid(attention, TOKENS), 1.6)
     assert big.layout.margin.r == 144 and big.data[0].colorbar.tickfont.size == 19
+    big = figures.enlarge_text(figures.head_heatmap(attention[0], TOKENS, TOKENS), 1.6)
+    assert big.layout.margin.t == round((30 + COLORBAR_ABOVE_ROOM) * 1.6) and big.data[0].colorbar.tickfont.size == 19
 
 
 # ---- the canvas head view's data (ui/headview/) -----------------------------------------------------
@@ -159,3 +179,62 @@ def test_difference_maps_use_one_fixed_scale_whatever_their_largest_difference()
     assert (one.data[0].zmin, one.data[0].zmax) == (-1.0, 1.0) and len(one.data) == 1  # one tile, no head targets
     np.testing.assert_array_equal(np.asarray(one.data[0].z), averaged[0])
     assert one.layout.xaxis.title.text == "key (attended to)" and one.layout.yaxis.title.text == "query (attending)"
+
+
+def test_role_colours_are_distinct_for_colour_blind_viewers_and_cells_name_their_group():
+    """Every two role groups differ by at least 15 (CIE76 Delta E in Lab; Okabe and Ito's own closest pair is 16
+    apart under tritanopia) in normal vision and under simulated protanopia, deuteranopia and tritanopia
+    (Machado, Oliveira and Fernandes 2009, severity 1); sink and delimiter, once two greys 25 apart (the same hue, told apart by lightness alone), by far more. And a cell writes its group's name: colour is never
+    the only cue."""
+    from ui.figures.roles import ROLE_GROUP_COLORS, ROLE_GROUP_LABELS, role_map
+
+    machado = {
+        "normal": np.eye(3),
+        "protanopia": np.array(
+            [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]]
+        ),
+        "deuteranopia": np.array(
+            [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]]
+        ),
+        "tritanopia": np.array(
+            [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.303900]]
+        ),
+    }
+
+    def lab(hex_color, matrix):
+        srgb = np.array([int(hex_color[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+        linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+        linear = np.clip(matrix @ linear, 0, 1)
+        xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ linear
+        xyz /= np.array([0.95047, 1.0, 1.08883])
+        f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
+        return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+    groups = list(ROLE_GROUP_COLORS)
+    for name, matrix in machado.items():
+        points = {group: lab(ROLE_GROUP_COLORS[group], matrix) for group in groups}
+        for i, a in enumerate(groups):
+            for b in groups[i + 1 :]:
+                assert np.linalg.norm(points[a] - points[b]) >= 15, (name, a, b)
+    assert (
+        np.linalg.norm(lab(ROLE_GROUP_COLORS["sink"], np.eye(3)) - lab(ROLE_GROUP_COLORS["delimiter"], np.eye(3))) > 40
+    )
+    primary = pd.DataFrame(
+        {
+            "layer": [0, 0, 1, 1],
+            "head": [0, 1, 0, 1],
+            "role": ["sink", "delimiter", "syntactic:det:parent", "none"],
+            "group": ["sink", "delimiter", "syntactic", "none"],
+            "score": [0.8, 0.6, 0.7, np.nan],
+            "threshold": [0.5, 0.5, 0.6, np.nan],
+            "baseline": [0.1, 0.1, 0.5, np.nan],
+            "ci_low": [0.7, 0.5, 0.65, np.nan],
+            "ci_high": [0.9, 0.7, 0.75, np.nan],
+            "source": ["sentence", "sentence", "corpus", ""],
+            "evidence": ["a", "b", "c", ""],
+        }
+    )
+    fig = role_map(primary, 2, 2, ("syntactic", "delimiter", "sink", "none"))
+    assert list(fig.data[1].text) == ["sink", "delim", "syn", ""] == [ROLE_GROUP_LABELS[g] for g in primary["group"]]
+    # The corpus role alone gets a corner mark, a triangle, in its own cell.
+    assert list(fig.data[2].marker.symbol) == ["triangle-up"] and [list(c) for c in fig.data[2].customdata] == [[1, 0]]

@@ -18,6 +18,7 @@ from mha_core.interventions import experiments
 from mha_core.interventions import importance as interventions_importance
 from mha_core.models import ablation as models_ablation
 from mha_core.models import outputs
+from mha_core.models.forward import ForwardPass
 from tests.conftest import ENGINE_ATOL, METRIC_TOL
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2, build_tiny_llama
 
@@ -141,8 +142,9 @@ def test_mean_ablation_uses_the_reference_mean(lm):
         return (x,)
 
     ids = torch.tensor([lm.encode(TEXT).input_ids])
-    edits = models_ablation.head_edits(lm, [(layer, head)], "mean", reference=reference)
-    ablated = lm.final_hidden("transformers", ids, None, None, edits)
+    hooks = models_ablation.ablation_hooks(lm, [(layer, head)], "mean", reference=reference)
+    assert list(hooks) == [f"blocks.{layer}.attn.hook_z"]
+    ablated = lm.hidden_states(ForwardPass(ids, hooks=hooks))
     handle = projection.register_forward_pre_hook(replace)
     try:
         with torch.inference_mode():
@@ -150,7 +152,7 @@ def test_mean_ablation_uses_the_reference_mean(lm):
     finally:
         handle.remove()
     np.testing.assert_allclose(ablated.numpy(), own.numpy(), atol=ENGINE_ATOL)
-    assert np.abs(ablated.numpy() - lm.final_hidden("transformers", ids).numpy()).max() > 1e-3
+    assert np.abs(ablated.numpy() - lm.hidden_states(ForwardPass(ids)).numpy()).max() > 1e-3
 
 
 def test_run_batch_ablated_equals_single_runs(lm):
@@ -336,7 +338,9 @@ def test_pruning_curve(lm):
     probe = interventions_importance.LossProbe(lm, texts)
     np.testing.assert_allclose(curve["loss"].iloc[0], probe(), **METRIC_TOL)
     order = interventions_importance.pruning_order(importance, "importance")
-    np.testing.assert_allclose(curve["loss"].iloc[2], probe(models_ablation.head_edits(lm, order[:4])), **METRIC_TOL)
+    np.testing.assert_allclose(
+        curve["loss"].iloc[2], probe(models_ablation.ablation_hooks(lm, order[:4])), **METRIC_TOL
+    )
     random = mc.pruning_curve(lm, texts, "random", steps=2, seeds=(0, 1))
     assert sorted(set(random["seed"])) == [0, 1] and len(random) == 6
     # All heads removed: the same model whichever order removed them.
@@ -406,7 +410,9 @@ def test_group_ablation_against_random_groups(tmp_path):
     frame = experiments.group_ablation(model, texts, groups, draws=3)
     probe = interventions_importance.LossProbe(model, texts)
     np.testing.assert_allclose(frame["before"], probe(), **METRIC_TOL)
-    np.testing.assert_allclose(frame["after"][0], probe(models_ablation.head_edits(model, groups["a"])), **METRIC_TOL)
+    np.testing.assert_allclose(
+        frame["after"][0], probe(models_ablation.ablation_hooks(model, groups["a"])), **METRIC_TOL
+    )
     assert frame["random_sd"].notna().all()
     expected = (frame["after"] - frame["before"]) / (frame["random_mean"] - frame["before"])
     np.testing.assert_allclose(frame["excess"], expected)

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.conftest import until
 from ui.jobs import Job, Presence, SessionGone
 
 
@@ -20,14 +21,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def until(condition, limit_s: float = 60.0) -> None:
-    """Wait (bounded) until ``condition()`` holds."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.01)
 
 
 def test_presence_passes_waits_and_gives_up_by_the_time_since_the_last_beat():
@@ -44,6 +37,7 @@ def test_presence_passes_waits_and_gives_up_by_the_time_since_the_last_beat():
     clock.now += 5
     waiter = threading.Thread(target=presence.wait_while_away)
     waiter.start()
+    until(lambda: presence.suspensions == 1)  # the waiter has found the page away and waits for it
     waiter.join(0.3)
     assert waiter.is_alive() and presence.suspensions == 1
     presence.beat()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 
 from mha_core.lab import Lab, LabConfig
 from mha_core.operations import HEAVY, LabTraining, training_step_bytes
-from tests.test_jobs import until
+from tests.conftest import until
 from ui.budget import ByteBudgetCache, ComputeGate
 from ui.jobs import Presence
 from ui.lab_runner import LabRunner
@@ -69,14 +68,29 @@ def test_trainings_take_turns_in_heavy_works_share_each_slice_reserving_its_peak
     assert gate.queued == 0 and cache.stats()["reserved_bytes"] == 0
 
 
+class PausedAt(Presence):
+    """A page that is always there and presses Pause once, when the training has done ``step`` steps (between
+    two steps, where a click lands): the pause falls on the same step on any machine."""
+
+    def __init__(self, step: int):
+        super().__init__(grace_s=math.inf)
+        self.step, self.runner = step, None
+
+    def wait_while_away(self) -> None:
+        if self.runner is not None and self.runner.lab.step >= self.step:
+            self.runner, runner = None, self.runner
+            runner.pause()
+
+
 def test_pause_and_resume_reach_the_same_model_as_one_run():
     torch.set_num_threads(1)
-    runner = LabRunner(TINY, 60, direct, score_every=10, presence=watched())
+    presence = PausedAt(25)
+    runner = LabRunner(TINY, 60, direct, score_every=10, presence=presence)
+    presence.runner = runner
     assert runner.start()
-    time.sleep(0.05)
-    runner.stop()
+    runner.join(timeout=60)  # the thread ends at the pause
     paused_at = runner.lab.step
-    assert runner.status == "paused" and paused_at < 60
+    assert runner.status == "paused" and paused_at == 25
     assert runner.start()
     runner.join(timeout=60)
     assert runner.status == "done" and runner.lab.step == 60

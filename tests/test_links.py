@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import require
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
-from tests.page_helpers import open_app, rerun, run_page, widget
+from tests.page_helpers import open_app, rerun, run_page, train_to_the_end, widget
 from tests.page_links import LINKS, PageLink
 from ui.address import MAX_TEXT_CHARS
 
@@ -121,6 +121,12 @@ def test_bad_choices_lists_and_flags_give_notices_and_defaults():
     shown = "\n".join(warnings(app))
     for key in ("heads", "colour", "ablation", "top"):
         assert f"The link's {key}=" in shown, (key, shown)
+    # A head the model lacks or a word that is no head drops itself, not the valid heads beside it.
+    app = open_app("ablate", {"heads": "L99H99,L0H0,zzz,L0H0,L5H11"})
+    assert not app.error
+    assert app.session_state["ablate_heads"] == ["L0H0", "L5H11"]
+    shown = "\n".join(warnings(app))
+    assert "'L99H99', 'zzz' name no head" in shown and "kept L0H0,L5H11" in shown, shown
     app = open_app("explore", {"shape": "lines", "focus": "99", "words": "yes", "view": "grid"})
     assert not app.error
     assert [app.session_state[key] for key in ("focus_token", "words", "explore_view")] == [-1, False, "head"]
@@ -153,7 +159,7 @@ def test_the_labs_head_to_switch_off_comes_back_once_trained(tmp_path):
     app.button(key="lab_start").click()
     rerun(app)
     runner = app.session_state["lab_runner"]
-    runner.join(timeout=120)
+    train_to_the_end(runner)
     assert runner.status == "done"
     rerun(app)
     assert (widget(app, "lab_ablate_layer_induction").value, widget(app, "lab_ablate_head_induction").value) == (1, 1)

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import mha_core as mc
-from mha_core.analysis.long_roles import LOCAL_MAX_WINDOW, needle_copies, retrieval_scores
+from mha_core.analysis.long_roles import LOCAL_MAX_WINDOW, generated_copies, needle_copies, retrieval_scores
 from mha_core.engine.blockwise import distinct_key_heads
-from mha_core.models.long import needle_prompt, run_long
+from mha_core.errors import InputTextError
+from mha_core.models import long as long_module
+from mha_core.models.long import greedy_answer, needle_prompt, needle_question, run_long, run_needle
 from mha_core.operations.long import long_run_bytes
 from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL, require
 from tests.model_fixtures import (
@@ -308,6 +310,70 @@ def test_needle_prompt_places_the_needle_and_its_copy(tiny_llama):
     assert len(ids) <= 200 and copies
     for query, source in copies:
         assert ids[query + 1] == ids[source] and source < query
+
+
+def test_needle_question_ends_with_the_question_and_leaves_room_for_the_answer(tiny_llama):
+    prompt = needle_question(tiny_llama, TEXT * 4, "the cat sat", "where?", depth=0.5, num_tokens=200)
+    encode = tiny_llama.tokenizer
+    needle = encode(" the cat sat", add_special_tokens=False)["input_ids"]
+    question = encode(" where?", add_special_tokens=False)["input_ids"]
+    ids = list(prompt.token_ids)
+    assert ids[prompt.needle_start : prompt.needle_start + prompt.needle_length] == needle
+    assert ids[-len(question) :] == question and prompt.answer_tokens == len(needle) + 4
+    assert len(ids) + prompt.answer_tokens <= 200
+    # The teacher-forced input (the benchmark's) is the same prompt with the needle repeated after it.
+    forced, copies = prompt.teacher_forced()
+    assert forced == [*ids, *needle] and copies == needle_copies(forced, prompt.needle_start, len(ids), len(needle))
+
+
+def test_generated_copies_and_retrieval_scores_with_a_token_twice_in_the_needle():
+    # Needle at 1..3 holds tokens 2, 3, 2; the answer (from 6) writes 2 then 3 then 9 (not in the needle).
+    ids = [1, 2, 3, 2, 9, 9, 2, 3, 9]
+    copies = generated_copies(ids, 1, 3, 6)
+    assert copies == [(5, 1), (5, 3), (6, 2)]  # token 2 may be copied from either place; 9 is no copy
+    argmax = np.zeros((1, 3, len(ids)), dtype=np.int64)
+    argmax[0, 0, 5], argmax[0, 0, 6] = 3, 2  # head 0: the second 2, then the 3: both copies
+    argmax[0, 1, 5], argmax[0, 1, 6] = 1, 7  # head 1: the first 2, then not the needle
+    argmax[0, 2, 5], argmax[0, 2, 6] = 4, 4  # head 2: neither
+    scores = retrieval_scores(argmax, copies)
+    assert scores["score"].tolist() == [1.0, 0.5, 0.0] and (scores["n"] == 2).all()
+    # Chance: a random visible key lands on one of 2 needle places from query 5 (6 keys), on 1 from query 6.
+    assert scores["chance"].iloc[0] == pytest.approx((2 / 6 + 1 / 7) / 2)
+    with pytest.raises(ValueError, match="before the answer"):
+        generated_copies(ids, 4, 3, 6)
+
+
+def reference_greedy(model, ids: list[int], steps: int) -> list[int]:
+    """Greedy decoding the plain way: the whole sequence through the checkpoint, no cache, every step."""
+    out = list(ids)
+    with torch.inference_mode():
+        for _ in range(steps):
+            hidden = model.hf_model(input_ids=torch.tensor([out])).last_hidden_state
+            out.append(int(model.logits(hidden[0, -1]).argmax()))
+    return out[len(ids) :]
+
+
+def test_greedy_answer_is_the_checkpoints_own_greedy_continuation(tmp_path, monkeypatch):
+    model = mc.load_model(str(build_tiny_llama(tmp_path / "lm", max_positions=256, head=True, randomised=True)))
+    monkeypatch.setattr(long_module, "ANSWER_PREFILL_ROWS", 16)  # the prompt read in 7 blocks of the cache
+    monkeypatch.setattr(long_module, "_ends_answer", lambda text: False)  # a random model never ends a sentence
+    prompt = [int(i) for i in np.random.default_rng(0).integers(5, 200, size=100)]
+    seen = []
+    answer = greedy_answer(model, prompt, 6, progress=lambda done, total, message="": seen.append((done, total)))
+    assert answer == reference_greedy(model, prompt, len(answer)) and len(answer) == 6
+    assert seen[-1] == (7 + 6, 7 + 6)
+    # The needle test: the answer appended, the long path's rows of it scored, the copies those of the answer.
+    needle = needle_question(model, TEXT * 4, "the cat sat", "where?", depth=0.3, num_tokens=200)
+    run = run_needle(model, needle)
+    answered = run.metadata["needle"]
+    expected = greedy_answer(model, needle.token_ids, needle.answer_tokens)
+    assert list(answered.answer_ids) == expected and run.token_ids == [*needle.token_ids, *expected]
+    assert answered.answer_start == len(needle.token_ids) and run.hidden is None
+    assert list(answered.copies) == generated_copies(
+        run.token_ids, needle.needle_start, needle.needle_length, len(needle.token_ids)
+    )
+    with pytest.raises(InputTextError, match="does not write text"):
+        greedy_answer(mc.load_model(str(build_tiny_llama(tmp_path / "base", max_positions=64))), prompt[:10], 2)
 
 
 @pytest.fixture(scope="module")

@@ -341,11 +341,14 @@ def test_display_sentencepiece_markers():
     assert [display(t) for t in ["▁the", "cat", "<0x0A>", "▁"]] == ["the", "cat", "⏎", "␣"]
 
 
-def test_byte_level_decoder_covers_every_byte():
+def test_byte_level_decoder_covers_every_byte(tiny):
     decoder = byte_level_decoder()
     assert sorted(decoder.values()) == list(range(256))
     assert decoder["Ġ"] == ord(" ") and decoder["Ċ"] == ord("\n") and decoder["a"] == ord("a")
     assert visible("  \n") == "␣␣⏎" and visible(" cat ") == "cat"
+    # A no-break space (the logit lens printed it as the text "\xa0") and other white space get symbols too.
+    assert visible("\xa0") == "⍽" and visible("\u2009\u3000") == "␣␣"
+    assert TokenDisplay(tiny["gpt2"].tokenizer)("Âł") == "⍽"  # byte-level BPE's no-break space
 
 
 # ---- errors ----------------------------------------------------------------------------------------

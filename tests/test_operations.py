@@ -13,18 +13,22 @@ import pandas as pd
 import pytest
 
 import mha_core as mc
+from mha_core.models.long import needle_question, run_long, run_needle
 from mha_core.operations import (
     HEAVY,
     LIGHT,
     Attention,
     Attribution,
     LogitLens,
+    LongAttention,
+    NeedleTest,
     Operation,
     Patching,
     operation,
     prompt,
 )
 from mha_core.operations.base import RUN_PEAK_FACTOR, attention_bytes
+from mha_core.operations.long import long_run_bytes, needle_run_bytes
 from tests.model_fixtures import build_tiny_gpt2
 
 TEXT = "The cat sat on the mat."
@@ -126,3 +130,31 @@ def test_the_circuits_prompts_are_tokenized_once_for_attribution_patching_and_th
     assert (calls[CLEAN], calls[CORRUPTED]) == (4, 2)
     for (_, value), reference in zip(values, expected):
         pd.testing.assert_frame_equal(value, reference)
+
+
+def test_a_long_run_is_named_by_its_tokens_and_bos_and_a_needle_test_by_its_prompt(decoder):
+    """A long run's key holds its tokens' digest and whether it begins with the BOS token; a needle test's holds its
+    whole prompt (ids, the needle's place, the answer's room). Each reserves its own estimate, in heavy work's share,
+    and runs as the library's function does."""
+    document = " ".join([TEXT] * 6)
+    with_bos, without = (LongAttention.of(decoder, text=document, bos=bos) for bos in (True, False))
+    assert with_bos.encoded.added_bos and not without.encoded.added_bos
+    assert (with_bos.key[-1], without.key[-1]) == (True, False) and with_bos.key[2] != without.key[2]
+    assert LongAttention.of(decoder, text=document, bos=True) == with_bos and with_bos.work_class is HEAVY
+    assert with_bos.peak_bytes(decoder) == long_run_bytes(decoder, len(with_bos.encoded))
+    run = with_bos.run(decoder)
+    reference = run_long(decoder, document, bos=True)
+    assert run.token_ids == reference.token_ids
+    np.testing.assert_allclose(run.attention_overview(1, 0), reference.attention_overview(1, 0), atol=1e-6, rtol=0)
+
+    haystack = " ".join([CORRUPTED] * 12)
+    prompt = needle_question(decoder, haystack, "The code is red.", "What is the code?", depth=0.3, num_tokens=60)
+    deeper = needle_question(decoder, haystack, "The code is red.", "What is the code?", depth=0.7, num_tokens=60)
+    test = NeedleTest(decoder.name, prompt)
+    assert test.key == NeedleTest(decoder.name, dataclasses.replace(prompt)).key != NeedleTest(decoder.name, deeper).key
+    assert json.loads(json.dumps(test.key)) == json.loads(json.dumps(list(test.key)))  # plain JSON, as every key
+    assert test.work_class is HEAVY and test.num_tokens == len(prompt.token_ids)
+    assert test.peak_bytes(decoder) == needle_run_bytes(decoder, len(prompt.token_ids), prompt.answer_tokens)
+    assert test.peak_bytes(decoder) >= long_run_bytes(decoder, len(prompt.token_ids) + prompt.answer_tokens)
+    answered, expected = test.run(decoder), run_needle(decoder, prompt)
+    assert answered.metadata["needle"] == expected.metadata["needle"] and answered.token_ids == expected.token_ids

@@ -47,6 +47,9 @@ def test_encoder_page_shows_output_change_and_importance(minilm):
     reference = minilm.run(TEXT, ablate=expected_heads)
     bars = charts["ablate_losses"]["data"][0]["y"]
     np.testing.assert_allclose(bars, reference.token_output_change, atol=ENGINE_ATOL)
+    table = next(frame.value for frame in app.dataframe if "output_change" in frame.value.columns)
+    labels = list(charts["ablate_losses"]["data"][0]["x"])
+    assert labels == [f"{p}:{t}" for p, t in zip(table["position"], table["token"])] and labels[0].startswith("0:")
     # A later layer's attention after minus before, head by head, on the fixed difference scale.
     layer = app.slider(key="ablate_layer").value
     assert layer == min(l for l, _ in expected_heads) + 1
@@ -92,6 +95,12 @@ def test_decoder_page_shows_losses_before_and_after():
         f"{before.token_losses.mean():.3f}",
         f"{after.token_losses.mean():.3f}",
     ]
+    # One numbering: a bar's label and the table's row name the same position (a causal model's first loss is
+    # that of token 1, predicted from token 0).
+    table = next(frame.value for frame in app.dataframe if "loss_after" in frame.value.columns)
+    assert table["position"].iloc[0] == 1
+    assert list(bars[1]["x"]) == [f"{p}:{t}" for p, t in zip(table["position"], table["token"])]
+    assert bars[1]["x"][0] == f"1:{after.tokens[1]}"
 
 
 def test_roles_page_causal_column(minilm):

@@ -32,6 +32,9 @@ def classroom(monkeypatch, tmp_path):
     monkeypatch.setenv("HEADSCOPE_TEACHER_TOKEN", TOKEN)
     monkeypatch.setenv("HEADSCOPE_CLASS_DB", str(tmp_path / "class.sqlite3"))
     monkeypatch.delenv("HEADSCOPE_PUBLIC_URL", raising=False)
+    # AppTest has no browser cookies: every session here brings the identity the class server would have set.
+    student_cookie = class_session.signed_student(TOKEN)
+    monkeypatch.setattr(follow, "browser_cookie", lambda name: student_cookie if name == follow.STUDENT_COOKIE else "")
     restart()
     yield restart
     monkeypatch.undo()
@@ -154,3 +157,58 @@ def test_a_store_that_cannot_open_leaves_the_app_working(monkeypatch, tmp_path):
         monkeypatch.undo()
         compute.reset_server_state()
         follow.forget_store()
+
+
+def test_a_following_student_who_moves_a_step_leaves_follow_mode_and_is_told(classroom):
+    """Next on a following student's screen: the screen moves to step 4 and no longer claims to follow the teacher,
+    who is still on step 3 (it says so above the page); Follow the teacher brings it back to step 3."""
+    store = class_session.ClassStore(class_session.default_path())
+    session = class_session.class_id(TOKEN)
+    teacher = open_app("classroom", {"teacher": TOKEN, "step": "3"})
+    assert store.view(session).params["step"] == "3"
+    student = open_app()
+    assert student.query_params["step"] == "3" and "Following the teacher" in sidebar_text(student)
+    student.button(key="cls_next").click().run()
+    assert student.query_params["step"] == "4"
+    assert "Exploring on your own" in sidebar_text(student) and "Following the teacher" not in sidebar_text(student)
+    assert any("no longer follows the teacher" in str(note.value) for note in student.info)
+    rerun(teacher)
+    assert store.view(session).params["step"] == "3"  # the teacher did not move
+    rerun(student)
+    assert student.query_params["step"] == "4"  # nor does the student follow the teacher's next poll
+    student.button(key="class_follow").click().run()
+    rerun(student)
+    assert student.query_params["step"] == "3" and "Following the teacher" in sidebar_text(student)
+    assert not any("no longer follows the teacher" in str(note.value) for note in student.info)
+
+
+def test_a_locked_class_file_asks_to_click_again_and_shows_no_error(classroom, monkeypatch):
+    """Another process holds the class file's write lock longer than the store waits: the student's click is
+    answered "click it again" (no error on any screen, nothing stored), the teacher's screen works; once the lock
+    goes, the same click is stored."""
+    import sqlite3
+
+    from ui import follow
+
+    path = class_session.default_path()
+    teacher = open_app("classroom", {"teacher": TOKEN, "step": "3"})
+    student = open_app()
+    (pills,) = student.pills
+    impatient = class_session.ClassStore(path, write_wait_s=0.3)  # waits 0.3 s instead of 40 for the test
+    monkeypatch.setattr(follow, "store", lambda: impatient)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a backup tool, or a second server, holding the write lock
+    try:
+        student.pills(key=pills.key).set_value(1)
+        rerun(student)
+        assert any("could not be saved just now: click it again" in str(w.value) for w in student.warning)
+        rerun(teacher)  # the teacher's publish and live count meet the lock too: no error either
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    key = pills.key.removeprefix("class_pick_")
+    assert impatient.answers(class_session.class_id(TOKEN), key) == {}
+    student.pills(key=pills.key).set_value(1)
+    rerun(student)
+    assert any("Wait for the teacher" in str(s.value) for s in student.success)
+    assert len(impatient.answers(class_session.class_id(TOKEN), key)) == 1

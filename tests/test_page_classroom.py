@@ -100,7 +100,13 @@ def test_tutorial_example_step_by_step():
     assert len(discrepancies) == len(mc.printed_discrepancies())
     trace = next(d.value for d in app.dataframe if "axes" in d.value.columns)
     assert trace.set_index("tensor").loc["Q", "shape"] == "[1, 2, 4, 4]"
-    assert any("1350.72" in latex.value for latex in app.latex)
+    # The worked score is one of the token the step asks about: the last token's query (the tutorial has no words)
+    # against its own key, from the printed inputs and weights: (X W^Q)[3] . (X W^K)[3] / sqrt(d_k).
+    q = example.x @ example.w_q[0]
+    k = example.x @ example.w_k[0]
+    worked = float(q[3] @ k[3] / np.sqrt(q.shape[1]))
+    formula = next(latex.value for latex in app.latex if r"q_{\text{token 4}}" in latex.value)
+    assert formula.strip("$\n").endswith(f"= {worked:.6g}") and r"k_{\text{token 4}}" in formula
 
     saturation = mc.softmax_saturation(n_keys=16)
     dot = saturation[saturation["score"] == "dot"]
@@ -247,3 +253,53 @@ def test_a_revealed_answer_is_hidden_again_for_a_new_question():
     app.button(key="cls_back").click().run()
     assert "cls_scores" not in plotly_elements(app)
     assert [t.value for t in app.toggle if t.label == REVEAL] == [False]
+
+
+def test_the_worked_score_is_the_one_the_question_asks_about():
+    """Step 3 asks which key *sat* scores highest: the worked formula is one of sat's scores (its query against its
+    own key), never "The" times "The"; its numbers are recomputed here from X and the weights."""
+    app = run_page(PAGE, {"step": "3"})
+    example = mc.readable_example()
+    assert any("**sat**" in str(m.value) for m in app.markdown)  # the question is about sat
+    formula = next(latex.value for latex in app.latex if r"\cdot" in latex.value and "=" in latex.value)
+    assert r"q_{\text{sat}}" in formula and r"k_{\text{sat}}" in formula and "The" not in formula
+    q = example.x @ example.w_q[0]
+    k = example.x @ example.w_k[0]
+    terms = "".join(f"({q[2, i]:.4g})({k[2, i]:.4g})" for i in range(2))
+    assert terms in formula.replace(" + ", "")  # sat's query and key, term by term
+    worked = float(q[2] @ k[2] / np.sqrt(q.shape[1]))
+    assert formula.strip("$\n").endswith(f"= {worked:.6g}") and worked != 0  # a score that shows something
+
+
+def test_a_revealed_answer_is_in_the_address():
+    """A copied link at a revealed step opens revealed: the reveal is in the address (``reveal=``, the question's
+    digest), a new question drops it, and a link whose reveal is not a list of digests reveals nothing."""
+    app = run_page(PAGE, {"step": "3"})
+    assert "reveal" not in app.query_params
+    next(t for t in app.toggle if t.label == REVEAL).set_value(True)
+    rerun(app)
+    link = dict(app.query_params)
+    assert len(link["reveal"]) == 12 and link["step"] == "3"
+    copied = run_page(PAGE, link)  # another browser opens the copied link
+    assert [t.value for t in copied.toggle if t.label == REVEAL] == [True]
+    np.testing.assert_allclose(
+        heatmap(plotly_elements(copied), "cls_scores"), mc.readable_example().scores[0], rtol=0, atol=1e-9
+    )
+    assert copied.query_params["reveal"] == link["reveal"]
+    # The same link with head 2 asks another question: nothing revealed, nothing left in the address.
+    other = run_page(PAGE, {**link, "follow": "1"})
+    assert [t.value for t in other.toggle if t.label == REVEAL] == [False] and "reveal" not in other.query_params
+    copied.button(key="cls_next").click().run()
+    assert "reveal" not in copied.query_params and "cls_weights" not in plotly_elements(copied)
+    # Every step on one page keeps each revealed answer.
+    every = run_page(PAGE, {"all": "1"})
+    for switch in [t for t in every.toggle if t.label == REVEAL][:2]:
+        switch.set_value(True)
+    rerun(every)
+    assert len(every.query_params["reveal"].split(",")) == 2
+    again = run_page(PAGE, dict(every.query_params))
+    assert [t.value for t in again.toggle if t.label == REVEAL].count(True) == 2
+    wrong = run_page(PAGE, {"step": "3", "reveal": "[x](http://example.com)"})
+    assert [t.value for t in wrong.toggle if t.label == REVEAL] == [False]
+    assert any("is not a list of revealed answers" in w.value for w in wrong.warning)
+    assert not any("](http" in w.value for w in wrong.warning)  # the link's text is shown inert

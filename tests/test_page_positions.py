@@ -55,21 +55,34 @@ def test_learned_position_table_is_compared(tiny_bert):
     charts = plotly_elements(app)
     table = mc.load_model(tiny_bert).position_embeddings()
     assert table.shape[0] == 40
+    # The curves from distance 1 (a position with itself is its squared length, not a likeness).
     learned = traces_by_name(charts["pe_model_learned"])["mean"]
-    np.testing.assert_allclose(learned["y"], mc.similarity_by_distance(table)["mean"], rtol=1e-6, atol=1e-6)
+    assert list(learned["x"]) == list(range(1, 40))
+    np.testing.assert_allclose(learned["y"], mc.similarity_by_distance(table)["mean"][1:], rtol=1e-6, atol=1e-6)
     sinusoidal = traces_by_name(charts["pe_model_sinusoidal"])["mean"]
     np.testing.assert_allclose(
         sinusoidal["y"],
-        mc.similarity_by_distance(mc.sinusoidal_encoding(40, table.shape[1]))["mean"],
+        mc.similarity_by_distance(mc.sinusoidal_encoding(40, table.shape[1]))["mean"][1:],
         rtol=0,
         atol=1e-9,
     )
-    np.testing.assert_allclose(
-        charts["pe_model_matrix"]["data"][0]["z"],
-        table.astype(np.float64) @ table.T.astype(np.float64),
-        rtol=1e-6,
-        atol=1e-6,
-    )
+    matrix = charts["pe_model_matrix"]
+    similarity = table.astype(np.float64) @ table.T.astype(np.float64)
+    np.testing.assert_allclose(matrix["data"][0]["z"], similarity, rtol=1e-6, atol=1e-6)
+    assert_fitted_and_clipped(matrix, similarity)
+
+
+def assert_fitted_and_clipped(matrix, similarity):
+    """The map's axes hold the positions and nothing else; its colours span the 1st to 99th percentile of the
+    cells off the diagonal, as its colour bar says."""
+    n = similarity.shape[0]
+    assert list(matrix["layout"]["xaxis"]["range"]) == [-0.5, n - 0.5]
+    assert list(matrix["layout"]["yaxis"]["range"]) == [n - 0.5, -0.5]
+    assert matrix["layout"]["xaxis"]["constrain"] == "domain"  # square cells shrink the plot, not widen the axis
+    low, high = np.percentile(similarity[~np.eye(n, dtype=bool)], [1, 99])
+    trace = matrix["data"][0]
+    np.testing.assert_allclose([trace["zmin"], trace["zmax"]], [low, high], rtol=1e-5, atol=1e-6)
+    assert "1-99% of" in trace["colorbar"]["title"]["text"] and "off-diagonal" in trace["colorbar"]["title"]["text"]
 
 
 def test_controls_change_the_figures(tiny_bert):
@@ -104,5 +117,16 @@ def test_embedded_minilm_learned_positions():
     app = run_positions("minilm")
     table = mc.load_model("minilm").position_embeddings()
     assert table.shape == (512, 384)
-    learned = traces_by_name(plotly_elements(app)["pe_model_learned"])["mean"]
-    np.testing.assert_allclose(learned["y"], mc.similarity_by_distance(table[:128])["mean"], rtol=1e-5, atol=1e-5)
+    charts = plotly_elements(app)
+    learned = traces_by_name(charts["pe_model_learned"])["mean"]
+    np.testing.assert_allclose(learned["y"], mc.similarity_by_distance(table[:128])["mean"][1:], rtol=1e-5, atol=1e-5)
+    similarity = table[:128].astype(np.float64) @ table[:128].T.astype(np.float64)
+    assert_fitted_and_clipped(charts["pe_model_matrix"], similarity)
+    # MiniLM's position 0 is far longer than the rest: unclipped, its one cell would own the colour scale...
+    off_diagonal = similarity[~np.eye(128, dtype=bool)]
+    assert similarity[0, 0] > 20 * np.percentile(off_diagonal, 99)
+    # ...clipped, the caption's claim shows: neighbours (distance 1-3) are more alike than positions 60+ apart.
+    near = np.mean([np.diagonal(similarity, k).mean() for k in (1, 2, 3)])
+    far = np.mean([np.diagonal(similarity, k).mean() for k in range(60, 100)])
+    low, high = np.percentile(off_diagonal, [1, 99])
+    assert near - far > 0.25 * (high - low)

@@ -51,29 +51,34 @@ def test_role_map_is_one_trace_with_the_library_roles(page, minilm):
     from mha_core.analysis.roles import ROLE_GROUPS
     from ui.address import DEFAULT_TEXT
     from ui.figures import plotly_text
-    from ui.figures.roles import role_group_codes
+    from ui.figures.roles import ROLE_GROUP_LABELS, role_group_codes
 
     run, _, roles, primary = expected_for(minilm, DEFAULT_TEXT)
     role_map = next(
         s for s in chart_specs(page) if s["data"][0].get("colorbar", {}).get("title", {}).get("text") == "role"
     )
-    assert [t["type"] for t in role_map["data"]] == ["heatmap", "scatter"]  # the map, and its click targets
+    # The map, its click targets with the group's name in each cell, and the marks of where evidence comes from.
+    assert [t["type"] for t in role_map["data"]] == ["heatmap", "scatter", "scatter"]
     z = np.asarray(role_map["data"][0]["z"]).reshape(run.num_layers, run.num_heads)
     np.testing.assert_array_equal(
         z, role_group_codes(primary, run.num_layers, run.num_heads, mha_core.analysis.roles.ROLE_GROUPS)
     )
     assert role_map["data"][0]["colorbar"]["ticktext"] == list(ROLE_GROUPS)
     # Hover: layer, head, role, score with its interval, where it comes from, evidence, as the library gives them;
-    # a letter in the cell says where the evidence comes from (s: this sentence).
+    # the cell's text names the role group (never a letter alone, which read "s" as "sink").
     targets = role_map["data"][1]
     assert role_map["layout"]["hoverdistance"] == -1 and role_map["data"][0]["hoverinfo"] == "skip"
-    for row, custom, mark in zip(primary.itertuples(), targets["customdata"], targets["text"]):
+    for row, custom, label in zip(primary.itertuples(), targets["customdata"], targets["text"]):
         layer, head, role, score, source, evidence = custom
         assert (int(layer), int(head), role) == (row.layer, row.head, row.role)
         assert evidence == plotly_text(row.evidence)  # shown literally, "<" escaped
+        assert label == ROLE_GROUP_LABELS[row.group] and (label != "") == (row.group != "none")
         if row.role != "none":
             assert score.startswith(f"score {row.score:.3f}") and source == "from this sentence only"
-            assert mark == "s" and "95% CI" in score
+            assert "95% CI" in score
+    assert "sink" in targets["text"] and "s" not in targets["text"]
+    # One sentence's evidence carries no corner mark (the marks trace is empty).
+    assert len(role_map["data"][2].get("x", [])) == 0
     assert (roles["group"] == "sink").any()  # MiniLM has [CLS]/[SEP] (no-op) heads on any sentence
 
 
@@ -151,9 +156,22 @@ def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
     shown = next(t.value for t in page.dataframe if "relation" in t.value)
     expected = mha_core.best_heldout_heads(result.dependency, min_count=20)
     assert list(shown["relation"]) == list(expected["relation"]) and len(expected) > 0
-    np.testing.assert_array_equal(shown[["layer", "head"]].to_numpy(), expected[["layer", "head"]].to_numpy())
-    for column in ("selection_accuracy", "heldout_accuracy", "heldout_baseline_accuracy", "heldout_margin_low"):
+    # The head written as "L1 H4" (the page shows the role column first, pinned: tests/test_browser checks it).
+    assert list(shown["head_name"]) == [f"L{r.layer} H{r.head}" for r in expected.itertuples()]
+    columns = ("selection_accuracy", "heldout_accuracy", "heldout_baseline_accuracy")
+    for column in (*columns, "heldout_selected_baseline_accuracy"):
         np.testing.assert_allclose(shown[column], expected[column], rtol=1e-6)
+    assert (shown["heldout_selected_baseline_accuracy"] <= shown["heldout_baseline_accuracy"] + 1e-12).all()
+    # The columns written out for the table: each half's head against its offset, the margin with its interval.
+    first = expected.iloc[0]
+    assert (
+        shown["heldout_text"].iloc[0] == f"{first['heldout_accuracy']:.0%} vs {first['heldout_baseline_accuracy']:.0%}"
+    )
+    assert shown["selected_text"].iloc[0] == f"{first['heldout_selected_baseline_accuracy']:.0%}"
+    assert shown["margin_text"].iloc[0] == (
+        f"{first['heldout_margin']:+.1%} ({first['heldout_margin_low'] * 100:+.1f}, "
+        f"{first['heldout_margin_high'] * 100:+.1f})"
+    )
     assert list(shown["named"]) == list(expected["named"]) and shown["named"].any()
 
     run, metrics, _, _ = expected_for(minilm, DEFAULT_TEXT)
@@ -221,3 +239,11 @@ def test_a_decoder_gets_decoder_scores_in_its_role_map(tmp_path, monkeypatch):
     for row in decoder_heads.itertuples():
         assert "repeated random tokens" in hover[(row.layer, row.head)][5]
         assert hover[(row.layer, row.head)][4] == "from repeated random tokens"
+    # Each decoder head carries a diamond in its cell's corner (evidence from random tokens), clickable as its cell.
+    marks = role_map["data"][2]
+    diamonds = {
+        (int(c[0]), int(c[1]))
+        for c, symbol in zip(marks["customdata"], marks["marker"]["symbol"])
+        if symbol == "diamond"
+    }
+    assert diamonds == set(zip(decoder_heads["layer"], decoder_heads["head"]))

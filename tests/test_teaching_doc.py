@@ -79,21 +79,52 @@ def test_the_roles_section_is_what_the_roles_page_shows(minilm):
     app = open_app("roles", {"text": SENTENCE})
     default = widget(app, "roles_profile_sentences").value
     assert default == PROFILE_SENTENCES and f"({default} sentences with known grammar" in DOC
-    # The syntactic heads a profile of that size names, as the doc lists them, and none from 100 sentences.
-    named = {}
-    for size in (100, default):
-        profile = mc.profile(minilm, mc.ud_ewt_dev(size), batch_size=16)
-        roles = mc.head_roles(None, metrics=profile.metrics, dependency=profile.dependency)
-        syntactic = roles[roles["group"] == "syntactic"]
-        named[size] = sorted(zip(syntactic["layer"], syntactic["head"], syntactic["role"]))
-    assert named[100] == []
-    assert named[default] == [
+    # The syntactic heads a profile of the default size names, as the doc lists them.
+    named = syntactic_roles_named(minilm, default)
+    assert named == [
         (1, 4, "syntactic:case:parent"),
         (1, 7, "syntactic:case:parent"),
         (2, 0, "syntactic:obj:parent"),
         (2, 8, "syntactic:case:parent"),
     ]
-    assert f"On MiniLM, {default} sentences name {len(named[default])} heads" in DOC
+    assert f"On MiniLM, {default} sentences name {len(named)} heads" in DOC
+
+
+def syntactic_roles_named(model, sentences: int) -> list[tuple[int, int, str]]:
+    """The syntactic roles the Roles page names after a profile of the first ``sentences`` dev sentences."""
+    profile = mc.profile(model, mc.ud_ewt_dev(sentences), batch_size=16)
+    roles = mc.head_roles(None, metrics=profile.metrics, dependency=profile.dependency)
+    syntactic = roles[roles["group"] == "syntactic"]
+    return sorted(zip(syntactic["layer"], syntactic["head"], syntactic["role"]))
+
+
+def doc_table(header: str) -> list[list[str]]:
+    """The rows of the markdown table of docs/teaching.md whose header row starts with ``header``."""
+    lines = [line.strip() for line in (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8").splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_table_of_sentences_and_named_roles_is_what_the_code_gives(minilm):
+    """docs/teaching.md's table (how many syntactic roles MiniLM's profile names, by the number of sentences
+    profiled, 50 to 400) row by row: each a real profile (about 1,800 sentences in all: 30 s on a quiet 2-core
+    machine, cached on disk after)."""
+    rows = doc_table("| sentences profiled |")
+    assert [int(row[0]) for row in rows] == list(range(50, 401, 50))
+    for row in rows:
+        named = syntactic_roles_named(minilm, int(row[0]))
+        heads = ", ".join(f"{layer}-{head} {role.split(':')[1]}" for layer, head, role in named) or "-"
+        assert row[1:] == [str(len(named)), heads], row
+    # The counts the text gives for the two smallest profiles: pairs tried and tested.
+    for sentences, tried, tested in ((50, 432, 14), (100, 1080, 23)):
+        tests = mc.syntactic_tests(mc.profile(minilm, mc.ud_ewt_dev(sentences), batch_size=16).dependency)
+        assert (int(tests["tried"].sum()), int(tests["tested"].sum())) == (tried, tested)
+    assert "(14 and 23 head-relation pairs" in DOC and "over the 432 and 1,080 pairs tried" in DOC
 
 
 def test_the_decoder_and_compare_section(minilm):

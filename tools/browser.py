@@ -121,6 +121,29 @@ SOCKETS_JS = """
   Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
 })();
 """
+# Every binary message the page's WebSockets receive (Streamlit's ForwardMsg protobufs), base64, in the order the
+# page handled them, kept in window.__frames: read and cleared in the page, so a reading holds exactly what the
+# page had received by then (Playwright's own frame events reach Python later, by an amount load decides).
+FRAMES_JS = """
+(() => {
+  const Native = window.WebSocket;
+  window.__frames = [];
+  window.WebSocket = function (url, protocols) {
+    const socket = protocols === undefined ? new Native(url) : new Native(url, protocols);
+    socket.addEventListener('message', (event) => {
+      if (!(event.data instanceof ArrayBuffer)) return;
+      const bytes = new Uint8Array(event.data);
+      let text = '';
+      for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+      window.__frames.push(btoa(text));
+    });
+    return socket;
+  };
+  window.WebSocket.prototype = Native.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();
+"""
+TAKE_FRAMES_JS = "() => { const frames = window.__frames; window.__frames = []; return frames; }"
 DROP_CONNECTION_JS = "() => { window.__blockSockets = true; window.__sockets.forEach(s => s.close()); }"
 RECONNECTED_JS = "() => window.__sockets.length > 0 && window.__sockets[window.__sockets.length - 1].readyState === 1"
 # How many scored steps the Lab's loss curve shows (tests/test_browser.py).
@@ -142,7 +165,18 @@ PROFILE_SHARDS_JS = """
   return done ? Number(done[1]) : -1;
 }
 """
-# An idle server uses about 0.01 CPU-second a second; work that runs on uses 0.5-1 (one core, a busy machine).
+# How many heads the Ablate page's head importance has ablated, from its progress text ("ablating head k of n"),
+# or -1 without one.
+IMPORTANCE_HEADS_JS = """
+() => {
+  const text = Array.from(document.querySelectorAll('[data-testid="stProgress"]')).map(e => e.textContent).join(' ');
+  const done = text.match(/ablating head (\\d+) of \\d+/);
+  return done ? Number(done[1]) : -1;
+}
+"""
+# An idle server uses about 0.01 CPU-second a second whatever the machine's load (a process that waits uses no
+# CPU); work that runs on uses 0.5-1 on a quiet machine and less on a busy one (0.2 beside three busy
+# processes). Tests read idleness (below this), never a busy rate, which load changes.
 IDLE_CPU_PER_S = 0.08
 
 
@@ -165,36 +199,51 @@ def start_lab_training(page, url: str) -> None:
     wait_for_app(page)
     page.get_by_role("slider").first.focus()
     page.keyboard.press("End")
-    page.get_by_text("3000", exact=True).first.wait_for(timeout=60_000)
+    page.get_by_text("3000", exact=True).first.wait_for()
     wait_for_app(page)
     page.get_by_role("button", name="Start").click()
-    page.wait_for_function(f"() => ({LAB_POINTS_JS})() >= 2", timeout=120_000)
+    page.wait_for_function(f"() => ({LAB_POINTS_JS})() >= 2")
+
+
+def click_in_expander(page, expander: str, button: str, timeout_ms: int | None = None) -> None:
+    """Click the button named ``button`` in the expander whose label holds ``expander``, opening the expander first,
+    and again if a rerun closed it before the click landed (bounded by ``timeout_ms``, default
+    ``DEFAULT_TIMEOUT_MS``)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    details = page.locator("details").filter(has_text=expander).first
+    deadline = time.monotonic() + (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+    while True:
+        if not details.evaluate("(element) => element.open"):
+            details.locator("summary").click()
+        try:
+            details.get_by_role("button", name=button).click(timeout=5_000)
+            return
+        except PlaywrightTimeoutError:
+            if time.monotonic() > deadline:
+                raise
 
 
 def start_importance(page, url: str) -> None:
-    """The Ablate page's head importance (20 UD sentences, MiniLM: 72 heads ablated one by one), started."""
+    """The Ablate page's head importance (20 UD sentences, MiniLM: 72 heads ablated one by one), started; returns
+    once its progress says a head is being ablated (in the page, shown or in an expander a rerun closed)."""
     page.goto(f"{url}/?page=ablate")
     wait_for_app(page)
-    page.locator("summary").filter(has_text="Importance ranking").click()
-    page.get_by_role("button", name="Compute").click()
-    page.get_by_text("ablating head", exact=False).first.wait_for(timeout=120_000)
+    click_in_expander(page, "Importance ranking", "Compute")
+    page.get_by_text("ablating head", exact=False).first.wait_for(state="attached")
 
 
 def start_profile(page, url: str, sentences: int) -> None:
     """The Roles page's corpus profile of ``sentences`` UD sentences, started."""
     page.goto(f"{url}/?page=roles")
     wait_for_app(page)
-    page.get_by_text("coloured by role", exact=False).first.wait_for(timeout=180_000)
-    expander = page.locator("summary").filter(has_text="Corpus profile")
-    expander.click()
+    page.get_by_text("coloured by role", exact=False).first.wait_for()
+    page.locator("summary").filter(has_text="Corpus profile").click()
     box = page.locator("details").filter(has_text="Corpus profile").get_by_label("Sentences")
     box.fill(str(sentences))
     box.press("Tab")
     wait_for_app(page)
-    button = page.get_by_role("button", name="Profile heads")
-    if not button.is_visible():  # the rerun closed the expander
-        expander.click()
-    button.click()
+    click_in_expander(page, "Corpus profile", "Profile heads")
 
 
 def wait_until_idle(process, bound_s: float, window_s: float = 1.0) -> float | None:
@@ -205,6 +254,12 @@ def wait_until_idle(process, bound_s: float, window_s: float = 1.0) -> float | N
         if cpu_rate(process, window_s) < IDLE_CPU_PER_S:
             return time.monotonic() - start
     return None
+
+
+# Playwright's bound on an action or a wait that names none (its own default: 30 s), and the tests' bound on a page
+# showing what it must. A bound, not a speed claim: a page that draws in a second on a quiet machine took up to two
+# minutes with three busy processes beside the suite and other work on the machine's two cores (load average 17).
+DEFAULT_TIMEOUT_MS = 300_000
 
 
 def chromium_available() -> bool:
@@ -238,8 +293,11 @@ def start_streamlit(
     extra_args: Sequence[str] = (),
     startup_timeout: float = 120.0,
     root: Path = ROOT,
+    script: str | None = None,
 ) -> Iterator[StreamlitServer]:
-    """``streamlit run serve.py`` (app.py behind ``ui.server``) on a free port, bound to ``address``; yields it once healthy; stops it after.
+    """``streamlit run serve.py`` (app.py with its HTTP side: ``ui.server``, and in a class the teacher key out of
+    the address and the class's HttpOnly cookies, as ``scripts/app.sh`` serves it) on a free port, bound to
+    ``address``; yields it once healthy; stops it after. ``script``: another script (``app.py`` alone).
 
     ``env`` is laid over this process's environment (a value of None removes the variable);
     ``extra_args`` go after the server options (e.g. ``--server.fileWatcherType none``); ``root`` is
@@ -263,7 +321,7 @@ def start_streamlit(
                 "-m",
                 "streamlit",
                 "run",
-                "serve.py" if (root / "serve.py").is_file() else "app.py",  # an earlier checkout: its app.py
+                script or ("serve.py" if (root / "serve.py").is_file() else "app.py"),  # an earlier checkout: app.py
                 "--server.port",
                 str(port),
                 "--server.address",
@@ -321,12 +379,13 @@ def chromium_page(width: int = 1500, height: int = 1100):
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(DEFAULT_TIMEOUT_MS)
             yield page
         finally:
             browser.close()
 
 
-def wait_for_app(page, timeout_ms: int = 180_000) -> None:
+def wait_for_app(page, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
     """Until the script has finished running (no 'Running...' status widget) and the sidebar is up."""
     page.wait_for_function(APP_IDLE_JS, timeout=timeout_ms)
 

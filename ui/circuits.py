@@ -5,6 +5,8 @@ logit lens): the prompts' lengths. What each computation holds at its peak is it
 
 from __future__ import annotations
 
+import pandas as pd
+
 from mha_core.interventions.readout import CircuitError, prompt_ids
 
 # Patching runs the corrupted prompt once per head (270 times for SmolLM2): the page takes prompts up to this
@@ -24,3 +26,24 @@ def check_prompt(model, text, what: str) -> int:
             "runs it once per head). Shorten it, or use the command line (python -m mha_core patch)."
         )
     return count
+
+
+def prompt_tokens(model, text, what: str) -> list[str]:
+    """The prompt's tokens as the head view shows them (``model.display``), after ``check_prompt``."""
+    check_prompt(model, text, what)
+    return model.display.display(model.tokenizer.convert_ids_to_tokens(prompt_ids(model, text, what)))
+
+
+def token_table(clean: list[str], corrupted: list[str]) -> pd.DataFrame:
+    """Both prompts' tokens side by side by position (an empty cell past the shorter one), and whether they
+    differ there: where patching's two runs part."""
+    length = max(len(clean), len(corrupted))
+    padded = [tokens + [""] * (length - len(tokens)) for tokens in (clean, corrupted)]
+    return pd.DataFrame(
+        {
+            "position": range(length),
+            "clean": padded[0],
+            "corrupted": padded[1],
+            "differs": [a != b for a, b in zip(*padded)],
+        }
+    )

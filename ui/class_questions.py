@@ -4,12 +4,18 @@ Two kinds: each predict-then-reveal step of the Classroom page (``classroom_ques
 soon as the teacher's page draws it; and a question the teacher poses in Explore (``explore_question``): "which
 token will this head attend to most from X?", answered by clicking a token while the head stays hidden. Only the
 teacher's session makes, reveals or resets a question (the role is decided on the server, ``ui.follow``); a
-student sends only the number of an answer offered, once per question. Everything shown is drawn by this code
-(answers are numbers; labels are the teacher's tokens, escaped).
+student sends only the number of an answer offered, once per question, under the identity the server signed for
+its browser (a session without one is told how to get one and cannot answer). One client address may send at
+most ``ANSWERS_PER_CLIENT_PER_S`` answers a second; those refused here never reach the class's own cap. A student's
+answer buttons are a fragment of their own: a click reruns them alone, so the answer is acknowledged at once
+however many students click together. A class file locked for longer than the store waits tells the student to
+click again; nothing is shown as an error. Everything shown is drawn by this code (answers are numbers; labels
+are the teacher's tokens, escaped).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 import numpy as np
@@ -17,15 +23,26 @@ import streamlit as st
 
 from ui import class_session, follow
 from ui.figures.answers import answers_figure
-from ui.widgets.charts import show_chart
+from ui.widgets.charts import presenting, show_chart
 from ui.widgets.messages import md_escape
 
 LIVE_S = 1.0  # how often the teacher's count and histogram refresh
+PRESENTED_CHART_HEIGHT = 230  # the class's answers beside the answer on a projector (enlarged by presentation mode)
+ANSWERS_PER_CLIENT_PER_S = 3  # answers one client address may send a second (the class's own cap is 60)
+SLOW_DOWN, LOCKED, NO_IDENTITY = "slow down", "locked", "no identity"
 MESSAGES = {
     class_session.ALREADY: "You have already answered this question.",
     class_session.CLOSED: "This question is closed: the teacher has revealed the answer.",
     class_session.BUSY: "Many answers at this moment: click your answer again in a second.",
+    SLOW_DOWN: "Many answers from this device at this moment: click your answer again in a second.",
+    LOCKED: "Your answer could not be saved just now: click it again.",
 }
+NO_IDENTITY_NOTE = (
+    "To answer, this browser needs the class's cookie: allow cookies for this site and open the class link again "
+    "(the link the teacher's server printed, or its QR code)."
+)
+BUSY_NOTE = ":material/hourglass_top: The class's answers file is busy for a moment; this part comes back by itself."
+_CLIENT_ANSWERS = class_session.ClientLimits(ANSWERS_PER_CLIENT_PER_S, 1.0)
 
 
 def question_key(parts: tuple) -> str:
@@ -38,10 +55,13 @@ def _labels(question) -> list[str]:
 
 
 def _live_answers(key: str) -> None:
-    question = follow.store().question(follow.session_id(), key)
+    try:
+        question = follow.store().question(follow.session_id(), key)
+        counts = follow.store().counts(follow.session_id(), key)
+    except class_session.StoreBusy:
+        return  # the next refresh reads them
     if question is None:
         return
-    counts = follow.store().counts(follow.session_id(), key)
     st.markdown(f"**{sum(counts)}** answer(s) so far.")
     show_chart(answers_figure(question.options, counts), key=f"class_live_{key}")
 
@@ -50,41 +70,76 @@ def _submit(key: str) -> None:
     choice = st.session_state.get(f"class_pick_{key}")
     if choice is None:
         return
-    result = follow.store().answer(follow.session_id(), key, follow.student_id(), int(choice))
+    student = follow.student_id()
+    if student is None:
+        result = NO_IDENTITY
+    elif not _CLIENT_ANSWERS.allow(st.context.ip_address or "this machine"):
+        result = SLOW_DOWN
+    else:
+        try:
+            result = follow.store().answer(follow.session_id(), key, student, int(choice))
+        except class_session.StoreBusy:
+            result = LOCKED
+        except ValueError:  # not an answer offered (a forged message): nothing stored, nothing to say
+            return
     st.session_state[f"class_result_{key}"] = result
+    if result != class_session.ACCEPTED:
+        st.session_state.pop(f"class_pick_{key}", None)  # the same answer can be clicked again
+
+
+def _teacher_action(action, session: str, key: str) -> None:
+    """Reveal or reset (a button's callback); a class file locked too long says so instead of failing."""
+    try:
+        action(session, key)
+    except class_session.StoreBusy:
+        st.session_state[f"class_teacher_busy_{key}"] = True
 
 
 def _teacher_controls(question) -> None:
     store, session = follow.store(), follow.session_id()
     if not question.revealed:
         st.fragment(run_every=LIVE_S)(_live_answers)(question.key)
+    if st.session_state.pop(f"class_teacher_busy_{question.key}", False):
+        st.warning("The class's answers file is busy: click again.")
     reveal, reset = st.columns(2)
     reveal.button(
         "Reveal to the class",
         key=f"class_reveal_{question.key}",
-        on_click=store.reveal,
-        args=(session, question.key),
+        on_click=_teacher_action,
+        args=(store.reveal, session, question.key),
         disabled=question.revealed,
         icon=":material/visibility:",
     )
     reset.button(
         "Ask again (clear the answers)",
         key=f"class_reset_{question.key}",
-        on_click=store.reset,
-        args=(session, question.key),
+        on_click=_teacher_action,
+        args=(store.reset, session, question.key),
         icon=":material/restart_alt:",
     )
 
 
-def _student_controls(question) -> int | None:
-    """The answer buttons, or the student's answer once given; returns that answer."""
-    key, store, session = question.key, follow.store(), follow.session_id()
-    mine = store.answer_of(session, key, follow.student_id())
+def _mine(key: str) -> int | None:
+    student = follow.student_id()
+    if student is None:
+        return None
+    with contextlib.suppress(class_session.StoreBusy):
+        return follow.store().answer_of(follow.session_id(), key, student)
+    return None
+
+
+@st.fragment
+def _answer_box(key: str, labels: list[str]) -> None:
+    """A student's answer buttons, or the answer once given: a fragment, so that a click reruns only this (the
+    acknowledgement reaches the student at once, however many click together)."""
+    if follow.student_id() is None:
+        st.info(NO_IDENTITY_NOTE, icon=":material/cookie:")
+        return
+    mine = _mine(key)
     result = st.session_state.pop(f"class_result_{key}", None)
     if result in MESSAGES and (result != class_session.ALREADY or mine is None):
         st.warning(MESSAGES[result])
-    if mine is None and not question.revealed:
-        labels = _labels(question)
+    if mine is None:
         st.pills(
             "Your answer",
             list(range(len(labels))),
@@ -93,20 +148,41 @@ def _student_controls(question) -> int | None:
             on_change=_submit,
             args=(key,),
         )
-    elif mine is not None and not question.revealed:
-        st.success(f"Your answer: **{_labels(question)[mine]}**. Wait for the teacher to reveal it.")
-    return mine
+    else:
+        st.success(f"Your answer: **{labels[mine]}**. Wait for the teacher to reveal it.")
+
+
+def _student_controls(question) -> int | None:
+    """The answer buttons (or the student's answer once given) until the reveal; returns the student's answer."""
+    if not question.revealed:
+        _answer_box(question.key, _labels(question))
+    return _mine(question.key)
 
 
 def _revealed(question, mine: int | None, answer_md: str | None) -> None:
-    counts = follow.store().counts(follow.session_id(), question.key)
+    try:
+        counts = follow.store().counts(follow.session_id(), question.key)
+    except class_session.StoreBusy:
+        st.caption(BUSY_NOTE)
+        return
+    # On a projector the answer and the class's chart sit side by side, so both show on the screen under the
+    # prompt (one below the other, the chart fell below the fold at 1400 x 900).
+    text, chart = st.columns([2, 3], vertical_alignment="center") if presenting() else (st.container(),) * 2
     if answer_md:
-        st.markdown(f"**Answer:** {answer_md}")
-    st.caption(f"The class's {sum(counts)} answer(s), the model's answer in green.")
-    show_chart(
-        answers_figure(question.options, counts, question.correct, question.model_values, mine),
-        key=f"class_result_chart_{question.key}",
-    )
+        text.markdown(f"**Answer:** {answer_md}")
+    text.caption(f"The class's {sum(counts)} answer(s), the model's answer in green.")
+    with chart:
+        show_chart(
+            answers_figure(
+                question.options,
+                counts,
+                question.correct,
+                question.model_values,
+                mine,
+                height=PRESENTED_CHART_HEIGHT if presenting() else 300,
+            ),
+            key=f"class_result_chart_{question.key}",
+        )
 
 
 def classroom_question(digest: str, prompt_md: str, options, correct: int, answer_md: str, shows_answer) -> bool:
@@ -116,12 +192,16 @@ def classroom_question(digest: str, prompt_md: str, options, correct: int, answe
     if role is None:
         return False
     store = follow.store()
-    if role == follow.TEACHER:
-        question = store.ask(session, digest, "classroom", prompt_md, options=options, correct=correct)
-    else:
-        question = store.question(session, digest)
-        if question is None:  # the teacher is not asking this one
-            return False
+    try:
+        if role == follow.TEACHER:
+            question = store.ask(session, digest, "classroom", prompt_md, options=options, correct=correct)
+        else:
+            question = store.question(session, digest)
+    except class_session.StoreBusy:
+        st.caption(BUSY_NOTE)
+        return False
+    if question is None:  # the teacher is not asking this one
+        return False
     mine = _teacher_controls(question) if role == follow.TEACHER else _student_controls(question)
     if question.revealed:
         _revealed(question, mine, answer_md)
@@ -149,16 +229,20 @@ def _ask_in_explore(view, layer: int, head: int) -> None:
             f"**{md_escape(names[focus])}** (token {focus})?"
         )
         key = question_key(("explore", view.model_name, view.text, view.text_pair, view.level, layer, head, focus))
-        follow.store().ask(
-            follow.session_id(),
-            key,
-            "explore",
-            prompt,
-            keys,
-            correct=int(np.argmax(row)),
-            model_values=row,
-            current=True,
-        )
+        try:
+            follow.store().ask(
+                follow.session_id(),
+                key,
+                "explore",
+                prompt,
+                keys,
+                correct=int(np.argmax(row)),
+                model_values=row,
+                current=True,
+            )
+        except class_session.StoreBusy:
+            st.warning("The class's answers file is busy: click again.")
+            return
         st.rerun(scope="app")
 
 
@@ -168,8 +252,12 @@ def explore_question(view, layer: int, head: int) -> bool:
     if follow.role() is None:
         return False
     store, session = follow.store(), follow.session_id()
-    current = store.view(session).current_question
-    question = store.question(session, current) if current else None
+    try:
+        current = store.view(session).current_question
+        question = store.question(session, current) if current else None
+    except class_session.StoreBusy:
+        st.caption(BUSY_NOTE)
+        return False
     if question is not None and question.kind != "explore":
         question = None
     with st.container(border=True):
@@ -183,8 +271,12 @@ def explore_question(view, layer: int, head: int) -> bool:
         if follow.is_teacher():
             _teacher_controls(question)
             if st.button("Close the question", key="class_explore_close", icon=":material/close:"):
-                store.close_current(session)
-                st.rerun(scope="app")
+                try:
+                    store.close_current(session)
+                except class_session.StoreBusy:
+                    st.warning("The class's answers file is busy: click again.")
+                else:
+                    st.rerun(scope="app")
             mine = None
         else:
             mine = _student_controls(question)

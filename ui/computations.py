@@ -19,6 +19,7 @@ import streamlit as st
 
 import mha_core
 from mha_core.errors import HeadscopeError, quoted
+from mha_core.models.long import NeedlePrompt
 from mha_core.operations import (
     Attention,
     Attribution,
@@ -30,6 +31,7 @@ from mha_core.operations import (
     LabExample,
     LogitLens,
     LongAttention,
+    NeedleTest,
     Neurons,
     Patching,
     Profile,
@@ -37,7 +39,6 @@ from mha_core.operations import (
     SearchIndex,
     SearchVector,
     Seq2SeqAttention,
-    long_run_bytes,
     most_tokens_within,
     prompt,
 )
@@ -108,10 +109,11 @@ def run_with_norms(run):
     return compute(dataclasses.replace(made, norms=True), model)
 
 
-def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None):
-    """An encoder-decoder model's ``Seq2SeqRun`` (``target`` None: the model writes it), cached."""
+def get_seq2seq_run(model_name: str, engine: str, source: str, target: str | None, *, stoppable: bool = True):
+    """An encoder-decoder model's ``Seq2SeqRun`` (``target`` None: the model writes it), cached (``stoppable=False``:
+    never stopped, for a download made outside a script run)."""
     model = get_model(model_name)
-    return compute(Seq2SeqAttention.of(model, source, target, engine), model)
+    return compute(Seq2SeqAttention.of(model, source, target, engine), model, stoppable=stoppable)
 
 
 def neuron_view(run, layer: int, head: int, query: int):
@@ -201,20 +203,29 @@ def saturation_table(n_keys: int = 16):
 
 # ---- long documents -----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
-def _long_operation(key: str, text: str, token_ids: tuple[int, ...] | None) -> LongAttention:
-    return LongAttention.of(loaded(key), text=None if token_ids is not None else text, token_ids=token_ids)
+def _long_operation(key: str, text: str, bos: bool | None, needle: NeedlePrompt | None) -> LongAttention | NeedleTest:
+    if needle is not None:
+        return NeedleTest(key, needle)
+    return LongAttention.of(loaded(key), text=text, bos=bos)
 
 
-def long_operation(model_name: str, text: str, token_ids: Sequence[int] | None = None) -> LongAttention:
-    """A document's long run, tokenized once for its check, its estimate and its run (a page asks for it twice:
-    ``long_run_ready``, then ``long_run``)."""
-    ids = None if token_ids is None else tuple(int(i) for i in token_ids)
-    return _long_operation(get_model(model_name).name, text, ids)
+def long_operation(
+    model_name: str, text: str, token_ids: Sequence[int] | None = None, bos: bool | None = None, needle=None
+) -> LongAttention | NeedleTest:
+    """A document's long run (``bos``: with the BOS token; None: the model's default), token ids' taken as they
+    are, or a needle test (``needle``: a ``NeedlePrompt`` the model answers), tokenized once for its check, its
+    estimate and its run (a page asks for it twice: ``long_run_ready``, then ``long_run``)."""
+    key = get_model(model_name).name
+    if token_ids is not None and needle is None:
+        return LongAttention.of(loaded(key), token_ids=token_ids)
+    return _long_operation(key, text, None if bos is None else bool(bos), needle)
 
 
-def long_run_ready(model_name: str, text: str, token_ids: Sequence[int] | None = None) -> bool:
+def long_run_ready(
+    model_name: str, text: str, token_ids: Sequence[int] | None = None, bos: bool | None = None, needle=None
+) -> bool:
     """True when ``long_run``'s value for these inputs is in the server's cache (showing it computes nothing)."""
-    return ready(long_operation(model_name, text, token_ids))
+    return ready(long_operation(model_name, text, token_ids, bos, needle))
 
 
 def longest_long_run(model) -> int:
@@ -222,30 +233,39 @@ def longest_long_run(model) -> int:
     return most_tokens_within(model, shared().cache.limit(HEAVY.share))
 
 
-def check_long_run_fits(model, num_tokens: int) -> None:
-    """A clear refusal (``OverBudget``) for a long run larger than heavy work's share of the budget: never run
-    alone over it."""
-    nbytes, limit = long_run_bytes(model, num_tokens), shared().cache.limit(HEAVY.share)
+def check_long_run_fits(model, operation: LongAttention | NeedleTest) -> None:
+    """A clear refusal (``OverBudget``) for a long run (or needle test) larger than heavy work's share of the
+    budget: never run alone over it."""
+    nbytes, limit = operation.peak_bytes(model), shared().cache.limit(HEAVY.share)
     if nbytes > limit:
         longest = longest_long_run(model)
         raise OverBudget(
             nbytes,
             limit,
             HEAVY.share,
-            f"Every head of {num_tokens:,} tokens of {model.name} needs about {nbytes / MB:,.0f} MB at its peak, "
-            f"more than the {limit / MB:,.0f} MB this server gives heavy work (long documents, tests, profiles, "
+            f"Every head of {operation.num_tokens:,} tokens of {model.name} needs about {nbytes / MB:,.0f} MB at its "
+            f"peak, more than the {limit / MB:,.0f} MB this server gives heavy work (long documents, tests, profiles, "
             "training), so it does not run here. "
             + (f"At most {longest:,} tokens fit: choose fewer tokens or a shorter document." if longest else ""),
         )
 
 
-def long_run(model_name: str, text: str, stop: threading.Event, token_ids: Sequence[int] | None = None):
-    """The ``LongRun`` of ``text`` up to the model's context length, or of ``token_ids`` taken as they are (a
-    needle-in-a-haystack prompt): in a job of the session's with a progress bar that says how long is left, its
-    bytes reserved first; ``stop`` set ends it at its next block (``LongRunStopped``)."""
+def long_run(
+    model_name: str,
+    text: str,
+    stop: threading.Event,
+    token_ids: Sequence[int] | None = None,
+    bos: bool | None = None,
+    needle=None,
+):
+    """The ``LongRun`` of ``text`` up to the model's context length (``bos``: with the BOS token as the page's
+    sentence; None: the model's default), of ``token_ids`` taken as they are, or a needle test (``needle``: the
+    model answers the ``NeedlePrompt``, then the run reads prompt and answer): in a job of the session's with a
+    progress bar that says how long is left, its bytes reserved first; ``stop`` set ends it at its next block
+    (``LongRunStopped``)."""
     model = get_model(model_name)
-    operation = long_operation(model_name, text, token_ids)
-    check_long_run_fits(model, operation.num_tokens)
+    operation = long_operation(model_name, text, token_ids, bos, needle)
+    check_long_run_fits(model, operation)
     return compute(operation, model, stop=stop)
 
 

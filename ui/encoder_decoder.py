@@ -1,6 +1,12 @@
 """Encoder-decoder models in the app (T5, BART, Marian / opus-mt, loaded as any other model: a hub id or a local
 folder in the sidebar's "Other"): Explore's source and target boxes (or "let the model write it"), the switch
-between the encoder's, the decoder's and the cross-attention, and Compare's two layers of cross-attention.
+between the encoder's, the decoder's and the cross-attention, and Compare's two layers of one of them.
+
+Every section of Explore and Compare that applies to an encoder-decoder model is here, on the attention shown:
+the words and hide-special toggles, the attention-sink note, the head and model views (cross-attention at its own
+aspect ratio), the lines, a class question (self-attention: its answers are the row's own tokens), the downloads,
+the from-scratch layer code, and Compare's two layers side by side with their difference and per-layer curves.
+The long document and Compare's sentence and model modes read single-stack models; they say so instead.
 
 The runs come from the app's one gated, budget-reserving path (``computations.get_seq2seq_run``, work handed to
 ``compute.compute`` with its peak bytes reserved), like every other forward pass; the views are the head-view component (``ui.headview``),
@@ -9,12 +15,17 @@ which draws cross-attention with the target's tokens down the side and the sourc
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import weakref
+
+import numpy as np
 import streamlit as st
 
 from mha_core.errors import EngineNotSupported, HeadscopeError
 from mha_core.models.seq2seq import DEFAULT_MAX_NEW_TOKENS
-from ui import address, computations, compute, figures, headview
-from ui.widgets import charts, messages, pickers
+from ui import address, class_questions, computations, compute, figures, headview
+from ui.widgets import charts, downloads, messages, pickers, views
 
 KIND_LABELS = {
     "cross": "Cross-attention (target → source)",
@@ -86,8 +97,28 @@ def kind_switch() -> str:
     return pickers.url_choice("Attention", KIND_LABELS, key="s2s_kind", url_key="kind")
 
 
-def shown(run, words: bool):
-    return run.to_words() if words else run
+def shown(run, words: bool, hide_special: bool = False):
+    """The run as the toggles ask: word level first, then without special tokens."""
+    run = run.to_words() if words else run
+    return run.without_special() if hide_special else run
+
+
+def toggles(run) -> tuple[bool, bool]:
+    """The words and hide-special toggles (``?words=`` and ``?hide=``, as for single-stack models)."""
+    left, right = st.columns(2)
+    words = pickers.url_toggle(
+        "Words, not tokens", "s2s_words", "words", help="Attention between whole words.", container=left
+    )
+    has_special = any(bool(np.any(run.kind(kind).special_mask)) for kind in KIND_LABELS)
+    hide = pickers.url_toggle(
+        "Hide special tokens",
+        "s2s_hide",
+        "hide",
+        container=right,
+        disabled=not has_special,
+        help="Drops the special tokens (</s>, <s>, <pad>, ...) of both texts and renormalises each row to sum to 1.",
+    )
+    return words, hide and has_special
 
 
 def explore(model_name: str, engine: str) -> None:
@@ -102,18 +133,22 @@ def explore(model_name: str, engine: str) -> None:
         return
     run = run_or_fallback(model_name, engine, *chosen)
     kind = kind_switch()
-    words = pickers.url_toggle("Words, not tokens", "s2s_words", "words", help="Attention between whole words.")
+    words, hide_special = toggles(run)
     st.caption(messages.md_escape(run.summary()))
     if run.generated:
         st.markdown(f"**The model wrote:** {messages.md_escape(run.target) or '(nothing but special tokens)'}")
-    view = shown(run, words).kind(kind)
+    view = shown(run, words, hide_special).kind(kind)
     if view.max_abs_diff is not None:
         st.caption(f"From-scratch engine: max |core − transformers| = {view.max_abs_diff:.1e} on this attention.")
     st.caption(KIND_NOTES[kind])
+    views.sink_note(view)
     pickers.url_setting("explore_view", "view", "head", address.choice(headview.VIEWS))
     mode = st.session_state["explore_view"]
     layer = pickers.select_layer(view.num_layers, draw=False)
     head = pickers.select_head(view.num_heads, draw=False)
+    # A class question (self-attention: its answers are the row's own tokens); the head stays hidden until revealed.
+    if kind != "cross" and class_questions.explore_question(view, layer, head):
+        return
     data = headview.pack(
         view.attentions,
         view.tokens,
@@ -134,6 +169,66 @@ def explore(model_name: str, engine: str) -> None:
     pickers.keep_in_url("explore_view", "view", "head")
     if mode == "head":
         lines(view, kind, layer, head)
+        run_downloads(RunShown(model_name, run.encoder.engine, *chosen, words, hide_special), run, kind, (layer, head))
+    views.layer_code(view)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunShown:
+    """What Explore shows of an encoder-decoder model, by value: enough to find its run again."""
+
+    model_name: str
+    engine: str
+    source: str
+    target: str | None
+    words: bool
+    hide_special: bool
+
+    def held(self, run):
+        """A function giving ``run`` while it is in memory, else the same run again from the shared cache (or
+        computed again): Streamlit keeps a download's function as long as the session, and it must not keep the run
+        out of the memory budget's reach."""
+        kept = weakref.ref(run)
+
+        def get():
+            current = kept()
+            if current is None:
+                current = computations.get_seq2seq_run(
+                    self.model_name, self.engine, self.source, self.target, stoppable=False
+                )
+            return current
+
+        return get
+
+
+def run_downloads(shown_run: RunShown, run, kind: str, selected: tuple[int, int]) -> None:
+    """The three attentions as one .npz (``mha_core.Seq2SeqRun.load``) and the ``selected`` (layer, head) of the
+    attention shown as CSV (rows: the queries; for cross-attention the target's tokens against the source's)."""
+    layer, head = selected
+    get = shown_run.held(run)
+    left, right = st.columns(2)
+    left.download_button(
+        "Encoder, decoder and cross-attention (.npz)",
+        data=lambda: get().to_npz_bytes(),
+        file_name=downloads.download_name(run.encoder, ".npz"),
+        mime="application/octet-stream",
+        key="s2s_dl_npz",
+        help="All three attentions with both texts' tokens; load with mha_core.Seq2SeqRun.load.",
+    )
+
+    def head_csv() -> bytes:
+        buffer = io.StringIO()
+        frame = shown(get(), shown_run.words, shown_run.hide_special).kind(kind).head_frame(layer, head)
+        frame.to_csv(buffer, float_format="%.6g")
+        return buffer.getvalue().encode("utf-8")
+
+    right.download_button(
+        f"{KIND_LABELS[kind].split(' (')[0]}, layer {layer} head {head} (.csv)",
+        data=head_csv,
+        file_name=downloads.download_name(run.encoder, f"-{kind}.csv", layer=layer, head=head),
+        mime="text/csv",
+        key="s2s_dl_csv",
+    )
 
 
 def lines(view, kind: str, layer: int, head: int) -> None:
@@ -151,29 +246,77 @@ def lines(view, kind: str, layer: int, head: int) -> None:
 
 
 def compare(model_name: str, engine: str) -> None:
-    """Compare for an encoder-decoder model: the cross-attention of two decoder layers side by side."""
+    """Compare for an encoder-decoder model: two layers of one of its three attentions side by side, their
+    difference when asked, and per-layer curves of one measurement of that attention."""
     model = encoder_decoder_model(model_name)
-    st.caption("Cross-attention of two decoder layers side by side: where each layer's heads look in the source.")
+    st.caption(
+        "Two layers of one of the model's three attentions side by side (by default the cross-attention: where each "
+        "decoder layer's heads look in the source). Sentence against sentence and model against model read "
+        "single-stack models (an encoder or a decoder)."
+    )
     chosen = texts(model)
     if chosen is None:
         return
     run = run_or_fallback(model_name, engine, *chosen)
-    cross = run.cross
+    kind = kind_switch()
+    view = run.kind(kind)
+    cross = kind == "cross"
     columns = st.columns(2)
-    left = pickers.select_layer(cross.num_layers, label="Left layer", container=columns[0])
+    left = pickers.select_layer(view.num_layers, label="Left layer", container=columns[0])
     right = pickers.select_layer(
-        cross.num_layers,
+        view.num_layers,
         label="Right layer",
         key="compare_layer_b",
         url_key="right_layer",
         container=columns[1],
-        default=cross.num_layers - 1,
+        default=view.num_layers - 1,
     )
-    head = pickers.select_head(cross.num_heads, draw=False)
+    head = pickers.select_head(view.num_heads, draw=False)
+    difference = pickers.url_toggle(
+        "Show the difference (left − right)",
+        "s2s_compare_difference",
+        "diff",
+        help="Below the two layers, one map of left minus right: red where the left layer attends more, blue where "
+        "the right one does (the same tokens on both sides).",
+    )
+    noun = {"cross": "Decoder layer {}: cross-attention", "encoder": "Encoder layer {}", "decoder": "Decoder layer {}"}
     for column, layer, side in ((columns[0], left, "left"), (columns[1], right, "right")):
         with column:
-            st.markdown(f"**Decoder layer {layer}: cross-attention**")
+            st.markdown(f"**{noun[kind].format(layer)}**")
             data = headview.pack(
-                cross.attentions, cross.tokens, layer, head, key_tokens=cross.key_tokens, switchable=True
+                view.attentions,
+                view.tokens,
+                layer,
+                head,
+                causal=view.is_causal,
+                key_tokens=view.key_tokens if cross else None,
+                switchable=True,
             )
             headview.show(data, key=f"s2s_compare_{side}")
+    if difference:
+        layer_difference(view, kind, left, right)
+    views.metric_curves({KIND_LABELS[kind]: view}, key="s2s_compare")
+
+
+def layer_difference(view, kind: str, left: int, right: int) -> None:
+    """Layer ``left`` minus layer ``right`` of one attention, every head, on the fixed scale -1..1."""
+    values = view.attentions[left] - view.attentions[right]
+    largest = float(np.abs(values).max())
+    if largest < views.ROUNDING_SIZE:
+        st.success(f"Layers {left} and {right} are identical within {views.ROUNDING_SIZE:.0e}: no map to draw.")
+        return
+    charts.show_chart(
+        figures.difference_map(
+            values,
+            view.tokens,
+            title=f"Layer {left} − layer {right}, every head",
+            causal=view.is_causal,
+            key_labels=view.key_tokens if kind == "cross" else None,
+        ),
+        key="s2s_compare_difference_grid",
+        filename=f"headscope-{kind}-difference",
+    )
+    st.caption(
+        f"Largest difference: {largest:.2e}. Colours on a fixed scale, −1 to 1 (the most two weights can differ): "
+        "red where the left layer attends more, blue where the right one does."
+    )

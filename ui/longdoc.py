@@ -2,25 +2,27 @@
 
 The visitor pastes a document or picks one of the long examples (``assets/long/documents.json``); a long run
 (``mha_core.models.long.run_long``) is computed in a thread of the session (``ui.jobs``) inside one of the
-server's compute slots, with its real bytes reserved in the budget first (``long_run_bytes``), through the one
-gated path (``computations.long_run``). A progress bar says how long is left, and a Stop
-button ends the pass at its next block. The view (``ui.longview``) zooms into any region of any head, exact at
-every level; the address keeps the document, the zoom and the pooling (``?long=&lzoom=&lreduce=&lview=``).
-With a decoder, a needle-in-a-haystack test (``?long=needle&needle=&nq=&nlen=&ndepth=``) lists the retrieval heads
-(Wu et al. 2024) with their scores, and opens a head's evidence (the answer's rows against the needle's tokens) in
-the view.
+server's compute slots, with its real bytes reserved in the budget first (its operation's ``peak_bytes``), through
+the one gated path (``computations.long_run``), tokenized as the page's sentence is (with or without the BOS token).
+A progress bar says how long is left, and a Stop button ends the pass at its next block. The view (``ui.longview``)
+opens at the page's layer and head with max pooling, zooms into any region of any head, exact at every level, in the
+app's one colour scale; the address keeps the document, the zoom, the pooling and the colours
+(``?long=&lzoom=&lreduce=&lview=&lcolour=``), and a zoom the document cannot show is changed with a notice.
+An encoder-decoder model gets a note instead: the long pass reads single-stack models.
+With a decoder, a needle-in-a-haystack test (``?long=needle&needle=&nq=&nlen=&ndepth=``): the model answers the
+question itself, and the retrieval heads (Wu et al. 2024) are scored on the answer's tokens that copy the needle,
+with their scores; a head's evidence (the answer's rows against the needle's tokens) opens in the view.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
 import weakref
 
 import streamlit as st
 
-from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, long_documents, needle_prompt
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, NeedlePrompt, haystack, long_documents, needle_question
 from ui import address, computations, compute, longview, session
 from ui.widgets import messages, pickers
 
@@ -33,16 +35,11 @@ EVIDENCE_MARGIN = 3  # tokens shown around the needle and its copy when a retrie
 
 @dataclasses.dataclass(frozen=True)
 class Document:
-    """What the long run reads: a text, or a needle test's tokens with its copies (``needle_copies``)."""
+    """What the long run reads: a text, or a needle test's prompt (``NeedlePrompt``), which the model answers."""
 
     choice: str
     text: str
-    token_ids: tuple[int, ...] | None = None
-    copies: tuple[tuple[int, int], ...] = ()
-
-    def key(self, model_name: str) -> tuple:
-        what = self.text if self.token_ids is None else ",".join(map(str, self.token_ids))
-        return ("long-run", model_name, hashlib.sha1(what.encode("utf-8")).hexdigest())
+    needle: NeedlePrompt | None = None
 
 
 def examples() -> tuple[dict, ...]:
@@ -53,16 +50,17 @@ def _stops() -> dict:
     return st.session_state.setdefault("_long_stops", {})
 
 
-def get_long_run(model_name: str, document: Document):
-    """The ``LongRun`` of ``document`` (``computations.long_run``: a job with a progress bar and time left) with a Stop
-    button; None once stopped."""
-    stop = _stops().setdefault(document.key(model_name), threading.Event())
+def get_long_run(model_name: str, document: Document, bos: bool | None = None):
+    """The ``LongRun`` of ``document`` (``computations.long_run``: a job with a progress bar and time left), tokenized
+    with or without the BOS token as the page's sentence (``bos``), with a Stop button; None once stopped."""
+    key = computations.long_operation(model_name, document.text, bos=bos, needle=document.needle).key
+    stop = _stops().setdefault(key, threading.Event())
     stop_slot = st.empty()
     stop_slot.button("Stop", key="long_stop", on_click=stop.set, help="End the pass at its next block of rows")
     try:
-        return computations.long_run(model_name, document.text, stop, token_ids=document.token_ids)
+        return computations.long_run(model_name, document.text, stop, bos=bos, needle=document.needle)
     except computations.LongRunStopped:
-        _stops().pop(document.key(model_name), None)
+        _stops().pop(key, None)
         st.session_state["long_requested"] = False
         st.info("Stopped. Press the button again to read the document.", icon=":material/stop_circle:")
         return None
@@ -70,9 +68,30 @@ def get_long_run(model_name: str, document: Document):
         stop_slot.empty()
 
 
-def _document(model) -> Document:
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, made plural unless it is one ("1 head", "2 heads")."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def example_token_counts(model_name: str, bos: bool | None, _model) -> tuple[tuple[int, int], ...]:
+    """Each long example's length in the model's tokens and how many of them the long run reads (its context
+    length at most), as the run tokenizes it (the tokenizer only; no pass)."""
+    encoded = [_model.encode_long(example["text"], bos) for example in examples()]
+    return tuple((e.num_input_tokens, len(e.input_ids)) for e in encoded)
+
+
+def example_label(example: dict, tokens: int, read: int) -> str:
+    """An example's name with its length in the selected model's tokens (the file's label names SmolLM2's), and how
+    many of them are read when that is fewer."""
+    cut = f"; the first {read:,} read" if read < tokens else ""
+    return f"{example['label'].split(' (')[0]} ({plural(tokens, 'token')} for this model{cut})"
+
+
+def _document(model, model_name: str, bos: bool | None) -> Document:
     """What to read, from the picker (and the link): an example, a pasted document or (decoders) a needle test."""
-    labels = [example["label"] for example in examples()]
+    counts = example_token_counts(model_name, bos, model)
+    labels = [example_label(example, *count) for example, count in zip(examples(), counts)]
     options = [*[str(index) for index in range(len(labels))], PASTE]
     names = dict(zip(options, [*labels, "Paste a document"]))
     if model.is_causal:
@@ -98,14 +117,14 @@ def _document(model) -> Document:
 
 def _needle_test(model) -> Document:
     """A needle-in-a-haystack prompt (Wu et al. 2024): the long examples cut to length, the needle sentence at a
-    depth, the question, and the needle again as the answer, whose tokens the retrieval heads are scored on."""
+    depth, then the question, which the model answers; the retrieval heads are scored on its answer."""
     limit = model.context_length
     needle = pickers.url_widget(
         st.text_input, "Needle", key="long_needle", url_key="needle", default=NEEDLE, parse=address.sentence()
     )
     question = pickers.url_widget(
         st.text_input,
-        "Question (the answer that follows repeats the needle)",
+        "Question (the model answers it)",
         key="long_question",
         url_key="nq",
         default=NEEDLE_QUESTION,
@@ -135,26 +154,36 @@ def _needle_test(model) -> Document:
         max_value=100,
         step=5,
     )
-    ids, copies = needle_prompt(model, haystack(), needle, question, depth=depth / 100, num_tokens=int(tokens))
+    prompt = needle_question(model, haystack(), needle, question, depth=depth / 100, num_tokens=int(tokens))
     st.caption(
-        f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(ids):,} tokens with the needle "
-        f"at {depth}%, then the question and the needle again: {len(copies)} answer tokens copy the needle."
+        f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(prompt.token_ids):,} tokens with "
+        f"the needle at {depth}%, then the question; the model answers it (greedily, up to "
+        f"{prompt.answer_tokens} tokens)."
     )
-    text = f"{needle} | {question} | {len(ids)} tokens | depth {depth}%"
-    return Document(NEEDLE_TEST, text, token_ids=tuple(ids), copies=tuple(copies))
+    text = f"{needle} | {question} | {len(prompt.token_ids)} tokens | depth {depth}%"
+    return Document(NEEDLE_TEST, text, needle=prompt)
 
 
 def section() -> None:
     """The long-document part of Explore."""
     st.subheader("Long document")
-    st.caption(
-        "Every head of a long document, exact at every zoom: the pass keeps each layer's queries, keys and each "
-        "row's normaliser, never the full weight matrices, so any region is recomputed exactly when you zoom."
-    )
     with messages.error_display():
-        model_name = session.selection().model
+        selection = session.selection()
+        model_name = selection.model
         model = compute.get_model(model_name)
-        document = _document(model)
+        if getattr(model, "is_encoder_decoder", False):
+            st.info(
+                "The long pass reads single-stack models: an encoder (such as MiniLM) or a decoder (such as "
+                "SmolLM2). An encoder-decoder model's three attentions are shown above; pick another model in the "
+                "sidebar to read a long document.",
+                icon=":material/info:",
+            )
+            return
+        st.caption(
+            "Every head of a long document, exact at every zoom: the pass keeps each layer's queries, keys and each "
+            "row's normaliser, never the full weight matrices, so any region is recomputed exactly when you zoom."
+        )
+        document = _document(model, model_name, selection.bos)
         limit = model.context_length
         st.caption(
             f"{messages.md_escape(model_name)} reads up to {limit:,} tokens here ({'its context length' if model.is_causal else 'its learned positions'}); "
@@ -164,14 +193,14 @@ def section() -> None:
             st.info("Paste a document to read it.")
             return
         if address.query_value("lzoom") and pickers.link_may_start(
-            computations.long_run_ready(model_name, document.text, document.token_ids)
+            computations.long_run_ready(model_name, document.text, bos=selection.bos, needle=document.needle)
         ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once
         if st.button("Read every head of this document", key="long_go", type="primary"):
             st.session_state["long_requested"] = True
         if not st.session_state.get("long_requested"):
             return
-        run = get_long_run(model_name, document)
+        run = get_long_run(model_name, document, selection.bos)
         if run is None:
             return
         st.caption(messages.md_escape(run.summary()))
@@ -180,29 +209,42 @@ def section() -> None:
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
         st.session_state["long_run_ref"] = weakref.ref(run)
         long_view()
-        roles = run.roles(list(document.copies) or None)  # once: retrieval heads too when the text copies a needle
-        if document.copies:
-            retrieval_table(run, roles, document.copies)
+        answer = run.metadata.get("needle")  # a needle test: what the model answered, and its copied tokens
+        roles = run.roles(list(answer.copies) if answer is not None and answer.copies else None)  # once
+        if answer is not None:
+            retrieval_table(run, roles, answer)
         roles_table(run, roles[roles["role"] != "retrieval"])
 
 
 def _zoom(run) -> longview.Zoom:
-    """The zoom this session shows: kept in the session, first taken from the link."""
+    """The zoom this session shows: kept in the session; first taken from the link, else the page's layer and head
+    whole. What a link asks for that this document cannot show is changed, with a notice saying what."""
     zoom = st.session_state.get("long_zoom")
-    if zoom is None:
-        zoom = longview.whole(0, 0, run.num_tokens)
-        raw = address.query_value("lzoom")
-        if raw:
-            try:
-                zoom = longview.parse_link(raw)
-            except ValueError as error:
-                st.warning(
-                    f"The link's lzoom={messages.md_escape(raw[:40])} is not {messages.md_escape(error)}; "
-                    "showing the whole first head."
-                )
-        reduce, view = address.query_value("lreduce", "mean"), address.query_value("lview", "head")
-        zoom = dataclasses.replace(zoom, reduce=reduce, view=view)
-    return longview.checked(zoom, run.num_layers, run.num_heads, run.num_tokens)
+    if zoom is not None:
+        return longview.checked(zoom, run.num_layers, run.num_heads, run.num_tokens)[0]
+    page = (int(st.session_state.get("layer", 0)), int(st.session_state.get("head", 0)))
+    zoom = longview.whole(*page, run.num_tokens)
+    raw = address.query_value("lzoom")
+    notes = []
+    if raw:
+        try:
+            zoom = longview.parse_link(raw)
+        except ValueError as error:
+            notes.append(f"lzoom={raw[:40]} is not {error}: showing layer {page[0]}, head {page[1]} whole")
+    zoom = dataclasses.replace(
+        zoom,
+        reduce=address.query_value("lreduce", longview.DEFAULT_REDUCE),
+        view=address.query_value("lview", "head"),
+        colour=address.query_value("lcolour", "absolute"),
+    )
+    zoom, changed = longview.checked(zoom, run.num_layers, run.num_heads, run.num_tokens)
+    notes += changed
+    if notes:
+        st.warning(
+            "This link's long-document view was changed to work:\n"
+            + "\n".join(f"- {messages.md_escape(n)}" for n in notes)
+        )
+    return zoom
 
 
 def _take_zoom(zoom: longview.Zoom) -> None:
@@ -219,9 +261,31 @@ def long_view() -> None:
             st.rerun()
         zoom = _zoom(run)
         st.session_state["long_zoom"] = zoom
+        st.caption(pooling_note(zoom, run.num_tokens))
         data = longview.pack_model(run, zoom) if zoom.view == "model" else longview.pack_layer(run, zoom)
         longview.show(data, key=f"long_view_{run.num_tokens}", on_zoom=_take_zoom)
-        address.write_query(lzoom=zoom.link(), lreduce=zoom.reduce, lview=zoom.view)
+        address.write_query(
+            lzoom=zoom.link(),
+            lreduce=None if zoom.reduce == longview.DEFAULT_REDUCE else zoom.reduce,
+            lview=None if zoom.view == "head" else zoom.view,
+            lcolour=None if zoom.colour == "absolute" else zoom.colour,
+        )
+
+
+def pooling_note(zoom: longview.Zoom, n: int) -> str:
+    """What a pooled cell shows, and why the view opens with max pooling."""
+    if zoom.reduce == "max":
+        return (
+            "Max pooling (the view opens with it): a cell larger than one token shows the largest exact weight among "
+            "its tokens, so one strong link stays visible at any zoom. Mean pooling averages them instead: over a "
+            f"whole document of {n:,} tokens a cell's mean is about 1/{n:,}, nearly white on the weights' colour "
+            "scale unless the colours are stretched."
+        )
+    return (
+        "Mean pooling: a cell larger than one token shows the mean of its tokens' exact weights, about "
+        f"1/{n:,} over a whole document of {n:,} tokens (nearly white on the weights' colour scale): "
+        '"Stretch colours" paints each image against its own largest value, and says by how much.'
+    )
 
 
 def evidence_zoom(layer: int, head: int, copies, n: int) -> longview.Zoom:
@@ -235,16 +299,24 @@ def evidence_zoom(layer: int, head: int, copies, n: int) -> longview.Zoom:
     return longview.Zoom(layer, head, r0=r0, r1=r1, c0=c0, c1=c1)
 
 
-def retrieval_table(run, roles, copies) -> None:
-    """The needle test's retrieval heads (from ``roles``, the run's roles with ``copies``) with their scores; a
-    head's evidence opens in the view above."""
+def retrieval_table(run, roles, answer) -> None:
+    """The needle test's retrieval heads (from ``roles``, the run's roles with the answer's copies) with their
+    scores, and what the model answered; a head's evidence opens in the view above."""
+    copies = answer.copies
     retrieval = roles[roles["role"] == "retrieval"].sort_values("score", ascending=False)
+    copied = len({query for query, _ in copies})
     st.markdown(f"**Retrieval heads** ({len(retrieval)} of {run.num_layers * run.num_heads})")
     st.caption(
-        f"Wu et al. 2024: for each of the {len(copies)} answer tokens that copy the needle, whether the head's "
-        "largest weight, at the position that writes the token, falls on the needle token being copied. A head "
-        "passes at a score of 0.1; the interval is Wilson's over the copies, the baseline a key chosen at random."
+        f"The model answered “{messages.md_escape(answer.answer.strip())}” ({len(answer.answer_ids)} tokens, its own "
+        f"greedy choice); {copied} of them are in the needle. Wu et al. 2024: for each answer token in the needle, "
+        "whether the head's largest weight, at the position that writes the token, falls on that token in the "
+        "needle. A head passes at a score of 0.1; the interval is Wilson's over the copied tokens, the baseline a "
+        "key chosen at random. After an answer's first token the next ones follow a copy already begun (an "
+        "induction head's task): docs/findings.md, section 8, compares these heads with the induction heads."
     )
+    if not copies:
+        st.info("The answer copies nothing from the needle: no head can be scored. Try another depth or question.")
+        return
     if retrieval.empty:
         st.info("No head copies the needle here: try another depth or a longer needle.")
         return
@@ -267,7 +339,8 @@ def retrieval_table(run, roles, copies) -> None:
 
 def roles_table(run, roles) -> None:
     """Sink-at-length and local heads (``roles``) with their evidence, and each layer's 90%-mass window."""
-    with st.expander(f"Long-context roles ({len(roles)} heads)"):
+    heads = len(roles[["layer", "head"]].drop_duplicates())
+    with st.expander(f"Long-context roles ({plural(heads, 'head')})"):
         st.caption(
             "Sink at length: most of a query's mass on the first 4 tokens, for queries at least 64 tokens away "
             "(StreamingLLM). Local: 90% of a query's mass within a window of at most 16 tokens. Retrieval heads "

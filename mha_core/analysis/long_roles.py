@@ -5,10 +5,12 @@ row's argmax key, its mass on the first ``SINK_TOKENS`` positions, the narrowest
 ``LOCAL_WINDOW_MASS`` of it) and gives role rows in the columns of ``mha_core.analysis.roles`` (score,
 threshold, n, baseline, 95% interval, evidence). docs/metrics.md gives the rules and their sources.
 
-- Retrieval (Wu et al. 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality"): on a
-  needle-in-a-haystack prompt whose answer repeats the needle, a head's retrieval score is the share of copied
-  needle tokens for which the head's argmax attention, at the position that produces the token, lands on the
-  needle token being copied (teacher-forced: every answer token counts as a copy).
+- Retrieval (Wu et al. 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality"): the model answers
+  a question about a needle hidden in a long text, greedily, token by token; for each token it writes that is in
+  the needle (``generated_copies``), a head copies it when its argmax attention, at the position that writes the
+  token, lands on a needle token equal to it. A head's retrieval score is the share of those tokens it copies.
+  Scoring a teacher-forced answer that repeats the needle (``needle_copies``) is, after its first token, an
+  induction task: the heads it finds are the induction heads (docs/findings.md, section 8).
 - Sink (Xiao et al. 2024, StreamingLLM): the mean mass a query puts on the first ``SINK_TOKENS`` positions,
   measured by distance from them (``sink_by_distance``); a sink head keeps most of its mass there far away.
 - Local: the span ``|i - j| <= w`` that holds 90% of a row's mass; a local head keeps that window within
@@ -49,18 +51,42 @@ def needle_copies(token_ids: Sequence[int], needle_start: int, answer_start: int
     ]
 
 
+def generated_copies(
+    token_ids: Sequence[int], needle_start: int, needle_length: int, answer_start: int
+) -> list[tuple[int, int]]:
+    """``[(query position, needle position)]`` of an answer the model wrote (``token_ids[answer_start:]``): for
+    each answer token that occurs in the needle, one pair per needle position holding it (a head copies the token
+    when its argmax at the query, the position before the token, is any of them; Wu et al. 2024)."""
+    ids = list(token_ids)
+    if needle_start < 0 or needle_length < 1 or needle_start + needle_length > answer_start or answer_start < 1:
+        raise ValueError("the needle must come before the answer, inside the tokens")
+    needle = ids[needle_start : needle_start + needle_length]
+    return [
+        (position - 1, needle_start + offset)
+        for position in range(answer_start, len(ids))
+        for offset, token in enumerate(needle)
+        if token == ids[position]
+    ]
+
+
 def retrieval_scores(argmax: np.ndarray, copies: Sequence[tuple[int, int]], is_causal: bool = True) -> pd.DataFrame:
-    """Per head: ``score`` (share of copies whose argmax lands on the copied token), ``n`` copies, ``chance``
-    (what a random visible key would give) and the Wilson interval. ``argmax [layers, heads, n]``."""
+    """Per head: ``score`` (share of copied tokens whose argmax, at the query that writes the token, lands on one of
+    its needle positions), ``n`` copied tokens (distinct queries), ``chance`` (what a random visible key would
+    give) and the Wilson interval. ``argmax [layers, heads, n]``; ``copies``: (query, needle position) pairs, one or
+    more per query (``needle_copies``, ``generated_copies``)."""
     num_layers, num_heads, n = argmax.shape
     if not copies:
         raise ValueError("retrieval scores need at least one copied token")
-    queries = np.array([q for q, _ in copies])
-    sources = np.array([s for _, s in copies])
-    hits = (argmax[:, :, queries] == sources).mean(axis=-1)
-    count = len(copies)
+    pairs = np.array(copies, dtype=np.int64)
+    queries, index = np.unique(pairs[:, 0], return_inverse=True)
+    hit_pairs = argmax[:, :, pairs[:, 0]] == pairs[:, 1]  # [L, H, pairs]
+    hit = np.zeros((num_layers, num_heads, len(queries)), dtype=bool)
+    np.logical_or.at(hit.transpose(2, 0, 1), index, hit_pairs.transpose(2, 0, 1))
+    hits = hit.mean(axis=-1)
+    count = len(queries)
+    targets = np.bincount(index, minlength=count)  # needle positions a query may land on
     low, high = wilson_interval(hits, count)
-    chance = float(np.mean(1.0 / (queries + 1 if is_causal else np.full(count, n))))
+    chance = float(np.mean(targets / (queries + 1 if is_causal else np.full(count, n))))
     return per_head_frame(num_layers, num_heads, score=hits, n=count, chance=chance, ci_low=low, ci_high=high)
 
 

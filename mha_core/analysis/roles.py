@@ -9,14 +9,24 @@ repeated random tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 from ..errors import HeadscopeError
 from ..run import AttentionRun, per_head_frame
 from .metrics import head_metrics
-from .stats import Z_95, correlation_interval, holm_adjusted, mean_interval, normal_upper_p, wilson_interval
-from .syntax import DEPENDENCY_COLUMNS
+from .stats import (
+    correlation_interval,
+    holm_adjusted,
+    mean_interval,
+    normal_upper_p,
+    t_quantile_95,
+    t_upper_p,
+    wilson_interval,
+)
+from .syntax import DEPENDENCY_COLUMNS, DependencyAccumulator, Sentence, shuffled_heads
 
 # ---- thresholds (docs/metrics.md) ---------------------------------------------------------
 POSITIONAL_OFFSETS = {-1: "previous", 0: "self", 1: "next"}
@@ -31,6 +41,10 @@ DECODER_MIN_SCORE = 0.4  # previous-token and prefix-matching scores
 DECODER_CAPPED_SCORES = ("duplicate_token", "induction")
 SYNTACTIC_MIN_MARGIN = 0.10  # head accuracy - best fixed-offset baseline accuracy, on the held-out half
 SYNTACTIC_MIN_COUNT = 100  # examples of the relation in the corpus: rarer relations are not tried
+# The held-out test refers its t statistic to Student's t with (held-out sentences - 1) degrees of freedom, and is
+# not run on fewer held-out sentences than this: below it the test rejects a margin on its threshold more than 6%
+# of the time at alpha 5% (stats.margin_test_size; docs/metrics.md).
+SYNTACTIC_MIN_SENTENCES = 20
 # A syntactic role is named when the held-out margin is above SYNTACTIC_MIN_MARGIN at this level, after
 # Holm's correction over every (head, relation, direction) tried: at most a 5% chance of any false role.
 SYNTACTIC_ALPHA = 0.05
@@ -356,24 +370,43 @@ def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
     return out
 
 
-# What a syntactic role rests on: each half's columns of a dependency table.
-HELDOUT_COLUMNS = tuple(column for column in DEPENDENCY_COLUMNS if column.startswith(("selection_", "heldout_")))
+# What a syntactic role rests on: each half's columns of a dependency table (the held-out half's offset and the
+# selection half's offset scored there are reported when the table has them).
+REPORTED_ONLY = ("heldout_baseline_offset", "heldout_selected_baseline_accuracy")
+HELDOUT_COLUMNS = tuple(
+    column
+    for column in DEPENDENCY_COLUMNS
+    if column.startswith(("selection_", "heldout_")) and column not in REPORTED_ONLY
+)
 
 
-def syntactic_tests(dependency: pd.DataFrame, min_count: int = SYNTACTIC_MIN_COUNT) -> pd.DataFrame:
+TEST_REFERENCES = ("t", "normal")  # the held-out test's reference distribution (roles: "t"; "normal" to compare)
+
+
+def syntactic_tests(
+    dependency: pd.DataFrame, min_count: int = SYNTACTIC_MIN_COUNT, reference: str = "t"
+) -> pd.DataFrame:
     """Every row of a dependency table (``syntax.dependency_scores``, ``profile(...).dependency``) with the
     held-out test of its syntactic role:
 
     tried          the relation has at least ``min_count`` cases in the corpus (roles: ``SYNTACTIC_MIN_COUNT``;
                    a lower count shows what the test does with rarer relations)
     selection_margin / heldout_margin   accuracy - baseline accuracy on each half (the held-out baseline
-                   is the offset chosen on the selection half)
-    tested         tried, and the selection half's margin is at least ``SYNTACTIC_MIN_MARGIN``
-    p_value        one-sided test of H0: held-out margin <= ``SYNTACTIC_MIN_MARGIN``, z = (margin - threshold)
-                   / its standard error over sentences (NaN where not tested)
+                   is the best offset on the held-out half itself: chosen with hindsight there, it can only
+                   favour the baseline; ``heldout_selected_baseline_accuracy``, the selection half's offset
+                   scored there, is reported beside it)
+    tested         tried, the selection half's margin is at least ``SYNTACTIC_MIN_MARGIN`` and the held-out half has
+                   at least ``SYNTACTIC_MIN_SENTENCES`` sentences with a case
+    p_value        one-sided test of H0: held-out margin <= ``SYNTACTIC_MIN_MARGIN``: t = (margin - threshold)
+                   / its standard error over sentences (CR1), against Student's t with (held-out sentences - 1)
+                   degrees of freedom (NaN where not tested).
+                   ``reference="normal"``: a standard normal instead, as before; only to measure the
+                   difference (``shuffled_tree_tests``)
     holm_p_value   Holm-adjusted over every row tried (untested rows count as p = 1)
     named          tested and ``holm_p_value <= SYNTACTIC_ALPHA``: the head gets the role
     """
+    if reference not in TEST_REFERENCES:
+        raise ValueError(f"reference must be one of {TEST_REFERENCES}, got {reference!r}")
     missing = [column for column in HELDOUT_COLUMNS if column not in dependency.columns]
     if missing:
         raise HeadscopeError(
@@ -387,14 +420,19 @@ def syntactic_tests(dependency: pd.DataFrame, min_count: int = SYNTACTIC_MIN_COU
     selection_margin = column("selection_accuracy") - column("selection_baseline_accuracy")
     heldout_margin = column("heldout_accuracy") - column("heldout_baseline_accuracy")
     tried = column("count") >= min_count
-    tested = tried & (np.nan_to_num(selection_margin, nan=-np.inf) >= SYNTACTIC_MIN_MARGIN)
+    tested = (
+        tried
+        & (np.nan_to_num(selection_margin, nan=-np.inf) >= SYNTACTIC_MIN_MARGIN)
+        & (np.nan_to_num(column("heldout_sentences")) >= SYNTACTIC_MIN_SENTENCES)
+    )
     error = column("heldout_margin_se")
     excess = heldout_margin - SYNTACTIC_MIN_MARGIN
     with np.errstate(invalid="ignore", divide="ignore"):
         # A zero standard error (every sentence exactly on the margin) makes the sign of the excess decisive.
         z = np.where(error > 0, excess / error, np.where(excess > 0, np.inf, -np.inf))
     z = np.where(np.isnan(error) | np.isnan(excess), np.nan, z)
-    p_value = np.where(tested, normal_upper_p(z), np.nan)
+    upper = t_upper_p(z, column("heldout_sentences") - 1) if reference == "t" else normal_upper_p(z)
+    p_value = np.where(tested, upper, np.nan)
     holm = np.full(len(dependency), np.nan)
     holm[tried] = holm_adjusted(p_value[tried])
     return dependency.assign(
@@ -414,7 +452,8 @@ def best_heldout_heads(
     """For each (relation, direction) with at least ``min_count`` cases: the head that is best on the selection
     half (ties: the lowest layer, then head), with its numbers on both halves and its held-out test
     (``syntactic_tests`` with ``min_count=tried_from``). ``heldout_rank``: 1 when it is still the best head on
-    the held-out half; ``heldout_margin_low`` / ``_high``: the held-out margin's 95% interval over sentences.
+    the held-out half; ``heldout_margin_low`` / ``_high``: the held-out margin's 95% interval over sentences
+    (Student's t with held-out sentences - 1 degrees of freedom, as the test).
     Most frequent relations first."""
     tests = syntactic_tests(dependency, min_count=tried_from)
     frequent = tests[(tests["count"] >= min_count) & (tests["selection_count"] > 0)]
@@ -431,7 +470,7 @@ def best_heldout_heads(
         lambda row: 1 + int((held.get_group((row["relation"], row["direction"])) > row["heldout_accuracy"]).sum()),
         axis=1,
     )
-    half = Z_95 * best["heldout_margin_se"]
+    half = t_quantile_95(best["heldout_sentences"].to_numpy(float) - 1) * best["heldout_margin_se"].to_numpy(float)
     best = best.assign(
         heldout_margin_low=best["heldout_margin"] - half,
         heldout_margin_high=best["heldout_margin"] + half,
@@ -440,10 +479,48 @@ def best_heldout_heads(
     return best.sort_values(["count", "relation", "direction"], ascending=[False, True, True]).reset_index(drop=True)
 
 
+def shuffled_tree_tests(
+    predictions: Sequence[np.ndarray],
+    has_words: Sequence[np.ndarray],
+    sentences: Sequence[Sentence],
+    shuffles: int = 100,
+    seed: int = 0,
+    min_count: int = SYNTACTIC_MIN_COUNT,
+    how: str = "permuted",
+) -> pd.DataFrame:
+    """The held-out test on trees no head can read: each sentence's gold tree shuffled (``syntax.shuffled_heads``,
+    ``how``) ``shuffles`` times, the heads' own word-level argmax (``predictions [L, H, W]`` and ``has_words``, as
+    ``syntax.word_argmax`` gives them) kept. One row per shuffle: ``tried``, ``tested``,
+    the roles ``named`` with the t reference (the roles' test) and ``named_normal`` with the normal one, and
+    the smallest Holm-adjusted p of each. ``(table["named"] > 0).mean()`` is the family-wise false-positive rate,
+    which the test keeps at most ``SYNTACTIC_ALPHA``."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for shuffle in range(int(shuffles)):
+        accumulator = DependencyAccumulator()
+        trees = [shuffled_heads(sentence, rng, how) for sentence in sentences]
+        accumulator.add_predictions(list(predictions), list(has_words), trees)
+        table = accumulator.result()
+        row = {"shuffle": shuffle}
+        for reference, suffix in (("t", ""), ("normal", "_normal")):
+            tests = syntactic_tests(table, min_count=min_count, reference=reference)
+            row.update(
+                {
+                    "tried": int(tests["tried"].sum()),
+                    "tested": int(tests["tested"].sum()),
+                    f"named{suffix}": int(tests["named"].sum()),
+                    f"min_holm_p{suffix}": float(np.nanmin(tests["holm_p_value"], initial=1.0)),
+                }
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
     tests = syntactic_tests(dependency)
     accuracy, error = tests["heldout_accuracy"].to_numpy(float), tests["heldout_accuracy_se"].to_numpy(float)
     baseline = tests["heldout_baseline_accuracy"].to_numpy(float)
+    half = t_quantile_95(tests["heldout_sentences"].to_numpy(float) - 1) * error
     hypotheses_tried = int(tests["tried"].sum())
 
     def evidence(r) -> str:
@@ -452,13 +529,23 @@ def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
             if np.isfinite(r["ci_low"])
             else "no interval"
         )
+        offset = (
+            f" {int(r['heldout_baseline_offset']):+d}" if np.isfinite(r.get("heldout_baseline_offset", np.nan)) else ""
+        )
+        selected = r.get("heldout_selected_baseline_accuracy", np.nan)
+        chosen = (
+            f"; the selection half's offset {int(r['selection_baseline_offset']):+d} scores {selected:.0%} there"
+            if np.isfinite(selected)
+            else ""
+        )
         return (
             f"finds the {r['direction']} of '{r['relation']}' in {r['score']:.0%} of {int(r['n'])} held-out cases "
-            f"({interval}) vs {r['baseline']:.0%} for offset {int(r['selection_baseline_offset']):+d} (chosen on the "
-            f"selection half); margin {r['heldout_margin']:+.1%}, needs >= {SYNTACTIC_MIN_MARGIN:+.0%}: one-sided "
-            f"p = {r['p_value']:.2g}, Holm-adjusted over {hypotheses_tried} heads x relations x directions tried "
-            f"= {r['holm_p_value']:.2g} (needs <= {SYNTACTIC_ALPHA}). Selection half: {r['selection_accuracy']:.0%} "
-            f"of {int(r['selection_count'])} cases vs {r['selection_baseline_accuracy']:.0%}"
+            f"({interval}) vs {r['baseline']:.0%} for the best offset{offset} on the held-out half{chosen}; "
+            f"margin {r['heldout_margin']:+.1%}, needs >= {SYNTACTIC_MIN_MARGIN:+.0%}: one-sided "
+            f"p = {r['p_value']:.2g} (t, {int(r['heldout_sentences']) - 1} df), Holm-adjusted over "
+            f"{hypotheses_tried} heads x relations x directions tried = {r['holm_p_value']:.2g} (needs <= "
+            f"{SYNTACTIC_ALPHA}). Selection half: {r['selection_accuracy']:.0%} of {int(r['selection_count'])} "
+            f"cases vs {r['selection_baseline_accuracy']:.0%}"
         )
 
     return [
@@ -472,7 +559,7 @@ def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
             evidence=evidence,
             n=tests["heldout_count"].to_numpy(float),
             baseline=baseline,
-            ci=(accuracy - Z_95 * error, accuracy + Z_95 * error),
+            ci=(accuracy - half, accuracy + half),
             source="corpus",
             tested=True,
         )

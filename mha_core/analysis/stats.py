@@ -1,6 +1,6 @@
 """The statistics behind a role's claim: intervals, a ratio's standard error over clusters, one-sided tests
-and Holm's correction for many tests. Plain numpy, every function vectorised; docs/metrics.md says
-where each is used."""
+and Holm's correction for many tests. Plain numpy (Student's t from scipy), every function vectorised;
+docs/metrics.md says where each is used."""
 
 from __future__ import annotations
 
@@ -68,6 +68,34 @@ def normal_upper_p(z) -> np.ndarray:
     return np.where(np.isnan(z), 1.0, p)
 
 
+def t_upper_p(t, df) -> np.ndarray:
+    """One-sided p-value ``P(T >= t)`` of Student's t with ``df`` degrees of freedom (``t = +inf``: 0; NaN in
+    ``t``, or ``df < 1``: 1, so no test is no claim).
+
+    A cluster-robust (CR1) standard error over ``G`` clusters has about ``G - 1`` degrees of freedom: with
+    20-30 sentences a normal reference makes its tests too ready to reject (Cameron & Miller 2015, section
+    VI.C recommend t(G - 1))."""
+    import scipy.stats  # slow to import (about half a second): on first use
+
+    t, df = np.broadcast_arrays(np.asarray(t, dtype=float), np.asarray(df, dtype=float))
+    usable = ~np.isnan(t) & (df >= 1)
+    p = np.ones(t.shape)
+    p[usable] = scipy.stats.t.sf(t[usable], df[usable])
+    return p
+
+
+def t_quantile_95(df) -> np.ndarray:
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom (NaN where ``df < 1``): the
+    half-width of a 95% interval in standard errors."""
+    import scipy.stats  # slow to import (about half a second): on first use
+
+    df = np.asarray(df, dtype=float)
+    usable = df >= 1
+    quantile = np.full(df.shape, np.nan)
+    quantile[usable] = scipy.stats.t.ppf(0.975, df[usable])
+    return quantile
+
+
 def holm_adjusted(p_values, family_size: int | None = None) -> np.ndarray:
     """Holm's (1979) step-down adjusted p-values: reject where the adjusted value is at most alpha, and the
     chance of any false rejection in the family stays at most alpha, whatever the tests' dependence.
@@ -86,3 +114,44 @@ def holm_adjusted(p_values, family_size: int | None = None) -> np.ndarray:
     adjusted = np.empty_like(p)
     adjusted[order] = stepped
     return adjusted.reshape(np.shape(p_values))
+
+
+BOUNDARY_MARGIN = 0.10  # margin_test_size's simulated margin: the syntactic roles' threshold
+
+
+def margin_test_size(clusters: int, simulations: int = 20_000, alpha: float = 0.05, seed: int = 0) -> dict[str, float]:
+    """How often the held-out test rejects a margin that sits exactly on its threshold (the test's size, which
+    should be at most ``alpha``), with each reference, on simulated halves of ``clusters`` sentences.
+
+    Each sentence has ``1 + Poisson(2)`` cases; the head is right in each with the sentence's own rate
+    ``Beta(2, 2)`` (mean 0.5) and the offset with ``Beta(1.6, 2.4)`` (mean 0.4), so cases of one sentence are
+    correlated, as real ones are, and the ratio margin over sentences is exactly ``BOUNDARY_MARGIN`` in
+    expectation. The test is the held-out test's (``roles.syntactic_tests``): t = (margin - ``BOUNDARY_MARGIN``)
+    / its CR1 standard
+    error over sentences, one-sided. Returns the rejection rate with Student's t (``clusters - 1`` degrees of
+    freedom) and with the standard normal, and the Monte Carlo standard error of a rate of ``alpha``."""
+    if clusters < 2 or simulations < 1:
+        raise ValueError("the test needs at least two sentences and one simulation")
+    rng = np.random.default_rng(seed)
+    shape = (int(simulations), int(clusters))
+    cases = 1 + rng.poisson(2.0, shape)
+    head = rng.binomial(cases, rng.beta(2.0, 2.0, shape))
+    offset = rng.binomial(cases, rng.beta(1.6, 2.4, shape))
+    margin = head - offset  # y_s: the margin's right cases in each sentence
+    error = ratio_standard_error(
+        total=margin.sum(1),
+        squares=(margin**2).sum(1),
+        cross=(margin * cases).sum(1),
+        count=cases.sum(1),
+        count_squares=(cases**2).sum(1),
+        clusters=clusters,
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        statistic = (margin.sum(1) / cases.sum(1) - BOUNDARY_MARGIN) / error
+    return {
+        "clusters": int(clusters),
+        "simulations": int(simulations),
+        "rate_t": float(np.mean(t_upper_p(statistic, clusters - 1) <= alpha)),
+        "rate_normal": float(np.mean(normal_upper_p(statistic) <= alpha)),
+        "monte_carlo_se": math.sqrt(alpha * (1 - alpha) / simulations),
+    }

@@ -147,10 +147,10 @@ class RowStatistics:
         out["first_tokens"] = on[..., 5]
         segment = self.segment_index[row_start : row_start + count]
         out["same_segment"] = on[..., 6:].gather(-1, segment.expand(heads, count)[..., None])[..., 0]
-        # sum w ln w = sum w (score - log_sum_exp), without a logarithm per weight
-        product = torch.mul(weights, block.scores, out=self._scratch(*weights.shape))  # a reused buffer: no page faults
-        out["x_log_x"] = product.sum(dim=-1) - block.log_sum_exp[..., 0] * out["total"]
-        del product
+        # sum w ln w = sum w (score - log_sum_exp), without a logarithm per weight; sum w score from the kernel's
+        # product when it gave it, else a pass into a reused buffer (no page faults)
+        weighted = block.weighted_scores(None if block.score_sums is not None else self._scratch(*weights.shape))
+        out["x_log_x"] = weighted - block.log_sum_exp[..., 0] * out["total"]
         out["confidence"] = block.max_weight
         out["argmax"] = block.argmax.float()
         if self.is_causal:  # j <= i: sum a |i - j| = i sum a - sum a j

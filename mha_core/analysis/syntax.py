@@ -14,21 +14,23 @@ text a user types is parsed with spaCy. The scoring follows Clark, Khandelwal, L
   correct when the argmax lands on either);
 * the baseline is the best fixed offset for each relation and direction: predict the word at
   relative position ``k`` (``k`` in -10..10, not 0), keep the ``k`` with the highest accuracy
-  (ties go to the smaller ``|k|``).
+  (ties go to the smaller ``|k|``) on the sentences scored.
 
 Relations are keyed on the UD base relation (the part before ``:``, so ``nmod:poss`` counts as
 ``nmod``); ``full_relations=True`` scores the full labels instead. The root has no head word and is
 not scored.
 
 Claims about a corpus are checked on sentences they were not chosen on: every sentence falls in one of
-two halves (``split_half``, a hash of its words), the best head and the baseline offset of a relation
-are chosen on the selection half and scored on the held-out half, and the standard errors are taken
+two halves (``split_half``, a hash of its words), the best head of a relation is chosen on the selection
+half and scored on the held-out half against the best offset of the held-out half (and, reported beside it,
+the offset the selection half chose), and the standard errors are taken
 over sentences, not over cases (``stats.ratio_standard_error``): the cases of one sentence are read by
 the same head from the same words, so they are not independent draws. ``roles.syntactic_tests`` tests them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -75,7 +77,13 @@ DEPENDENCY_COLUMNS = [
     "heldout_accuracy",
     "heldout_count",
     "heldout_sentences",
-    "heldout_baseline_accuracy",  # the selection half's baseline offset, scored on the held-out half
+    # The held-out test's baseline: the best fixed offset on the held-out half itself. Chosen with hindsight on
+    # the half the head is tested on, it can only favour the baseline, never the head.
+    "heldout_baseline_offset",
+    "heldout_baseline_accuracy",
+    # reported beside it: the offset chosen on the selection half, scored on the held-out half (it can fall
+    # below the best offset there, which would favour the head)
+    "heldout_selected_baseline_accuracy",
     "heldout_accuracy_se",
     "heldout_margin_se",  # standard error of heldout_accuracy - heldout_baseline_accuracy, over sentences
 ]
@@ -309,6 +317,38 @@ def split_half(sentence: Sentence | Sequence[str]) -> int:
     return hashlib.sha256(text.encode("utf-8")).digest()[0] & 1
 
 
+SHUFFLES = ("permuted", "random")  # how shuffled_heads breaks a tree
+
+
+def shuffled_heads(sentence: Sentence, rng: np.random.Generator, how: str = "permuted") -> Sentence:
+    """``sentence`` with a tree no head can read, and the same words (so the same half, ``split_half``).
+
+    ``"permuted"``: the gold arcs permuted among the words: word ``i`` takes the head index and relation of word
+    ``order[i]`` (the same number of arcs of each relation; a head may become the word itself, a case nothing
+    predicts). The words that are heads stay heads: the sentence's main predicate still heads many arcs.
+    ``"random"``: every word that has a head (not the root) gets a head drawn uniformly among the other words,
+    keeping its relation: no word is more often a head than another, so no rule beats another at finding the
+    parent. Not a null for the child direction: the relation still names its dependent by type (the punctuation
+    mark is a ``punct`` child), so a head that looks at punctuation finds that child without any tree.
+    """
+    if how not in SHUFFLES:
+        raise ValueError(f"how must be one of {SHUFFLES}, got {how!r}")
+    n = len(sentence.words)
+    if how == "permuted":
+        order = rng.permutation(n)
+        return dataclasses.replace(
+            sentence,
+            heads=[sentence.heads[i] for i in order],
+            relations=[sentence.relations[i] for i in order],
+            full_relations=[sentence.full_relations[i] for i in order],
+        )
+    heads = []
+    for i, head in enumerate(sentence.heads):
+        other = int(rng.integers(n - 1)) if head and n > 1 else -1  # 0-based, skipping the word itself
+        heads.append(0 if other < 0 else other + 1 + (other >= i))
+    return dataclasses.replace(sentence, heads=heads)
+
+
 # Sums kept per (direction, relation) and half, over the sentences s of that half with at least one case:
 # m_s cases, c_s of them right for a head ([L, H]), b_s right for each baseline offset ([K]). Sums of squares
 # and products give the variance over sentences (stats.ratio_standard_error); all add up over shards.
@@ -519,8 +559,8 @@ class DependencyAccumulator:
         """One row per (relation, direction, layer, head), sorted by relation, direction, layer, head.
 
         Columns ``DEPENDENCY_COLUMNS``: the whole corpus (``accuracy``, ``count``, the best offset there),
-        then the selection half (the baseline offset is chosen there) and the held-out half (the head's
-        accuracy, the selection half's offset's accuracy, and standard errors over sentences).
+        then the selection half (the head is chosen there) and the held-out half (the head's accuracy, the
+        best offset's there and the selection half's offset's, and standard errors over sentences).
         """
         if self.shape is None or not self.totals:
             return pd.DataFrame(columns=DEPENDENCY_COLUMNS)
@@ -556,15 +596,16 @@ class DependencyAccumulator:
             )
 
         best = whole["baseline"].argmax(axis=1)  # nearest offset first: ties go to the nearer one
-        chosen = selection["baseline"].argmax(axis=1)  # the held-out baseline: the offset the selection half chose
-        held_baseline = held["baseline"][keys_index, chosen]
+        chosen = selection["baseline"].argmax(axis=1)  # the offset the selection half chose
+        held_best = held["baseline"].argmax(axis=1)  # the test's baseline: the best offset on the held-out half
+        held_baseline = held["baseline"][keys_index, held_best]
         # The margin's per-sentence value is c_s - b_s at that offset: its sums of squares and products.
         held_squares = (
             held["correct_squares"]
-            - 2 * held["correct_baseline"][keys_index, :, :, chosen]
-            + held["baseline_squares"][keys_index, chosen][:, None, None]
+            - 2 * held["correct_baseline"][keys_index, :, :, held_best]
+            + held["baseline_squares"][keys_index, held_best][:, None, None]
         )
-        held_cross = held["correct_count"] - held["baseline_count"][keys_index, chosen][:, None, None]
+        held_cross = held["correct_count"] - held["baseline_count"][keys_index, held_best][:, None, None]
         return pd.DataFrame(
             {
                 "relation": np.repeat([label for _, label in keys], heads),
@@ -588,7 +629,11 @@ class DependencyAccumulator:
                 "heldout_accuracy": per_head(ratio(held["correct"], held["count"])),
                 "heldout_count": per_key(held["count"]),
                 "heldout_sentences": per_key(held["sentences"]),
+                "heldout_baseline_offset": per_key(np.array(BASELINE_OFFSETS)[held_best]),
                 "heldout_baseline_accuracy": per_key(ratio(held_baseline, held["count"])),
+                "heldout_selected_baseline_accuracy": per_key(
+                    ratio(held["baseline"][keys_index, chosen], held["count"])
+                ),
                 "heldout_accuracy_se": per_head(
                     standard_error(held["correct"], held["correct_squares"], held["correct_count"], held)
                 ),

@@ -83,10 +83,11 @@ def _forward_batches(model, inputs: list, batch_size: int):
         yield chunk, attentions.numpy(), infos, model.is_causal
 
 
-def _add_dependencies(
-    accumulator: DependencyAccumulator, attentions: np.ndarray, infos: list[_TokenInfo], sentences: list[Sentence]
-) -> None:
-    """Clark et al. word-level argmax for a padded batch at once, then each sentence's tree cases.
+def _word_predictions(
+    attentions: np.ndarray, infos: list[_TokenInfo], sentences: list[Sentence]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Clark et al. word-level argmax for a padded batch at once: each sentence's ``(prediction [L, H, W],
+    has_word [W])`` (``syntax.word_argmax``).
 
     Only word units are converted to word level: special units are never predicted nor scored, so their
     rows and columns would be computed only to be excluded (the word units keep their order, so every
@@ -118,7 +119,25 @@ def _add_dependencies(
         prediction, has_word = words_of_units(best_word[row, ..., : len(unit_word)], unit_word, info.num_words)
         predictions.append(prediction)
         has_words.append(has_word)
-    accumulator.add_predictions(predictions, has_words, sentences)
+    return predictions, has_words
+
+
+def word_predictions(
+    model: LoadedModel, sentences: Sequence[Sentence], batch_size: int = 16
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every head's word-level argmax on each sentence, in the sentences' order: ``(predictions [L, H, W],
+    has_words [W])`` as ``syntax.word_argmax`` gives them, from the profile's padded batches (what
+    ``roles.shuffled_tree_tests`` reuses across shuffles)."""
+    check_profile_settings(batch_size=batch_size)
+    sentences = list(sentences)
+    predictions: list = [None] * len(sentences)
+    has_words: list = [None] * len(sentences)
+    inputs = [model_input(sentence) for sentence in sentences]
+    for chunk, attentions, infos, _ in _forward_batches(model, inputs, batch_size):
+        batch = _word_predictions(attentions, infos, [sentences[i] for i in chunk])
+        for index, prediction, has_word in zip(chunk, *batch):
+            predictions[index], has_words[index] = prediction, has_word
+    return predictions, has_words
 
 
 # A batch is measured in parts when that spares at least this many attention weights of padding
@@ -187,7 +206,8 @@ def compute_shard(
                 )
             )
             if accumulator is not None:
-                _add_dependencies(accumulator, part, part_infos, [sentences[chunk[row]] for row in rows])
+                measured = [sentences[chunk[row]] for row in rows]
+                accumulator.add_predictions(*_word_predictions(part, part_infos, measured), measured)
             order.extend(chunk[row] for row in rows)
         report(progress, len(order), len(sentences), "sentences profiled")
     in_sentence_order = np.argsort(order)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import MultiHeadAttention
+from ..hooks import DECODER, ENCODER, NO_HOOKS
 from .blocks import (
     ACTIVATIONS,
     Dense,
@@ -23,7 +24,7 @@ from .blocks import (
     mha_head_vectors,
     norm_from,
 )
-from .family import Family
+from .family import AttentionModules, Family, LayerModules, ModelModules, StackModules
 from .seq2seq_blocks import Seq2SeqCore, run_encoder_decoder
 
 # BART's learned position table keeps its first two rows unused (a fairseq convention): position p is row p + 2.
@@ -51,46 +52,53 @@ class BartLayerWeights:
     output_norm: Norm
 
 
-def bart_embeddings(emb: BartEmbeddingWeights, input_ids: torch.Tensor) -> torch.Tensor:
+def bart_embeddings(emb: BartEmbeddingWeights, input_ids: torch.Tensor, hooks=NO_HOOKS, names=ENCODER) -> torch.Tensor:
     """Token vectors (times the embedding scale) + the position vector of each position (+ LayerNorm, BART)."""
     positions = torch.arange(input_ids.shape[1], device=input_ids.device) + emb.position_offset
-    x = emb.word[input_ids] * emb.scale + emb.position[positions]
+    x = hooks(names.embed, emb.word[input_ids] * emb.scale)
+    x = x + hooks(names.pos_embed, emb.position[positions].expand(*input_ids.shape, -1))
     return x if emb.norm is None else layer_norm(x, emb.norm)
 
 
-def bart_feed_forward(x: torch.Tensor, layer: BartLayerWeights) -> torch.Tensor:
-    """Widen, activation, project back; residual, then LayerNorm (post-LN)."""
-    return layer_norm(x + layer.ffn_down(layer.activation(layer.ffn_up(x))), layer.output_norm)
+def bart_feed_forward(x: torch.Tensor, layer: BartLayerWeights, hooks=NO_HOOKS, norm: str = "ln2.") -> torch.Tensor:
+    """Widen, activation, project back; residual, then LayerNorm (post-LN, its points ``norm``)."""
+    x = hooks("hook_resid_post", x + hooks("hook_mlp_out", layer.ffn_down(layer.activation(layer.ffn_up(x)))))
+    return hooks("hook_normalized_resid_post", layer_norm(x, layer.output_norm, hooks.scope(norm)))
 
 
-def bart_encoder_layer(x, layer: BartLayerWeights, key_padding_mask, edit=None):
+def bart_encoder_layer(x, layer: BartLayerWeights, key_padding_mask, hooks=NO_HOOKS):
     """One BART encoder layer: self-attention over the source, residual, LayerNorm; then the feed-forward branch.
     Returns the layer's output and its weights [batch, heads, n, n]."""
-    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask, edit=edit)
-    x = layer_norm(x + attended, layer.attention_norm)
-    return bart_feed_forward(x, layer), weights
+    x = hooks("hook_resid_pre", x)
+    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask, hooks=hooks.scope("attn."))
+    x = layer_norm(x + hooks("hook_attn_out", attended), layer.attention_norm, hooks.scope("ln1."))
+    return bart_feed_forward(x, layer, hooks), weights
 
 
-def bart_decoder_layer(y, layer: BartLayerWeights, memory, memory_mask):
+def bart_decoder_layer(y, layer: BartLayerWeights, memory, memory_mask, hooks=NO_HOOKS):
     """One BART decoder layer: causal self-attention over the target; then cross-attention from the target to
     the encoder's output ``memory``; then the feed-forward branch; residual and LayerNorm after each (post-LN).
     Returns the output, the self-attention weights [batch, heads, n_tgt, n_tgt] and the cross-attention
     weights [batch, heads, n_tgt, n_src]."""
-    attended, self_weights = layer.attention(y, causal=True)
-    y = layer_norm(y + attended, layer.attention_norm)
-    attended, cross_weights = layer.cross(y, memory, memory, key_padding_mask=memory_mask)
-    y = layer_norm(y + attended, layer.cross_norm)
-    return bart_feed_forward(y, layer), self_weights, cross_weights
+    y = hooks("hook_resid_pre", y)
+    attended, self_weights = layer.attention(y, causal=True, hooks=hooks.scope("attn."))
+    y = layer_norm(y + hooks("hook_attn_out", attended), layer.attention_norm, hooks.scope("ln1."))
+    attended, cross_weights = layer.cross(
+        y, memory, memory, key_padding_mask=memory_mask, hooks=hooks.scope("cross_attn.")
+    )
+    y = layer_norm(y + hooks("hook_cross_attn_out", attended), layer.cross_norm, hooks.scope("ln2."))
+    return bart_feed_forward(y, layer, hooks, "ln3."), self_weights, cross_weights
 
 
-def bart_attentions(core: Seq2SeqCore, input_ids, decoder_input_ids, source_mask, progress=None):
+def bart_attentions(core: Seq2SeqCore, input_ids, decoder_input_ids, source_mask, progress=None, hooks=NO_HOOKS):
     return run_encoder_decoder(
         core,
-        lambda x, layer: bart_encoder_layer(x, layer, source_mask),
-        lambda y, layer, memory: bart_decoder_layer(y, layer, memory, source_mask),
-        bart_embeddings(core.embeddings, input_ids),
-        bart_embeddings(core.decoder_embeddings, decoder_input_ids),
+        lambda x, layer, points: bart_encoder_layer(x, layer, source_mask, points),
+        lambda y, layer, memory, points: bart_decoder_layer(y, layer, memory, source_mask, points),
+        bart_embeddings(core.embeddings, input_ids, hooks, ENCODER),
+        bart_embeddings(core.decoder_embeddings, decoder_input_ids, hooks, DECODER),
         progress=progress,
+        hooks=hooks,
     )
 
 
@@ -145,6 +153,40 @@ def bart_head_vectors(core: Seq2SeqCore, layer: BartLayerWeights, x: torch.Tenso
     return mha_head_vectors(layer.attention, x, None, False, values_only)
 
 
+def _bart_attention_modules(module, heads: int) -> AttentionModules:
+    return AttentionModules((module.q_proj, module.k_proj, module.v_proj), module.out_proj, module, heads)
+
+
+def bart_modules(base) -> ModelModules:
+    """Where a transformers BART or Marian computes (post-LN: each sublayer's norm after its residual sum)."""
+    config, stacks = base.config, {}
+    for name, stack, heads in (
+        ("encoder", base.encoder, config.encoder_attention_heads),
+        ("decoder", base.decoder, config.decoder_attention_heads),
+    ):
+        layers = []
+        for block in stack.layers:
+            cross = getattr(block, "encoder_attn", None)
+            norms = (
+                block.self_attn_layer_norm,
+                getattr(block, "encoder_attn_layer_norm", None),
+                block.final_layer_norm,
+            )
+            layers.append(
+                LayerModules(
+                    block,
+                    _bart_attention_modules(block.self_attn, heads),
+                    tuple(norm for norm in norms if norm is not None),
+                    block.fc2,
+                    None if cross is None else _bart_attention_modules(cross, heads),
+                )
+            )
+        # Marian scales the token vectors after its embedding table (BART's table scales them itself).
+        scale = getattr(stack, "embed_scale", 1.0)
+        stacks[name] = StackModules(layers, stack.embed_tokens, stack.embed_positions, module=stack, token_scale=scale)
+    return ModelModules(stacks)
+
+
 def _bart_check(config) -> str | None:
     # mBART-style pre-LN stacks (normalize_before) compute differently.
     if getattr(config, "normalize_before", False) or getattr(config, "add_final_layer_norm", False):
@@ -165,6 +207,7 @@ FAMILY = Family(
     helpers=(bart_embeddings, bart_encoder_layer, bart_feed_forward, layer_norm),
     activation_of=lambda config: config.activation_function,
     check=_bart_check,
-    output_projections=lambda base: [block.self_attn.out_proj for block in base.encoder.layers],
+    modules=bart_modules,
+    post_norm=True,
     encoder_decoder=True,
 )

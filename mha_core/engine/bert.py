@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import MultiHeadAttention
+from ..hooks import NO_HOOKS
 from .blocks import (
     ACTIVATIONS,
     CoreModel,
@@ -22,7 +23,7 @@ from .blocks import (
     norm_from,
     run_layers,
 )
-from .family import Family
+from .family import AttentionModules, Family, LayerModules, ModelModules, StackModules
 
 
 @dataclass
@@ -45,25 +46,28 @@ class BertLayerWeights:
     output_norm: Norm
 
 
-def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, edit=None):
+def bert_layer(x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, hooks=NO_HOOKS):
     """One post-LayerNorm encoder layer (BERT, MiniLM, RoBERTa, DistilBERT, ELECTRA).
 
-    x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens.
+    x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens; hooks: the layer's named points.
     Returns the layer's output and its attention weights [batch, heads, n, n].
     """
+    x = hooks("hook_resid_pre", x)
     # Multi-head self-attention: every token looks at every real token, in both directions.
-    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask, edit=edit)
+    attended, weights = layer.attention(x, key_padding_mask=key_padding_mask, hooks=hooks.scope("attn."))
 
     # Residual connection, then LayerNorm ("post-LN": the norm comes after the sum).
-    x = layer_norm(x + attended, layer.attention_norm)
+    x = layer_norm(x + hooks("hook_attn_out", attended), layer.attention_norm, hooks.scope("ln1."))
 
     # Position-wise feed-forward network: widen (usually 4x), activation, project back.
     hidden = layer.activation(layer.ffn_up(x))
-    x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)
-    return x, weights
+    x = hooks("hook_resid_post", x + hooks("hook_mlp_out", layer.ffn_down(hidden)))
+    return hooks("hook_normalized_resid_post", layer_norm(x, layer.output_norm, hooks.scope("ln2."))), weights
 
 
-def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None):
+def bert_embeddings(
+    emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, hooks=NO_HOOKS
+):
     """Token + learned absolute position (+ segment) embeddings, then LayerNorm."""
     if emb.padding_idx is None:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -71,16 +75,19 @@ def bert_embeddings(emb: BertEmbeddingWeights, input_ids: torch.Tensor, token_ty
         # RoBERTa numbers real tokens from padding_idx + 1; padding tokens keep padding_idx.
         real = input_ids.ne(emb.padding_idx).long()
         positions = real.cumsum(dim=1) * real + emb.padding_idx
-    x = emb.word[input_ids] + emb.position[positions]
+    position = emb.position[positions].expand(*input_ids.shape, -1)
+    x = hooks("hook_embed", emb.word[input_ids]) + hooks("hook_pos_embed", position)
     if emb.token_type is not None:
         x = x + emb.token_type[0 if token_type_ids is None else token_type_ids]
     x = layer_norm(x, emb.norm)
     return x if emb.projection is None else emb.projection(x)
 
 
-def bert_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
-    x = bert_embeddings(core.embeddings, input_ids, token_type_ids)
-    return run_layers(core.layers, bert_layer, x, (key_padding_mask,), progress=progress, **edits_and_records)
+def bert_attentions(
+    core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, hooks=NO_HOOKS, outputs=None
+):
+    x = bert_embeddings(core.embeddings, input_ids, token_type_ids, hooks)
+    return run_layers(core.layers, bert_layer, x, (key_padding_mask,), progress=progress, hooks=hooks, outputs=outputs)
 
 
 def read_bert(base, config, family: Family) -> CoreModel:
@@ -132,6 +139,26 @@ def bert_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor,
     return mha_head_vectors(layer.attention, x, None, False, values_only)
 
 
+def bert_modules(base) -> ModelModules:
+    """Where a transformers BERT-family model computes (DistilBERT names its modules its own way)."""
+    distil = hasattr(base, "transformer")
+    heads = base.config.num_attention_heads
+    layers = []
+    for block in base.transformer.layer if distil else base.encoder.layer:
+        if distil:
+            a = block.attention
+            attention = AttentionModules((a.q_lin, a.k_lin, a.v_lin), a.out_lin, a, heads)
+            norms, mlp = (block.sa_layer_norm, block.output_layer_norm), block.ffn.lin2
+        else:
+            a = block.attention.self
+            attention = AttentionModules((a.query, a.key, a.value), block.attention.output.dense, a, heads)
+            norms, mlp = (block.attention.output.LayerNorm, block.output.LayerNorm), block.output.dense
+        layers.append(LayerModules(block, attention, norms, mlp))
+    embeddings = base.embeddings
+    stack = StackModules(layers, embeddings.word_embeddings, embeddings.position_embeddings)
+    return ModelModules({"blocks": stack})
+
+
 def _bert_check(config) -> str | None:
     if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         return "it is configured as a decoder (is_decoder / add_cross_attention)"
@@ -152,10 +179,8 @@ FAMILY = Family(
     activation_of=lambda config: config.activation if config.model_type == "distilbert" else config.hidden_act,
     check=_bert_check,
     positions_after_padding=("roberta", "xlm-roberta", "camembert"),
-    output_projections=lambda base: [
-        block.attention.out_lin if hasattr(base, "transformer") else block.attention.output.dense
-        for block in (base.transformer.layer if hasattr(base, "transformer") else base.encoder.layer)
-    ],
+    modules=bert_modules,
+    post_norm=True,
     lm_head="masked",
     head_weight_prefixes=("cls.predictions.", "lm_head."),
     types_without_head=("distilbert", "electra"),

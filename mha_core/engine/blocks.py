@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import MultiHeadAttention, linear
+from ..hooks import NO_HOOKS, NORM_POINTS, SINGLE_STACK, Points, StackNames
 from ..progress import Progress, report
 
 # config.hidden_act / activation_function -> the function. The tanh forms are one formula
@@ -50,16 +51,18 @@ class Norm:
     eps: float
 
 
-def layer_norm(x: torch.Tensor, norm: Norm) -> torch.Tensor:
-    """(x - mean) / sqrt(variance + eps) * gain + bias, over the hidden axis (biased variance)."""
-    mean = x.mean(dim=-1, keepdim=True)
-    variance = (x - mean).pow(2).mean(dim=-1, keepdim=True)
-    return (x - mean) * torch.rsqrt(variance + norm.eps) * norm.weight + norm.bias
+def layer_norm(x: torch.Tensor, norm: Norm, hooks: Points = NO_HOOKS) -> torch.Tensor:
+    """(x - mean) / scale * gain + bias, scale = sqrt(variance + eps) over the hidden axis (biased variance).
+    ``hooks``: the norm's points ``hook_scale`` ``[batch, n, 1]`` and ``hook_normalized`` (before gain and bias)."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    scale = hooks("hook_scale", (centred.pow(2).mean(dim=-1, keepdim=True) + norm.eps).sqrt())
+    return hooks("hook_normalized", centred / scale) * norm.weight + norm.bias
 
 
-def rms_norm(x: torch.Tensor, norm: Norm) -> torch.Tensor:
-    """x / sqrt(mean(x^2) + eps) * gain: LayerNorm without centring and without bias."""
-    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + norm.eps) * norm.weight
+def rms_norm(x: torch.Tensor, norm: Norm, hooks: Points = NO_HOOKS) -> torch.Tensor:
+    """x / scale * gain, scale = sqrt(mean(x^2) + eps): LayerNorm without centring and without bias."""
+    scale = hooks("hook_scale", (x.pow(2).mean(dim=-1, keepdim=True) + norm.eps).sqrt())
+    return hooks("hook_normalized", x / scale) * norm.weight
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -114,6 +117,7 @@ class CoreModel:
     rope: tuple[torch.Tensor, float] | None = None  # Llama: (inverse frequencies, amplitude scale)
     sliding_window: int | None = None  # Mistral: keys further back than this are not seen
     relative_bias: RelativePositionBias | None = None  # MPNet: a per-head bias by offset, shared by all layers
+    final_norm: Norm | None = None  # pre-norm decoders: the norm after the last layer, which the LM head reads
 
 
 @dataclass
@@ -140,31 +144,40 @@ def run_layers(
     layer_args: tuple = (),
     *,
     progress: Progress | None = None,
-    record: list | None = None,
-    edits: dict | None = None,
+    hooks: Points = NO_HOOKS,
     outputs: dict | None = None,
+    names: StackNames = SINGLE_STACK,
+    final_norm: tuple | None = None,
 ) -> torch.Tensor:
     """Run the layers in order; the attention weights of all of them, ``[batch, layers, heads, n, n]`` (None under
     a blockwise ``attention_kernel``, which keeps no dense weights).
 
-    Each layer is ``layer_fn(x, layer, *layer_args, edit=...)`` (the masks and position tables it shares).
+    Each layer is ``layer_fn(x, layer, *layer_args, hooks=...)`` (the masks and position tables it shares), given
+    the named points of its own (``blocks.{l}.``, ``names``: the stack's naming).
 
     ``progress(done, total, message)`` after each layer (it may raise to stop the pass there);
-    ``record``, when given, receives each layer's input (what ``head_vectors`` projects);
-    ``edits``: ``{layer: edit}`` (``mha_core.edits``), applied to that layer's heads' outputs before W^O;
-    ``outputs``: a dict that receives ``"hidden"``, the residual stream after the last layer.
+    ``hooks``: the pass's named points (``mha_core.hooks``); ``outputs``: a dict that receives ``"hidden"``, the
+    residual stream after the last layer, and ``"final"``, the hidden states after ``final_norm`` (``(norm
+    function, Norm)``: a pre-norm decoder's last norm, points ``ln_final.``; without one, ``"hidden"``).
     """
     weights = []
-    edits = edits or {}
     for index, layer in enumerate(layers):
-        if record is not None:
-            record.append(x)
-        x, layer_weights = layer_fn(x, layer, *layer_args, edit=edits.get(index))
+        x, layer_weights = layer_fn(x, layer, *layer_args, hooks=hooks.scope(f"{names.blocks}.{index}."))
         weights.append(layer_weights)
         report(progress, index + 1, len(layers), f"from-scratch layer {index + 1} of {len(layers)}")
+    final = finish(x, final_norm, hooks.scope(f"{names.final_norm}."), always=outputs is not None)
     if outputs is not None:
-        outputs["hidden"] = x
+        outputs["hidden"], outputs["final"] = x, final
     return None if weights and weights[0] is None else torch.stack(weights, dim=1)
+
+
+def finish(x: torch.Tensor, final_norm: tuple | None, points: Points, always: bool) -> torch.Tensor:
+    """A stack's output through its final norm (``(norm function, Norm)``), if it has one (computed when it is
+    ``always`` needed, or its points are hooked)."""
+    if final_norm is None or not (always or any(map(points.wants, NORM_POINTS))):
+        return x
+    normalize, norm = final_norm
+    return normalize(x, norm, points)
 
 
 def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:

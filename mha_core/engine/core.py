@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
 
 import torch
 
 from ..errors import EngineNotSupported
+from ..hooks import Points, as_points
 from ..progress import Progress
 from .blocks import ACTIVATIONS, CoreModel, HeadVectors
 from .registry import FAMILIES, FAMILY_OF_MODEL_TYPE, supported_types
@@ -77,9 +79,9 @@ def core_attentions(
     attention_mask: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
     progress: Progress | None = None,
-    layer_inputs: list | None = None,
-    edits: dict | None = None,
+    hooks: Points | Mapping | None = None,
     outputs: dict | None = None,
+    grad: bool = False,
 ) -> torch.Tensor:
     """Attention weights of every layer and head, recomputed from scratch: float32 ``[batch, layers, heads, n, n]``.
 
@@ -87,10 +89,12 @@ def core_attentions(
     ``attention_mask`` ``[batch, n]`` with 1 for real tokens (padding on the right for decoders);
     ``token_type_ids`` ``[batch, n]`` segment ids, for encoders with sentence pairs.
     Weights in the rows of padding tokens are not meaningful; columns of padding tokens are 0.
-    ``progress(done, total, message)`` is called after every layer; ``layer_inputs``, when given a list,
-    receives each layer's input hidden states ``[batch, n, d]`` (for ``head_vectors``);
-    ``edits``: ``{layer: edit}`` (``mha_core.edits``: a function of the heads' outputs before W^O), e.g. ablation;
-    ``outputs``: a dict that receives ``"hidden"``, the residual stream after the last layer (before any final norm).
+    ``progress(done, total, message)`` is called after every layer;
+    ``hooks``: the pass's named points (``mha_core.hooks.Hooks``, or ``{name: function}``: docs/hooks.md), e.g. head
+    ablation as a function on ``blocks.{l}.attn.hook_z``, each layer's input kept as ``blocks.{l}.hook_resid_pre``;
+    ``outputs``: a dict that receives ``"hidden"``, the residual stream after the last layer, and ``"final"``, the
+    hidden states after the final norm of a pre-norm decoder (what its LM head reads; ``"hidden"`` otherwise);
+    ``grad``: with autograd (gradients through hook functions, e.g. importance gates); otherwise in inference mode.
     """
     core = core_model(hf_model)
     device = hf_model.get_input_embeddings().weight.device
@@ -113,17 +117,10 @@ def core_attentions(
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.bool()
     token_type_ids = _same_shape(token_type_ids, input_ids, "token_type_ids")
-    with torch.inference_mode():
+    with torch.enable_grad() if grad else torch.inference_mode():
         forward = FAMILIES[core.family].forward
         weights = forward(
-            core,
-            input_ids,
-            key_padding_mask,
-            token_type_ids,
-            progress,
-            record=layer_inputs,
-            edits=edits,
-            outputs=outputs,
+            core, input_ids, key_padding_mask, token_type_ids, progress, hooks=as_points(hooks), outputs=outputs
         )
     return None if weights is None else weights.float()  # None: a blockwise kernel kept no dense weights
 

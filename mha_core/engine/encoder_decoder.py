@@ -3,9 +3,12 @@ pass, through the family registry (``seq2seq_blocks`` holds the pieces the famil
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from ..errors import EngineNotSupported
+from ..hooks import Points, as_points
 from ..progress import Progress
 from .core import core_model
 from .registry import FAMILIES
@@ -27,12 +30,14 @@ def core_seq2seq_attentions(
     decoder_input_ids,
     attention_mask=None,
     progress: Progress | None = None,
+    hooks: Points | Mapping | None = None,
 ) -> Seq2SeqAttentions:
     """The three attentions of an encoder-decoder model, recomputed from scratch.
 
     ``input_ids`` ``[batch, n_src]`` (the source), ``decoder_input_ids`` ``[batch, n_tgt]`` (the target as the
     decoder reads it, beginning with the decoder start token); ``attention_mask`` ``[batch, n_src]``, 1 for real
     source tokens (padding on the right). ``progress(done, total, message)`` after every layer of both stacks.
+    ``hooks``: the pass's named points (``encoder.{l}.``, ``decoder.{l}.``, ...: docs/hooks.md).
     """
     core = core_model(hf_model)
     family = FAMILIES[core.family]
@@ -48,4 +53,5 @@ def core_seq2seq_attentions(
             raise ValueError(f"{ids.shape[1]} {what} tokens exceed this model's {core.max_positions} learned positions")
     mask = None if attention_mask is None else torch.as_tensor(attention_mask, device=device).reshape(source.shape)
     with torch.inference_mode():
-        return family.forward(core, source, target, None if mask is None else mask.bool(), progress)
+        padding = None if mask is None else mask.bool()
+        return family.forward(core, source, target, padding, progress, hooks=as_points(hooks))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import MultiHeadAttention
+from ..hooks import NO_HOOKS
 from .blocks import (
     ACTIVATIONS,
     CoreModel,
@@ -21,7 +22,7 @@ from .blocks import (
     norm_from,
     run_layers,
 )
-from .family import Family
+from .family import AttentionModules, Family, LayerModules, ModelModules, StackModules
 
 
 @dataclass
@@ -34,36 +35,56 @@ class Gpt2LayerWeights:
     ffn_down: Dense
 
 
-def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch.Tensor | None, edit=None):
+def gpt2_layer(x: torch.Tensor, layer: Gpt2LayerWeights, key_padding_mask: torch.Tensor | None, hooks=NO_HOOKS):
     """One pre-LayerNorm decoder layer (GPT-2, DistilGPT2).
 
-    x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens.
+    x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens; hooks: the layer's named points.
     Returns the layer's output and its attention weights [batch, heads, n, n].
     """
+    x = hooks("hook_resid_pre", x)
     # Masked (causal) self-attention on the normalised input: token i sees tokens 0..i only.
     attended, weights = layer.attention(
-        layer_norm(x, layer.attention_norm), causal=True, key_padding_mask=key_padding_mask, edit=edit
+        layer_norm(x, layer.attention_norm, hooks.scope("ln1.")),
+        causal=True,
+        key_padding_mask=key_padding_mask,
+        hooks=hooks.scope("attn."),
     )
-    x = x + attended  # residual connection ("pre-LN": the norm is inside the branch)
+    x = x + hooks("hook_attn_out", attended)  # residual connection ("pre-LN": the norm is inside the branch)
 
     # Feed-forward network on the normalised sum, added back to the residual stream.
-    hidden = layer.activation(layer.ffn_up(layer_norm(x, layer.ffn_norm)))
-    x = x + layer.ffn_down(hidden)
-    return x, weights
+    hidden = layer.activation(layer.ffn_up(layer_norm(x, layer.ffn_norm, hooks.scope("ln2."))))
+    x = x + hooks("hook_mlp_out", layer.ffn_down(hidden))
+    return hooks("hook_resid_post", x), weights
 
 
 def gpt2_embeddings(
-    word: torch.Tensor, position: torch.Tensor, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None
+    word: torch.Tensor,
+    position: torch.Tensor,
+    input_ids: torch.Tensor,
+    token_type_ids: torch.Tensor | None,
+    hooks=NO_HOOKS,
 ):
     """Token + learned absolute position embeddings (segments, if any, reuse the token table)."""
-    x = word[input_ids] + position[torch.arange(input_ids.shape[1], device=input_ids.device)]
+    positions = position[torch.arange(input_ids.shape[1], device=input_ids.device)]
+    x = hooks("hook_embed", word[input_ids]) + hooks("hook_pos_embed", positions.expand(*input_ids.shape, -1))
     return x if token_type_ids is None else x + word[token_type_ids]
 
 
-def gpt2_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
-    x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids)
-    # The final ln_f only shapes the output logits, not any attention weight: it is not needed.
-    return run_layers(core.layers, gpt2_layer, x, (key_padding_mask,), progress=progress, **edits_and_records)
+def gpt2_attentions(
+    core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, hooks=NO_HOOKS, outputs=None
+):
+    x = gpt2_embeddings(*core.embeddings, input_ids, token_type_ids, hooks)
+    # The final ln_f only shapes the output (what the LM head reads), not any attention weight.
+    return run_layers(
+        core.layers,
+        gpt2_layer,
+        x,
+        (key_padding_mask,),
+        progress=progress,
+        hooks=hooks,
+        outputs=outputs,
+        final_norm=(layer_norm, core.final_norm),
+    )
 
 
 def read_gpt2(base, config, family: Family) -> CoreModel:
@@ -102,11 +123,26 @@ def read_gpt2(base, config, family: Family) -> CoreModel:
             )
         )
     embeddings = (as_float32(base.wte.weight), as_float32(base.wpe.weight))
-    return CoreModel("gpt2", embeddings, layers, config.max_position_embeddings)
+    return CoreModel("gpt2", embeddings, layers, config.max_position_embeddings, final_norm=norm_from(base.ln_f))
 
 
 def gpt2_head_vectors(core: CoreModel, layer: Gpt2LayerWeights, x: torch.Tensor, values_only=False) -> HeadVectors:
     return mha_head_vectors(layer.attention, layer_norm(x, layer.attention_norm), None, True, values_only)
+
+
+def gpt2_modules(base) -> ModelModules:
+    """Where a transformers GPT-2 computes: one projection gives the queries, keys and values, ``[q | k | v]``."""
+    heads = base.config.num_attention_heads
+    layers = [
+        LayerModules(
+            block,
+            AttentionModules((block.attn.c_attn,), block.attn.c_proj, block.attn, heads),  # [q | k | v]
+            (block.ln_1, block.ln_2),
+            block.mlp,
+        )
+        for block in base.h
+    ]
+    return ModelModules({"blocks": StackModules(layers, base.wte, base.wpe, base.ln_f)})
 
 
 FAMILY = Family(
@@ -121,11 +157,8 @@ FAMILY = Family(
     heads=gpt2_head_vectors,
     helpers=(gpt2_embeddings, layer_norm),
     activation_of=lambda config: config.activation_function,
-    output_projections=lambda base: [block.attn.c_proj for block in base.h],
+    modules=gpt2_modules,
     lm_head="causal",
     head_weight_prefixes=("lm_head.",),
     head_of=lambda lm_model: lm_model.lm_head,
-    final_norm_of=lambda base: base.ln_f,
-    blocks_of=lambda base: list(base.h),
-    mlps_of=lambda base: [block.mlp for block in base.h],
 )

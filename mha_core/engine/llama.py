@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import scaled_dot_product_attention
+from ..hooks import NO_HOOKS
 from .blocks import (
     ACTIVATIONS,
     CoreModel,
@@ -23,7 +24,7 @@ from .blocks import (
     rotate,
     run_layers,
 )
-from .family import Family
+from .family import AttentionModules, Family, LayerModules, ModelModules, StackModules
 
 # Rotary variants whose frequencies are fixed by the config (no dependence on the input length).
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -52,21 +53,22 @@ def llama_layer(
     key_padding_mask: torch.Tensor | None,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    edit=None,
+    hooks=NO_HOOKS,
 ):
     """One Llama decoder layer (Llama, SmolLM2): RMSNorm, rotary positions, grouped KV heads, SwiGLU.
 
     x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens;
-    cos, sin: [n, head_dim] rotary angles of each position.
+    cos, sin: [n, head_dim] rotary angles of each position; hooks: the layer's named points.
     Returns the layer's output and the weights of every query head [batch, heads, n, n].
     """
     batch, n, _ = x.shape
-    h = rms_norm(x, layer.attention_norm)
+    x = hooks("hook_resid_pre", x)
+    h, attn = rms_norm(x, layer.attention_norm, hooks.scope("ln1.")), hooks.scope("attn.")
 
     # Project to heads: num_heads query heads, but only num_kv_heads key and value heads.
-    q = layer.query(h).view(batch, n, layer.num_heads, layer.head_dim).transpose(1, 2)
-    k = layer.key(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
-    v = layer.value(h).view(batch, n, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
+    q = attn("hook_q", layer.query(h).view(batch, n, layer.num_heads, layer.head_dim)).transpose(1, 2)
+    k = attn("hook_k", layer.key(h).view(batch, n, layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
+    v = attn("hook_v", layer.value(h).view(batch, n, layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
 
     # Position enters only here: queries and keys are rotated by angles that grow with position,
     # so the score q_i . k_j depends on the offset i - j.
@@ -77,22 +79,31 @@ def llama_layer(
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
     mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
-    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=True)
-    if edit is not None:  # mha_core.edits: a function of z = [batch, n, heads, head_dim], before W^O
-        heads = edit(heads.transpose(1, 2)).transpose(1, 2)
-    concat = heads.transpose(1, 2).reshape(batch, n, -1)
-    x = x + layer.output(concat)  # Concat(heads) W^O, residual
+    heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=True, hooks=attn)
+    concat = attn("hook_z", heads.transpose(1, 2)).reshape(batch, n, -1)  # z: [batch, n, heads, head_dim]
+    x = x + hooks("hook_attn_out", layer.output(concat))  # Concat(heads) W^O, residual
 
     # SwiGLU feed-forward: a SiLU-gated product of two projections, projected back.
-    h = rms_norm(x, layer.ffn_norm)
-    x = x + layer.ffn_down(layer.activation(layer.ffn_gate(h)) * layer.ffn_up(h))
-    return x, weights
+    h = rms_norm(x, layer.ffn_norm, hooks.scope("ln2."))
+    x = x + hooks("hook_mlp_out", layer.ffn_down(layer.activation(layer.ffn_gate(h)) * layer.ffn_up(h)))
+    return hooks("hook_resid_post", x), weights
 
 
-def llama_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
+def llama_attentions(
+    core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, hooks=NO_HOOKS, outputs=None
+):
     cos, sin = rotary_angles(input_ids.shape[1], *core.rope)
-    x = core.embeddings[input_ids]  # Llama adds no position vector: position is in the rotation
-    return run_layers(core.layers, llama_layer, x, (key_padding_mask, cos, sin), progress=progress, **edits_and_records)
+    x = hooks("hook_embed", core.embeddings[input_ids])  # Llama adds no position vector: position is in the rotation
+    return run_layers(
+        core.layers,
+        llama_layer,
+        x,
+        (key_padding_mask, cos, sin),
+        progress=progress,
+        hooks=hooks,
+        outputs=outputs,
+        final_norm=(rms_norm, core.final_norm),
+    )
 
 
 def rope_parameters(config) -> dict:
@@ -148,6 +159,7 @@ def read_llama(base, config, family: Family) -> CoreModel:
         None,
         rope=rope_table,
         sliding_window=getattr(config, "sliding_window", None),
+        final_norm=norm_from(base.norm),
     )
 
 
@@ -175,6 +187,21 @@ def llama_head_vectors(core: CoreModel, layer: LlamaLayerWeights, x: torch.Tenso
     )
 
 
+def llama_modules(base) -> ModelModules:
+    """Where a transformers Llama computes (its queries and keys before the rotation, keys and values per KV head)."""
+    heads = base.config.num_attention_heads
+    layers = [
+        LayerModules(
+            block,
+            AttentionModules((a.q_proj, a.k_proj, a.v_proj), a.o_proj, a, heads),
+            (block.input_layernorm, block.post_attention_layernorm),
+            block.mlp,
+        )
+        for block, a in ((block, block.self_attn) for block in base.layers)
+    ]
+    return ModelModules({"blocks": StackModules(layers, base.embed_tokens, None, base.norm)})
+
+
 def _llama_check(config) -> str | None:
     rope_type = rope_parameters(config)["rope_type"]
     if rope_type not in STATIC_ROPE_TYPES:
@@ -195,11 +222,8 @@ FAMILY = Family(
     helpers=(rotary_angles, rotate, rms_norm),
     activation_of=lambda config: config.hidden_act,
     check=_llama_check,
-    output_projections=lambda base: [block.self_attn.o_proj for block in base.layers],
+    modules=llama_modules,
     lm_head="causal",
     head_weight_prefixes=("lm_head.",),
     head_of=lambda lm_model: lm_model.lm_head,
-    final_norm_of=lambda base: base.norm,
-    blocks_of=lambda base: list(base.layers),
-    mlps_of=lambda base: [block.mlp for block in base.layers],
 )

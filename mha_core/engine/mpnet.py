@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..hooks import NO_HOOKS
 from .bert import BertEmbeddingWeights, BertLayerWeights, bert_embeddings
 from .blocks import (
     ACTIVATIONS,
@@ -19,23 +20,28 @@ from .blocks import (
     relative_position_buckets,
     run_layers,
 )
-from .family import Family
+from .family import AttentionModules, Family, LayerModules, ModelModules, StackModules
 
 
 def mpnet_layer(
-    x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, position_bias, edit=None
+    x: torch.Tensor, layer: BertLayerWeights, key_padding_mask: torch.Tensor | None, position_bias, hooks=NO_HOOKS
 ):
     """One MPNet encoder layer: a BERT layer whose scores also get a learned bias by relative position.
 
     x: [batch, n, d]; key_padding_mask: [batch, n], True for real tokens;
-    position_bias: [1, heads, n, n], added to q.k / sqrt(d_k) before the softmax (an additive mask).
+    position_bias: [1, heads, n, n], added to q.k / sqrt(d_k) before the softmax (an additive mask);
+    hooks: the layer's named points.
     Returns the layer's output and its attention weights [batch, heads, n, n].
     """
-    attended, weights = layer.attention(x, mask=position_bias, key_padding_mask=key_padding_mask, edit=edit)
-    x = layer_norm(x + attended, layer.attention_norm)  # residual, then post-LN, as in BERT
+    x = hooks("hook_resid_pre", x)
+    attended, weights = layer.attention(
+        x, mask=position_bias, key_padding_mask=key_padding_mask, hooks=hooks.scope("attn.")
+    )
+    # Residual, then post-LN, as in BERT.
+    x = layer_norm(x + hooks("hook_attn_out", attended), layer.attention_norm, hooks.scope("ln1."))
     hidden = layer.activation(layer.ffn_up(x))
-    x = layer_norm(x + layer.ffn_down(hidden), layer.output_norm)
-    return x, weights
+    x = hooks("hook_resid_post", x + hooks("hook_mlp_out", layer.ffn_down(hidden)))
+    return hooks("hook_normalized_resid_post", layer_norm(x, layer.output_norm, hooks.scope("ln2."))), weights
 
 
 def mpnet_position_bias(core: CoreModel, n: int) -> torch.Tensor:
@@ -44,11 +50,19 @@ def mpnet_position_bias(core: CoreModel, n: int) -> torch.Tensor:
     return bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]
 
 
-def mpnet_attentions(core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, **edits_and_records):
-    x = bert_embeddings(core.embeddings, input_ids, None)  # MPNet has no segment embeddings
+def mpnet_attentions(
+    core: CoreModel, input_ids, key_padding_mask, token_type_ids, progress=None, hooks=NO_HOOKS, outputs=None
+):
+    x = bert_embeddings(core.embeddings, input_ids, None, hooks)  # MPNet has no segment embeddings
     position_bias = mpnet_position_bias(core, input_ids.shape[1])  # [1, heads, n, n]
     return run_layers(
-        core.layers, mpnet_layer, x, (key_padding_mask, position_bias), progress=progress, **edits_and_records
+        core.layers,
+        mpnet_layer,
+        x,
+        (key_padding_mask, position_bias),
+        progress=progress,
+        hooks=hooks,
+        outputs=outputs,
     )
 
 
@@ -93,6 +107,21 @@ def mpnet_head_vectors(core: CoreModel, layer: BertLayerWeights, x: torch.Tensor
     return mha_head_vectors(layer.attention, x, mpnet_position_bias(core, x.shape[1]), False, values_only)
 
 
+def mpnet_modules(base) -> ModelModules:
+    """Where a transformers MPNet computes: its attention returns weights only with ``output_attentions``, so they
+    are read from the dropout the weights pass through (the identity in evaluation)."""
+    heads = base.config.num_attention_heads
+    layers = []
+    for block in base.encoder.layer:
+        a = block.attention.attn
+        attention = AttentionModules((a.q, a.k, a.v), a.o, a, heads, weights=a.dropout, weights_index=None)
+        norms = (block.attention.LayerNorm, block.output.LayerNorm)
+        layers.append(LayerModules(block, attention, norms, block.output.dense))
+    embeddings = base.embeddings
+    stack = StackModules(layers, embeddings.word_embeddings, embeddings.position_embeddings)
+    return ModelModules({"blocks": stack})
+
+
 FAMILY = Family(
     name="mpnet",
     model_types=("mpnet",),
@@ -106,4 +135,6 @@ FAMILY = Family(
     helpers=(bert_embeddings, relative_position_buckets, layer_norm),
     activation_of=lambda config: config.hidden_act,
     positions_after_padding=("mpnet",),
+    modules=mpnet_modules,
+    post_norm=True,
 )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import MultiHeadAttention
+from ..hooks import DECODER, ENCODER, NO_HOOKS
 from .blocks import (
     ACTIVATIONS,
     Dense,
@@ -23,7 +24,7 @@ from .blocks import (
     relative_position_buckets,
     rms_norm,
 )
-from .family import Family
+from .family import AttentionModules, Family, LayerModules, ModelModules, StackModules
 from .seq2seq_blocks import Seq2SeqCore, run_encoder_decoder
 
 
@@ -40,9 +41,9 @@ class T5LayerWeights:
     activation: Callable[[torch.Tensor], torch.Tensor]
 
 
-def t5_feed_forward(x: torch.Tensor, layer: T5LayerWeights) -> torch.Tensor:
-    """RMS norm, then widen, activation (gated or not), project back: the residual branch."""
-    h = rms_norm(x, layer.ffn_norm)
+def t5_feed_forward(x: torch.Tensor, layer: T5LayerWeights, norm=NO_HOOKS) -> torch.Tensor:
+    """RMS norm (its points ``norm``), then widen, activation (gated or not), project back: the residual branch."""
+    h = rms_norm(x, layer.ffn_norm, norm)
     if layer.ffn_gate is None:
         hidden = layer.activation(layer.ffn_in(h))
     else:
@@ -50,28 +51,36 @@ def t5_feed_forward(x: torch.Tensor, layer: T5LayerWeights) -> torch.Tensor:
     return layer.ffn_out(hidden)
 
 
-def t5_encoder_layer(x, layer: T5LayerWeights, key_padding_mask, position_bias, edit=None):
+def t5_encoder_layer(x, layer: T5LayerWeights, key_padding_mask, position_bias, hooks=NO_HOOKS):
     """One T5 encoder layer: RMS norm, self-attention with the shared position bias (no score scaling),
     residual; then the feed-forward branch. Returns the layer's output and its weights [batch, heads, n, n]."""
-    h = rms_norm(x, layer.attention_norm)
-    attended, weights = layer.attention(h, mask=position_bias, key_padding_mask=key_padding_mask, edit=edit)
-    x = x + attended
-    return x + t5_feed_forward(x, layer), weights
+    x = hooks("hook_resid_pre", x)
+    h = rms_norm(x, layer.attention_norm, hooks.scope("ln1."))
+    attended, weights = layer.attention(
+        h, mask=position_bias, key_padding_mask=key_padding_mask, hooks=hooks.scope("attn.")
+    )
+    x = x + hooks("hook_attn_out", attended)
+    x = x + hooks("hook_mlp_out", t5_feed_forward(x, layer, hooks.scope("ln2.")))
+    return hooks("hook_resid_post", x), weights
 
 
-def t5_decoder_layer(y, layer: T5LayerWeights, memory, memory_mask, position_bias):
+def t5_decoder_layer(y, layer: T5LayerWeights, memory, memory_mask, position_bias, hooks=NO_HOOKS):
     """One T5 decoder layer: causal self-attention with the decoder's (one-directional) position bias; then
     cross-attention from the target to the encoder's output ``memory`` (no position bias: the source's
     positions are already in it); then the feed-forward branch. Pre-norm, residual around each.
     Returns the output, the self-attention weights [batch, heads, n_tgt, n_tgt] and the cross-attention
     weights [batch, heads, n_tgt, n_src]."""
-    h = rms_norm(y, layer.attention_norm)
-    attended, self_weights = layer.attention(h, mask=position_bias, causal=True)
-    y = y + attended
-    h = rms_norm(y, layer.cross_norm)
-    attended, cross_weights = layer.cross(h, memory, memory, key_padding_mask=memory_mask)
-    y = y + attended
-    return y + t5_feed_forward(y, layer), self_weights, cross_weights
+    y = hooks("hook_resid_pre", y)
+    h = rms_norm(y, layer.attention_norm, hooks.scope("ln1."))
+    attended, self_weights = layer.attention(h, mask=position_bias, causal=True, hooks=hooks.scope("attn."))
+    y = y + hooks("hook_attn_out", attended)
+    h = rms_norm(y, layer.cross_norm, hooks.scope("ln2."))
+    attended, cross_weights = layer.cross(
+        h, memory, memory, key_padding_mask=memory_mask, hooks=hooks.scope("cross_attn.")
+    )
+    y = y + hooks("hook_cross_attn_out", attended)
+    y = y + hooks("hook_mlp_out", t5_feed_forward(y, layer, hooks.scope("ln3.")))
+    return hooks("hook_resid_post", y), self_weights, cross_weights
 
 
 def t5_position_bias(bias: RelativePositionBias, n: int, bidirectional: bool) -> torch.Tensor:
@@ -80,19 +89,21 @@ def t5_position_bias(bias: RelativePositionBias, n: int, bidirectional: bool) ->
     return bias.table[buckets.to(bias.table.device)].permute(2, 0, 1)[None]
 
 
-def t5_attentions(core: Seq2SeqCore, input_ids, decoder_input_ids, source_mask, progress=None):
+def t5_attentions(core: Seq2SeqCore, input_ids, decoder_input_ids, source_mask, progress=None, hooks=NO_HOOKS):
     encoder_bias = t5_position_bias(core.relative_bias, input_ids.shape[1], bidirectional=True)
     decoder_bias = t5_position_bias(core.decoder_embeddings[1], decoder_input_ids.shape[1], bidirectional=False)
-    # T5 adds no position vector to the tokens: position is only in the score bias.
-    x, y = core.embeddings[input_ids], core.decoder_embeddings[0][decoder_input_ids]
+    # T5 adds no position vector to the tokens: position is only in the score bias. Both stacks share one table.
+    x = hooks(ENCODER.embed, core.embeddings[input_ids])
+    y = hooks(DECODER.embed, core.decoder_embeddings[0][decoder_input_ids])
     return run_encoder_decoder(
         core,
-        lambda x, layer: t5_encoder_layer(x, layer, source_mask, encoder_bias),
-        lambda y, layer, memory: t5_decoder_layer(y, layer, memory, source_mask, decoder_bias),
+        lambda x, layer, points: t5_encoder_layer(x, layer, source_mask, encoder_bias, hooks=points),
+        lambda y, layer, memory, points: t5_decoder_layer(y, layer, memory, source_mask, decoder_bias, hooks=points),
         x,
         y,
         progress=progress,
-        finish_encoder=lambda x: rms_norm(x, core.encoder_final_norm),
+        hooks=hooks,
+        final_norms=((rms_norm, core.encoder_final_norm), (rms_norm, core.decoder_final_norm)),
     )
 
 
@@ -144,6 +155,7 @@ def read_t5(base, config, family: Family) -> Seq2SeqCore:
         decoder_embeddings=(as_float32(decoder.embed_tokens.weight), _relative_bias(decoder, config)),
         decoder_layers=_t5_layers(decoder, config, activation, decoder=True),
         encoder_final_norm=norm_from(encoder.final_layer_norm),
+        decoder_final_norm=norm_from(decoder.final_layer_norm),
     )
 
 
@@ -151,6 +163,28 @@ def t5_head_vectors(core: Seq2SeqCore, layer: T5LayerWeights, x: torch.Tensor, v
     """The encoder's heads: their vectors read the RMS-normed input, and their scores get the position bias."""
     bias = t5_position_bias(core.relative_bias, x.shape[1], bidirectional=True)
     return mha_head_vectors(layer.attention, rms_norm(x, layer.attention_norm), bias, False, values_only)
+
+
+def _t5_attention_modules(module, heads: int) -> AttentionModules:
+    # T5Attention returns (output, position bias, weights).
+    return AttentionModules((module.q, module.k, module.v), module.o, module, heads, weights_index=2)
+
+
+def t5_modules(base) -> ModelModules:
+    """Where a transformers T5 computes: each block is a list of sublayers (self-attention, [cross-attention,]
+    feed-forward), each with its norm."""
+    heads = base.config.num_heads
+    stacks = {}
+    for name, stack in (("encoder", base.encoder), ("decoder", base.decoder)):
+        layers = []
+        for block in stack.block:
+            parts = list(block.layer)
+            cross = _t5_attention_modules(parts[1].EncDecAttention, heads) if len(parts) == 3 else None
+            attention = _t5_attention_modules(parts[0].SelfAttention, heads)
+            norms = tuple(part.layer_norm for part in parts)
+            layers.append(LayerModules(block, attention, norms, parts[-1].DenseReluDense, cross))
+        stacks[name] = StackModules(layers, stack.embed_tokens, None, stack.final_layer_norm, module=stack)
+    return ModelModules(stacks)
 
 
 FAMILY = Family(
@@ -165,6 +199,6 @@ FAMILY = Family(
     heads=t5_head_vectors,
     helpers=(t5_encoder_layer, t5_feed_forward, t5_position_bias, relative_position_buckets, rms_norm),
     activation_of=lambda config: config.dense_act_fn,
-    output_projections=lambda base: [block.layer[0].SelfAttention.o for block in base.encoder.block],
+    modules=t5_modules,
     encoder_decoder=True,
 )

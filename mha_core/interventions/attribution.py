@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..hooks import SINGLE_STACK
 from ..progress import Progress, report
-from .readout import CircuitError, decoder_parts, frozen_norm, lm_pass, prompt_ids, record_heads, token_id, token_text
+from .readout import CircuitError, decoder_parts, frozen_norm, layer_points, lm_pass, prompt_ids, token_id, token_text
 
 if TYPE_CHECKING:
     from ..models.loaded import LoadedModel
@@ -51,6 +52,7 @@ def logit_attribution(
     foil: str | int | None = None,
     position: int = -1,
     progress: Progress | None = None,
+    engine: str = "transformers",
 ) -> pd.DataFrame:
     """Every component's contribution to the logit of ``answer`` (minus ``foil``'s) predicted at ``position``.
 
@@ -58,47 +60,39 @@ def logit_attribution(
     ``"unembed_bias"``; the biases only where the model has them), ``layer`` and ``head`` (empty where they do
     not apply) and ``contribution``. The rows sum to the model's own logit (difference), in
     ``table.attrs["logit_difference"]``, to float32 rounding. ``answer``/``foil``: one token each, as a string
-    (" Mary") or an id; the text is tokenized as ``model.run`` does (BOS first)."""
+    (" Mary") or an id; the text is tokenized as ``model.run`` does (BOS first). ``engine``: whose pass the
+    named points are read from (``hook_embed``, ``hook_pos_embed``, each layer's ``attn.hook_z`` and
+    ``hook_mlp_out``, the last ``hook_resid_post``, ``ln_final.hook_scale``)."""
     parts = decoder_parts(model)
     ids = prompt_ids(model, text)
     at = check_position(position, len(ids))
     answer_id = token_id(model, answer, "answer")
     foil_id = None if foil is None else token_id(model, foil, "foil")
     report(progress, 0, 2, "running the prompt")
-    stores = [[] for _ in range(model.num_layers)]
-    mlps: list = [None] * model.num_layers
-    norm_io: dict = {}
-
-    def keep_mlp(layer: int):
-        def hook(module, args, output):
-            mlps[layer] = output[0, at].detach().float()
-
-        return hook
-
-    def keep_norm(module, args, output):
-        norm_io["in"], norm_io["out"] = args[0][0, at].detach().float(), output[0, at].detach().float()
-
-    hooks = [(mlp, keep_mlp(layer)) for layer, mlp in enumerate(parts.mlps)] + [(parts.final_norm, keep_norm)]
-    edits = {layer: record_heads(store) for layer, store in enumerate(stores)}
-    output = lm_pass(model, torch.tensor([ids]), edits, hooks, last_only=at == len(ids) - 1, hidden_states=True)
-    logits = output.logits[0, -1 if at == len(ids) - 1 else at].float()
+    layers = model.num_layers
+    z_names, mlp_names = layer_points(layers, "attn.hook_z"), layer_points(layers, "hook_mlp_out")
+    residual_name = layer_points(layers, "hook_resid_post")[-1]
+    embeddings = [name for name in (SINGLE_STACK.embed, SINGLE_STACK.pos_embed) if name in model.hook_names()]
+    keep = [*z_names, *mlp_names, *embeddings, residual_name, f"{SINGLE_STACK.final_norm}.hook_scale"]
+    logits, cache = lm_pass(model, torch.tensor([ids]), engine, keep=keep, position=at)
+    logits = logits[0]
     actual = float(logits[answer_id] - (logits[foil_id] if foil_id is not None else 0.0))
     report(progress, 1, 2, "splitting the residual stream")
 
     rows: list[tuple[str, int | None, int | None]] = [("embed", None, None)]
-    vectors = [output.hidden_states[0][0, at].detach().float()]
-    for layer in range(model.num_layers):
-        z = stores[layer][-1][0, at]  # [heads, d_head]
-        per_head, bias = head_outputs(parts.projections[layer], z)
+    vectors = [sum(cache[name][0, at].float() for name in embeddings)]
+    for layer in range(layers):
+        per_head, bias = head_outputs(parts.projections[layer], cache[z_names[layer]][0, at].float())
         rows.extend(("head", layer, head) for head in range(model.num_heads))
         vectors.extend(per_head)
         if getattr(parts.projections[layer], "bias", None) is not None:
             rows.append(("attn_bias", layer, None))
             vectors.append(bias)
         rows.append(("mlp", layer, None))
-        vectors.append(mlps[layer])
+        vectors.append(cache[mlp_names[layer]][0, at].float())
     stack = torch.stack(vectors).double()
-    norm = frozen_norm(parts.final_norm, norm_io["in"], norm_io["out"])
+    scale = float(cache[f"{SINGLE_STACK.final_norm}.hook_scale"][0, at, 0])
+    norm = frozen_norm(parts.final_norm, cache[residual_name][0, at].float(), scale)
     direction = parts.unembedding[answer_id].double()
     if foil_id is not None:
         direction = direction - parts.unembedding[foil_id].double()
@@ -124,6 +118,7 @@ def logit_attribution(
         foil=None if foil_id is None else token_text(model, foil_id),
         position=at,
         model=model.name,
+        engine=engine,
     )
     report(progress, 2, 2, "done")
     return table

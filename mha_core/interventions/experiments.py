@@ -13,7 +13,7 @@ import torch
 
 from ..analysis.roles import DECODER_SCORES, decoder_scores_from_attention, repeated_random_tokens
 from ..errors import HeadscopeError
-from ..models.ablation import AblationError, check_heads, head_edits
+from ..models.ablation import AblationError, ablation_hooks, check_heads
 from ..models.forward import ForwardPass
 from ..models.outputs import next_token_losses
 from ..progress import Progress, report
@@ -117,7 +117,7 @@ def induction_experiment(
     offset = ids.shape[1] - 2 * seq_len  # 1 with a BOS
     rows = []
     for index, (name, draw, heads) in enumerate(conditions):
-        hidden = model.hidden_states(ForwardPass(ids, edits=head_edits(model, heads, ablation)))
+        hidden = model.hidden_states(ForwardPass(ids, hooks=ablation_hooks(model, heads, ablation)))
         with torch.inference_mode():
             losses = next_token_losses(model.logits(hidden), ids)  # loss i predicts token i + 1
         first = losses[:, offset : offset + seq_len - 1].mean()
@@ -158,7 +158,7 @@ def role_group_ablation(model: LoadedModel, text: str, primary: pd.DataFrame, ab
         if group == "none":
             continue
         heads = list(zip(part["layer"].astype(int), part["head"].astype(int)))
-        after = probe(head_edits(model, heads, ablation))
+        after = probe(ablation_hooks(model, heads, ablation))
         rows.append(dict(group=group, heads=len(heads), measure=probe.measure, before=before, after=after))
     frame = pd.DataFrame(rows, columns=["group", "heads", "measure", "before", "after"])
     frame["change"] = frame["after"] - frame["before"]
@@ -206,13 +206,15 @@ def group_ablation(
     rows = []
     for index, (name, heads) in enumerate(groups.items()):
         heads = check_heads(model, heads)
-        after = probe(head_edits(model, heads, ablation))
+        after = probe(ablation_hooks(model, heads, ablation))
         randoms = []
         for _ in range(draws):
             picks = rng.choice(total, size=len(heads), replace=False)
             randoms.append(
                 probe(
-                    head_edits(model, [(int(p) // model.num_heads, int(p) % model.num_heads) for p in picks], ablation)
+                    ablation_hooks(
+                        model, [(int(p) // model.num_heads, int(p) % model.num_heads) for p in picks], ablation
+                    )
                 )
             )
         random_mean = float(np.mean(randoms)) if randoms else float("nan")

@@ -1,8 +1,8 @@
 """Head importance (Michel et al. 2019) and pruning curves: the loss of a fixed set of texts as heads are gated or
 removed.
 
-Importance gates multiply each head's slice of the output projection's input by xi_h = 1, and |dL/dxi_h| is read;
-the ablation method zeroes each head alone (``models.ablation``).
+Importance gates multiply each head's output (its named point ``blocks.{l}.attn.hook_z``) by xi_h = 1, and |dL/dxi_h|
+is read; the ablation method zeroes each head alone (``models.ablation``). Both in either engine.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..edits import scale_heads
 from ..errors import HeadscopeError
-from ..models.ablation import AblationError, check_heads, head_edits
+from ..models.ablation import AblationError, ablation_hooks, check_heads, z_point
 from ..models.forward import ForwardPass
 from ..models.outputs import masked_token_losses, next_token_losses, output_change, padded
 from ..progress import Progress, report
@@ -33,7 +33,7 @@ PRUNING_ORDERS = ("importance", "reverse", "random")
 
 
 class LossProbe:
-    """The loss of a fixed set of texts under any intervention: ``probe(edits) -> float``.
+    """The loss of a fixed set of texts under any intervention: ``probe(hooks) -> float`` (``{name: function}``).
 
     Texts are encoded and batched once; for encoders without a head the unablated hidden states are
     kept, and the "loss" is the output change against them (0 without intervention).
@@ -59,18 +59,18 @@ class LossProbe:
             "output_change": "output change (cosine distance)",
         }[self.kind]
 
-    def per_text(self, edits: dict | None = None) -> np.ndarray:
+    def per_text(self, hooks: dict | None = None) -> np.ndarray:
         values = []
         for index, (batch, items) in enumerate(zip(self.batches, self.encoded)):
             ids, mask, types = batch.input_ids, batch.attention_mask, batch.token_type_ids
             if self.kind == "masked":
                 for row, item in enumerate(items):
                     row_types = None if types is None else types[row, : len(item)]
-                    text = ForwardPass(torch.tensor(item.input_ids), token_type_ids=row_types, edits=edits)
+                    text = ForwardPass(torch.tensor(item.input_ids), token_type_ids=row_types, hooks=hooks)
                     losses = masked_token_losses(self.model, self.engine, text, item.special_mask)
                     values.append(float(np.nanmean(losses)) if np.isfinite(losses).any() else 0.0)
                 continue
-            hidden = self.model.hidden_states(batch.with_changes(edits=edits), self.engine)
+            hidden = self.model.hidden_states(batch.with_changes(hooks=hooks), self.engine)
             if self.kind == "causal":
                 with torch.inference_mode():
                     losses = next_token_losses(self.model.logits(hidden), ids) * mask[:, 1:]
@@ -79,13 +79,15 @@ class LossProbe:
                 values += output_change(self.base[index], hidden, mask)[0].tolist()
         return np.asarray(values, dtype=np.float64)
 
-    def __call__(self, edits: dict | None = None) -> float:
-        return float(self.per_text(edits).mean())
+    def __call__(self, hooks: dict | None = None) -> float:
+        return float(self.per_text(hooks).mean())
 
 
 # ---- head importance (Michel et al. 2019) ---------------------------------------------------------
-def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: Progress | None) -> np.ndarray:
-    """sum over texts of |dL_x/dxi_h| at xi = 1, for gates xi_h multiplied on each head's output slice.
+def _gradient_importance(
+    model: LoadedModel, texts, batch_size: int, progress: Progress | None, engine: str = "transformers"
+) -> np.ndarray:
+    """sum over texts of |dL_x/dxi_h| at xi = 1, for gates xi_h multiplied on each head's output.
 
     L_x is a text's mean token loss. The absolute value is taken per text, as in Michel et al.'s formula
     (I_h = E_x |dL(x)/dxi_h|): within a batch every text has its own gates (one row of ``gates`` per
@@ -110,9 +112,9 @@ def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: P
     for batch in batches:
         # One row of gates per text; a masked LM's rows are copies of one text, which share its gates.
         gates = torch.ones(len(batch), num_layers, num_heads, requires_grad=True)
-        edits = {layer: scale_heads(gates[:, layer]) for layer in range(num_layers)}
-        with torch.enable_grad(), model.edits_applied(edits):
-            loss = _batch_loss(model, batch)
+        hooks = {z_point(layer): scale_heads(gates[:, layer]) for layer in range(num_layers)}
+        with torch.enable_grad():
+            loss = _batch_loss(model, batch, hooks, engine)
             done += len(batch)
             if loss is None:
                 continue
@@ -123,13 +125,13 @@ def _gradient_importance(model: LoadedModel, texts, batch_size: int, progress: P
     return total.numpy()
 
 
-def _batch_loss(model: LoadedModel, batch) -> torch.Tensor | None:
+def _batch_loss(model: LoadedModel, batch, hooks: dict, engine: str) -> torch.Tensor | None:
     """The sum of each text's mean token loss (causal head), or one text's mean masked-token loss (MLM head),
-    with gradients (the caller applies the gates)."""
+    with gradients through ``hooks`` (the gates)."""
     if model.lm_head_kind == "causal":
         forward = padded(model, batch)
         ids, mask = forward.input_ids, forward.attention_mask
-        hidden = model.hf_model(**model.model_inputs(forward)).last_hidden_state
+        hidden = model.hidden_states(forward.with_changes(hooks=hooks, grad=True), engine)
         losses = next_token_losses(model.logits(hidden), ids) * mask[:, 1:]
         return (losses.sum(1) / mask[:, 1:].sum(1)).sum()
     (item,) = batch
@@ -141,7 +143,7 @@ def _batch_loss(model: LoadedModel, batch) -> torch.Tensor | None:
     rows, where = torch.arange(len(positions)), torch.tensor(positions)
     copies[rows, where] = model.tokenizer.mask_token_id
     types = None if item.token_type_ids is None else torch.tensor([item.token_type_ids]).repeat(len(positions), 1)
-    hidden = model.hf_model(**model.model_inputs(ForwardPass(copies, token_type_ids=types))).last_hidden_state
+    hidden = model.hidden_states(ForwardPass(copies, token_type_ids=types, hooks=hooks, grad=True), engine)
     return F.cross_entropy(model.logits(hidden[rows, where]), ids[0, where])
 
 
@@ -153,7 +155,7 @@ def _ablation_importance(model: LoadedModel, texts, engine: str, progress: Progr
     count = model.num_layers * model.num_heads
     for layer in range(model.num_layers):
         for head in range(model.num_heads):
-            scores[layer, head] = probe.per_text(head_edits(model, [(layer, head)])).sum() - base
+            scores[layer, head] = probe.per_text(ablation_hooks(model, [(layer, head)])).sum() - base
             done = layer * model.num_heads + head + 1
             report(progress, done, count, f"ablating head {done} of {count}")
     return scores
@@ -186,7 +188,7 @@ def head_importance(
         raise HeadscopeError("Give at least one text to measure head importance on.")
     used = method if (method == "ablation" or model.has_lm_head) else "ablation"
     if used == "gradient":
-        raw = _gradient_importance(model, texts, batch_size, progress)
+        raw = _gradient_importance(model, texts, batch_size, progress, engine)
     else:
         raw = _ablation_importance(model, texts, engine, progress)
     scores = raw.copy()
@@ -259,10 +261,10 @@ def pruning_curve(
     for index, (name, seed, heads) in enumerate(orders):
         counts = sorted({round(len(heads) * k / steps) for k in range(steps + 1)})
         for step, count in enumerate(counts):
-            edits = head_edits(model, heads[:count])
+            hooks = ablation_hooks(model, heads[:count])
             rows.append(
                 dict(
-                    order=name, seed=seed, heads_removed=count, fraction_removed=count / total_heads, loss=probe(edits)
+                    order=name, seed=seed, heads_removed=count, fraction_removed=count / total_heads, loss=probe(hooks)
                 )
             )
             report(progress, index * (steps + 1) + step + 1, jobs, f"{name} order: {count} heads removed")

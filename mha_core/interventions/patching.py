@@ -5,9 +5,10 @@ the corrupted one, how much of the clean behaviour comes back? The metric (the l
 foil's, at the last position) is normalised so that 0 is the corrupted run and 1 the clean run.
 
 Components: a head (its output z before the output projection, at every position: ``edits.replace_heads_per_row``
-on the model's one edit path), a layer's attention (every head of it) or MLP output (a forward hook), or the
-residual stream after a layer at one position (a forward hook on the block). Exact patching runs the corrupted
-prompt once per component, many components to a batch (one row each). Attribution patching takes one forward
+at ``blocks.{l}.attn.hook_z``), a layer's attention (every head of it) or MLP output (``edits.replace_positions`` at
+``blocks.{l}.hook_mlp_out``), or the residual stream after a layer at one position (at ``blocks.{l}.hook_resid_post``):
+hook functions on named points, the same in both engines. Exact patching runs the corrupted prompt once per
+component, many components to a batch (one row each). Attribution patching takes one forward
 and one backward pass of the corrupted prompt: ``(clean - corrupted) . dmetric/dactivation`` is a linear
 estimate of every component's patched metric at once; its top components are then patched exactly beside it.
 """
@@ -22,19 +23,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..edits import chain, gradient_probe, record_heads, replace_heads_per_row
+from ..edits import gradient_probe, replace_heads_per_row, replace_positions
 from ..errors import quoted
 from ..models.loaded import ENGINES
 from ..progress import Progress, progress_part, report
 from .readout import (
     CircuitError,
-    block_output,
-    core_last_logits,
     decoder_parts,
-    keeper,
+    layer_points,
     lm_pass,
-    recorded_pass,
-    replacer,
     same_length_pair,
     token_id,
     token_text,
@@ -50,7 +47,8 @@ DEFAULT_EXACT_TOP = 10
 # |clean - corrupted| metric below this: the prompts do not differ in the behaviour, nothing to normalise by.
 MIN_METRIC_GAP = 1e-4
 
-RECORDED = ("z", "mlp", "block")  # what each run keeps of every layer: head, MLP and block outputs
+# What each run keeps of every layer: the heads' outputs, the MLP's output, the residual stream after the layer.
+RECORDED = {"z": "attn.hook_z", "mlp": "hook_mlp_out", "block": "hook_resid_post"}
 Metric = Callable[[torch.Tensor], torch.Tensor]  # last-position logits [batch, vocab] -> [batch]
 
 
@@ -95,11 +93,11 @@ class PatchRun:
         engine: str = "transformers",
     ):
         """``gradients``: the corrupted pass also keeps the metric's gradient with respect to every head's output,
-        MLP output and block output (one backward pass; attribution patching). ``engine="core"``: every pass is
-        the from-scratch engine's, which records and replaces heads' outputs only."""
+        MLP output and block output (one backward pass; attribution patching). ``engine``: whose passes (the
+        same named points in both)."""
         self.model = model
         self.engine = engine
-        self.parts = decoder_parts(model)
+        decoder_parts(model)  # a CircuitError for a model whose residual stream cannot be read
         clean_ids, corrupted_ids = same_length_pair(model, clean, corrupted)
         self.length = len(clean_ids)
         self.clean_ids, self.corrupted_ids = torch.tensor([clean_ids]), torch.tensor([corrupted_ids])
@@ -108,58 +106,41 @@ class PatchRun:
         if self.answer_id == self.foil_id:
             raise CircuitError("The answer and the foil are the same token: the logit difference would be 0.")
         self.metric = metric or logit_difference(self.answer_id, self.foil_id)
+        self.names = {kind: layer_points(model.num_layers, point) for kind, point in RECORDED.items()}
         self.gradients: dict[str, list] | None = None
-        if engine == "core":
-            clean_logits, self.clean = self._core_recorded(self.clean_ids)
-            corrupted_logits, self.corrupted = self._core_recorded(self.corrupted_ids)
-            self.clean_metric = float(self.metric(clean_logits)[0])
-            self.corrupted_metric = float(self.metric(corrupted_logits)[0])
+        clean_logits, self.clean = self._recorded(self.clean_ids)
+        self.clean_metric = float(self.metric(clean_logits)[0])
+        if gradients:
+            self.corrupted_metric = self._pass_with_gradients()
         else:
-            clean_logits, self.clean = recorded_pass(model, self.clean_ids, self.parts, RECORDED)
-            self.clean_metric = float(self.metric(clean_logits)[0])
-            if gradients:
-                self.corrupted_metric = self._pass_with_gradients()
-            else:
-                corrupted_logits, self.corrupted = recorded_pass(model, self.corrupted_ids, self.parts, RECORDED)
-                self.corrupted_metric = float(self.metric(corrupted_logits)[0])
+            corrupted_logits, self.corrupted = self._recorded(self.corrupted_ids)
+            self.corrupted_metric = float(self.metric(corrupted_logits)[0])
         if abs(self.clean_metric - self.corrupted_metric) < MIN_METRIC_GAP:
             raise CircuitError(
                 f"The metric is {self.clean_metric:.4g} on both prompts: there is no difference for patching to "
                 "explain. Choose a corrupted prompt that changes the answer."
             )
 
-    def _core_recorded(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        stores = [[] for _ in range(self.model.num_layers)]
-        logits = core_last_logits(self.model, input_ids, {layer: record_heads(s) for layer, s in enumerate(stores)})
-        return logits, {"z": [store[-1] for store in stores]}
+    def _by_kind(self, cache: dict) -> dict[str, list]:
+        return {kind: [cache[name].float() for name in names] for kind, names in self.names.items()}
+
+    def _recorded(self, input_ids: torch.Tensor, hooks: dict | None = None, grad: bool = False):
+        """One pass keeping every recorded point: (last-position logits ``[batch, vocab]``, ``{kind: [per layer]}``)."""
+        keep = [name for names in self.names.values() for name in names]
+        logits, cache = lm_pass(self.model, input_ids, self.engine, hooks=hooks, keep=keep, grad=grad)
+        return logits, self._by_kind(cache)
 
     def _pass_with_gradients(self) -> float:
-        """The corrupted pass, recording like ``recorded_pass`` and keeping d(metric)/d(each recorded output):
-        a zero that requires a gradient is added to each (``edits.gradient_probe``, ``_probe_hook``), and
+        """The corrupted pass, recording like ``_recorded`` and keeping d(metric)/d(each recorded output):
+        a zero that requires a gradient is added at each point (``edits.gradient_probe``), and
         ``torch.autograd.grad`` takes the gradient with respect to those zeros only (no weight gradients)."""
-        model, parts = self.model, self.parts
-        kept = {name: [None] * model.num_layers for name in ("mlp", "block")}
-        head_stores = [[] for _ in range(model.num_layers)]
-        probes: dict[str, list] = {"z": [[] for _ in range(model.num_layers)], "mlp": [], "block": []}
-        edits = {
-            layer: chain(record_heads(head_stores[layer]), gradient_probe(probes["z"][layer]))
-            for layer in range(model.num_layers)
-        }
-        hooks = []
-        for name, modules in (("mlp", parts.mlps), ("block", parts.blocks)):
-            for layer, module in enumerate(modules):
-                hooks += [(module, keeper(kept[name], layer)), (module, _probe_hook(probes[name]))]
-        output = lm_pass(model, self.corrupted_ids, edits, hooks, grad=True)
-        value = self.metric(output.logits[:, -1].float()).sum()
-        flat = [store[-1] for store in probes["z"]] + probes["mlp"] + probes["block"]
-        grads = torch.autograd.grad(value, flat)
-        layers = model.num_layers
-        self.gradients = {
-            "z": list(grads[:layers]),
-            "mlp": list(grads[layers : 2 * layers]),
-            "block": list(grads[2 * layers :]),
-        }
-        self.corrupted = {"z": [store[-1] for store in head_stores], **kept}
+        probes = {name: [] for names in self.names.values() for name in names}
+        hooks = {name: gradient_probe(store) for name, store in probes.items()}
+        logits, self.corrupted = self._recorded(self.corrupted_ids, hooks, grad=True)
+        value = self.metric(logits.float()).sum()
+        flat = [probes[name][-1] for names in self.names.values() for name in names]
+        grads = iter(torch.autograd.grad(value, flat))
+        self.gradients = {kind: [next(grads) for _ in names] for kind, names in self.names.items()}
         return float(value.detach())
 
     def normalised(self, values) -> np.ndarray:
@@ -184,18 +165,16 @@ class PatchRun:
             else:
                 where = resid_positions.setdefault(component.layer, torch.zeros(rows, self.length, dtype=torch.bool))
                 where[row, component.index] = True
-        edits = {layer: replace_heads_per_row(mask, clean["z"][layer][0]) for layer, mask in heads_by_layer.items()}
-        hooks = [
-            (self.parts.mlps[layer], replacer(clean["mlp"][layer][0], rows=mask)) for layer, mask in mlp_rows.items()
-        ]
-        hooks += [
-            (self.parts.blocks[layer], replacer(clean["block"][layer][0], positions=where))
-            for layer, where in resid_positions.items()
-        ]
-        if self.engine == "core":
-            return self.metric(core_last_logits(model, self.corrupted_ids.expand(rows, -1), edits))
-        output = lm_pass(model, self.corrupted_ids.expand(rows, -1), edits, hooks)
-        return self.metric(output.logits[:, -1].float())
+        hooks = {
+            self.names["z"][layer]: replace_heads_per_row(mask, clean["z"][layer][0])
+            for layer, mask in heads_by_layer.items()
+        }
+        for layer, mask in mlp_rows.items():
+            hooks[self.names["mlp"][layer]] = replace_positions(clean["mlp"][layer][0], rows=mask)
+        for layer, where in resid_positions.items():
+            hooks[self.names["block"][layer]] = replace_positions(clean["block"][layer][0], positions=where)
+        logits, _ = lm_pass(model, self.corrupted_ids.expand(rows, -1), self.engine, hooks=hooks)
+        return self.metric(logits)
 
     def exact(self, chosen: list[Component], batch_size: int, progress: Progress | None = None) -> np.ndarray:
         """Each component's normalised score, patched alone (exact patching, batched)."""
@@ -225,18 +204,6 @@ class PatchRun:
         return np.asarray(scores) / (self.clean_metric - self.corrupted_metric)
 
 
-def _probe_hook(store: list):
-    """A forward hook that adds a zero requiring a gradient to a module's output (kept in ``store``)."""
-
-    def hook(module, args, output):
-        tensor = block_output(output)
-        probe = torch.zeros_like(tensor, requires_grad=True)
-        store.append(probe)
-        return (tensor + probe, *output[1:]) if isinstance(output, tuple) else tensor + probe
-
-    return hook
-
-
 def patch(
     model: LoadedModel,
     clean: str,
@@ -263,8 +230,8 @@ def patch(
     ``method="exact"``: one patched run per component, ``batch_size`` to a pass. ``method="attribution"``: the
     linear estimate of every score from one forward and one backward pass (Nanda 2023), with the exact score of
     the ``exact_top`` components of largest estimate in the column ``exact`` (NaN for the others), so the
-    table shows where the estimate holds. ``table.attrs`` has both runs' metric. ``engine="core"``: exact patching
-    over heads in the from-scratch engine (its passes record and replace the heads' outputs themselves).
+    table shows where the estimate holds. ``table.attrs`` has both runs' metric. ``engine``: whose passes, the
+    transformers checkpoint's or the from-scratch engine's (the same hook functions on the same named points).
     """
     if over not in PATCH_OVER:
         raise CircuitError(f"Patch over one of {', '.join(PATCH_OVER)}, not {quoted(over)}.")
@@ -272,11 +239,6 @@ def patch(
         raise CircuitError(f"Patching method must be one of {', '.join(PATCH_METHODS)}, not {quoted(method)}.")
     if engine not in ENGINES:
         raise CircuitError(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
-    if engine == "core" and (over != "heads" or method != "exact"):
-        raise CircuitError(
-            "The from-scratch engine patches heads exactly (over='heads', method='exact'); layers, positions and "
-            "attribution patching run in the transformers engine."
-        )
     if batch_size < 1 or exact_top < 0:
         raise CircuitError("batch_size must be at least 1 and exact_top at least 0.")
     report(progress, 0, 1, "running both prompts")
@@ -325,29 +287,3 @@ def component_table(model: LoadedModel, chosen: list[Component], run: PatchRun, 
             "token": [tokens[component.index] for component in chosen],
         }
     )
-
-
-def patched_score(
-    model: LoadedModel,
-    clean: str,
-    corrupted: str,
-    answer: str | int,
-    foil: str | int,
-    heads=(),
-    mlps=(),
-    metric: Metric | None = None,
-) -> float:
-    """The normalised score of patching several components together: ``heads`` ``[(layer, head), ...]`` and
-    the MLPs of the layers ``mlps`` (every head and every MLP: the whole residual stream but the embeddings)."""
-    run = PatchRun(model, clean, corrupted, answer, foil, metric=metric)
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        by_layer.setdefault(int(layer), []).append(int(head))
-    edits = {}
-    for layer, layer_heads in by_layer.items():
-        chosen = torch.zeros(1, model.num_heads, dtype=torch.bool)
-        chosen[0, layer_heads] = True
-        edits[layer] = replace_heads_per_row(chosen, run.clean["z"][layer][0])
-    hooks = [(run.parts.mlps[int(layer)], replacer(run.clean["mlp"][int(layer)][0])) for layer in mlps]
-    output = lm_pass(model, run.corrupted_ids, edits, hooks)
-    return float(run.normalised([float(run.metric(output.logits[:, -1].float())[0])])[0])

@@ -1,5 +1,5 @@
 """Reading a decoder's residual stream: the prompt's tokens, the answer's token, and one pass of the language
-model with head edits and module hooks, for logit attribution, activation patching and the logit lens.
+model with hook functions on its named points, for logit attribution, activation patching and the logit lens.
 
 The residual stream of a pre-norm decoder (GPT-2, Llama) after its last layer is a sum: the embeddings, then
 each layer's attention output (its heads through their slices of the output projection, plus its bias) and
@@ -7,22 +7,23 @@ MLP output. The LM head reads it through the final norm (LayerNorm or RMSNorm), 
 whole sum; with that scale frozen at its value in the run, the norm is linear and each term's share of a
 logit is exact (TransformerLens' ``apply_ln_to_stack``). ``FrozenNorm`` is that linear map.
 
-Head outputs are read and replaced only through ``mha_core.edits`` and the model's edit path
-(``LoadedModel.edits_applied``); MLP and block outputs through ``edits.forward_hooks``. ``lm_pass`` is this
-package's one call into the model.
+Every activation is read and replaced at its named point (``mha_core.hooks``: ``blocks.{l}.attn.hook_z``,
+``blocks.{l}.hook_mlp_out``, ``blocks.{l}.hook_resid_post``, ``ln_final.hook_scale``), in either engine: ``lm_pass``
+is this package's one call into the model, through ``LoadedModel.run_pass``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
-from ..edits import LayerEdits, forward_hooks, record_heads
 from ..engine import registry as families
 from ..errors import HeadscopeError, quoted
+from ..hooks import block_point
+from ..models.forward import ForwardPass
 from ..models.tokens import EncodedText, check_text
 
 if TYPE_CHECKING:
@@ -36,11 +37,10 @@ class CircuitError(HeadscopeError, ValueError):
 
 @dataclass(frozen=True)
 class DecoderParts:
-    """The modules the residual-stream readings hook, per layer, and the final norm and unembedding."""
+    """What the residual-stream readings use beside the named points: each layer's attention output projection
+    (its input is Concat(heads)), the final norm and the unembedding."""
 
-    blocks: list
-    mlps: list
-    projections: list  # each layer's attention output projection (its input is Concat(heads))
+    projections: list  # each layer's attention output projection
     final_norm: torch.nn.Module
     unembedding: torch.Tensor  # [vocab, d]
     unembedding_bias: torch.Tensor | None  # [vocab] or None
@@ -53,11 +53,8 @@ def decoder_parts(model: LoadedModel) -> DecoderParts:
             f"Logit attribution, patching and the logit lens read a next-token prediction: {model.name!r} has "
             f"{model.head_description}. Use a decoder loaded with its language-model head (smollm2, GPT-2)."
         )
-    family = families.FAMILY_OF_MODEL_TYPE.get(model.model_type)
-    blocks = family.blocks_of(model.hf_model) if family else []
-    mlps = family.mlps_of(model.hf_model) if family else []
-    final_norm = family.final_norm_of(model.hf_model) if family else None
-    if len(blocks) != model.num_layers or len(mlps) != model.num_layers or final_norm is None:
+    stack = model.modules.stacks["blocks"] if model.modules is not None else None
+    if stack is None or stack.final_norm is None:
         raise CircuitError(
             f"Headscope does not know the layers of {model.model_type!r} models well enough to read their residual "
             f"stream. Supported decoders: {', '.join(decoder_types())}."
@@ -65,10 +62,8 @@ def decoder_parts(model: LoadedModel) -> DecoderParts:
     head = model.lm_model.get_output_embeddings()
     bias = getattr(head, "bias", None)
     return DecoderParts(
-        blocks=blocks,
-        mlps=mlps,
         projections=model.output_projections(),
-        final_norm=final_norm,
+        final_norm=stack.final_norm,
         unembedding=head.weight.detach().float(),
         unembedding_bias=None if bias is None else bias.detach().float(),
     )
@@ -143,89 +138,29 @@ def same_length_pair(model: LoadedModel, clean: str, corrupted: str) -> tuple[li
 
 
 # ---- one pass -----------------------------------------------------------------------------------
-def block_output(output) -> torch.Tensor:
-    """A block's or MLP's output tensor (transformers modules return a tensor or a tuple starting with it)."""
-    return output[0] if isinstance(output, tuple) else output
+def layer_points(num_layers: int, point: str) -> list[str]:
+    """The named point ``point`` of each of ``num_layers`` layers: ``layer_points(30, "attn.hook_z")``."""
+    return [block_point(layer, point) for layer in range(num_layers)]
 
 
 def lm_pass(
     model: LoadedModel,
     input_ids: torch.Tensor,
-    edits: LayerEdits | None = None,
-    hooks: Iterable[tuple[torch.nn.Module, object]] = (),
+    engine: str = "transformers",
+    hooks: Mapping | None = None,
+    keep: Collection[str] = (),
     grad: bool = False,
-    last_only: bool = True,
-    hidden_states: bool = False,
-):
-    """One pass of the language model over ``input_ids`` ``[batch, n]`` (no padding), with ``edits`` on the
-    heads' outputs and forward ``hooks`` on modules: the transformers output (``logits`` float32, of the last
-    position only when ``last_only``; ``hidden_states`` when asked). ``grad``: with autograd on (attribution
-    patching); otherwise in inference mode."""
-    arguments = {"input_ids": input_ids, "use_cache": False, "return_dict": True}
-    if last_only:
-        arguments["logits_to_keep"] = 1
-    if hidden_states:
-        arguments["output_hidden_states"] = True
-    mode = torch.enable_grad() if grad else torch.inference_mode()
-    with model.edits_applied(edits), forward_hooks(hooks), mode:
-        return model.lm_model(**arguments)
-
-
-def core_last_logits(model: LoadedModel, input_ids: torch.Tensor, edits: LayerEdits | None = None) -> torch.Tensor:
-    """The last position's logits ``[batch, vocab]`` from the from-scratch engine's pass (``edits`` on the heads'
-    outputs, applied by the engine itself), through the checkpoint's LM head."""
-    hidden = model.final_hidden("core", input_ids, edits=edits)
-    with torch.inference_mode():
-        return model.logits(hidden[:, -1])
-
-
-def recorded_pass(
-    model: LoadedModel, input_ids: torch.Tensor, parts: DecoderParts, what: Sequence[str] = ("z",)
+    position: int = -1,
 ) -> tuple[torch.Tensor, dict]:
-    """One plain pass that records, for every layer, what ``what`` names: ``"z"`` the heads' outputs
-    ``[batch, n, heads, d_head]`` (``edits.record_heads``), ``"mlp"`` the MLP outputs and ``"block"`` the
-    blocks' outputs ``[batch, n, d]``. Returns (last-position logits ``[batch, vocab]``, ``{name: [per layer]}``)."""
-    records: dict[str, list] = {name: [] for name in what}
-    edits = {}
-    if "z" in records:
-        stores = [[] for _ in range(model.num_layers)]
-        edits = {layer: record_heads(store) for layer, store in enumerate(stores)}
-    hooks = []
-    for name, modules in (("mlp", parts.mlps), ("block", parts.blocks)):
-        if name in records:
-            outputs: list = [None] * model.num_layers
-            records[name] = outputs
-            hooks.extend((module, keeper(outputs, layer)) for layer, module in enumerate(modules))
-    output = lm_pass(model, input_ids, edits, hooks)
-    if "z" in records:
-        records["z"] = [store[-1] for store in stores]
-    return output.logits[:, -1].float(), records
-
-
-def keeper(outputs: list, layer: int):
-    """A forward hook that keeps a module's output (detached, float32) as ``outputs[layer]``."""
-
-    def hook(module, args, output):
-        outputs[layer] = block_output(output).detach().float()
-
-    return hook
-
-
-def replacer(values: torch.Tensor, rows: torch.Tensor | None = None, positions: torch.Tensor | None = None):
-    """A forward hook that replaces a module's output by ``values`` (``[n, d]``) in the batch rows ``rows``
-    (booleans ``[batch]``; None: all) at ``positions`` (booleans ``[batch, n]``; None: every position)."""
-
-    def hook(module, args, output):
-        tensor = block_output(output)
-        where = torch.ones(tensor.shape[:2], dtype=torch.bool, device=tensor.device)
-        if rows is not None:
-            where = where & rows[:, None]
-        if positions is not None:
-            where = where & positions
-        replaced = torch.where(where[..., None], values.to(tensor.dtype).expand_as(tensor), tensor)
-        return (replaced, *output[1:]) if isinstance(output, tuple) else replaced
-
-    return hook
+    """One pass of the language model over ``input_ids`` ``[batch, n]`` (no padding) in ``engine``, with ``hooks``
+    (``{name: function}``) on its named points: (the logits at ``position``, float32 ``[batch, vocab]``; the tensors
+    at the names in ``keep``). ``grad``: with autograd on (attribution patching); otherwise in inference mode."""
+    forward = ForwardPass(
+        input_ids, hooks=hooks, keep=set(keep).__contains__ if keep else None, keep_hidden=True, attentions=False
+    )
+    result = model.run_pass(forward.with_changes(grad=grad), engine)
+    with torch.enable_grad() if grad else torch.inference_mode():
+        return model.logits(result.hidden[:, position]), result.cache
 
 
 # ---- the final norm, with its scale frozen -------------------------------------------------------
@@ -246,24 +181,18 @@ class FrozenNorm:
         return self.weight * parts / self.scale
 
 
-def frozen_norm(norm: torch.nn.Module, residual: torch.Tensor, normed: torch.Tensor) -> FrozenNorm:
-    """The final norm's frozen form at a position whose residual stream is ``residual`` ``[d]``, checked
-    against the module's own output there (``normed``): an unknown norm is an error, never a wrong answer."""
+def frozen_norm(norm: torch.nn.Module, residual: torch.Tensor, scale: float) -> FrozenNorm:
+    """The final norm's frozen form at a position whose residual stream is ``residual`` ``[d]`` and whose scale
+    the run had (its point ``ln_final.hook_scale``), checked against the module's own output there: an unknown
+    norm is an error, never a wrong answer."""
     residual = residual.double()
-    weight = norm.weight.detach().double()
-    if isinstance(norm, torch.nn.LayerNorm):
-        variance = residual.var(unbiased=False)
-        frozen = FrozenNorm(
-            weight,
-            None if norm.bias is None else norm.bias.detach().double(),
-            float((variance + norm.eps) ** 0.5),
-            True,
-        )
-    else:  # RMSNorm (Llama): x / sqrt(mean(x^2) + eps) * weight
-        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-        if eps is None:
-            raise CircuitError(f"Headscope does not know the final norm {type(norm).__name__} of this model.")
-        frozen = FrozenNorm(weight, None, float((residual.pow(2).mean() + eps) ** 0.5), False)
+    centered = isinstance(norm, torch.nn.LayerNorm)  # else RMSNorm (Llama): x / sqrt(mean(x^2) + eps) * weight
+    bias = getattr(norm, "bias", None) if centered else None
+    frozen = FrozenNorm(
+        norm.weight.detach().double(), None if bias is None else bias.detach().double(), scale, centered
+    )
+    with torch.inference_mode():
+        normed = norm(residual.to(norm.weight.dtype)[None])[0]
     rebuilt = frozen(residual) + (frozen.bias if frozen.bias is not None else 0)
     if not torch.allclose(rebuilt.float(), normed.float(), rtol=1e-3, atol=1e-3 * float(normed.abs().max()) + 1e-5):
         raise CircuitError(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..attention import MultiHeadAttention
-from ..edits import Edit, scale_heads
+from ..edits import chain, scale_heads
 from ..errors import HeadscopeError
+from ..hooks import NO_HOOKS, HookFunction, Hooks, Points, block_point
 from ..positional import sinusoidal_encoding
 from .config import LabConfig
 from .tasks import IGNORE
@@ -27,12 +30,15 @@ class LabBlock(nn.Module):
                 nn.Linear(config.d_model, 4 * config.d_model), nn.GELU(), nn.Linear(4 * config.d_model, config.d_model)
             )
 
-    def forward(self, x: torch.Tensor, edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        attended, weights = self.attention(self.attention_norm(x), causal=True, edit=edit)
-        x = x + attended
+    def forward(self, x: torch.Tensor, hooks: Points = NO_HOOKS) -> tuple[torch.Tensor, torch.Tensor]:
+        """A pre-LN block; ``hooks``: its named points (``hook_resid_pre``, ``attn.*``, ``hook_attn_out``,
+        ``hook_mlp_out``, ``hook_resid_post``)."""
+        x = hooks("hook_resid_pre", x)
+        attended, weights = self.attention(self.attention_norm(x), causal=True, hooks=hooks.scope("attn."))
+        x = x + hooks("hook_attn_out", attended)
         if self.mlp is not None:
-            x = x + self.mlp(self.mlp_norm(x))
-        return x, weights
+            x = x + hooks("hook_mlp_out", self.mlp(self.mlp_norm(x)))
+        return hooks("hook_resid_post", x), weights
 
 
 class LabModel(nn.Module):
@@ -56,19 +62,29 @@ class LabModel(nn.Module):
         self.unembed = nn.Linear(config.d_model, config.vocab_size, bias=False)
 
     def forward(
-        self, ids: torch.Tensor, head_mask: torch.Tensor | None = None, offsets: torch.Tensor | None = None
+        self,
+        ids: torch.Tensor,
+        head_mask: torch.Tensor | None = None,
+        offsets: torch.Tensor | None = None,
+        hooks: Mapping[str, HookFunction] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """``ids [B, n]`` -> ``(logits [B, n, vocab], [weights [B, H, n, n] per layer])``.
 
-        ``head_mask [L, H]``: each head's output times its factor (``mha_core.edits.scale_heads``): 0 zero-ablates
-        it, 1 keeps it.
+        ``head_mask [L, H]``: each head's output times its factor (``mha_core.edits.scale_heads`` on the named point
+        ``blocks.{l}.attn.hook_z``): 0 zero-ablates it, 1 keeps it. ``hooks``: ``{name: function}`` on the
+        named points (``hook_embed``, ``blocks.{l}.`` as in ``LabBlock``; docs/hooks.md).
         ``offsets [B]`` (training): sequence b reads the position rows ``offsets[b] ... offsets[b] + n - 1``
         (at most ``position_offsets``); none = rows ``0 ... n - 1``.
         """
         n = ids.shape[-1]
         if n > self.config.seq_len:
             raise HeadscopeError(f"the lab model reads at most {self.config.seq_len} tokens, got {n}")
-        x = self.embed(ids)
+        functions = dict(hooks or {})
+        for layer in range(len(self.blocks) if head_mask is not None else 0):
+            name = block_point(layer, "attn.hook_z")
+            functions[name] = chain(scale_heads(head_mask[layer]), functions.get(name))
+        points = Hooks(functions) if functions else NO_HOOKS
+        x = points("hook_embed", self.embed(ids))
         if self.position is not None:
             if offsets is None:
                 x = x + self.position[:n]
@@ -76,7 +92,7 @@ class LabModel(nn.Module):
                 x = x + self.position[offsets[:, None] + torch.arange(n)]
         weights = []
         for layer, block in enumerate(self.blocks):
-            x, layer_weights = block(x, None if head_mask is None else scale_heads(head_mask[layer]))
+            x, layer_weights = block(x, points.scope(block_point(layer, "")))
             weights.append(layer_weights)
         return self.unembed(self.final_norm(x)), weights
 

@@ -1,9 +1,10 @@
-"""Which heads, and the edits that ablate them (zero or mean), for either engine.
+"""Which heads, and the hook functions that ablate them (zero or mean), for either engine.
 
 Head h of layer l contributes Concat(head_1, ..., head_H) W^O through its slice ``[h * d_k, (h + 1) * d_k)``
-of the output projection's input (``o_proj`` / ``attention.output.dense`` / ``c_proj``, named per family in
-``mha_core.engine``). An ablation is an edit of the heads' outputs (``mha_core.edits``): zero ablation sets a
-head's output to 0; mean ablation replaces it by its mean over a reference set of texts (``head_means``).
+of the output projection's input (``o_proj`` / ``attention.output.dense`` / ``c_proj`` / ``attn.o``, declared per
+family in ``mha_core.engine``): the named point ``blocks.{l}.attn.hook_z``. An ablation is an edit there
+(``mha_core.edits``): zero ablation sets a head's output to 0; mean ablation replaces it by its mean over a
+reference set of texts (``head_means``).
 
 ``model`` is a ``LoadedModel`` (``models.loaded``, which imports this module, so it is not imported here).
 """
@@ -18,6 +19,7 @@ import torch
 from ..analysis.syntax import ud_ewt_dev
 from ..edits import replace_heads, zero_heads
 from ..errors import HeadscopeError
+from ..hooks import block_point
 from .outputs import padded
 
 ABLATIONS = ("zero", "mean")
@@ -56,6 +58,11 @@ def reference_texts(count: int = MEAN_REFERENCE_SENTENCES) -> list[str]:
     return [" ".join(sentence.words) for sentence in ud_ewt_dev(count)]
 
 
+def z_point(layer: int) -> str:
+    """The named point of layer ``layer``'s heads' outputs, z ``[batch, n, heads, d_head]``."""
+    return block_point(layer, "attn.hook_z")
+
+
 def head_means(model, texts: Sequence[str] | None = None, batch_size: int = 16) -> torch.Tensor:
     """Each layer's Concat(heads) averaged over every real token of ``texts``: float32 ``[layers, width]``.
 
@@ -72,44 +79,43 @@ def head_means(model, texts: Sequence[str] | None = None, batch_size: int = 16) 
     current: dict = {}  # this batch's attention mask
 
     def summing(layer: int):
-        def edit(z: torch.Tensor) -> torch.Tensor:  # records, leaves z as it is
+        def hook(z: torch.Tensor) -> None:  # records, leaves z as it is
             concat = z.float().reshape(*z.shape[:2], -1)
             weights = current["mask"][..., None].to(concat.dtype)
             total = (concat * weights).sum(dim=(0, 1))
             sums[layer] = total if sums[layer] is None else sums[layer] + total
-            return z
 
-        return edit
+        return hook
 
     encoded = [model.encode(text) for text in texts]
-    edits = {layer: summing(layer) for layer in range(model.num_layers)}
-    with model.edits_applied(edits):
-        for start in range(0, len(encoded), batch_size):
-            forward = padded(model, encoded[start : start + batch_size])
-            current["mask"] = forward.attention_mask
-            count += int(forward.attention_mask.sum())
-            with torch.inference_mode():
-                model.hf_model(**model.model_inputs(forward))
+    hooks = {z_point(layer): summing(layer) for layer in range(model.num_layers)}
+    for start in range(0, len(encoded), batch_size):
+        forward = padded(model, encoded[start : start + batch_size])
+        current["mask"] = forward.attention_mask
+        count += int(forward.attention_mask.sum())
+        model.run_pass(forward.with_changes(hooks=hooks, attentions=False))
     means = torch.stack([total / count for total in sums])
     model.head_means_cache[texts] = means
     return means
 
 
-def head_edits(model, heads, ablation: str = "zero", reference: Sequence[str] | None = None) -> dict | None:
-    """``{layer: edit}`` that ablate ``heads`` (zero or mean), for either engine; None when there are none."""
+def ablation_hooks(model, heads, ablation: str = "zero", reference: Sequence[str] | None = None) -> dict | None:
+    """``{"blocks.{l}.attn.hook_z": edit}`` that ablate ``heads`` (zero or mean), for either engine; None when there
+    are none."""
     if ablation not in ABLATIONS:
         raise AblationError(f"Unknown ablation {ablation!r}: use one of {', '.join(ABLATIONS)}.")
     heads = check_heads(model, heads)
     if not heads:
         return None
+    model.output_projections()  # a clear error for a model whose heads' outputs Headscope cannot reach
     means = head_means(model, reference) if ablation == "mean" else None
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
     if means is None:
-        return {layer: zero_heads(layer_heads) for layer, layer_heads in by_layer.items()}
+        return {z_point(layer): zero_heads(layer_heads) for layer, layer_heads in by_layer.items()}
     return {
-        layer: replace_heads(layer_heads, means[layer].reshape(model.num_heads, -1))
+        z_point(layer): replace_heads(layer_heads, means[layer].reshape(model.num_heads, -1))
         for layer, layer_heads in by_layer.items()
     }
 

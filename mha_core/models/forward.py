@@ -1,13 +1,14 @@
 """One description of a forward pass: what it takes (``ForwardPass``) and what it gives back (``PassResult``).
 
-Every pass of a ``LoadedModel`` (a run, a batch of runs, the losses, the neuron view's layer inputs) is one
-``ForwardPass`` handed to ``LoadedModel.run_pass``; the engines, the capture of attentions and the losses read
-the same object instead of a list of keywords.
+Every pass of a ``LoadedModel`` (a run, a batch of runs, the losses, the neuron view's layer inputs, every
+intervention's pass with its hook functions) is one ``ForwardPass`` handed to ``LoadedModel.run_pass``; the
+engines, the capture of attentions and the losses read the same object instead of a list of keywords.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -42,25 +43,32 @@ class ForwardPass:
     """What one forward pass takes and what it keeps.
 
     ``input_ids`` ``[batch, n]``; ``attention_mask`` ``[batch, n]`` (1 for real tokens) or None; ``token_type_ids``
-    ``[batch, n]`` or None; ``edits``: ``{layer: edit}`` (``mha_core.edits``) on the heads' outputs;
-    ``progress(done, total, message)`` after each layer; ``keep_hidden``: keep the final hidden states (after
-    any final norm: what the LM head reads); ``keep_layer_inputs``: keep each layer's input hidden states;
-    ``out``: memory the attentions may reuse (``capture.AttentionBuffer``).
+    ``[batch, n]`` or None; ``hooks``: ``{name: function}`` on the named points (``mha_core.hooks``: head ablation is
+    a function on ``blocks.{l}.attn.hook_z``); ``keep``: a predicate of the names whose tensors the pass keeps
+    (``PassResult.cache``; None: none); ``progress(done, total, message)`` after each layer; ``keep_hidden``: keep
+    the final hidden states (after any final norm: what the LM head reads); ``keep_layer_inputs``: keep each
+    layer's input hidden states; ``out``: memory the attentions may reuse (``capture.AttentionBuffer``);
+    ``attentions``: capture every layer's attention weights (False: a pass for its output, its cache or the
+    hooks' effects only); ``grad``: with autograd, for gradients through the hook functions (otherwise in
+    inference mode).
     """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor | None = None
     token_type_ids: torch.Tensor | None = None
-    edits: dict | None = None
+    hooks: Mapping[str, Callable] | None = None
+    keep: Callable[[str], bool] | None = None
     progress: Progress | None = None
     keep_hidden: bool = False
     keep_layer_inputs: bool = False
     out: AttentionBuffer | None = None
+    attentions: bool = True
+    grad: bool = False
 
     @property
     def keeps_output(self) -> bool:
-        """Whether anything of the model's output beyond the attentions is kept."""
-        return self.keep_hidden or self.keep_layer_inputs
+        """Whether anything of the model's output beyond the attentions is kept or changed."""
+        return self.keep_hidden or self.keep_layer_inputs or bool(self.hooks) or self.keep is not None
 
     def part(self, index: int, parts: int) -> ForwardPass:
         """The same pass reporting its progress as part ``index`` of ``parts`` (the core engine runs two)."""
@@ -75,12 +83,14 @@ class ForwardPass:
 class PassResult:
     """What a forward pass gives back.
 
-    ``attentions`` float32 ``[batch, layers, heads, n, n]``; ``reference``: transformers' attentions when the core
-    engine ran (it reports its difference from them), else None; ``hidden``: the final hidden states when kept;
-    ``layer_inputs``: each layer's input ``[batch, n, d]`` when kept.
+    ``attentions`` float32 ``[batch, layers, heads, n, n]`` (None when not captured); ``reference``: transformers'
+    attentions when the core engine ran (it reports its difference from them), else None; ``hidden``: the final
+    hidden states when kept; ``layer_inputs``: each layer's input ``[batch, n, d]`` when kept; ``cache``: the
+    tensors of the kept names (``{name: tensor}``).
     """
 
-    attentions: torch.Tensor
+    attentions: torch.Tensor | None
     reference: torch.Tensor | None = None
     hidden: torch.Tensor | None = None
     layer_inputs: list | None = None
+    cache: dict = field(default_factory=dict)

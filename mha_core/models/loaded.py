@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from ..analysis.norms import norm_based_attention
-from ..edits import concat_pre_hook, forward_pre_hooks
+from ..edits import chain
 from ..engine import registry as families
 from ..engine.core import core_attentions
+from ..engine.family import ModelModules
 from ..errors import EngineNotSupported, HeadscopeError, ModelLoadError, quoted
+from ..hooks import SINGLE_STACK, HookFunction, Hooks, NameFilter, check_names, name_filter
 from ..progress import Progress
 from ..run import AttentionRun
-from .ablation import MEAN_REFERENCE_SENTENCES, check_heads, head_edits
+from .ablation import MEAN_REFERENCE_SENTENCES, ablation_hooks, check_heads
 from .capture import attention_recorders, captured_attentions
 from .forward import AttentionBuffer, ForwardPass, PassResult
+from .norms import norm_based_attention
 from .outputs import losses_wanted, padded, run_outputs
+from .points import module_points, point_names
 from .tokens import EncodedText, TextEncoder, TokenDisplay
 
 if TYPE_CHECKING:
@@ -74,14 +76,17 @@ class LoadedModel:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # Measured, not looked up: layers, heads and causality come from the attentions of a short probe.
         self.is_causal = False
-        # One forward pass at a time uses the hooks on shared modules (capture, ablation); re-entrant because
-        # an ablated pass holds it around the capture, which takes it too.
+        # One forward pass at a time uses the hooks on shared modules (the capture, the named points); re-entrant,
+        # so that a hook function may itself run a pass of this model.
         self._forward_lock = threading.RLock()
         self._recorders: list = []
+        # Where each part of the model is (the family's declaration): the named hook points, head ablation, capture.
+        self._modules = self._family_entry.modules(base) if self._family_entry else None
+        self._hook_names = point_names(self._family_entry, self._modules) if self._modules else []
         probe_ids = torch.tensor([self._probe_ids(4)], dtype=torch.long)
         probe = self._transformers_attentions(probe_ids)[0]
         # Hooked capture is used only where it reproduces output_attentions exactly.
-        self._recorders = attention_recorders(hf_model)
+        self._recorders = attention_recorders(self._modules)
         if len(self._recorders) != probe.shape[0] or not torch.equal(
             self._transformers_attentions(probe_ids)[0], probe
         ):
@@ -150,14 +155,31 @@ class LoadedModel:
         }.get(self.lm_head_kind, "no language-model head (a sentence encoder): ablation is measured as output change")
 
     def output_projections(self) -> list[torch.nn.Module]:
-        """Each layer's attention output projection (``o_proj`` / ``attention.output.dense`` / ``c_proj``)."""
-        projections = self._family_entry.output_projections(self.hf_model) if self._family_entry else []
-        if len(projections) != getattr(self, "num_layers", len(projections)) or not projections:
+        """Each layer's attention output projection (``o_proj`` / ``attention.output.dense`` / ``c_proj`` / ``attn.o``),
+        whose input is Concat(heads): ``attn.hook_z``."""
+        if self._modules is None:
             raise HeadscopeError(
                 f"Head ablation needs each layer's attention output projection, which Headscope does not know for "
                 f"{self.model_type!r} models. Supported: {families.supported_types()}."
             )
-        return projections
+        return [layer.attention.output for layer in self._modules.stacks["blocks"].layers]
+
+    @property
+    def modules(self) -> ModelModules | None:
+        """Where each part of the transformers model is (its family's declaration, ``engine.family``), or None for a
+        model of no family Headscope knows."""
+        return self._modules
+
+    def hook_names(self) -> list[str]:
+        """Every named hook point of this model, in the order a pass reaches them (docs/hooks.md): the names
+        ``run(hooks=...)`` and ``run_with_cache`` take, TransformerLens' (``blocks.3.attn.hook_pattern``)."""
+        return list(self._hook_names)
+
+    @property
+    def forward_lock(self) -> threading.RLock:
+        """The lock every pass of this model holds (its hooks are on shared modules): code that calls the
+        checkpoint's own layers directly (the needle test's greedy answer, with a key-value cache) holds it too."""
+        return self._forward_lock
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head applied to final hidden states ``[..., d]`` -> float32 logits ``[..., vocab]``."""
@@ -165,14 +187,7 @@ class LoadedModel:
             raise HeadscopeError(f"{self.name!r} has no language-model head: {self.head_description}.")
         return self._lm_head(hidden).float()
 
-    # ---- what the library's other modules use: the lock, the model's inputs, the edits, the mean cache ----
-    @property
-    def forward_lock(self) -> threading.RLock:
-        """The lock a forward pass holds while hooks are on the model's shared modules (use it with ``with``).
-
-        Re-entrant: an edited pass holds it around the capture of attentions, which takes it too."""
-        return self._forward_lock
-
+    # ---- what the library's other modules use: the model's inputs, the mean cache ----
     @property
     def uses_token_types(self) -> bool:
         """Whether the model takes ``token_type_ids`` (segment ids of sentence pairs)."""
@@ -183,26 +198,10 @@ class LoadedModel:
         """Mean-ablation values per reference set of texts (filled by ``models.ablation.head_means``)."""
         return self._head_means
 
-    @contextmanager
-    def edits_applied(self, edits: dict | None):
-        """Each layer's ``edits[layer]`` (``mha_core.edits``) applied, in the transformers engine, to the input of
-        its output projection, Concat(heads), seen as ``z = [batch, n, heads, d_head]``.
-
-        Holds the model's forward lock either way: hooks live on shared modules, so no other thread's pass
-        may run while they are on, nor an unedited pass see another thread's edits."""
-        if not edits:
-            with self._forward_lock:
-                yield
-            return
-        projections = self.output_projections()
-        hooks = [(projections[layer], concat_pre_hook(edit, self.num_heads)) for layer, edit in edits.items()]
-        with self._forward_lock, forward_pre_hooks(hooks):
-            yield
-
-    def model_inputs(self, forward: ForwardPass, hidden_states: bool = False) -> dict:
+    def _model_inputs(self, forward: ForwardPass) -> dict:
         """The keyword arguments of the transformers model for ``forward``'s tokens."""
         inputs = {"input_ids": forward.input_ids, "attention_mask": forward.attention_mask, "return_dict": True}
-        if hidden_states:
+        if forward.keep_layer_inputs:
             inputs["output_hidden_states"] = True
         if forward.token_type_ids is not None:
             inputs["token_type_ids"] = forward.token_type_ids
@@ -210,19 +209,10 @@ class LoadedModel:
             inputs["use_cache"] = False
         return inputs
 
-    def final_hidden(
-        self, engine: str, input_ids, attention_mask=None, token_type_ids=None, edits: dict | None = None
-    ) -> torch.Tensor:
-        """The hidden states the LM head reads, ``[B, n, d]`` (after any final norm), from one forward pass."""
-        forward = ForwardPass(input_ids, attention_mask, token_type_ids, edits=edits)
-        return self.hidden_states(forward, engine)
-
     def hidden_states(self, forward: ForwardPass, engine: str = "transformers") -> torch.Tensor:
-        """``final_hidden`` of a ``ForwardPass``: the hidden states the LM head reads, ``[B, n, d]``."""
-        if engine == "core":
-            return self._core_pass(forward.with_changes(keep_hidden=True)).hidden
-        with self.edits_applied(forward.edits), torch.inference_mode():
-            return self.hf_model(**self.model_inputs(forward)).last_hidden_state.float()
+        """The hidden states the LM head reads, ``[B, n, d]`` (after any final norm), from one pass of ``forward``
+        (its hook functions applied) without capturing attention."""
+        return self.run_pass(forward.with_changes(keep_hidden=True, attentions=False), engine).hidden
 
     def _probe_ids(self, count: int) -> list[int]:
         ordinary = [
@@ -236,15 +226,22 @@ class LoadedModel:
     def run_pass(self, forward: ForwardPass, engine: str = "transformers") -> PassResult:
         """One forward pass of an engine: its attentions ``[B, L, H, n, n]`` and what ``forward`` asks to keep.
 
-        ``forward.edits`` (head ablation) apply to both engines. The core engine runs transformers too and
-        returns its attentions as ``reference`` (the run reports the difference); its progress is two parts.
+        ``forward.hooks`` (head ablation, any hook function) apply to both engines. The core engine runs transformers
+        too (with the same hook functions) and returns its attentions as ``reference`` (the run reports the
+        difference), when it captures attentions; its progress is then two parts.
         """
         if engine not in ENGINES:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
+        if forward.hooks:
+            check_names(forward.hooks, self._hook_names)
         if engine == "transformers":
             return self._transformers_pass(forward)
+        if not forward.attentions:
+            return self._core_pass(forward)
         # The reference pass keeps nothing, and its attentions must not share memory with the core's.
-        reference_pass = forward.part(0, 2).with_changes(keep_hidden=False, keep_layer_inputs=False, out=None)
+        reference_pass = forward.part(0, 2).with_changes(
+            keep_hidden=False, keep_layer_inputs=False, keep=None, out=None, grad=False
+        )
         reference = self._transformers_pass(reference_pass).attentions
         result = self._core_pass(forward.part(1, 2))
         if tuple(result.attentions.shape) != tuple(reference.shape):
@@ -260,71 +257,82 @@ class LoadedModel:
         return self._transformers_pass(ForwardPass(input_ids)).attentions
 
     def _transformers_pass(self, forward: ForwardPass) -> PassResult:
-        """The transformers model's pass.
+        """The transformers model's pass, with module hooks taking the named points ``forward`` hooks or keeps
+        (``points.module_points``).
 
         Each layer's weights are copied into one preallocated tensor as the layer computes them
         (``capture.captured_attentions``), so no second copy is ever held; models whose attention modules
         cannot be hooked that way return them through ``output_attentions`` and one ``torch.stack``.
         ``forward.progress`` is called as each layer finishes and ``forward.out`` reused (hooked path only).
         """
-        inputs = self.model_inputs(forward, hidden_states=forward.keep_layer_inputs)
-        with self.edits_applied(forward.edits):
+        inputs = self._model_inputs(forward)
+        hooks = Hooks(forward.hooks, forward.keep)
+        mode = torch.enable_grad() if forward.grad else torch.inference_mode()
+        batch = forward.input_ids.shape[0]
+        # One forward pass at a time: hooks live on shared modules, so no other thread's pass may run while they
+        # are on, nor an unedited pass see another thread's edits.
+        with self._forward_lock, module_points(self._family_entry, self.hf_model, hooks, batch):
+            if not forward.attentions:
+                with mode:
+                    return self._kept(forward, None, self.hf_model(**inputs), hooks)
             if self._recorders:
-                captured, output = captured_attentions(
-                    self.hf_model, self._recorders, inputs, self._forward_lock, forward
-                )
+                captured, output = captured_attentions(self.hf_model, self._recorders, inputs, forward)
                 if captured is not None:
-                    return self._kept(forward, captured, output)
-            with torch.inference_mode():
+                    return self._kept(forward, captured, output, hooks)
+            with mode:
                 result = self.hf_model(**inputs, output_attentions=True)
-                layers = list(result.attentions or ())
-                if not layers or any(layer is None for layer in layers):
-                    raise ModelLoadError(
-                        f"{self.name!r} returned no attention weights (attention implementation "
-                        f"{getattr(self.hf_model.config, '_attn_implementation', '?')!r}). Headscope loads models "
-                        "with attn_implementation='eager'; sdpa and flash attention do not return weights."
-                    )
-                return self._kept(forward, torch.stack(layers, dim=1), result)
+            layers = list(result.attentions or ())
+            if not layers or any(layer is None for layer in layers):
+                raise ModelLoadError(
+                    f"{self.name!r} returned no attention weights (attention implementation "
+                    f"{getattr(self.hf_model.config, '_attn_implementation', '?')!r}). Headscope loads models "
+                    "with attn_implementation='eager'; sdpa and flash attention do not return weights."
+                )
+            return self._kept(forward, torch.stack([layer.detach() for layer in layers], dim=1), result, hooks)
 
-    def _kept(self, forward: ForwardPass, attentions: torch.Tensor, output) -> PassResult:
-        """The pass's result with what ``forward`` keeps of the model's output: the final hidden states, and each
-        layer's input (``hidden_states[l]`` for l < L; the last entry is the final output)."""
-        result = PassResult(attentions)
+    def _kept(self, forward: ForwardPass, attentions: torch.Tensor | None, output, hooks: Hooks) -> PassResult:
+        """The pass's result with what ``forward`` keeps of the model's output: the final hidden states, each
+        layer's input (``hidden_states[l]`` for l < L; the last entry is the final output), the named points."""
+        result = PassResult(attentions, cache=hooks.cache)
         if forward.keep_hidden:
             result.hidden = output.last_hidden_state.float()
         if forward.keep_layer_inputs:
-            num_layers = attentions.shape[1]
             hidden = list(getattr(output, "hidden_states", None) or ())
-            if len(hidden) != num_layers + 1:
+            if len(hidden) != self.num_layers + 1:
                 raise EngineNotSupported(
-                    f"{self.name!r} returned {len(hidden)} hidden states for {num_layers} layers; "
+                    f"{self.name!r} returned {len(hidden)} hidden states for {self.num_layers} layers; "
                     "norm-based attention and the neuron view need each layer's input."
                 )
-            result.layer_inputs = hidden[:num_layers]
+            result.layer_inputs = hidden[: self.num_layers]
         return result
 
     def _core_pass(self, forward: ForwardPass) -> PassResult:
         """The from-scratch engine's pass; its hidden states are taken after the checkpoint's final norm (GPT-2
-        ``ln_f``, Llama ``norm``), which the LM head reads."""
+        ``ln_f``, Llama ``norm``), which the LM head reads. Each layer's input is its point ``hook_resid_pre``."""
         outputs: dict | None = {} if forward.keep_hidden else None
-        layer_inputs: list | None = [] if forward.keep_layer_inputs else None
-        with torch.inference_mode():
-            attentions = core_attentions(
-                self.hf_model,
-                forward.input_ids,
-                attention_mask=forward.attention_mask,
-                token_type_ids=forward.token_type_ids,
-                progress=forward.progress,
-                edits=forward.edits,
-                outputs=outputs,
-                layer_inputs=layer_inputs,
-            )
-            hidden = None if outputs is None else outputs["hidden"]
-            if hidden is not None and self._family_entry is not None:
-                final_norm = self._family_entry.final_norm_of(self.hf_model)
-                if final_norm is not None:
-                    hidden = final_norm(hidden).float()
-        return PassResult(attentions, None, hidden, layer_inputs)
+        inputs = {f"{SINGLE_STACK.blocks}.{layer}.hook_resid_pre" for layer in range(self.num_layers)}
+        wanted = forward.keep
+        keep = wanted
+        if forward.keep_layer_inputs:
+            keep = inputs.__contains__ if wanted is None else (lambda name: name in inputs or wanted(name))
+        hooks = Hooks(forward.hooks, keep)
+        attentions = core_attentions(
+            self.hf_model,
+            forward.input_ids,
+            attention_mask=forward.attention_mask,
+            token_type_ids=forward.token_type_ids,
+            progress=forward.progress,
+            hooks=hooks,
+            outputs=outputs,
+            grad=forward.grad,
+        )
+        result = PassResult(attentions, None, None if outputs is None else outputs["final"].float())
+        if forward.keep_layer_inputs:
+            result.layer_inputs = [
+                hooks.cache[f"{SINGLE_STACK.blocks}.{layer}.hook_resid_pre"] for layer in range(self.num_layers)
+            ]
+        result.cache = {name: tensor for name, tensor in hooks.cache.items() if wanted is not None and wanted(name)}
+        return result
 
     def _make_run(
         self,
@@ -381,6 +389,7 @@ class LoadedModel:
         norms: bool = False,
         out: AttentionBuffer | None = None,
         losses: bool | None = None,
+        hooks: Mapping[str, HookFunction] | None = None,
     ) -> AttentionRun:
         """Attention of every layer and head for one text (or a list of pre-split words).
 
@@ -388,25 +397,60 @@ class LoadedModel:
         ``bos``: begin with the BOS token (None: the model's default, ``default_bos``).
         ``ablate``: heads ``[(layer, head), ...]`` whose output is zeroed (``ablation="zero"``) or replaced by
         its mean over a reference set (``"mean"``) before the output projection (``models.ablation``).
-        ``losses``: the run carries ``token_losses`` where the model has a head, ``output_change`` (ablated
-        runs) where it has none; None (the default): for ablated runs only, since a plain run's losses cost
-        the LM head over every position (causal) or one forward pass per token (masked).
+        ``hooks``: ``{name: function}`` on the named points (``hook_names()``, docs/hooks.md): each function takes
+        the tensor at its point and returns its replacement (None keeps it), in either engine; the run's
+        attentions are the patterns the pass went on with. The metadata names the hooked points.
+        ``losses``: the run carries ``token_losses`` where the model has a head, ``output_change`` (ablated or
+        hooked runs) where it has none; None (the default): for ablated or hooked runs only, since a plain run's
+        losses cost the LM head over every position (causal) or one forward pass per token (masked).
         ``norms``: also norm-based attention (Kobayashi et al. 2020), ``run.norms`` ``[L, H, n, n]``
-        with ``run.value_norms`` and ``run.output_norms`` (``mha_core.analysis.norms.norm_based_attention``).
+        with ``run.value_norms`` and ``run.output_norms`` (``mha_core.models.norms.norm_based_attention``).
         ``out``: an ``AttentionBuffer`` the run's attentions may live in, for a caller that is done with
         one run before the next (the next run with the same buffer overwrites them); saves faulting in
         fresh memory for every long run.
+        In the core engine the transformers pass it is checked against runs the same hook functions.
         """
         encoded = self.encode(text_or_words, text_pair, bos)
-        return self._run_encoded(
-            encoded, engine, progress, ablate=ablate, ablation=ablation, norms=norms, out=out, losses=losses
-        )
+        settings = dict(ablate=ablate, ablation=ablation, norms=norms, out=out, losses=losses, hooks=hooks)
+        return self._run_encoded(encoded, engine, progress, **settings)[0]
+
+    def run_with_cache(
+        self,
+        text_or_words: str | Sequence[str],
+        names: NameFilter = None,
+        engine: str = "transformers",
+        *,
+        text_pair: str | None = None,
+        progress: Progress | None = None,
+        bos: bool | None = None,
+        hooks: Mapping[str, HookFunction] | None = None,
+        losses: bool | None = None,
+    ) -> tuple[AttentionRun, dict[str, torch.Tensor]]:
+        """``(run, cache)``: ``run(text)`` and the tensors at the named points (docs/hooks.md), ``{name: tensor}``,
+        batch first with a batch of one, as the pass went on with them (after ``hooks``' functions).
+
+        ``names``: which points (None: every one; a name, a list of names, or a predicate of the name, as
+        TransformerLens' ``names_filter``). Both engines give the same cache (the tests check it to 1e-4)."""
+        encoded = self.encode(text_or_words, text_pair, bos)
+        keep = name_filter(names, self._hook_names)
+        run, cache = self._run_encoded(encoded, engine, progress, hooks=hooks, keep=keep, losses=losses)
+        return run, {name: cache[name] for name in self._hook_names if name in cache}  # in the order of a pass
 
     def layer_inputs(self, token_ids: Sequence[int], engine: str = "transformers") -> tuple[torch.Tensor, list]:
         """``(attentions [1, L, H, n, n], each layer's input hidden states [1, n, d])`` of one engine's pass."""
         encoded = self.encoder.encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
         result = self.run_pass(ForwardPass(torch.tensor([encoded.input_ids]), keep_layer_inputs=True), engine)
         return result.attentions, result.layer_inputs
+
+    def _pass_hooks(self, ablate=None, ablation: str = "zero", hooks: Mapping | None = None) -> dict | None:
+        """The hook functions of a pass: the ablation of ``ablate`` (``models.ablation``) and ``hooks``, checked
+        against this model's names (both on one point: the ablation first); None when there are none."""
+        functions = dict(ablation_hooks(self, ablate, ablation) or {})
+        if hooks:
+            check_names(hooks, self._hook_names)
+            for name, function in hooks.items():
+                functions[name] = chain(functions.get(name), function)
+        return functions or None
 
     def _run_encoded(
         self,
@@ -418,17 +462,20 @@ class LoadedModel:
         norms: bool = False,
         out: AttentionBuffer | None = None,
         losses: bool | None = None,
+        hooks: Mapping | None = None,
+        keep=None,
         **metadata,
-    ) -> AttentionRun:
-        edits = head_edits(self, ablate, ablation)
+    ) -> tuple[AttentionRun, dict]:
+        functions = self._pass_hooks(ablate, ablation, hooks)
         forward = ForwardPass(
             torch.tensor([encoded.input_ids]),
             token_type_ids=torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None,
-            edits=edits,
+            hooks=functions,
+            keep=keep,
             progress=progress,
             # The final hidden states are kept only for the losses: without them the pass may stop at the last
             # layer's attention (capture.captured_attentions).
-            keep_hidden=losses_wanted(self, losses, edits),
+            keep_hidden=losses_wanted(self, losses, functions),
             keep_layer_inputs=norms,
             out=out,
         )
@@ -436,19 +483,14 @@ class LoadedModel:
         attentions, reference = result.attentions, result.reference
         max_abs_diff = None if reference is None else float((attentions - reference).abs().max())
         extra = run_outputs(self, engine, forward, result.hidden, [encoded])
-        run = self._make_run(
-            encoded,
-            attentions[0],
-            engine,
-            max_abs_diff,
-            **extra[0],
-            **self._ablation_metadata(ablate, ablation),
-            **metadata,
-        )
+        described = self._ablation_metadata(ablate, ablation)
+        if hooks:
+            described.setdefault("metadata_extra", {})["hooks"] = sorted(hooks)
+        run = self._make_run(encoded, attentions[0], engine, max_abs_diff, **extra[0], **described, **metadata)
         if norms:
             by_norm, value_norms, output_norms = norm_based_attention(self.hf_model, attentions, result.layer_inputs)
             run.norms, run.value_norms, run.output_norms = by_norm[0], value_norms[0], output_norms[0]
-        return run
+        return run, result.cache
 
     def _ablation_metadata(self, ablate, ablation: str) -> dict:
         heads = check_heads(self, ablate)
@@ -470,9 +512,8 @@ class LoadedModel:
     ) -> AttentionRun:
         """Attention for already-tokenized input, taken as is (no special tokens added); ``losses`` as in ``run``."""
         encoded = self.encoder.encode_ids(token_ids, self.hf_model.get_input_embeddings().num_embeddings)
-        return self._run_encoded(
-            encoded, engine, progress, ablate=ablate, ablation=ablation, losses=losses, from_ids=True
-        )
+        settings = dict(ablate=ablate, ablation=ablation, losses=losses)
+        return self._run_encoded(encoded, engine, progress, **settings, from_ids=True)[0]
 
     def run_batch(
         self,
@@ -491,7 +532,7 @@ class LoadedModel:
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        edits = head_edits(self, ablate, ablation)
+        functions = self._pass_hooks(ablate, ablation)
         described = self._ablation_metadata(ablate, ablation)
         encoded = [self.encode(text, bos=bos) for text in texts]
         runs: list[AttentionRun | None] = [None] * len(encoded)
@@ -500,10 +541,11 @@ class LoadedModel:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             items = [encoded[i] for i in chunk]
-            keep_hidden = losses_wanted(self, losses, edits)
-            result = self.encoded_pass(items, engine, edits=edits, keep_hidden=keep_hidden)
+            keep_hidden = losses_wanted(self, losses, functions)
+            result = self.encoded_pass(items, engine, hooks=functions, keep_hidden=keep_hidden)
             attentions, reference = result.attentions, result.reference
-            extra = run_outputs(self, engine, padded(self, items).with_changes(edits=edits), result.hidden, items)
+            forward = padded(self, items).with_changes(hooks=functions)
+            extra = run_outputs(self, engine, forward, result.hidden, items)
             for row, i in enumerate(chunk):
                 n = len(encoded[i])
                 own = attentions[row, :, :, :n, :n].contiguous()
@@ -515,7 +557,7 @@ class LoadedModel:
         self,
         encoded: Sequence[EncodedText],
         engine: str = "transformers",
-        edits: dict | None = None,
+        hooks: dict | None = None,
         outputs: dict | None = None,
         layer_inputs: list | None = None,
         out: AttentionBuffer | None = None,
@@ -524,14 +566,14 @@ class LoadedModel:
 
         n is the longest text's length; each text's padding rows and columns are exactly 0 (the keys
         are masked; the query rows, which attend anyway, are cleared), so a padded text counts the same
-        as its trimmed run in every metric. ``edits``/``outputs``: head ablation and the final hidden states
-        (see ``run_pass``); ``layer_inputs`` (a list) receives each layer's input hidden states;
+        as its trimmed run in every metric. ``hooks``/``outputs``: hook functions (head ablation) and the final
+        hidden states (see ``run_pass``); ``layer_inputs`` (a list) receives each layer's input hidden states;
         ``out``: an ``AttentionBuffer`` to reuse (the next pass with it overwrites these attentions).
         """
         result = self.encoded_pass(
             encoded,
             engine,
-            edits=edits,
+            hooks=hooks,
             keep_hidden=outputs is not None,
             keep_layer_inputs=layer_inputs is not None,
             out=out,
@@ -545,7 +587,7 @@ class LoadedModel:
     def encoded_pass(self, encoded: Sequence[EncodedText], engine: str = "transformers", **settings) -> PassResult:
         """``forward_encoded`` as a ``PassResult``: one padded, masked pass over ``encoded`` whose attentions have
         each text's padding rows and columns exactly 0. ``settings``: the ``ForwardPass`` fields beyond the
-        tokens (``edits``, ``progress``, ``keep_hidden``, ``keep_layer_inputs``, ``out``)."""
+        tokens (``hooks``, ``keep``, ``progress``, ``keep_hidden``, ``keep_layer_inputs``, ``out``)."""
         forward = padded(self, encoded).with_changes(**settings)
         result = self.run_pass(forward, engine)
         width = forward.input_ids.shape[1]

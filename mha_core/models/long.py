@@ -25,19 +25,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..analysis.long_roles import local_windows, long_roles, needle_copies, sink_by_distance
+from ..analysis.long_roles import generated_copies, local_windows, long_roles, needle_copies, sink_by_distance
 from ..analysis.streamed import RowStatistics
 from ..engine.blockwise import BLOCK_BYTES, CHUNK, Block, BlockwiseAttention, LayerScores, as_positions
 from ..engine.core import core_attentions, core_family, core_model
 from ..errors import InputTextError
 from ..pooling import PooledGrid, bin_edges, check_reduce
-from ..progress import Progress
+from ..progress import Progress, progress_part, report
 from ..run import punctuation_mask
 from .tokens import EncodedText
 
 OVERVIEW_SIZE = 128  # cells a side of every head's overview, pooled during the pass
 LONG_DOCUMENTS = Path(__file__).resolve().parents[2] / "assets" / "long" / "documents.json"  # UD EWT dev, CC BY-SA
-# The needle-in-a-haystack test's default needle and question (Wu et al. 2024's form: the answer repeats the needle).
+# The needle-in-a-haystack test's default needle and question (Wu et al. 2024's form: the question ends with the
+# needle's own words, and the model writes the rest).
 NEEDLE = "The secret password for the garden gate is purple elephant nineteen."
 NEEDLE_QUESTION = "What is the secret password for the garden gate? The secret password for the garden gate is"
 
@@ -196,12 +197,6 @@ class LongRun:
         return local_windows(self.statistics.rows["window"], self.is_causal)
 
 
-def bin_edges_of(rows, cols, size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The token edges of an overview's rows and columns (as ``attention_overview`` cuts them)."""
-    rows, cols = _region(rows, n, "rows"), _region(cols, n, "cols")
-    return bin_edges(*rows, size), bin_edges(*cols, size)
-
-
 def _region(region, n: int, what: str) -> tuple[int, int]:
     if region is None:
         return (0, n)
@@ -281,7 +276,9 @@ def run_long(
                 grids.append(PooledGrid(model.num_heads, (0, n), (0, n), overview_size))
             grids[block.layer].add(block.row_start, block.weights, block.chunks, CHUNK)
 
-    kernel = BlockwiseAttention(model.num_layers, (Overviews, statistics), progress, statistics.key_features)
+    kernel = BlockwiseAttention(
+        model.num_layers, (Overviews, statistics), progress, statistics.key_features, score_sums=True
+    )
     input_ids = torch.tensor([encoded.input_ids])
     token_type_ids = torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None
     with torch.inference_mode():
@@ -334,11 +331,47 @@ def haystack() -> str:
     return "\n\n".join(document["text"] for document in long_documents()[::-1])
 
 
-def needle_prompt(model, haystack: str, needle: str, question: str, depth: float = 0.5, num_tokens: int | None = None):
-    """A needle-in-a-haystack prompt (Wu et al. 2024) as token ids, and its copies for ``retrieval_scores``:
-    ``haystack`` cut to fit ``num_tokens`` (default: the model's context length), ``needle`` inserted at
-    ``depth`` (0 = start, 1 = end, at a token boundary), then ``question`` and the needle again as the answer.
-    Returns ``(token_ids, copies)``."""
+# The needle test's answer: at most the needle's length plus this many tokens, ended by the model's end of text, a
+# new line or a token that ends a sentence.
+ANSWER_EXTRA_TOKENS = 4
+# Rows of the prompt read at once while the model answers (the key-value cache is filled a block at a time, so the
+# eager attention of a block, heads x rows x keys, stays small at 8,192 tokens).
+ANSWER_PREFILL_ROWS = 256
+
+
+@dataclass(frozen=True)
+class NeedlePrompt:
+    """A needle-in-a-haystack prompt (Wu et al. 2024) as token ids: the haystack with the needle at a depth, then
+    the question, which the model answers (``run_needle``). ``needle_start``, ``needle_length``: where the
+    needle's tokens are; ``answer_tokens``: at most this many tokens of answer fit the length asked for."""
+
+    token_ids: tuple[int, ...]
+    needle_start: int
+    needle_length: int
+    answer_tokens: int
+
+    def teacher_forced(self) -> tuple[list[int], list[tuple[int, int]]]:
+        """The prompt with the needle repeated as its answer, and that answer's copies (``needle_copies``): a fixed
+        input of the full length (bench/long.py times the long pass on it). Its retrieval scores are not Wu et
+        al.'s: after the first answer token, repeating a sequence seen before is an induction task."""
+        needle = list(self.token_ids[self.needle_start : self.needle_start + self.needle_length])
+        ids = [*self.token_ids, *needle]
+        return ids, needle_copies(ids, self.needle_start, len(self.token_ids), self.needle_length)
+
+
+def needle_question(
+    model,
+    haystack: str,
+    needle: str,
+    question: str,
+    depth: float = 0.5,
+    num_tokens: int | None = None,
+    answer_tokens: int | None = None,
+) -> NeedlePrompt:
+    """A ``NeedlePrompt``: ``haystack`` cut so that the prompt and an answer of ``answer_tokens`` (default: the
+    needle's length and ``ANSWER_EXTRA_TOKENS``) fit ``num_tokens`` (default: the model's context length),
+    ``needle`` inserted at ``depth`` (0 = start, 1 = end, at a token boundary), then ``question``. Tokenizer only:
+    no pass."""
     if not 0.0 <= float(depth) <= 1.0:
         raise ValueError(f"depth must lie in 0..1 (0 = the start, 1 = the end), got {depth}")
     if not needle.strip() or not question.strip():
@@ -347,12 +380,102 @@ def needle_prompt(model, haystack: str, needle: str, question: str, depth: float
     encode = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
     needle_ids, question_ids, hay_ids = encode(" " + needle.strip()), encode(" " + question.strip()), encode(haystack)
     bos = [tokenizer.bos_token_id] if model.default_bos else []
-    budget = (num_tokens or model.context_length) - len(bos) - 2 * len(needle_ids) - len(question_ids)
+    answer_tokens = len(needle_ids) + ANSWER_EXTRA_TOKENS if answer_tokens is None else int(answer_tokens)
+    budget = (num_tokens or model.context_length) - len(bos) - len(needle_ids) - len(question_ids) - answer_tokens
     if budget < 1:
         raise InputTextError("The needle and question leave no room for a haystack at this length.")
     hay_ids = hay_ids[:budget]
     cut = round(depth * len(hay_ids))
-    ids = bos + hay_ids[:cut] + needle_ids + hay_ids[cut:] + question_ids + needle_ids
-    needle_start = len(bos) + cut
-    answer_start = len(ids) - len(needle_ids)
-    return ids, needle_copies(ids, needle_start, answer_start, len(needle_ids))
+    ids = bos + hay_ids[:cut] + needle_ids + hay_ids[cut:] + question_ids
+    return NeedlePrompt(tuple(ids), len(bos) + cut, len(needle_ids), answer_tokens)
+
+
+def needle_prompt(model, haystack: str, needle: str, question: str, depth: float = 0.5, num_tokens: int | None = None):
+    """``needle_question``'s prompt with the needle repeated as a teacher-forced answer (``NeedlePrompt.
+    teacher_forced``): ``(token_ids, copies)``, ``num_tokens`` long in all. A fixed input for timing; the needle
+    test is ``run_needle``."""
+    needle_length = len(model.tokenizer(" " + needle.strip(), add_special_tokens=False)["input_ids"])
+    prompt = needle_question(
+        model, haystack, needle, question, depth=depth, num_tokens=num_tokens, answer_tokens=needle_length
+    )
+    return prompt.teacher_forced()
+
+
+@dataclass(frozen=True)
+class NeedleAnswer:
+    """What the model answered in a needle test (``run_needle``): ``answer_ids`` (greedy, its own), ``answer``
+    (their text), ``answer_start`` (the answer's first position in the run), ``copies`` (``generated_copies``:
+    the answer's tokens that are in the needle, what its retrieval heads are scored on) and the needle's place."""
+
+    answer_ids: tuple[int, ...]
+    answer: str
+    answer_start: int
+    needle_start: int
+    needle_length: int
+    copies: tuple[tuple[int, int], ...]
+
+
+def _ends_answer(text: str) -> bool:
+    stripped = text.rstrip(" ")
+    return "\n" in text or stripped.endswith((".", "!", "?"))
+
+
+def greedy_answer(model, token_ids, max_new_tokens: int, progress: Progress | None = None) -> list[int]:
+    """The model's own greedy continuation of ``token_ids`` (a decoder with its language-model head), up to
+    ``max_new_tokens`` tokens, ended by its end-of-text token, a new line or a token that ends a sentence. The
+    checkpoint's own layers (eager attention) with a key-value cache, filled ``ANSWER_PREFILL_ROWS`` rows at a
+    time, then one token per step; ``progress`` counts the prompt's blocks and the steps."""
+    from transformers import DynamicCache  # transformers: imported on first use, as in models.loading
+
+    if not model.is_causal or not model.has_lm_head:
+        raise InputTextError(f"{model.name} does not write text: a needle test needs a decoder with its head.")
+    ids = [int(i) for i in token_ids]
+    blocks = list(range(0, len(ids), ANSWER_PREFILL_ROWS))
+    total = len(blocks) + max_new_tokens
+    cache = DynamicCache()
+    answer: list[int] = []
+    with model.forward_lock, torch.inference_mode():
+        for index, start in enumerate(blocks):
+            chunk = torch.tensor([ids[start : start + ANSWER_PREFILL_ROWS]])
+            hidden = model.hf_model(input_ids=chunk, past_key_values=cache, use_cache=True).last_hidden_state
+            report(progress, index + 1, total, "reading the prompt")
+        for step in range(max_new_tokens):
+            token = int(model.logits(hidden[0, -1]).argmax())
+            answer.append(token)
+            report(progress, len(blocks) + step + 1, total, "answering")
+            if token == model.tokenizer.eos_token_id or _ends_answer(model.tokenizer.decode([token])):
+                break
+            hidden = model.hf_model(
+                input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True
+            ).last_hidden_state
+    return answer
+
+
+def run_needle(model, prompt: NeedlePrompt, progress: Progress | None = None) -> LongRun:
+    """The needle test of Wu et al. (2024): the model answers ``prompt`` greedily (``greedy_answer``), then the long
+    path reads the prompt and the answer (``run_long``), so every head's attention while it wrote each answer
+    token is in the run (a decoder's row depends only on the tokens before it). The long path's own greedy choice
+    is checked on every answer row; the answer is kept up to the first row where the two engines' argmax differ
+    (float rounding; it never did on SmolLM2). ``run.metadata["needle"]`` is the ``NeedleAnswer``, whose
+    ``copies`` score the retrieval heads: ``run.roles(answer.copies)``."""
+    answer = greedy_answer(model, prompt.token_ids, prompt.answer_tokens, progress_part(progress, 0, 2))
+    ids = [*prompt.token_ids, *answer]
+    run = run_long(model, token_ids=ids, progress=progress_part(progress, 1, 2), keep_hidden=True)
+    start = len(prompt.token_ids)
+    stack = model.modules.stacks["blocks"] if model.modules is not None else None
+    final_norm = stack.final_norm if stack is not None else None
+    with torch.inference_mode():
+        rows = run.hidden[start - 1 : len(ids) - 1]
+        chosen = model.logits(final_norm(rows) if final_norm is not None else rows).argmax(-1).tolist()
+    agreed = next((i for i, (a, b) in enumerate(zip(chosen, answer)) if a != b), len(answer))
+    kept = ids[: start + agreed]
+    run.hidden = None  # the check is done: the run keeps no [n, d] states
+    run.metadata["needle"] = NeedleAnswer(
+        answer_ids=tuple(answer[:agreed]),
+        answer=model.tokenizer.decode(answer[:agreed]),
+        answer_start=start,
+        needle_start=prompt.needle_start,
+        needle_length=prompt.needle_length,
+        copies=tuple(generated_copies(kept, prompt.needle_start, prompt.needle_length, start)),
+    )
+    return run

@@ -3,7 +3,7 @@ of encoders without one, the output change.
 
 Losses: models with a causal LM head, -log p(token[i+1] | tokens[:i+1]); models with a masked-LM head, the
 loss of each non-special token masked in turn; sentence encoders without a head, the output change: the
-cosine distance between the mean-pooled final hidden states with and without the intervention (0 when
+cosine distance between the mean-pooled final hidden states with and without the intervention (the hook functions) (0 when
 nothing changes).
 
 ``model`` is a ``LoadedModel`` (``models.loaded``, which imports this module, so it is not imported here).
@@ -61,7 +61,7 @@ def chunked_next_token_losses(model, hidden: torch.Tensor, ids: torch.Tensor, ch
 def masked_token_losses(model, engine: str, text: ForwardPass, special_mask) -> np.ndarray:
     """Each non-special token's loss with that token replaced by the mask token: float32 ``[n]``, NaN at specials.
 
-    ``text``: one text's pass (``input_ids``, ``token_type_ids``, ``edits``; no padding). One batch of k copies
+    ``text``: one text's pass (``input_ids``, ``token_type_ids``, ``hooks``; no padding). One batch of k copies
     of the text, copy j with its j-th non-special token masked (k forward passes' work).
     """
     ids = torch.as_tensor(text.input_ids).reshape(-1)
@@ -77,7 +77,7 @@ def masked_token_losses(model, engine: str, text: ForwardPass, special_mask) -> 
     copies[rows, where] = mask_id
     types = None if token_type_ids is None else torch.as_tensor(token_type_ids).reshape(1, -1).repeat(len(positions), 1)
     with torch.inference_mode():
-        copied = ForwardPass(copies, token_type_ids=types, edits=text.edits)
+        copied = ForwardPass(copies, token_type_ids=types, hooks=text.hooks)
         hidden = model.hidden_states(copied, engine)[rows, where]
         per_token = F.cross_entropy(model.logits(hidden), ids[where], reduction="none")
     losses[positions] = per_token.numpy()
@@ -98,27 +98,27 @@ def output_change(base_hidden: torch.Tensor, hidden: torch.Tensor, mask: torch.T
     return sentence, tokens
 
 
-def losses_wanted(model, losses: bool | None, edits: dict | None) -> bool:
+def losses_wanted(model, losses: bool | None, hooks: dict | None) -> bool:
     """Whether a run reports ``run_outputs`` (which needs the pass's final hidden states): ``losses`` True or
-    False, or None: for ablated runs only. Masked-LM losses cost one forward pass per token, causal ones
-    the LM head over every position (+20% on SmolLM2), so plain runs do not pay for them."""
-    wanted = bool(edits) if losses is None else bool(losses)
-    return wanted and (model.lm_head_kind is not None or bool(edits))
+    False, or None: for ablated (or otherwise hooked) runs only. Masked-LM losses cost one forward pass per
+    token, causal ones the LM head over every position (+20% on SmolLM2), so plain runs do not pay for them."""
+    wanted = bool(hooks) if losses is None else bool(losses)
+    return wanted and (model.lm_head_kind is not None or bool(hooks))
 
 
 def run_outputs(
     model, engine: str, forward: ForwardPass, hidden: torch.Tensor | None, encoded: Sequence[EncodedText]
 ) -> list[dict]:
     """What each run of a batch reports besides attention, when it was asked for (``losses_wanted``):
-    ``token_losses`` (models with a head) or, for ablated runs of encoders without one, ``output_change`` and
+    ``token_losses`` (models with a head) or, for ablated (hooked) runs of encoders without one, ``output_change`` and
     ``token_output_change``. ``forward``: the batch's pass; ``hidden``: its final hidden states (None when
     nothing is reported)."""
     rows: list[dict] = [{} for _ in encoded]
-    input_ids, attention_mask, token_type_ids, edits = (
+    input_ids, attention_mask, token_type_ids, hooks = (
         forward.input_ids,
         forward.attention_mask,
         forward.token_type_ids,
-        forward.edits,
+        forward.hooks,
     )
     if hidden is None:
         return rows
@@ -130,9 +130,9 @@ def run_outputs(
     elif model.lm_head_kind == "masked":
         for row, item in enumerate(encoded):
             types = None if token_type_ids is None else token_type_ids[row, : len(item)]
-            text = ForwardPass(torch.tensor(item.input_ids), token_type_ids=types, edits=edits)
+            text = ForwardPass(torch.tensor(item.input_ids), token_type_ids=types, hooks=hooks)
             rows[row]["token_losses"] = masked_token_losses(model, engine, text, item.special_mask)
-    elif edits:
+    elif hooks:
         base = model.hidden_states(ForwardPass(input_ids, attention_mask, token_type_ids), engine)
         sentence, tokens = output_change(base, hidden, attention_mask)
         for row, item in enumerate(encoded):

@@ -9,6 +9,7 @@ with its own tokens. The target, as the decoder reads it, begins with the model'
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -17,10 +18,12 @@ from ..engine import registry as families
 from ..engine.encoder_decoder import core_seq2seq_attentions
 from ..engine.seq2seq_blocks import Seq2SeqAttentions
 from ..errors import EngineNotSupported, HeadscopeError, ModelLoadError, quoted
+from ..hooks import HookFunction, Hooks, NameFilter, check_names, name_filter
 from ..progress import Progress, progress_part, report
 from ..run import AttentionRun
 from ..seq2seq_run import CrossAttentionRun, Seq2SeqRun
 from .loaded import ENGINES, MAX_TOKENS_CAP
+from .points import module_points, point_names
 from .tokens import EncodedText, TokenDisplay, check_text
 
 # What the model may write when no target is given: at most this many tokens after the start token.
@@ -83,6 +86,9 @@ class Seq2SeqModel:
         tokenizer_limit = getattr(tokenizer, "model_max_length", None) or positions
         self.max_tokens = int(min(positions, tokenizer_limit, MAX_TOKENS_CAP))
         self._forward_lock = threading.RLock()
+        self._family_entry = families.FAMILY_OF_MODEL_TYPE.get(self.model_type)
+        self._modules = self._family_entry.modules(self.hf_model) if self._family_entry else None
+        self._hook_names = point_names(self._family_entry, self._modules) if self._modules else []
         # Measured, not looked up: each stack's layers and heads, from the attentions of a short probe.
         ordinary = [i for i in range(min(len(tokenizer), 64)) if i not in self._special_ids][-3:]
         probe = self._transformers_attentions(torch.tensor([ordinary]), torch.tensor([[self.decoder_start_id]]))
@@ -189,10 +195,18 @@ class Seq2SeqModel:
             )
         return written[0].tolist()
 
+    def hook_names(self) -> list[str]:
+        """Every named hook point of this model (docs/hooks.md): ``hook_embed``, ``encoder.{l}....``,
+        ``hook_decoder_embed``, ``decoder.{l}....`` with ``cross_attn.`` points, the final norms (T5)."""
+        return list(self._hook_names)
+
     # ---- forward passes ----
-    def _transformers_attentions(self, input_ids, decoder_input_ids, attention_mask=None):
-        """The three attentions from transformers' own forward pass (``output_attentions``), float32."""
-        with self._forward_lock, torch.inference_mode():
+    def _transformers_attentions(self, input_ids, decoder_input_ids, attention_mask=None, hooks: Hooks | None = None):
+        """The three attentions from transformers' own forward pass (``output_attentions``), float32; ``hooks``
+        taken at the named points by module hooks (``points.module_points``)."""
+        hooks = hooks if hooks is not None else Hooks()
+        points = module_points(self._family_entry, self.hf_model, hooks, input_ids.shape[0])
+        with self._forward_lock, points, torch.inference_mode():
             output = self.hf_model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -208,19 +222,34 @@ class Seq2SeqModel:
             )
         return Seq2SeqAttentions(*(torch.stack(part, dim=1).float() for part in parts))
 
-    def attentions(self, engine: str, input_ids, decoder_input_ids, progress: Progress | None = None):
-        """``(attentions, transformers reference or None)`` of one pass, each a ``Seq2SeqAttentions``."""
+    def attentions(
+        self,
+        engine: str,
+        input_ids,
+        decoder_input_ids,
+        progress: Progress | None = None,
+        hooks: Mapping | None = None,
+        keep=None,
+    ):
+        """``(attentions, transformers reference or None, cache)`` of one pass, the attentions each a
+        ``Seq2SeqAttentions``: ``hooks`` (``{name: function}``) applied in both engines' passes (the core engine's
+        transformers reference too), ``keep`` (a predicate of the names) kept in ``cache`` from the engine's own."""
         if engine not in ENGINES:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
+        if hooks:
+            check_names(hooks, self._hook_names)
         report(progress, 0, 1, "transformers forward pass")
-        reference = self._transformers_attentions(input_ids, decoder_input_ids)
+        own = Hooks(hooks, keep)
+        reference = self._transformers_attentions(
+            input_ids, decoder_input_ids, hooks=own if engine == "transformers" else Hooks(hooks)
+        )
         if engine == "transformers":
             report(progress, 1, 1, "transformers forward pass")
-            return reference, None
+            return reference, None, own.cache
         core = core_seq2seq_attentions(
-            self.hf_model, input_ids, decoder_input_ids, progress=progress_part(progress, 1, 2)
+            self.hf_model, input_ids, decoder_input_ids, progress=progress_part(progress, 1, 2), hooks=own
         )
-        return core, reference
+        return core, reference, own.cache
 
     # ---- public API ----
     def run(
@@ -231,10 +260,33 @@ class Seq2SeqModel:
         *,
         progress: Progress | None = None,
         max_new_tokens: int | None = None,
+        hooks: Mapping[str, HookFunction] | None = None,
     ) -> Seq2SeqRun:
         """The encoder's, the decoder's and the cross-attention of every layer and head, for ``source`` and
         ``target`` (None: the model writes it greedily, at most ``max_new_tokens`` tokens, by default
-        ``DEFAULT_MAX_NEW_TOKENS``). ``progress(done, total, message)`` may raise to stop."""
+        ``DEFAULT_MAX_NEW_TOKENS``). ``progress(done, total, message)`` may raise to stop. ``hooks``:
+        ``{name: function}`` on the named points (``hook_names()``) of the run's pass (not of the writing)."""
+        return self._run(source, target, engine, progress=progress, max_new_tokens=max_new_tokens, hooks=hooks)[0]
+
+    def run_with_cache(
+        self,
+        source: str,
+        target: str | None = None,
+        names: NameFilter = None,
+        engine: str = "transformers",
+        *,
+        progress: Progress | None = None,
+        max_new_tokens: int | None = None,
+        hooks: Mapping[str, HookFunction] | None = None,
+    ) -> tuple[Seq2SeqRun, dict[str, torch.Tensor]]:
+        """``(run, cache)``: ``run(source, target)`` and the tensors at the named points ``names`` (None: every one;
+        a name, a list, or a predicate), batch first, as the pass went on with them."""
+        keep = name_filter(names, self._hook_names)
+        settings = dict(progress=progress, max_new_tokens=max_new_tokens, hooks=hooks, keep=keep)
+        run, cache = self._run(source, target, engine, **settings)
+        return run, {name: cache[name] for name in self._hook_names if name in cache}  # in the order of a pass
+
+    def _run(self, source, target, engine, *, progress, max_new_tokens, hooks, keep=None):
         encoded_source = self.encode_source(source)
         generated = target is None
         if generated:
@@ -243,7 +295,8 @@ class Seq2SeqModel:
             progress = progress_part(progress, 1, 2)
         else:
             encoded_target = self.encode_target(target)
-        return self.run_encoded(encoded_source, encoded_target, engine, progress=progress, generated=generated)
+        settings = dict(progress=progress, generated=generated, hooks=hooks, keep=keep)
+        return self._run_encoded(encoded_source, encoded_target, engine, **settings)
 
     def run_ids(self, source_ids, decoder_ids, engine: str = "transformers") -> Seq2SeqRun:
         """The three attentions for token ids taken as they are (the decoder's beginning with its start token)."""
@@ -260,26 +313,29 @@ class Seq2SeqModel:
         progress: Progress | None = None,
         generated: bool = False,
     ) -> Seq2SeqRun:
-        attentions, reference = self.attentions(
-            engine, torch.tensor([source.input_ids]), torch.tensor([target.input_ids]), progress
-        )
+        return self._run_encoded(source, target, engine, progress=progress, generated=generated)[0]
+
+    def _run_encoded(self, source, target, engine, *, progress=None, generated=False, hooks=None, keep=None):
+        ids = torch.tensor([source.input_ids]), torch.tensor([target.input_ids])
+        attentions, reference, cache = self.attentions(engine, *ids, progress, hooks=hooks, keep=keep)
         diffs = {}
         if reference is not None:
             for kind in ("encoder", "decoder", "cross"):
                 diffs[kind] = float((getattr(attentions, kind) - getattr(reference, kind)).abs().max())
         common = dict(model_name=self.name, family=self.family, engine=engine)
+        hooked = {"hooks": sorted(hooks)} if hooks else {}
         encoder = AttentionRun(
             is_causal=False,
             attentions=attentions.encoder[0].numpy(),
             max_abs_diff=diffs.get("encoder"),
-            **self._side_fields(source, "encoder"),
+            **self._side_fields(source, "encoder", extra=hooked),
             **common,
         )
         decoder = AttentionRun(
             is_causal=True,
             attentions=attentions.decoder[0].numpy(),
             max_abs_diff=diffs.get("decoder"),
-            **self._side_fields(target, "decoder"),
+            **self._side_fields(target, "decoder", extra=hooked),
             **common,
         )
         cross = CrossAttentionRun(
@@ -291,14 +347,15 @@ class Seq2SeqModel:
             key_special_mask=encoder.special_mask,
             key_word_ids=encoder.word_ids,
             key_words=encoder.words,
-            **self._side_fields(target, "cross", source.input_ids),
+            **self._side_fields(target, "cross", source.input_ids, extra=hooked),
             **common,
         )
-        return Seq2SeqRun(encoder=encoder, decoder=decoder, cross=cross, generated=generated)
+        return Seq2SeqRun(encoder=encoder, decoder=decoder, cross=cross, generated=generated), cache
 
-    def _side_fields(self, encoded: EncodedText, kind: str, source_ids=None) -> dict:
+    def _side_fields(self, encoded: EncodedText, kind: str, source_ids=None, extra: dict | None = None) -> dict:
         metadata = {"token_ids": encoded.input_ids, "model_type": self.model_type, "max_tokens": self.max_tokens}
         metadata["kind"] = kind
+        metadata.update(extra or {})
         if source_ids is not None:
             metadata["source_token_ids"] = list(source_ids)
         return dict(

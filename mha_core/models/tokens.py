@@ -21,8 +21,10 @@ from ..errors import EmptyTextError, InputTextError, quoted
 
 # How a piece that continues the word before it is shown, for every tokenizer alike.
 CONTINUATION = "##"
-# Whitespace-only pieces would be invisible in a heatmap axis; show a symbol for each character.
-WHITESPACE_SYMBOLS = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
+# Whitespace-only pieces would be invisible in a heatmap axis; show a symbol for each character (a no-break space
+# as the symbol made for it; any other white space, e.g. a thin or ideographic space, as an open box).
+WHITESPACE_SYMBOLS = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍", "\xa0": "⍽"}
+OTHER_WHITESPACE_SYMBOL = "␣"
 _SENTENCEPIECE_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
@@ -47,7 +49,7 @@ def visible(text: str) -> str:
     stripped = text.strip()
     if stripped:
         return stripped
-    return "".join(WHITESPACE_SYMBOLS.get(ch, ch) for ch in text)
+    return "".join(WHITESPACE_SYMBOLS.get(ch, OTHER_WHITESPACE_SYMBOL if ch.isspace() else ch) for ch in text)
 
 
 class TokenDisplay:

@@ -2,7 +2,7 @@
 object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, progress)`` (``base``).
 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
-long document, a needle test's tokens), ``corpus`` (a profile, coreference, a search index), ``causal``
+long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
 (ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens) and
 ``lab`` (the Lab's training, ablation and example).
 
@@ -19,7 +19,7 @@ from .causal import AblationEffect, DecoderScores, GroupAblation, Importance, In
 from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
-from .long import LongAttention, long_run_bytes, most_tokens_within
+from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
 from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "LabTraining",
     "LogitLens",
     "LongAttention",
+    "NeedleTest",
     "Neurons",
     "Operation",
     "Patching",
@@ -50,6 +51,7 @@ __all__ = [
     "key_of",
     "long_run_bytes",
     "most_tokens_within",
+    "needle_run_bytes",
     "operation",
     "prompt",
     "training_step_bytes",

@@ -3,18 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import {
-  bigLayout,
-  cellIndex,
-  decode,
-  headPixels,
-  hexRgb,
-  lookupTable,
-  modelLayout,
-  pickOf,
-  samePick,
-  weight,
-} from "../../ui/headview/headview.js";
+import { bigLayout, cellIndex, headPixels, modelLayout, pickOf, samePick, weight } from "../../ui/headview/headview.js";
+import { decodeBytes as decode, hexRgb, lookupTable } from "../../ui/viewkit/viewkit.js";
 
 // What ui/headview.pack sends: round(w * 255) per weight, [layers sent, heads, n, n] in C order, base64.
 function packed(weights) {
@@ -53,11 +43,6 @@ function sentence(causal = false) {
   };
 }
 
-test("decode gives back the bytes packed in base64", () => {
-  assert.deepEqual([...decode(Buffer.from([0, 1, 127, 128, 255]).toString("base64"))], [0, 1, 127, 128, 255]);
-  assert.deepEqual([...decode("")], []);
-});
-
 test("weight unpacks a head's weight from the layers sent, to within half a level", () => {
   const s = sentence();
   assert.equal(weight(s, 4, 0, 0, 0), 1);
@@ -69,26 +54,6 @@ test("weight unpacks a head's weight from the layers sent, to within half a leve
       for (let j = 0; j < 3; j++) assert.ok(Math.abs(weight(s, 4, head, i, j) - grid[i][j]) <= 0.5 / 255);
     }
   }
-});
-
-test("the colour scale interpolates between its stops byte by byte", () => {
-  const grey = lookupTable([
-    [0, "#ffffff"],
-    [1, "#000000"],
-  ]);
-  assert.equal(grey.length, 256 * 3);
-  assert.deepEqual([...grey.slice(0, 3)], [255, 255, 255]);
-  assert.deepEqual([...grey.slice(255 * 3)], [0, 0, 0]);
-  assert.deepEqual([...grey.slice(51 * 3, 51 * 3 + 3)], [204, 204, 204]); // t = 0.2: 255 * 0.8
-  const three = lookupTable([
-    [0, "#ff0000"],
-    [0.5, "#00ff00"],
-    [1, "#0000ff"],
-  ]);
-  assert.deepEqual([...three.slice(0, 3)], [255, 0, 0]);
-  assert.deepEqual([...three.slice(51 * 3, 51 * 3 + 3)], [153, 102, 0]); // t = 0.2: 0.4 of the way to green
-  assert.deepEqual([...three.slice(204 * 3, 204 * 3 + 3)], [0, 102, 153]); // t = 0.8: 0.6 of the way to blue
-  assert.deepEqual(hexRgb("#1f77b4"), [31, 119, 180]);
 });
 
 test("a head's pixels take the colour of each weight, and the masked colour above a causal diagonal", () => {
@@ -103,11 +68,12 @@ test("a head's pixels take the colour of each weight, and the masked colour abov
 });
 
 test("the enlarged head's layout labels up to 96 tokens and fits the rest in about 640 px", () => {
-  assert.deepEqual(bigLayout(10, 10, 1), { labelled: true, cell: 28, side: 280, height: 280, font: 12 });
-  assert.deepEqual(bigLayout(50, 50, 1.6), { labelled: true, cell: 11, side: 550, height: 550, font: 14 }); // 9 px * 1.6
-  assert.deepEqual(bigLayout(96, 96, 1), { labelled: true, cell: 9, side: 864, height: 864, font: 7 });
-  assert.deepEqual(bigLayout(200, 200, 1), { labelled: false, cell: 3, side: 600, height: 600, font: 7 });
-  assert.deepEqual(bigLayout(512, 512, 1), { labelled: false, cell: 3, side: 1536, height: 1536, font: 7 });
+  // The colour bar: 0.6 of the side (168 = 0.6 * 280).
+  assert.deepEqual(bigLayout(10, 10, 1), { labelled: true, cell: 28, side: 280, height: 280, font: 12, bar: 168 });
+  assert.deepEqual(bigLayout(50, 50, 1.6), { labelled: true, cell: 11, side: 550, height: 550, font: 14, bar: 330 }); // 9 px * 1.6
+  assert.deepEqual(bigLayout(96, 96, 1), { labelled: true, cell: 9, side: 864, height: 864, font: 7, bar: 518 });
+  assert.deepEqual(bigLayout(200, 200, 1), { labelled: false, cell: 3, side: 600, height: 600, font: 7, bar: 360 });
+  assert.deepEqual(bigLayout(512, 512, 1), { labelled: false, cell: 3, side: 1536, height: 1536, font: 7, bar: 922 });
 });
 
 test("the model view puts layers across when there are more layers than heads", () => {
@@ -137,8 +103,11 @@ test("a point over the enlarged head is the cell under it, or nothing outside", 
 });
 
 test("the enlarged head of a cross view is nk cells wide and nq cells high", () => {
-  // 4 target tokens by 20 source tokens: the cell comes from the longer side (560 / 20 = 28 px).
-  assert.deepEqual(bigLayout(4, 20, 1), { labelled: true, cell: 28, side: 560, height: 112, font: 12 });
+  // 4 target tokens by 20 source tokens: the cell comes from the longer side (560 / 20 = 28 px); the colour bar is
+  // as high as the plot (112 px), not 0.6 of its width (336 px), which would leave the frame mostly empty.
+  assert.deepEqual(bigLayout(4, 20, 1), { labelled: true, cell: 28, side: 560, height: 112, font: 12, bar: 112 });
+  // 2 by 21: 26 px cells, 546 x 52 px; the bar keeps its least readable height, 100 px.
+  assert.deepEqual(bigLayout(2, 21, 1), { labelled: true, cell: 26, side: 546, height: 52, font: 12, bar: 100 });
 });
 
 test("a pick holds the layer, head, view and shape only, and two picks agree on all four", () => {

@@ -52,7 +52,10 @@ def answers_figure(
             customdata=labels,
         )
     base_layout(fig, height, None)
-    fig.update_layout(barmode="group", showlegend=True)
     fig.update_xaxes(tickmode="array", tickvals=positions, ticktext=labels)
     fig.update_yaxes(range=[0, 1.15], title_text="share", tickformat=".0%")
+    if model_values is None:  # one kind of bar, named by the caption beside it: no legend, no room kept for one
+        fig.update_layout(showlegend=False)
+        return with_axis_room(fig)
+    fig.update_layout(barmode="group", showlegend=True)
     return legend_above(with_axis_room(fig))

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from ui.figures.common import (
     ATTENTION_COLORSCALE,
+    COLORBAR_ABOVE_ROOM,
     COLORBAR_MARGIN,
     DIFFERENCE_COLORSCALE,
     DIFFERENCE_SCALE,
@@ -23,6 +24,7 @@ from ui.figures.common import (
     SEGMENT_COLOR,
     TOKEN_TICK_LIMIT,
     base_layout_dict,
+    colorbar_above,
     colorbar_at_right,
     plotly_text,
 )
@@ -239,6 +241,7 @@ def tiled_heatmap(
     annotations: list[dict] | None = None,
     axis_titles: tuple[str, str] | None = None,
     colorbar: bool = True,
+    colorbar_on_top: bool = False,
 ) -> go.Figure:
     """Tiles ``[R, C, n, m]`` laid out in an R x C grid as ONE heatmap trace.
 
@@ -253,7 +256,9 @@ def tiled_heatmap(
     Cells are square; ``width_hint`` (the chart's expected width in pixels) sets the height to match.
     ``annotations`` replace the row and column labels; ``axis_titles`` are (x, y) axis titles.
     ``colorbar=False`` leaves out the colour bar (drawing one is a small chart of its own: ticks, title,
-    text measured), for a grid shown next to a chart whose colour bar it shares.
+    text measured), for a grid shown next to a chart whose colour bar it shares; ``colorbar_on_top`` draws it
+    above the plot from its left edge, next to a map narrower than its chart (one square tile), instead of at the
+    chart's right edge.
     """
     tiles = np.asarray(tiles, dtype=np.float32)
     if tiles.ndim != 4:
@@ -284,7 +289,7 @@ def tiled_heatmap(
         # More cells than pixels (the model view at 128 tokens): let the browser scale one image
         # (measured 15% faster); fewer, larger cells stay crisp (no interpolation).
         zsmooth="fast" if full.shape[1] > width_hint - 150 else False,
-        colorbar=colorbar_at_right("left − right" if difference else "weight"),
+        colorbar=(colorbar_above if colorbar_on_top else colorbar_at_right)("left − right" if difference else "weight"),
         showscale=colorbar,
     )
     data, layout = [heatmap], {}
@@ -309,7 +314,10 @@ def tiled_heatmap(
     layout.update(base_layout_dict(height, title))
     row_labels_shown = any(row_labels) and not show_token_ticks
     layout["margin"].update(l=70 if row_labels_shown else 10, t=60 if title else 30)
-    layout["margin"].update(COLORBAR_MARGIN if colorbar else {"autoexpand": False})
+    if colorbar and colorbar_on_top:
+        layout["margin"].update(t=layout["margin"]["t"] + COLORBAR_ABOVE_ROOM, autoexpand=False)
+    else:
+        layout["margin"].update(COLORBAR_MARGIN if colorbar else {"autoexpand": False})
     if show_token_ticks:
         layout["margin"].update(_tick_label_margins(xaxis, yaxis, axis_titles is not None))
     # Square cells; the spare width or height goes to the right or the bottom, so the token labels
@@ -377,33 +385,42 @@ def head_heatmap(
         axis_titles=("key (attended to)", "query (attending)"),
         difference=difference,
         zmax=DIFFERENCE_SCALE if difference else 1.0,
+        colorbar_on_top=True,  # one square map: its colour bar right above it
     )
 
 
 def head_grid(
-    attentions_of_layer: np.ndarray, tokens: list[str], *, columns: int = 4, width_hint: int = 1000, **kwargs
+    attentions_of_layer: np.ndarray,
+    tokens: list[str],
+    *,
+    columns: int = 4,
+    width_hint: int = 1000,
+    key_tokens: list[str] | None = None,
+    **kwargs,
 ) -> go.Figure:
     """All heads of one layer ``[H, n, n]`` as small heatmaps in ONE trace, ``columns`` heads a row;
     a click on a head selects it (its number is the clicked point's ``customdata[0]``). Token names
-    label the tiles when a cell is wide enough to read them (about 11 px)."""
+    label the tiles when a cell is wide enough to read them (about 11 px). ``key_tokens``: the columns are another
+    text's tokens (cross-attention, ``[H, n, m]``), each tile n cells high and m wide."""
     attentions_of_layer = np.asarray(attentions_of_layer, dtype=np.float32)
-    num_heads, n, _ = attentions_of_layer.shape
+    num_heads, n, m = attentions_of_layer.shape
+    key_tokens = tokens if key_tokens is None else key_tokens
     # A column count that divides the heads leaves no empty grid places (9 heads: 3 x 3).
     columns = next((c for c in (columns, 4, 3, 5, 6) if num_heads % c == 0), columns)
     columns = max(1, min(columns, num_heads))
     num_rows = -(-num_heads // columns)
-    tiles = np.full((num_rows, columns, n, n), np.nan, dtype=np.float32)
+    tiles = np.full((num_rows, columns, n, m), np.nan, dtype=np.float32)
     ids = np.full((num_rows, columns, 1), -1, dtype=np.int64)
     for h in range(num_heads):
         tiles[h // columns, h % columns] = attentions_of_layer[h]
         ids[h // columns, h % columns] = h
     # Grid positions past the last head stay NaN, so they draw as blank background.
     labels = [[f"head {r * columns + c}" for c in range(columns)] for r in range(num_rows)]
-    gaps = (max(2, -(-n * 3 // 20)), tile_gap(n))  # taller gaps between grid rows hold the head labels
-    step_y, step_x = n + gaps[0], n + gaps[1]
+    gaps = (max(2, -(-n * 3 // 20)), tile_gap(m))  # taller gaps between grid rows hold the head labels
+    step_y, step_x = n + gaps[0], m + gaps[1]
     head_labels = [
         dict(
-            x=c * step_x + (n - 1) / 2,
+            x=c * step_x + (m - 1) / 2,
             y=r * step_y - 0.6,
             xref="x",
             yref="y",
@@ -420,11 +437,11 @@ def head_grid(
         tiles,
         [""] * num_rows,
         [""] * columns,
-        tokens,
+        key_tokens,
         tokens,
         targets=ids,
         target_hover="<b>head %{customdata[0]}</b><br>strongest: %{text}<br>click to enlarge it below",
-        show_token_ticks=(width_hint - 150) / (columns * (n + gaps[1])) >= 11,
+        show_token_ticks=(width_hint - 150) / (columns * (m + gaps[1])) >= 11,
         gaps=gaps,
         width_hint=width_hint,
         annotations=head_labels,
@@ -442,16 +459,18 @@ def difference_map(
     width_hint: int = 1000,
     causal: bool = False,
     segment_ids: np.ndarray | None = None,
+    key_labels: list[str] | None = None,
 ) -> go.Figure:
     """Left minus right on the fixed scale ±``DIFFERENCE_SCALE`` (red: the left attends more): ``[H, U, U]``
     as a grid of heads, or ``[1, U, U]`` (``head_averaged``: each side's layer averaged over its heads) as one
-    large tile. ``labels`` name the units both sides share (tokens, "sat | lay", or words)."""
+    large tile. ``labels`` name the units both sides share (tokens, "sat | lay", or words); ``key_labels`` the
+    columns' when they are another text's (two layers of one cross-attention, ``[H, U, V]``)."""
     values = np.asarray(values, dtype=np.float32)
     if head_averaged:
         n = values.shape[-1]
         return head_heatmap(
             values[0],
-            labels,
+            labels if key_labels is None else key_labels,
             labels,
             causal=causal,
             segment_ids=segment_ids,
@@ -469,6 +488,7 @@ def difference_map(
         segment_ids=segment_ids,
         difference=True,
         zmax=DIFFERENCE_SCALE,
+        key_tokens=key_labels,
     )
 
 

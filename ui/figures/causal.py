@@ -63,11 +63,18 @@ def head_score_map(
 
 
 def token_change_bars(
-    tokens: Sequence[str], after: np.ndarray, before: np.ndarray | None = None, label: str = "loss", title=None
+    tokens: Sequence[str],
+    after: np.ndarray,
+    before: np.ndarray | None = None,
+    label: str = "loss",
+    title=None,
+    positions: Sequence[int] | None = None,
 ) -> go.Figure:
-    """Bars under the tokens: ``before`` (grey) and ``after`` (red) per token, or one series when ``before`` is
-    None (e.g. the output change). NaN (a token without a loss) leaves a gap."""
-    categories = [f"{i}:{plotly_text(t)}" for i, t in enumerate(tokens)]
+    """Bars under the tokens, each labelled ``position:token`` with its position in the run (``positions``, as
+    the table beside it numbers them; default 0, 1, ...): ``before`` (grey) and ``after`` (red) per token, or one
+    series when ``before`` is None (e.g. the output change). NaN (a token without a loss) leaves a gap."""
+    positions = range(len(tokens)) if positions is None else positions
+    categories = [f"{int(p)}:{plotly_text(t)}" for p, t in zip(positions, tokens)]
     fig = go.Figure()
     if before is not None:
         fig.add_trace(

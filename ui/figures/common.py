@@ -56,6 +56,31 @@ def colorbar_at_right(title: str, thickness: int = 12) -> dict:
     )
 
 
+# A colour bar above one map, starting at the plot's left edge: a map with square cells is narrower than its chart,
+# so a bar pinned to the chart's right edge (``colorbar_at_right``) could sit far from it; the plot's left edge is
+# where the map starts, whatever the chart's width. Room above the plot for it (and a title above that).
+COLORBAR_ABOVE_ROOM = 58
+
+
+def colorbar_above(title: str, length: int = 220) -> dict:
+    """A horizontal colour bar ``length`` pixels long just above the plot, from its left edge, ticks on top."""
+    return dict(
+        title=dict(text=plotly_text(title), side="right"),
+        orientation="h",
+        thickness=10,
+        lenmode="pixels",
+        len=length,
+        x=0.0,
+        xref="paper",
+        xanchor="left",
+        y=1.0,
+        yref="paper",
+        yanchor="bottom",
+        ypad=6,
+        ticklabelposition="outside top",
+    )
+
+
 _MINIMAL_TEMPLATE = go.layout.Template(layout={"font": {"family": "sans-serif", "size": 12}})
 
 

@@ -9,19 +9,33 @@ import plotly.graph_objects as go
 
 from ui.figures.common import base_layout, layer_head_axes, plotly_text, with_axis_room
 
-# One colour per role group; "none" stays pale so the heads that do something stand out.
+# One colour per role group, from Okabe and Ito's palette for colour-blind viewers (sink a neutral grey, "none"
+# pale so the heads that do something stand out); the map also writes each group's name in its cells, so nothing
+# rests on colour alone.
 ROLE_GROUP_COLORS = {
-    "syntactic": "#2f9e44",
-    "coreference": "#ae3ec9",
-    "decoder": "#e8590c",
-    "semantic": "#d6336c",
-    "positional": "#1971c2",
-    "delimiter": "#495057",
-    "sink": "#868e96",
-    "broad": "#66d9e8",
+    "syntactic": "#009E73",
+    "coreference": "#CC79A7",
+    "decoder": "#D55E00",
+    "semantic": "#F0E442",
+    "positional": "#0072B2",
+    "delimiter": "#E69F00",
+    "sink": "#5F5F5F",
+    "broad": "#56B4E9",
     "none": "#f1f3f5",
 }
 OTHER_COLOR = "#adb5bd"  # a role group this table does not know yet
+# The word a cell shows for its group (short enough for a cell of a 16-head map).
+ROLE_GROUP_LABELS = {
+    "syntactic": "syn",
+    "coreference": "coref",
+    "decoder": "dec",
+    "semantic": "sem",
+    "positional": "pos",
+    "delimiter": "delim",
+    "sink": "sink",
+    "broad": "broad",
+    "none": "",
+}
 
 
 def role_group_codes(primary, num_layers: int, num_heads: int, groups: Sequence[str]) -> np.ndarray:
@@ -47,7 +61,9 @@ def role_map(primary, num_layers: int, num_heads: int, groups: Sequence[str], ti
     """Layers x heads coloured by each head's primary role group (``groups``, most specific first, "no
     role" last), as ONE heatmap trace; above it one invisible marker per head carries the hover (role,
     score with its interval, where the evidence comes from, the evidence) and makes the head clickable
-    (``customdata[:2]`` = layer, head). A letter marks where each role's evidence comes from."""
+    (``customdata[:2]`` = layer, head) and writes its group's name in the cell (``ROLE_GROUP_LABELS``), so no
+    group is told by colour alone. A shape in the cell's corner marks evidence from the corpus profile or from
+    random tokens (``SOURCE_SYMBOLS``; none: this sentence)."""
     codes = role_group_codes(primary, num_layers, num_heads, groups)
     fig = go.Figure(
         go.Heatmap(
@@ -66,13 +82,14 @@ def role_map(primary, num_layers: int, num_heads: int, groups: Sequence[str], ti
         )
     )
     rows = list(primary.itertuples(index=False))
+    colors = [ROLE_GROUP_COLORS.get(row.group, OTHER_COLOR) for row in rows]
     fig.add_trace(
         go.Scatter(
             x=[int(row.head) for row in rows],
             y=[int(row.layer) for row in rows],
             mode="markers+text",
-            text=[SOURCE_MARKS.get(row.source, "") for row in rows],
-            textfont=dict(size=9, color="#212529"),
+            text=[ROLE_GROUP_LABELS.get(row.group, str(row.group)[:5]) for row in rows],
+            textfont=dict(size=10, color=[text_color(color) for color in colors]),
             customdata=[
                 [
                     int(row.layer),
@@ -90,19 +107,46 @@ def role_map(primary, num_layers: int, num_heads: int, groups: Sequence[str], ti
             "%{customdata[3]}<br>%{customdata[4]}<br>%{customdata[5]}<extra></extra>",
         )
     )
+    # Where the evidence comes from, as a shape in the cell's corner (a letter read as a role: "s" for sink).
+    marked = [row for row in rows if row.source in SOURCE_SYMBOLS]
+    fig.add_trace(
+        go.Scatter(
+            x=[int(row.head) + 0.33 for row in marked],
+            y=[int(row.layer) - 0.28 for row in marked],
+            mode="markers",
+            marker=dict(
+                size=7,
+                symbol=[SOURCE_SYMBOLS[row.source] for row in marked],
+                color="#ffffff",
+                line=dict(width=1, color="#212529"),
+            ),
+            customdata=[[int(row.layer), int(row.head)] for row in marked],
+            hoverinfo="none",
+            showlegend=False,
+        )
+    )
     layer_head_axes(fig, num_layers, num_heads)
     fig.update_layout(hoverdistance=-1, clickmode="event+select")
     base_layout(fig, int(min(900, max(260, 100 + 26 * num_layers))), title)
     return with_axis_room(fig)
 
 
-# Where a role's evidence comes from: a letter in its cell, and words in its hover.
-SOURCE_MARKS = {"sentence": "s", "corpus": "c", "random tokens": "r"}
+# Where a role's evidence comes from: a shape in its cell's corner (none for one sentence), words in its hover.
+SOURCE_SYMBOLS = {"corpus": "triangle-up", "random tokens": "diamond"}
+SOURCE_KEY = "▲ the corpus profile · ◆ repeated random tokens · no mark: this sentence only"
 SOURCE_WORDS = {
     "sentence": "from this sentence only",
     "corpus": "from the corpus profile",
     "random tokens": "from repeated random tokens",
 }
+
+
+def text_color(background: str) -> str:
+    """Dark text on a light cell, white on a dark one (WCAG relative luminance of the ``#rrggbb`` colour)."""
+    channels = [int(background[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return "#212529" if luminance > 0.18 else "#ffffff"
 
 
 def _score_text(row) -> str:

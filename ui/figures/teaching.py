@@ -76,16 +76,31 @@ def encoding_heatmap(pe: np.ndarray, title: str = "PE[position, dimension]") -> 
     return _layout(fig, 420, title)
 
 
-def similarity_heatmap(similarity: np.ndarray, title: str) -> go.Figure:
+def similarity_heatmap(similarity: np.ndarray, title: str, clip_percent: float | None = None) -> go.Figure:
+    """Positions x positions coloured by similarity, on square axes fitted to the positions. ``clip_percent``:
+    the colour scale spans the ``clip_percent``-th to ``(100 - clip_percent)``-th percentile of the cells off the
+    diagonal (a position with itself, its squared length, left out), cells beyond drawn at the ends; the colour
+    bar's title says so. None: the whole range."""
+    similarity = np.asarray(similarity, dtype=np.float64)
+    n = similarity.shape[0]
+    scale, label = {}, "similarity"
+    if clip_percent is not None and n > 1:
+        off_diagonal = similarity[~np.eye(n, dtype=bool)]
+        low, high = np.percentile(off_diagonal, [clip_percent, 100 - clip_percent])
+        if high > low:
+            scale = {"zmin": float(low), "zmax": float(high)}
+            label = f"{clip_percent:g}-{100 - clip_percent:g}% of<br>off-diagonal"
     fig = go.Figure(
         go.Heatmap(
             z=_payload(similarity),
             colorscale="Viridis",
+            **scale,
+            colorbar=dict(title=dict(text=label), thickness=12),
             hovertemplate="position %{y} vs %{x}<br>similarity %{z:.4f}<extra></extra>",
         )
     )
-    fig.update_xaxes(title="position")
-    fig.update_yaxes(title="position", autorange="reversed", scaleanchor="x")
+    fig.update_xaxes(title="position", range=[-0.5, n - 0.5], constrain="domain")
+    fig.update_yaxes(title="position", range=[n - 0.5, -0.5], scaleanchor="x", constrain="domain")
     return _layout(fig, 380, title)
 
 
@@ -230,12 +245,17 @@ def weights_figure(weights: np.ndarray, keep_mask: np.ndarray, names: list[str] 
     return _layout(fig, max(260, 30 * n + 110), "Attention weights A_i = softmax(scores): each row sums to 1")
 
 
+SATURATION_TOP = 95  # px above the plots: the figure's title, then each subplot's two-line title
+SATURATION_TITLES = ["largest weight in a row<br>(1 = one-hot)", "entropy / log(n)<br>(1 = uniform, 0 = one-hot)"]
+
+
 def saturation_figure(table, n_keys: int) -> go.Figure:
     """Max weight and normalised entropy of softmax against d_k, one line per score function."""
     fig = make_subplots(
         rows=1,
         cols=2,
-        subplot_titles=["largest weight in a row (1 = one-hot)", "entropy / log(n) (1 = uniform, 0 = one-hot)"],
+        # Two short lines each: at a projector's text size one line of each would run past its half of the figure.
+        subplot_titles=SATURATION_TITLES,
     )
     for score, group in table.groupby("score", sort=False):
         for col, value in ((1, "max_weight"), (2, "entropy_fraction")):
@@ -256,20 +276,44 @@ def saturation_figure(table, n_keys: int) -> go.Figure:
     fig.update_xaxes(type="log", title="d_k (dimensions per head)")
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(legend=dict(orientation="h", y=-0.3))
-    return _layout(fig, 360, f"How peaked softmax gets as d_k grows ({n_keys} keys, random unit-variance q and k)")
+    _layout(fig, 400, f"How peaked softmax gets as d_k grows ({n_keys} keys, random unit-variance q and k)")
+    # The title pinned to the top, the subplots' two-line titles below it: room for both, also at 1.6 x text.
+    fig.update_layout(margin=dict(t=SATURATION_TOP), title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=8)))
+    return fig
 
 
-def score_cell_latex(q_row: np.ndarray, k_row: np.ndarray, score: str, value: float, max_terms: int = 6) -> str:
-    """The first score written out with its numbers: q_1 . k_1 (over sqrt(d_k)) = value."""
+def latex_subscript_name(name: str, fallback: str) -> str:
+    """A token's name as a LaTeX subscript (``\\text{sat}``), or ``fallback`` (its number) for a name with
+    characters LaTeX would read as commands."""
+    name = str(name)
+    plain = 0 < len(name) <= 24 and all(c.isascii() and (c.isalnum() or c in " .'-") for c in name)
+    return rf"\text{{{name}}}" if plain else fallback
+
+
+def score_cell_latex(
+    q_row: np.ndarray,
+    k_row: np.ndarray,
+    score: str,
+    value: float,
+    max_terms: int = 6,
+    *,
+    query: str = "1",
+    key: str = "1",
+) -> str:
+    """One score written out with its numbers: q_query . k_key (over sqrt(d_k)) = value; ``query`` and ``key``
+    name the two tokens (LaTeX subscripts: ``latex_subscript_name``)."""
     terms = [rf"({q:.4g})({k:.4g})" for q, k in zip(q_row[:max_terms], k_row[:max_terms])]
     if len(q_row) > max_terms:
         terms.append(r"\dots")
     product = " + ".join(terms)
+    q, k = f"q_{{{query}}}", f"k_{{{key}}}"
     if score == "dot":
-        return rf"q_1 \cdot k_1 = {product} = {value:.6g}"
+        return rf"{q} \cdot {k} = {product} = {value:.6g}"
     if score == "scaled":
-        return rf"\frac{{q_1 \cdot k_1}}{{\sqrt{{{len(q_row)}}}}} = \frac{{{product}}}{{\sqrt{{{len(q_row)}}}}} = {value:.6g}"
-    return rf"\frac{{q_1 \cdot k_1}}{{\lVert q_1 \rVert \lVert k_1 \rVert}} = \frac{{{product}}}{{\lVert q_1 \rVert \lVert k_1 \rVert}} = {value:.6g}"
+        root = rf"\sqrt{{{len(q_row)}}}"
+        return rf"\frac{{{q} \cdot {k}}}{{{root}}} = \frac{{{product}}}{{{root}}} = {value:.6g}"
+    norms = rf"\lVert {q} \rVert \lVert {k} \rVert"
+    return rf"\frac{{{q} \cdot {k}}}{{{norms}}} = \frac{{{product}}}{{{norms}}} = {value:.6g}"
 
 
 def matmul_total_latex(counts, total: int) -> str:

@@ -2,8 +2,9 @@
 
 The server sends a sentence's attention once (every layer, quantised to one byte a weight, base64)
 with its tokens, the view and the selected layer and head; the component's JavaScript
-(``headview.js`` and ``headview.css`` beside this file, read at import: no CDN) draws the head view (the layer's heads as small
-canvases and the selected head enlarged) or the model view (every layer x head), and switches layers,
+(``headview.js`` and ``headview.css`` beside this file with the view kit, ``ui.viewkit``, read from the package
+folder: no CDN) draws the head view (the layer's heads as small canvases and the selected head enlarged) or the
+model view (every layer x head), each weight in the app's one colour scale, and switches layers,
 heads and views in the browser at once. A switch is also sent back as the component's state (``pick``),
 so the server's selection and the link (``?layer=&head=&view=``) follow on a cheap rerun, but the
 redraw never waits for it. Tokens are user text: the JavaScript only ever sets them as ``textContent``
@@ -14,19 +15,16 @@ or draws them on a canvas, never as HTML.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
 
-from ui.figures.common import ATTENTION_COLORSCALE, MASKED_COLOR, SEGMENT_COLOR
+from ui import viewkit
+from ui.viewkit import LEVELS
 
 HERE = Path(__file__).resolve().parent
-JS = (HERE / "headview.js").read_text(encoding="utf-8")  # an ES module; tests/js/ unit-tests its pure parts
-CSS = (HERE / "headview.css").read_text(encoding="utf-8")
-LEVELS = 255  # a weight w in [0, 1] is sent as round(w * 255): off by at most 0.5 / 255
 
 # Every layer is sent when the whole sentence fits in this many cells (bytes); beyond, only the shown
 # layer (the in-browser layer slider then asks the server for the next one). MiniLM at 128 tokens is
@@ -34,12 +32,6 @@ LEVELS = 255  # a weight w in [0, 1] is sent as round(w * 255): off by at most 0
 ALL_LAYERS_MAX_CELLS = 1_300_000
 VIEWS = ("head", "model")
 SHAPES = ("heatmap", "lines")
-
-
-def quantise(attentions: np.ndarray) -> bytes:
-    """Attention weights in [0, 1] (any shape) as bytes, one a weight: round(w * 255), C order."""
-    weights = np.nan_to_num(np.asarray(attentions, dtype=np.float32), nan=0.0)
-    return np.rint(np.clip(weights, 0.0, 1.0) * LEVELS).astype(np.uint8).tobytes()
 
 
 def pack(
@@ -75,7 +67,7 @@ def pack(
     num_layers, num_heads = attentions.shape[:2]
     every = view == "model" or attentions.size <= max_cells
     sent = list(range(num_layers)) if every else [int(layer)]
-    raw = quantise(attentions[sent])
+    weights = viewkit.weight_base64(attentions[sent])
     tokens = [str(t) for t in tokens]
     keys = None if key_tokens is None else [str(t) for t in key_tokens]
     if attentions.shape[2:] != (len(tokens), len(tokens if keys is None else keys)):
@@ -86,7 +78,7 @@ def pack(
     if segment_ids is not None and np.any(np.asarray(segment_ids) != np.asarray(segment_ids)[0]):
         boundary = int(np.argmax(np.asarray(segment_ids) != np.asarray(segment_ids)[0]))
     described = "\x00".join(tokens) + ("" if keys is None else "\x01" + "\x00".join(keys))
-    digest = hashlib.sha1(raw + described.encode() + str((causal, boundary, sent)).encode())
+    digest = hashlib.sha1(weights.encode() + described.encode() + str((causal, boundary, sent)).encode())
     return {
         "sig": digest.hexdigest()[:16],
         "tokens": tokens,
@@ -94,7 +86,7 @@ def pack(
         "num_layers": int(num_layers),
         "num_heads": int(num_heads),
         "layers_sent": sent,
-        "weights": base64.b64encode(raw).decode("ascii"),
+        "weights": weights,
         "levels": LEVELS,
         "view": view,
         "switchable": bool(switchable and every),
@@ -104,9 +96,7 @@ def pack(
         "boundary": boundary,
         "shape": shape,
         "text_scale": float(text_scale),
-        "colorscale": ATTENTION_COLORSCALE,
-        "masked_color": MASKED_COLOR,
-        "segment_color": SEGMENT_COLOR,
+        **viewkit.palette(),
     }
 
 
@@ -115,8 +105,7 @@ def unpack(data: dict) -> dict[int, np.ndarray]:
     cross-attention): what the browser decodes."""
     rows, heads = len(data["tokens"]), data["num_heads"]
     columns = rows if data.get("key_tokens") is None else len(data["key_tokens"])
-    raw = np.frombuffer(base64.b64decode(data["weights"]), dtype=np.uint8)
-    weights = raw.reshape(len(data["layers_sent"]), heads, rows, columns).astype(np.float32) / data["levels"]
+    weights = viewkit.weight_decoded(data["weights"], (len(data["layers_sent"]), heads, rows, columns))
     return {layer: weights[index] for index, layer in enumerate(data["layers_sent"])}
 
 
@@ -127,13 +116,7 @@ def _component():
     """The registered component (once per process)."""
     global _COMPONENT
     if _COMPONENT is None:
-        _COMPONENT = st.components.v2.component(
-            "headscope_head_view",
-            html='<div class="hs-headview"></div>',
-            css=CSS,
-            js=JS,
-            isolate_styles=False,  # plain DOM: the page's tests and benchmarks read its data attributes
-        )
+        _COMPONENT = viewkit.component("headscope_head_view", HERE, "headview", "hs-headview")
     return _COMPONENT
 
 

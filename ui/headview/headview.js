@@ -10,38 +10,7 @@
 // The pure parts (colour scale, weights, layout, picks) are exported by name too, for node's test runner
 // (tests/js/headview.test.mjs); Streamlit uses the default export.
 
-function lookupTable(colorscale) {
-  const stops = colorscale.map(([at, hex]) => [at, [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16))]);
-  const table = new Uint8ClampedArray(256 * 3);
-  for (let b = 0; b < 256; b++) {
-    const t = b / 255;
-    let k = 0;
-    while (k < stops.length - 2 && t > stops[k + 1][0]) k++;
-    const [a, ca] = stops[k];
-    const [z, cz] = stops[k + 1];
-    const f = z > a ? Math.min(Math.max((t - a) / (z - a), 0), 1) : 0;
-    for (let c = 0; c < 3; c++) table[b * 3 + c] = Math.round(ca[c] + f * (cz[c] - ca[c]));
-  }
-  return table;
-}
-
-function hexRgb(hex) {
-  return [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16));
-}
-
-function decode(base64) {
-  const text = atob(base64);
-  const bytes = new Uint8Array(text.length);
-  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-  return bytes;
-}
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
+import { colorBar, decodeBytes, el, paletteOf, setLevel, setRgb } from "../viewkit/viewkit.js";
 
 // Where head (layer, head)'s nq x nk bytes start in the sentence's data (only the layers sent are in it).
 function headOffset(s, layer, head) {
@@ -56,17 +25,8 @@ function headPixels(s, layer, head, px = new Uint8ClampedArray(s.nq * s.nk * 4))
   for (let i = 0; i < nq; i++) {
     for (let j = 0; j < nk; j++) {
       const p = (i * nk + j) * 4;
-      if (s.causal && j > i) {
-        px[p] = s.masked[0];
-        px[p + 1] = s.masked[1];
-        px[p + 2] = s.masked[2];
-      } else {
-        const b = s.bytes[offset + i * nk + j] * 3;
-        px[p] = s.lut[b];
-        px[p + 1] = s.lut[b + 1];
-        px[p + 2] = s.lut[b + 2];
-      }
-      px[p + 3] = 255;
+      if (s.causal && j > i) setRgb(px, p, s.masked);
+      else setLevel(px, p, s.lut, s.bytes[offset + i * nk + j]);
     }
   }
   return px;
@@ -113,8 +73,9 @@ function savePng(s) {
   if (s.view === "model") {
     const g = s.modelGrid;
     const tile = Math.max(24, Math.min(120, Math.floor(1600 / g.cols))), gap = 6, left = 70, top = 50;
+    const high = Math.max(2, Math.round((tile * s.nq) / s.nk)); // a cross-attention head keeps its shape
     out.width = left + g.cols * (tile + gap);
-    out.height = top + g.rows * (tile + gap);
+    out.height = top + g.rows * (high + gap);
     ctx.fillStyle = "#ffffff";
     ctx.fillRect(0, 0, out.width, out.height);
     ctx.imageSmoothingEnabled = false;
@@ -123,8 +84,8 @@ function savePng(s) {
     ctx.fillText(g.title, 4, 18);
     ctx.font = "12px sans-serif";
     g.colNames.forEach((text, c) => ctx.fillText(text, left + c * (tile + gap), top - 8));
-    g.rowNames.forEach((text, r) => ctx.fillText(text, 4, top + r * (tile + gap) + tile / 2));
-    g.tiles.forEach(({ canvas, row, col }) => ctx.drawImage(canvas, left + col * (tile + gap), top + row * (tile + gap), tile, tile));
+    g.rowNames.forEach((text, r) => ctx.fillText(text, 4, top + r * (high + gap) + high / 2));
+    g.tiles.forEach(({ canvas, row, col }) => ctx.drawImage(canvas, left + col * (tile + gap), top + row * (high + gap), tile, high));
     name = "headscope-model-view.png";
   } else {
     const nq = s.nq, nk = s.nk;
@@ -282,45 +243,31 @@ function showTip(s, event, text) {
   s.tip.style.top = `${event.clientY + 14}px`;
 }
 
-// The colour scale, 0 to 1, as the figures draw it (its height follows --hs-side).
-function colorBar(s) {
-  const bar = el("div", "hs-colorbar");
-  const ramp = el("canvas", "hs-ramp");
-  ramp.width = 1;
-  ramp.height = 256;
-  const ctx = ramp.getContext("2d");
-  const image = ctx.createImageData(1, 256);
-  for (let b = 0; b < 256; b++) {
-    const p = (255 - b) * 4;
-    image.data.set([s.lut[b * 3], s.lut[b * 3 + 1], s.lut[b * 3 + 2], 255], p);
-  }
-  ctx.putImageData(image, 0, 0);
-  const ticks = el("div", "hs-ticks");
-  ["1", "0.75", "0.5", "0.25", "0"].forEach((t) => ticks.append(el("span", "hs-tick", t)));
-  bar.append(el("div", "hs-bar-title", "weight"), ramp, ticks);
-  return bar;
-}
-
 // The enlarged head: the heatmap with token labels on both axes (rows: queries, columns: keys) and a
 // colour bar. Built once per sentence; repainted per head.
 // The enlarged head's size (nq query rows, nk key columns; n = the longer side): up to 96 tokens with their
 // labels, cells of 9 to 28 px in about 560 px; longer inputs without labels, cells of at least 3 px in about
-// 640 px; label font from the cell and the text scale.
+// 640 px; label font from the cell and the text scale. Cells are square, so a cross-attention head of 2 target
+// tokens by 21 source tokens is drawn 21 cells wide and 2 high; its colour bar is 0.6 of the side, at most the
+// plot's height and at least 100 px (readable ticks).
 function bigLayout(nq, nk, textScale) {
   const n = Math.max(nq, nk);
   const labelled = n <= 96;
   const cell = labelled ? Math.min(28, Math.max(9, Math.floor(560 / n))) : Math.max(3, Math.floor(640 / n));
   const font = Math.round(Math.max(7, Math.min(12, cell - 2)) * textScale);
-  return { labelled, cell, side: cell * nk, height: cell * nq, font };
+  const side = cell * nk;
+  const height = cell * nq;
+  return { labelled, cell, side, height, font, bar: Math.max(100, Math.min(Math.round(0.6 * side), height)) };
 }
 
 function layoutBig(s) {
   s.big.replaceChildren();
-  const { labelled, cell, side, height, font } = bigLayout(s.nq, s.nk, s.textScale);
+  const { labelled, cell, side, height, font, bar: barHeight } = bigLayout(s.nq, s.nk, s.textScale);
   s.big.style.setProperty("--hs-side", `${side}px`);
   s.big.style.setProperty("--hs-height", `${height}px`);
   s.big.style.setProperty("--hs-cell", `${cell}px`);
   s.big.style.setProperty("--hs-font", `${font}px`);
+  s.big.style.setProperty("--hs-bar-height", `${barHeight}px`);
 
   const yTitle = el("div", "hs-axis-title hs-y-title", s.cross ? "target token (attending)" : "query (attending)");
   const rows = el("div", "hs-rows");
@@ -353,7 +300,7 @@ function layoutBig(s) {
       s.colLabels.push(c);
     });
   }
-  const bar = colorBar(s);
+  const bar = colorBar(s.lut);
 
   const body = el("div", "hs-big-body");
   body.append(yTitle, rows, plot, bar, el("div"), el("div"), cols, el("div"), el("div"), el("div"), xTitle);
@@ -426,8 +373,9 @@ function layoutModel(s) {
     }
   }
   s.modelGrid = { rows, cols, rowNames, colNames, tiles, title: `All ${s.layers} layers x ${s.heads} heads` };
-  const bar = colorBar(s);
-  bar.style.setProperty("--hs-side", `${Math.min(420, rows * (tile + 6))}px`);
+  const bar = colorBar(s.lut);
+  const tileHeight = (tile * s.nq) / s.nk;
+  bar.style.setProperty("--hs-bar-height", `${Math.max(100, Math.round(0.6 * Math.min(420, rows * (tileHeight + 6))))}px`);
   s.modelBar.replaceChildren(bar);
 }
 
@@ -517,7 +465,7 @@ export default function (component) {
   const sent = data.layers_sent.join(",");
   const newSentence = s.sig !== data.sig;
   if (newSentence || s.sent !== sent) {
-    s.bytes = decode(data.weights);
+    s.bytes = decodeBytes(data.weights);
     s.layerIndex = new Map(data.layers_sent.map((layer, index) => [layer, index]));
     s.sent = sent;
   }
@@ -541,9 +489,11 @@ export default function (component) {
     s.levels = data.levels;
     s.causal = data.causal;
     s.boundary = data.boundary;
-    s.segmentColor = data.segment_color;
-    s.lut = lookupTable(data.colorscale);
-    s.masked = hexRgb(data.masked_color);
+    const palette = paletteOf(data);
+    s.segmentColor = palette.segment;
+    s.lut = palette.lut;
+    s.masked = palette.masked;
+    root.style.setProperty("--hs-aspect", `${s.nk} / ${s.nq}`); // cells stay square: a head is nk wide, nq high
     s.pending = null;
     s.slider.max = String(data.num_layers - 1);
     s.slider.disabled = data.num_layers < 2;
@@ -572,4 +522,4 @@ export default function (component) {
   render(s);
 }
 
-export { bigLayout, cellIndex, decode, headPixels, hexRgb, lookupTable, modelLayout, pickOf, samePick, weight };
+export { bigLayout, cellIndex, headPixels, modelLayout, pickOf, samePick, weight };

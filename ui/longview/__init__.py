@@ -1,22 +1,23 @@
 """The deep-zoom view of a long run: every head of a layer as an overview, one head zoomed down to single tokens.
 
 The server sends, for one layer, every head's overview (pooled during the pass, quantised to a byte a cell
-relative to that head's largest cell) and the zoomed region of the chosen head as exact pooled float32
-values (``LongRun.attention_overview``: mean or max of the exact weights in each cell) with the cells' token
+relative to that head's largest cell, which is sent too) and the zoomed region of the chosen head as exact pooled
+float32 values (``LongRun.attention_overview``: max or mean of the exact weights in each cell) with the cells' token
 edges; at token level (a region of at most ``TOKEN_LEVEL`` tokens a side) the cells are single tokens and
-their labels are sent too. The browser (``longview.js``, read from this folder: no CDN) draws them; a drag on
+their labels are sent too. The browser (``longview.js`` with the view kit, ``ui.viewkit``, read from the package
+folder: no CDN) draws them in the app's one colour scale (a weight is the colour the head view and the figures give
+it; "Stretch colours" paints each image against its own largest value, and says by how much); a drag on
 the zoomed head, a click on another head, the pan and zoom-out buttons send the wanted region back as the
 component's state (``zoom``), and the server answers with that region pooled from exact blocks. The model
 view draws every head of every layer at overview level. Tokens are user text: the JavaScript sets them only as
 ``textContent`` or canvas text, never HTML.
 
-``pack_layer``, ``pack_model`` and ``parse_zoom`` are plain functions (tested on numbers); only ``show`` needs
-Streamlit.
+``pack_layer``, ``pack_model``, ``checked`` and ``parse_zoom`` are plain functions (tested on numbers); only
+``show`` needs Streamlit.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,18 +25,26 @@ from pathlib import Path
 import numpy as np
 
 from mha_core.pooling import REDUCTIONS, bin_edges
+from ui import viewkit
 
 HERE = Path(__file__).resolve().parent
-LEVELS = 255
 ZOOM_SIZE = 128  # cells a side of the zoomed head
 TOKEN_LEVEL = 64  # a region this narrow is shown one cell a token, with the tokens' labels
 MODEL_SIZE = 32  # cells a side of each head in the model view
 VIEWS = ("head", "model")
+# A weight's colour: the app's one scale ("absolute": the head view's and the figures' colour of that weight), or
+# each image stretched to its own largest value ("stretched", which the view says, with the factor).
+COLOURS = ("absolute", "stretched")
+# The view opens with max pooling: a cell shows the largest exact weight among its tokens, so one strong link stays
+# visible at any zoom. The mean of a whole-document cell is about 1 / n (0.001 at 1,000 tokens), nearly white on
+# the weights' scale.
+DEFAULT_REDUCE = "max"
 
 
 @dataclass(frozen=True)
 class Zoom:
-    """What the view shows: a layer, a head and its region ``[r0, r1) x [c0, c1)``, pooled by ``reduce``."""
+    """What the view shows: a layer, a head and its region ``[r0, r1) x [c0, c1)``, pooled by ``reduce``, its
+    colours on the weights' scale or stretched (``colour``)."""
 
     layer: int
     head: int
@@ -43,29 +52,56 @@ class Zoom:
     r1: int
     c0: int
     c1: int
-    reduce: str = "mean"
+    reduce: str = DEFAULT_REDUCE
     view: str = "head"
+    colour: str = "absolute"
 
     def link(self) -> str:
         """The address form: ``layer.head.r0-r1.c0-c1``."""
         return f"{self.layer}.{self.head}.{self.r0}-{self.r1}.{self.c0}-{self.c1}"
 
 
-def whole(layer: int, head: int, n: int, reduce: str = "mean", view: str = "head") -> Zoom:
+def whole(layer: int, head: int, n: int, reduce: str = DEFAULT_REDUCE, view: str = "head") -> Zoom:
     return Zoom(layer, head, r0=0, r1=n, c0=0, c1=n, reduce=reduce, view=view)
 
 
-def checked(zoom: Zoom, num_layers: int, num_heads: int, n: int) -> Zoom:
-    """``zoom`` within the run: the layer and head clamped, the region clamped and at least one token wide."""
+def _span(start: int, stop: int, n: int) -> tuple[int, int]:
+    """``[start, stop)`` inside ``[0, n)``, at least one token: cut at the document's ends; a span wholly outside
+    the document (or empty) is the whole document."""
+    start, stop = max(start, 0), min(stop, n)
+    return (start, stop) if start < stop else (0, n)
+
+
+def checked(zoom: Zoom, num_layers: int, num_heads: int, n: int) -> tuple[Zoom, list[str]]:
+    """``zoom`` made one this run can show, and what was changed, in words (for a notice; empty when nothing was):
+    the layer and head clamped, the rows and columns cut to the document (a span wholly past its end becomes the
+    whole document), an unknown pooling, view or colour replaced by the default."""
+    notes = []
     layer = min(max(zoom.layer, 0), num_layers - 1)
     head = min(max(zoom.head, 0), num_heads - 1)
-    r0 = min(max(zoom.r0, 0), n - 1)
-    c0 = min(max(zoom.c0, 0), n - 1)
-    r1 = min(max(zoom.r1, r0 + 1), n)
-    c1 = min(max(zoom.c1, c0 + 1), n)
-    reduce = zoom.reduce if zoom.reduce in REDUCTIONS else "mean"
+    if layer != zoom.layer:
+        notes.append(f"layer {zoom.layer} is not one of this model's (0 to {num_layers - 1}): showing layer {layer}")
+    if head != zoom.head:
+        notes.append(f"head {zoom.head} is not one of this model's (0 to {num_heads - 1}): showing head {head}")
+    r0, r1 = _span(zoom.r0, zoom.r1, n)
+    c0, c1 = _span(zoom.c0, zoom.c1, n)
+    for what, asked, shown in (("queries", (zoom.r0, zoom.r1), (r0, r1)), ("keys", (zoom.c0, zoom.c1), (c0, c1))):
+        if asked != shown:
+            notes.append(
+                f"{what} {asked[0]}-{asked[1] - 1} are not all in this document of {n:,} tokens (0 to {n - 1}): "
+                f"showing {what} {shown[0]}-{shown[1] - 1}"
+            )
+    reduce = zoom.reduce if zoom.reduce in REDUCTIONS else DEFAULT_REDUCE
     view = zoom.view if zoom.view in VIEWS else "head"
-    return Zoom(layer, head, r0=r0, r1=r1, c0=c0, c1=c1, reduce=reduce, view=view)
+    colour = zoom.colour if zoom.colour in COLOURS else "absolute"
+    for what, asked, shown in (
+        ("pooling", zoom.reduce, reduce),
+        ("view", zoom.view, view),
+        ("colour", zoom.colour, colour),
+    ):
+        if asked != shown:
+            notes.append(f"there is no {what} {asked[:20]!r}: showing {shown}")
+    return Zoom(layer, head, r0=r0, r1=r1, c0=c0, c1=c1, reduce=reduce, view=view, colour=colour), notes
 
 
 def parse_link(raw: str) -> Zoom:
@@ -89,24 +125,17 @@ def parse_zoom(raw) -> Zoom | None:
             r1=int(raw["r1"]),
             c0=int(raw["c0"]),
             c1=int(raw["c1"]),
-            reduce=str(raw.get("reduce", "mean")),
+            reduce=str(raw.get("reduce", DEFAULT_REDUCE)),
             view=str(raw.get("view", "head")),
+            colour=str(raw.get("colour", "absolute")),
         )
     except (KeyError, TypeError, ValueError):
         return None
-    if zoom.reduce not in REDUCTIONS or zoom.view not in VIEWS or zoom.r1 <= zoom.r0 or zoom.c1 <= zoom.c0:
+    if zoom.reduce not in REDUCTIONS or zoom.view not in VIEWS or zoom.colour not in COLOURS:
+        return None
+    if zoom.r1 <= zoom.r0 or zoom.c1 <= zoom.c0:
         return None
     return zoom
-
-
-def quantised(values: np.ndarray) -> tuple[str, list[float]]:
-    """``[k, a, b]`` non-negative values as base64 bytes, each ``[a, b]`` scaled to its own largest value; and
-    those largest values (the browser's colour scale is per image: long rows have tiny weights)."""
-    values = np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0)
-    tops = values.reshape(len(values), -1).max(axis=1)
-    scaled = values / np.where(tops > 0, tops, 1.0)[:, None, None]
-    raw = np.rint(np.clip(scaled, 0.0, 1.0) * LEVELS).astype(np.uint8).tobytes()
-    return base64.b64encode(raw).decode("ascii"), [float(t) for t in tops]
 
 
 def _sig(run) -> str:
@@ -115,11 +144,12 @@ def _sig(run) -> str:
 
 
 def pack_layer(run, zoom: Zoom, text_scale: float = 1.0) -> dict:
-    """The head view's data: every head's overview of ``zoom.layer`` and the zoomed region of ``zoom.head``."""
+    """The head view's data: every head's overview of ``zoom.layer`` and the zoomed region of ``zoom.head``
+    (``zoom`` as ``checked`` makes it)."""
     n = run.num_tokens
-    zoom = checked(zoom, run.num_layers, run.num_heads, n)
+    zoom, _ = checked(zoom, run.num_layers, run.num_heads, n)
     overviews = run.overview_mean if zoom.reduce == "mean" else run.overview_max
-    grid, grid_tops = quantised(overviews[zoom.layer])
+    grid, grid_tops = viewkit.scaled_bytes(overviews[zoom.layer])
     rows, cols = (zoom.r0, zoom.r1), (zoom.c0, zoom.c1)
     token_level = zoom.r1 - zoom.r0 <= TOKEN_LEVEL and zoom.c1 - zoom.c0 <= TOKEN_LEVEL
     if token_level:
@@ -138,17 +168,20 @@ def pack_layer(run, zoom: Zoom, text_scale: float = 1.0) -> dict:
         "layer": zoom.layer,
         "head": zoom.head,
         "reduce": zoom.reduce,
+        "colour": zoom.colour,
         "region": [zoom.r0, zoom.r1, zoom.c0, zoom.c1],
         "grid": grid,
         "grid_size": int(overviews.shape[-1]),
+        "grid_edges": [int(v) for v in bin_edges(0, n, overviews.shape[-1])],
         "grid_tops": grid_tops,
-        "values": base64.b64encode(np.ascontiguousarray(values, dtype="<f4").tobytes()).decode("ascii"),
+        "values": viewkit.float32_base64(values),
         "row_edges": [int(v) for v in row_edges],
         "col_edges": [int(v) for v in col_edges],
         "token_level": bool(token_level),
         "row_tokens": [run.tokens[i] for i in range(zoom.r0, zoom.r1)] if token_level else [],
         "col_tokens": [run.tokens[j] for j in range(zoom.c0, zoom.c1)] if token_level else [],
         "text_scale": float(text_scale),
+        **viewkit.palette(),
     }
 
 
@@ -158,29 +191,39 @@ def bin_edges_pair(rows, cols) -> tuple[np.ndarray, np.ndarray]:
 
 def pack_model(run, zoom: Zoom) -> dict:
     """The model view's data: every head of every layer at ``MODEL_SIZE`` cells a side (exact, pooled)."""
+    zoom, _ = checked(zoom, run.num_layers, run.num_heads, run.num_tokens)
     overviews = run.model_overview(MODEL_SIZE, zoom.reduce)
     layers, heads = overviews.shape[:2]
-    grid, tops = quantised(overviews.reshape(layers * heads, *overviews.shape[2:]))
+    grid, tops = viewkit.scaled_bytes(overviews.reshape(layers * heads, *overviews.shape[2:]))
     return {
         "sig": _sig(run),
         "view": "model",
         "n": run.num_tokens,
         "num_layers": layers,
         "num_heads": heads,
+        "causal": bool(run.is_causal),
         "layer": zoom.layer,
         "head": zoom.head,
         "reduce": zoom.reduce,
+        "colour": zoom.colour,
         "region": [zoom.r0, zoom.r1, zoom.c0, zoom.c1],
         "grid": grid,
         "grid_size": int(overviews.shape[-1]),
+        "grid_edges": [int(v) for v in bin_edges(0, run.num_tokens, overviews.shape[-1])],
         "grid_tops": tops,
+        "text_scale": 1.0,
+        **viewkit.palette(),
     }
 
 
 def decode_values(data: dict) -> np.ndarray:
     """The zoomed region's values as the browser decodes them: ``[rows, cols]`` float32."""
-    raw = np.frombuffer(base64.b64decode(data["values"]), dtype="<f4")
-    return raw.reshape(len(data["row_edges"]) - 1, len(data["col_edges"]) - 1)
+    return viewkit.float32_decoded(data["values"], (len(data["row_edges"]) - 1, len(data["col_edges"]) - 1))
+
+
+def decode_grid(data: dict) -> np.ndarray:
+    """The overviews as the browser decodes them: ``[images, size, size]`` float32 (byte / 255 * top)."""
+    return viewkit.unscaled(data["grid"], data["grid_tops"], (data["grid_size"], data["grid_size"]))
 
 
 _COMPONENT = None
@@ -190,15 +233,7 @@ def _component():
     """The registered component (once per process): its HTML, CSS and JS read from this folder."""
     global _COMPONENT
     if _COMPONENT is None:
-        import streamlit as st  # streamlit: the view's data packing imports without it
-
-        _COMPONENT = st.components.v2.component(
-            "headscope_long_view",
-            html='<div class="hs-longview"></div>',
-            css=(HERE / "longview.css").read_text(encoding="utf-8"),
-            js=(HERE / "longview.js").read_text(encoding="utf-8"),
-            isolate_styles=False,  # plain DOM: the browser test reads its data attributes
-        )
+        _COMPONENT = viewkit.component("headscope_long_view", HERE, "longview", "hs-longview")
     return _COMPONENT
 
 
@@ -214,5 +249,5 @@ def show(data: dict, key: str, on_zoom=None):
 
     r0, r1, c0, c1 = data["region"]
     default = {"layer": data["layer"], "head": data["head"], "r0": r0, "r1": r1, "c0": c0, "c1": c1}
-    default.update(reduce=data["reduce"], view=data["view"])
+    default.update(reduce=data["reduce"], view=data["view"], colour=data["colour"])
     return _component()(key=key, data=data, default={"zoom": default}, on_zoom_change=zoomed)

@@ -1,95 +1,111 @@
 // Headscope's deep-zoom view of a long run (ui/longview/__init__.py). The head view: every head of a layer as an
-// overview, and one head's region zoomed (exact values pooled from exact blocks, mean or max, down to single
+// overview, and one head's region zoomed (exact values pooled from exact blocks, max or mean, down to single
 // tokens with their labels). Drag on the zoomed head to zoom into a rectangle; the arrows pan, "Zoom out" doubles
 // the region, a click on a small head shows that head whole. Each gesture goes back to the server as component
 // state ("zoom"), which answers with that region pooled from exact blocks. The model view: every head of every
 // layer at overview level. Tokens are user text: they only go into textContent or canvas pixels, never HTML.
-// After painting, the root gets data-drawn="<sig>:<layer>:<head>:<r0>-<r1>:<c0>-<c1>:<reduce>" (head view) or
-// "<sig>:model:<reduce>"; data-values holds the zoomed cells' values (row-major), for tests.
+// Colours: a weight is painted the colour the head view and the app's figures give it (the view kit's one colour
+// scale, ui/viewkit), with a colour bar; "Stretch colours" paints each image against its own largest value
+// instead, and then the colour bar's ticks and the legend say by how much.
+// After painting, the root gets data-drawn="<sig>:<layer>:<head>:<r0>-<r1>:<c0>-<c1>:<reduce>:<colour>" (head view)
+// or "<sig>:model:<reduce>:<colour>"; data-values holds the zoomed cells' values (row-major), for tests.
+// The pure parts (pixels, stretch, regions, legend) are exported by name too, for node's test runner
+// (tests/js/longview.test.mjs); Streamlit uses the default export.
 
-const STOPS = ["#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"];
-const MASKED = [226, 226, 226];
+import {
+  colorBar,
+  decodeBytes,
+  decodeFloats,
+  el,
+  largest,
+  levelOf,
+  paletteOf,
+  setLevel,
+  setRgb,
+  shortNumber,
+  unscaled,
+} from "../viewkit/viewkit.js";
 
-function lookupTable() {
-  const rgb = STOPS.map((hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16)));
-  const table = new Uint8ClampedArray(256 * 3);
-  for (let b = 0; b < 256; b++) {
-    const t = (b / 255) * (rgb.length - 1);
-    const k = Math.min(Math.floor(t), rgb.length - 2);
-    const f = t - k;
-    for (let c = 0; c < 3; c++) table[b * 3 + c] = Math.round(rgb[k][c] + f * (rgb[k + 1][c] - rgb[k][c]));
-  }
-  return table;
-}
-const LUT = lookupTable();
+const ABSOLUTE = "absolute";
+const STRETCHED = "stretched";
 
-function decodeBytes(base64) {
-  const text = atob(base64);
-  const bytes = new Uint8Array(text.length);
-  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-  return bytes;
-}
-
-function decodeFloats(base64) {
-  const bytes = decodeBytes(base64);
-  return new Float32Array(bytes.buffer, 0, bytes.length / 4);
-}
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
+// How many times an image's values are multiplied before they are coloured: 1 on the weights' own scale, or
+// 1 / its largest value when the colours are stretched (so that value is the darkest colour).
+function stretchOf(colour, top) {
+  return colour === STRETCHED && top > 0 ? 1 / top : 1;
 }
 
-// One image of bytes (0..255, already scaled to its own largest value) painted into a size x size canvas.
-function paintBytes(canvas, bytes, offset, size) {
-  canvas.width = size;
-  canvas.height = size;
-  const ctx = canvas.getContext("2d");
-  const image = ctx.createImageData(size, size);
-  const px = image.data;
-  for (let k = 0; k < size * size; k++) {
-    const b = bytes[offset + k] * 3;
-    px[k * 4] = LUT[b];
-    px[k * 4 + 1] = LUT[b + 1];
-    px[k * 4 + 2] = LUT[b + 2];
-    px[k * 4 + 3] = 255;
-  }
-  ctx.putImageData(image, 0, 0);
+// A decoder's cell [a, b] is hidden when every key of it comes after every query of it.
+function hiddenCell(rowEdges, colEdges, a, b) {
+  return colEdges[b] > rowEdges[a + 1] - 1;
 }
 
-// The zoomed region's float values, coloured against their largest value; a decoder's cells wholly above the
-// diagonal (keys after every query of the cell) are grey.
-function paintValues(canvas, s) {
-  const rows = s.rowEdges.length - 1;
-  const cols = s.colEdges.length - 1;
-  canvas.width = cols;
-  canvas.height = rows;
-  let top = 0;
-  for (const v of s.values) top = Math.max(top, v);
-  s.top = top;
-  const ctx = canvas.getContext("2d");
-  const image = ctx.createImageData(cols, rows);
-  const px = image.data;
+// RGBA pixels of a rows x cols image of values (row-major) whose cells span the token edges given: each the colour
+// of value * stretch, the masked colour where a causal mask hides the whole cell.
+function valuePixels(values, rowEdges, colEdges, causal, palette, stretch) {
+  const rows = rowEdges.length - 1;
+  const cols = colEdges.length - 1;
+  const px = new Uint8ClampedArray(rows * cols * 4);
   for (let a = 0; a < rows; a++) {
     for (let b = 0; b < cols; b++) {
       const p = (a * cols + b) * 4;
-      const hidden = s.causal && s.colEdges[b] > s.rowEdges[a + 1] - 1;
-      if (hidden) {
-        px[p] = MASKED[0];
-        px[p + 1] = MASKED[1];
-        px[p + 2] = MASKED[2];
-      } else {
-        const level = top > 0 ? Math.round((s.values[a * cols + b] / top) * 255) * 3 : 0;
-        px[p] = LUT[level];
-        px[p + 1] = LUT[level + 1];
-        px[p + 2] = LUT[level + 2];
-      }
-      px[p + 3] = 255;
+      if (causal && hiddenCell(rowEdges, colEdges, a, b)) setRgb(px, p, palette.masked);
+      else setLevel(px, p, palette.lut, levelOf(values[a * cols + b], stretch));
     }
   }
+  return px;
+}
+
+function paint(canvas, px, rows, cols) {
+  canvas.width = cols;
+  canvas.height = rows;
+  const ctx = canvas.getContext("2d");
+  const image = ctx.createImageData(cols, rows);
+  image.data.set(px);
   ctx.putImageData(image, 0, 0);
+}
+
+// The region [r0, r1) x [c0, c1) moved inside a document of n tokens, at least one token and at most n a side.
+function fitRegion(n, r0, r1, c0, c1) {
+  const fit = (lo, hi) => {
+    const width = Math.max(1, Math.min(hi - lo, n));
+    lo = Math.max(0, Math.min(lo, n - width));
+    return [lo, lo + width];
+  };
+  return [...fit(r0, r1), ...fit(c0, c1)];
+}
+
+// The region moved by a share of its own size (rowsBy, colsBy: -0.5 = half a region earlier).
+function panned(n, region, rowsBy, colsBy) {
+  const [r0, r1, c0, c1] = region;
+  const dr = Math.round((r1 - r0) * rowsBy);
+  const dc = Math.round((c1 - c0) * colsBy);
+  return fitRegion(n, r0 + dr, r1 + dr, c0 + dc, c1 + dc);
+}
+
+// Twice the region, around its centre.
+function zoomedOut(n, region) {
+  const [r0, r1, c0, c1] = region;
+  const hr = Math.ceil((r1 - r0) / 2);
+  const hc = Math.ceil((c1 - c0) / 2);
+  return fitRegion(n, r0 - hr, r1 + hr, c0 - hc, c1 + hc);
+}
+
+// Canvas pixel -> cell index along one axis.
+function cellAt(edgesCount, pixel, extent) {
+  return Math.min(edgesCount - 2, Math.max(0, Math.floor((pixel / extent) * (edgesCount - 1))));
+}
+
+// What the zoomed head's colours mean, in words.
+function legendText({ tokenLevel, reduce, rowsPerCell, colsPerCell, colour, top }) {
+  const cells = tokenLevel
+    ? "Single tokens: each cell is one exact weight."
+    : `Each cell: the ${reduce} of the exact weights of up to ${rowsPerCell} x ${colsPerCell} tokens.`;
+  const scale =
+    colour === STRETCHED && top > 0
+      ? ` Colours stretched x${shortNumber(1 / top)}: the darkest is ${shortNumber(top)}, this view's largest ${tokenLevel ? "weight" : "cell"}, not 1 (the colour bar's ticks are the values).`
+      : " Colours: the weights' one scale, as in the head view (white 0, dark blue 1).";
+  return cells + scale + (tokenLevel ? "" : " Drag to zoom.");
 }
 
 function send(s, zoom) {
@@ -99,35 +115,15 @@ function send(s, zoom) {
   s.setStateValue("zoom", zoom);
 }
 
-function clampRegion(s, r0, r1, c0, c1) {
-  const n = s.n;
-  const fit = (lo, hi) => {
-    let width = Math.max(1, Math.min(hi - lo, n));
-    lo = Math.max(0, Math.min(lo, n - width));
-    return [lo, lo + width];
-  };
-  [r0, r1] = fit(r0, r1);
-  [c0, c1] = fit(c0, c1);
-  return { layer: s.layer, head: s.head, r0, r1, c0, c1, reduce: s.reduce, view: s.view };
-}
-
-function pan(s, rowsBy, colsBy) {
+// The zoom the view shows now, with some of it changed.
+function zoomWith(s, change) {
   const [r0, r1, c0, c1] = s.region;
-  const dr = Math.round((r1 - r0) * rowsBy);
-  const dc = Math.round((c1 - c0) * colsBy);
-  send(s, clampRegion(s, r0 + dr, r1 + dr, c0 + dc, c1 + dc));
+  return { layer: s.layer, head: s.head, r0, r1, c0, c1, reduce: s.reduce, view: s.view, colour: s.colour, ...change };
 }
 
-function zoomOut(s) {
-  const [r0, r1, c0, c1] = s.region;
-  const hr = r1 - r0;
-  const hc = c1 - c0;
-  send(s, clampRegion(s, r0 - Math.ceil(hr / 2), r1 + Math.ceil(hr / 2), c0 - Math.ceil(hc / 2), c1 + Math.ceil(hc / 2)));
-}
-
-// Canvas pixel -> cell index along one axis.
-function cellAt(edgesCount, pixel, extent) {
-  return Math.min(edgesCount - 2, Math.max(0, Math.floor((pixel / extent) * (edgesCount - 1))));
+function regionZoom(s, region) {
+  const [r0, r1, c0, c1] = region;
+  return zoomWith(s, { r0, r1, c0, c1 });
 }
 
 function build(root, s) {
@@ -142,24 +138,25 @@ function build(root, s) {
     return b;
   };
   s.viewButton = button("Model view", "Every head of every layer at overview level", () =>
-    send(s, { ...clampRegion(s, ...s.region), view: s.view === "head" ? "model" : "head" }),
+    send(s, zoomWith(s, { view: s.view === "head" ? "model" : "head" })),
   );
-  s.reduceButton = button("Max", "Pool each cell by its largest weight instead of the mean", () =>
-    send(s, { ...clampRegion(s, ...s.region), reduce: s.reduce === "mean" ? "max" : "mean" }),
+  s.reduceButton = button("Mean pooling", "Pool each cell by the mean of its weights instead of the largest", () =>
+    send(s, zoomWith(s, { reduce: s.reduce === "mean" ? "max" : "mean" })),
   );
-  s.layerDown = button("Layer -", "The layer before", () =>
-    send(s, { ...clampRegion(s, ...s.region), layer: Math.max(0, s.layer - 1) }),
+  s.colourButton = button("Stretch colours", "Paint each image against its own largest value", () =>
+    send(s, zoomWith(s, { colour: s.colour === STRETCHED ? ABSOLUTE : STRETCHED })),
   );
+  s.layerDown = button("Layer -", "The layer before", () => send(s, zoomWith(s, { layer: Math.max(0, s.layer - 1) })));
   s.layerUp = button("Layer +", "The next layer", () =>
-    send(s, { ...clampRegion(s, ...s.region), layer: Math.min(s.layers - 1, s.layer + 1) }),
+    send(s, zoomWith(s, { layer: Math.min(s.layers - 1, s.layer + 1) })),
   );
   s.panButtons = [
-    button("\u2190", "Pan to earlier keys", () => pan(s, 0, -0.5), "hs-lv-pan-left"),
-    button("\u2192", "Pan to later keys", () => pan(s, 0, 0.5), "hs-lv-pan-right"),
-    button("\u2191", "Pan to earlier queries", () => pan(s, -0.5, 0), "hs-lv-pan-up"),
-    button("\u2193", "Pan to later queries", () => pan(s, 0.5, 0), "hs-lv-pan-down"),
-    button("Zoom out", "Twice the region", () => zoomOut(s), "hs-lv-zoom-out"),
-    button("Whole head", "The whole head", () => send(s, clampRegion(s, 0, s.n, 0, s.n)), "hs-lv-whole"),
+    button("\u2190", "Pan to earlier keys", () => send(s, regionZoom(s, panned(s.n, s.region, 0, -0.5))), "hs-lv-pan-left"),
+    button("\u2192", "Pan to later keys", () => send(s, regionZoom(s, panned(s.n, s.region, 0, 0.5))), "hs-lv-pan-right"),
+    button("\u2191", "Pan to earlier queries", () => send(s, regionZoom(s, panned(s.n, s.region, -0.5, 0))), "hs-lv-pan-up"),
+    button("\u2193", "Pan to later queries", () => send(s, regionZoom(s, panned(s.n, s.region, 0.5, 0))), "hs-lv-pan-down"),
+    button("Zoom out", "Twice the region", () => send(s, regionZoom(s, zoomedOut(s.n, s.region))), "hs-lv-zoom-out"),
+    button("Whole head", "The whole head", () => send(s, regionZoom(s, [0, s.n, 0, s.n])), "hs-lv-whole"),
   ];
   root.appendChild(bar);
   s.title = el("div", "hs-lv-title");
@@ -169,7 +166,10 @@ function build(root, s) {
 
   s.headPanel = el("div", "hs-lv-headview");
   s.grid = el("div", "hs-lv-grid");
-  s.headPanel.appendChild(s.grid);
+  s.gridNote = el("div", "hs-lv-gridnote");
+  const gridBox = el("div", "hs-lv-gridbox");
+  gridBox.append(s.grid, s.gridNote);
+  s.headPanel.appendChild(gridBox);
   const zoomBox = el("div", "hs-lv-zoombox");
   s.colLabels = el("div", "hs-lv-collabels");
   s.rowLabels = el("div", "hs-lv-rowlabels");
@@ -177,15 +177,19 @@ function build(root, s) {
   s.big = el("canvas", "hs-lv-big");
   s.rect = el("div", "hs-lv-rect");
   s.stage.append(s.big, s.rect);
+  s.barSlot = el("div", "hs-lv-barslot");
   const middle = el("div", "hs-lv-middle");
-  middle.append(s.rowLabels, s.stage);
+  middle.append(s.rowLabels, s.stage, s.barSlot);
   zoomBox.append(s.colLabels, middle);
   s.readout = el("div", "hs-lv-readout", " ");
   s.legend = el("div", "hs-lv-legend");
   zoomBox.append(s.readout, s.legend);
   s.headPanel.appendChild(zoomBox);
   root.appendChild(s.headPanel);
-  s.modelPanel = el("div", "hs-lv-model");
+  s.modelPanel = el("div", "hs-lv-modelpanel");
+  s.modelGrid = el("div", "hs-lv-model");
+  s.modelBar = el("div", "hs-lv-modelbar");
+  s.modelPanel.append(s.modelGrid, s.modelBar);
   root.appendChild(s.modelPanel);
 
   // Drag to zoom: a rectangle in canvas pixels, turned into the cells' token edges on release.
@@ -225,7 +229,7 @@ function build(root, s) {
     const a1 = cellAt(s.rowEdges.length, Math.max(start.y, y), box.height);
     const b0 = cellAt(s.colEdges.length, Math.min(start.x, x), box.width);
     const b1 = cellAt(s.colEdges.length, Math.max(start.x, x), box.width);
-    send(s, clampRegion(s, s.rowEdges[a0], s.rowEdges[a1 + 1], s.colEdges[b0], s.colEdges[b1 + 1]));
+    send(s, regionZoom(s, fitRegion(s.n, s.rowEdges[a0], s.rowEdges[a1 + 1], s.colEdges[b0], s.colEdges[b1 + 1])));
   });
 }
 
@@ -238,11 +242,12 @@ function span(edges, k) {
 function describeCell(s, a, b) {
   const cols = s.colEdges.length - 1;
   const value = s.values[a * cols + b];
+  const hidden = s.causal && hiddenCell(s.rowEdges, s.colEdges, a, b);
+  const shown = hidden ? "hidden by the causal mask" : value.toPrecision(4);
   if (s.tokenLevel) {
-    s.readout.textContent =
-      `query ${s.rowEdges[a]} "${s.rowTokens[a]}" -> key ${s.colEdges[b]} "${s.colTokens[b]}": ` + value.toPrecision(4);
+    s.readout.textContent = `query ${s.rowEdges[a]} "${s.rowTokens[a]}" -> key ${s.colEdges[b]} "${s.colTokens[b]}": ${shown}`;
   } else {
-    s.readout.textContent = `queries ${span(s.rowEdges, a)}, keys ${span(s.colEdges, b)}: ${s.reduce} ${value.toPrecision(4)}`;
+    s.readout.textContent = `queries ${span(s.rowEdges, a)}, keys ${span(s.colEdges, b)}: ${hidden ? shown : `${s.reduce} ${shown}`}`;
   }
 }
 
@@ -262,64 +267,82 @@ function drawLabels(s) {
   });
 }
 
+// Every head's overview of a layer, or every head of the model: one small canvas each, painted from images scaled to
+// their own largest cell (``tops``), on the weights' scale or each stretched to its own largest cell.
+function overviewCanvas(s, data, k, bytes) {
+  const size = data.grid_size;
+  const top = data.grid_tops[k];
+  const values = unscaled(bytes, k * size * size, size * size, top);
+  const canvas = el("canvas");
+  paint(canvas, valuePixels(values, data.grid_edges, data.grid_edges, s.causal, s.palette, stretchOf(s.colour, top)), size, size);
+  const stretched = s.colour === STRETCHED && top > 0 ? `; colours stretched x${shortNumber(1 / top)}` : "";
+  return { canvas, about: `largest cell ${shortNumber(top)}${stretched}` };
+}
+
 function renderHead(s, data) {
   s.headPanel.style.display = "";
   s.modelPanel.style.display = "none";
-  const size = data.grid_size;
   const bytes = decodeBytes(data.grid);
   s.grid.replaceChildren();
   for (let h = 0; h < data.num_heads; h++) {
     const cell = el("div", "hs-lv-thumb" + (h === data.head ? " hs-lv-selected" : ""));
-    const canvas = el("canvas", "hs-lv-thumbcanvas");
-    paintBytes(canvas, bytes, h * size * size, size);
+    const { canvas, about } = overviewCanvas(s, data, h, bytes);
+    canvas.className = "hs-lv-thumbcanvas";
     cell.append(canvas, el("div", "hs-lv-thumblabel", `head ${h}`));
-    cell.title = `Layer ${data.layer}, head ${h}: the whole head (largest cell ${data.grid_tops[h].toPrecision(3)})`;
-    cell.addEventListener("click", () => send(s, { ...clampRegion(s, 0, s.n, 0, s.n), head: h }));
+    cell.title = `Layer ${data.layer}, head ${h}: the whole head (${about})`;
+    cell.addEventListener("click", () => send(s, zoomWith(s, { head: h, r0: 0, r1: s.n, c0: 0, c1: s.n })));
     s.grid.appendChild(cell);
   }
+  s.gridNote.textContent =
+    s.colour === STRETCHED
+      ? `Each whole head (${data.reduce} pooling), its colours stretched to its own largest cell.`
+      : `Each whole head (${data.reduce} pooling), on the weights' scale.`;
   s.values = decodeFloats(data.values);
   s.rowEdges = data.row_edges;
   s.colEdges = data.col_edges;
   s.tokenLevel = data.token_level;
   s.rowTokens = data.row_tokens;
   s.colTokens = data.col_tokens;
-  paintValues(s.big, s);
+  const top = largest(s.values);
+  const stretch = stretchOf(s.colour, top);
+  paint(s.big, valuePixels(s.values, s.rowEdges, s.colEdges, s.causal, s.palette, stretch), s.rowEdges.length - 1, s.colEdges.length - 1);
+  s.barSlot.replaceChildren(colorBar(s.palette.lut, stretch === 1 ? "weight" : `x${shortNumber(stretch)}`, 1 / stretch));
   drawLabels(s);
   const [r0, r1, c0, c1] = data.region;
   const rowsPerCell = Math.ceil((r1 - r0) / (s.rowEdges.length - 1));
   const colsPerCell = Math.ceil((c1 - c0) / (s.colEdges.length - 1));
   s.title.textContent = `Layer ${data.layer}, head ${data.head}: queries ${r0}-${r1 - 1}, keys ${c0}-${c1 - 1} of ${data.n} tokens`;
-  s.legend.textContent = s.tokenLevel
-    ? `Single tokens: each cell is one exact weight. Colour: white 0 to dark blue ${s.top.toPrecision(3)}, this view's largest weight.`
-    : `Each cell: the ${data.reduce} of the exact weights of up to ${rowsPerCell} x ${colsPerCell} tokens. ` +
-      `Colour: white 0 to dark blue ${s.top.toPrecision(3)}, this view's largest cell. Drag to zoom.`;
+  s.legend.textContent = legendText({ tokenLevel: s.tokenLevel, reduce: data.reduce, rowsPerCell, colsPerCell, colour: s.colour, top });
   s.root.dataset.values = JSON.stringify(Array.from(s.values, (v) => Number(v.toPrecision(8))));
   s.root.dataset.region = JSON.stringify(data.region);
-  s.root.dataset.drawn = `${data.sig}:${data.layer}:${data.head}:${r0}-${r1}:${c0}-${c1}:${data.reduce}`;
+  s.root.dataset.stretch = String(stretch);
+  s.root.dataset.drawn = `${data.sig}:${data.layer}:${data.head}:${r0}-${r1}:${c0}-${c1}:${data.reduce}:${s.colour}`;
 }
 
 function renderModel(s, data) {
   s.headPanel.style.display = "none";
   s.modelPanel.style.display = "";
-  const size = data.grid_size;
   const bytes = decodeBytes(data.grid);
-  s.modelPanel.replaceChildren();
-  s.modelPanel.style.setProperty("--hs-lv-heads", String(data.num_heads));
+  s.modelGrid.replaceChildren();
+  s.modelGrid.style.setProperty("--hs-lv-heads", String(data.num_heads));
   for (let layer = 0; layer < data.num_layers; layer++) {
-    s.modelPanel.appendChild(el("div", "hs-lv-modellabel", `L${layer}`));
+    s.modelGrid.appendChild(el("div", "hs-lv-modellabel", `L${layer}`));
     for (let h = 0; h < data.num_heads; h++) {
-      const k = layer * data.num_heads + h;
-      const canvas = el("canvas", "hs-lv-modelcanvas");
-      paintBytes(canvas, bytes, k * size * size, size);
-      canvas.title = `Layer ${layer}, head ${h} (largest cell ${data.grid_tops[k].toPrecision(3)}): click to zoom`;
+      const { canvas, about } = overviewCanvas(s, data, layer * data.num_heads + h, bytes);
+      canvas.className = "hs-lv-modelcanvas";
+      canvas.title = `Layer ${layer}, head ${h} (${about}): click to zoom`;
       canvas.addEventListener("click", () =>
-        send(s, { layer, head: h, r0: 0, r1: s.n, c0: 0, c1: s.n, reduce: s.reduce, view: "head" }),
+        send(s, zoomWith(s, { layer, head: h, r0: 0, r1: s.n, c0: 0, c1: s.n, view: "head" })),
       );
-      s.modelPanel.appendChild(canvas);
+      s.modelGrid.appendChild(canvas);
     }
   }
-  s.title.textContent = `Every head at overview level (${data.reduce} of exact weights, ${size} x ${size} cells, each head coloured against its own largest cell); click a head to zoom`;
-  s.root.dataset.drawn = `${data.sig}:model:${data.reduce}`;
+  const size = data.grid_size;
+  const colours =
+    s.colour === STRETCHED ? "each head's colours stretched to its own largest cell (hover a head for how much)" : "on the weights' scale";
+  s.modelBar.replaceChildren(colorBar(s.palette.lut, s.colour === STRETCHED ? "share of its largest" : "weight", 1));
+  s.title.textContent = `Every head at overview level (${data.reduce} of exact weights, ${size} x ${size} cells, ${colours}); click a head to zoom`;
+  s.root.dataset.drawn = `${data.sig}:model:${data.reduce}:${s.colour}`;
 }
 
 export default function (component) {
@@ -333,12 +356,14 @@ export default function (component) {
     build(root, s);
     s.bar = true;
   }
+  s.palette = paletteOf(data);
   s.n = data.n;
   s.layers = data.num_layers;
   s.layer = data.layer;
   s.head = data.head;
   s.reduce = data.reduce;
   s.view = data.view;
+  s.colour = data.colour;
   s.region = data.region;
   s.causal = Boolean(data.causal);
   s.pending = null;
@@ -346,6 +371,7 @@ export default function (component) {
   s.status.textContent = "";
   s.viewButton.textContent = data.view === "head" ? "Model view" : "Head view";
   s.reduceButton.textContent = data.reduce === "mean" ? "Max pooling" : "Mean pooling";
+  s.colourButton.textContent = data.colour === STRETCHED ? "Weights' colours" : "Stretch colours";
   s.layerDown.disabled = data.view !== "head" || data.layer === 0;
   s.layerUp.disabled = data.view !== "head" || data.layer === data.num_layers - 1;
   for (const b of s.panButtons) b.disabled = data.view !== "head";
@@ -353,3 +379,5 @@ export default function (component) {
   if (data.view === "model") renderModel(s, data);
   else renderHead(s, data);
 }
+
+export { cellAt, fitRegion, hiddenCell, legendText, panned, stretchOf, valuePixels, zoomedOut };

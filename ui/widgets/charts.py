@@ -25,7 +25,16 @@ def presenting() -> bool:
     return bool(st.session_state.get("present"))
 
 
+def presenting_at_start() -> bool:
+    """Presentation mode as a run starts, before the sidebar's toggle is drawn: the toggle's value from the last
+    run, else the link's ``present=1`` (app.py sets the page up with it: the sidebar folded on a projector)."""
+    if "present" in st.session_state:
+        return presenting()
+    return st.query_params.get("present") == "1"
+
+
 PRESENTATION_CSS = """<style>
+  [data-testid="stMainBlockContainer"] { padding-top: 2.5rem !important; }
   [data-testid="stMain"] p, [data-testid="stMain"] li, [data-testid="stMain"] label,
   [data-testid="stCaptionContainer"], [data-testid="stMarkdownContainer"] p { font-size: 1.35rem !important; }
   [data-testid="stMain"] h1 { font-size: 3rem !important; }

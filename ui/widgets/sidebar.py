@@ -1,5 +1,9 @@
 """The shared sidebar (model, engine, sentence, examples, presentation mode), the class link, and the run of
-the sidebar's selection (``current_run``) that most pages show."""
+the sidebar's selection (``current_run``) that most pages show.
+
+A page sees only the inputs it reads (app.py's ``PAGES`` declares them, one line per page): the Classroom's toy
+numbers read none, Circuits' own prompts read the model only. An input a page does not show keeps its value
+for the pages that do (and in the link). The second sentence shows only for a model that reads one (an encoder)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from urllib.parse import urlsplit
 
 import streamlit as st
 
-from mha_core.errors import EmptyTextError, EngineNotSupported
+from mha_core.errors import EmptyTextError, EngineNotSupported, HeadscopeError
 from mha_core.models import DEFAULT_MODEL, ENGINES
 from mha_core.models.tokens import visible_text
 from ui import address, computations, compute, session
@@ -35,9 +39,39 @@ def _heartbeat() -> None:
 SENTENCE_LABEL = "Sentence"  # also tools.browser.SENTENCE_LABEL, which the browser tests type into
 
 
-def sentence_boxes(place: str = "sidebar") -> None:
-    """The sentence box and the optional second sentence (session keys ``text`` and ``pair``), drawn by the
-    sidebar or by a page's fragment (``place``: the page's path)."""
+# What a page may read from the sidebar; app.py's PAGES says which of them each page reads.
+MODEL, ENGINE, SENTENCE = "model", "engine", "sentence"
+INPUTS = (MODEL, ENGINE, SENTENCE)
+# The session keys of each input's widgets: kept when the page does not draw them (Streamlit drops the value of
+# a widget a run does not draw).
+_INPUT_KEYS = {MODEL: ("model_choice", "model_other"), ENGINE: ("engine",), SENTENCE: ("example", "bos")}
+
+
+def _keep_undrawn(inputs) -> None:
+    """Inputs this page does not draw keep their values for the pages that do: a value written back by the script
+    is the session's own, not a widget's, and outlives a run that does not draw its widget."""
+    for name, keys in _INPUT_KEYS.items():
+        if name in inputs:
+            continue
+        for key in keys:
+            if key in st.session_state:
+                st.session_state[key] = st.session_state[key]
+
+
+def reads_pair(model: str | None) -> bool:
+    """True for a model that reads a second sentence (an encoder); a decoder and an encoder-decoder do not."""
+    if not model:
+        return False
+    try:
+        loaded = compute.get_model(model)
+    except HeadscopeError:
+        return False
+    return not loaded.is_causal and not getattr(loaded, "is_encoder_decoder", False)
+
+
+def sentence_boxes(place: str = "sidebar", pair: bool = True) -> None:
+    """The sentence box and, where the model reads one (``pair``), the second sentence (session keys ``text`` and
+    ``pair``), drawn by the sidebar or by a page's fragment (``place``: the page's path)."""
     # A widget's identity includes the script that draws it (app.py, or the page): when that changes, the
     # boxes are new widgets, and only what is written to their keys before they are drawn carries over.
     # A run that switched pages before drawing them may also have dropped their keys: the session's copy
@@ -52,7 +86,10 @@ def sentence_boxes(place: str = "sidebar") -> None:
         what="sentence",
         help="Press Enter to run. Long texts are truncated to the model's limit.",
     )
-    limited_text_input("Second sentence (encoders only, optional)", key="pair", what="second sentence")
+    if pair:
+        limited_text_input("Second sentence (encoders only, optional)", key="pair", what="second sentence")
+    elif "pair" in st.session_state:
+        st.session_state["pair"] = st.session_state["pair"]  # kept for a model that reads it
 
 
 def _sentences() -> tuple[str, str | None]:
@@ -67,74 +104,88 @@ def _sentences() -> tuple[str, str | None]:
 @contextlib.contextmanager
 def sentences_in_page(slot, place: str):
     """For a page's fragment that shows what the sentence decides: takes what the sentence boxes hold into
-    the selection and the link, runs the body, then draws the boxes into ``slot`` (their place in the
-    sidebar, ``session.sentence_slot()``). Enter in them then reruns that fragment only, not the sidebar and
-    the whole page (Explore: about 57 elements re-rendered by the browser on every Enter), and the body's
-    elements reach the browser before the boxes'. ``place`` names the page (``sentence_boxes``)."""
+    the selection and the link, draws the boxes into ``slot`` (their place in the sidebar,
+    ``session.sentence_slot()``), then runs the body. Enter in them then reruns that fragment only, not the
+    sidebar and the whole page (Explore: about 57 elements re-rendered by the browser on every Enter). The boxes
+    come first: drawn after the body, they appeared only once its first run had finished, seconds after the
+    page, and pushed the sidebar below them down. ``place`` names the page (``sentence_boxes``)."""
     text, text_pair = _sentences()
+    pair = reads_pair(session.selection().model)
+    text_pair = text_pair if pair else None
     session.set_selection(dataclasses.replace(session.selection(), text=text, text_pair=text_pair))
     address.write_query(text=text, pair=text_pair)
-    try:
-        yield
-    finally:
-        with slot:
-            sentence_boxes(place)
+    with slot:
+        sentence_boxes(place, pair=pair)
+    yield
 
 
-def sidebar(sentence_in_page: bool = False) -> session.Selection:
+def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
     """Draw the shared sidebar (app.py, once per run, before the page) and record the selection.
 
+    ``inputs``: which of ``INPUTS`` this page reads (the others are not drawn, and keep their values).
     ``sentence_in_page``: the page draws the sentence boxes into their place in the sidebar from its own
     fragment (``sentences_in_page``), so that Enter reruns only that fragment."""
     address.init_from_query()
-    examples = session.load_examples()
+    _keep_undrawn(inputs)
+    examples = session.load_examples() if SENTENCE in inputs else []
     config = settings()
     choices = model_choices()
+    bos_slot = None
     with st.sidebar:
-        st.header("Input")
-        st.selectbox("Model", list(choices), key="model_choice", format_func=choices.get)
-        if st.session_state["model_choice"] == OTHER_MODEL:
-            where = (
-                "the local Hugging Face cache, a folder, or downloaded from the hub"
-                if config.allow_downloads
-                else "the local Hugging Face cache or a folder; nothing is downloaded"
-            )
-            st.text_input(
-                "Hub id or local folder",
-                key="model_other",
-                max_chars=address.MAX_MODEL_CHARS,
-                placeholder="bert-base-uncased or /path/to/model",
-                help=f"Loaded from {where}.",
-            )
-        st.radio(
-            "Engine",
-            list(ENGINES),
-            key="engine",
-            format_func=ENGINE_LABELS.get,
-            horizontal=True,
-            help="From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "
-            "from the checkpoint's weights, compared with transformers.",
+        if inputs:
+            st.header("Input")
+        if MODEL in inputs:
+            st.selectbox("Model", list(choices), key="model_choice", format_func=choices.get)
+            if st.session_state["model_choice"] == OTHER_MODEL:
+                where = (
+                    "the local Hugging Face cache, a folder, or downloaded from the hub"
+                    if config.allow_downloads
+                    else "the local Hugging Face cache or a folder; nothing is downloaded"
+                )
+                st.text_input(
+                    "Hub id or local folder",
+                    key="model_other",
+                    max_chars=address.MAX_MODEL_CHARS,
+                    placeholder="bert-base-uncased or /path/to/model",
+                    help=f"Loaded from {where}.",
+                )
+        wanted = _wanted_model()
+        model, error = (
+            compute.use_model(wanted) if MODEL in inputs else (st.session_state.get("_last_good_model"), None)
         )
-        if examples:
-            st.selectbox(
-                "Example sentences",
-                range(len(examples)),
-                key="example",
-                index=None,
-                placeholder="Pick an example...",
-                on_change=session.apply_example,
-                format_func=lambda i: f"{examples[i]['label']}",
+        if ENGINE in inputs:
+            st.radio(
+                "Engine",
+                list(ENGINES),
+                key="engine",
+                format_func=ENGINE_LABELS.get,
+                horizontal=True,
+                help="From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "
+                "from the checkpoint's weights, compared with transformers.",
             )
-            chosen = st.session_state.get("example")
-            if chosen is not None and 0 <= chosen < len(examples):
-                st.caption(f":material/lightbulb: {md_escape(examples[chosen]['shows'])}")
-        if sentence_in_page:
-            # The page draws the sentence boxes here from its own fragment (``sentences_in_page``).
-            session.set_sentence_slot(st.container())
+        if SENTENCE in inputs:
+            if examples:
+                st.selectbox(
+                    "Example sentences",
+                    range(len(examples)),
+                    key="example",
+                    index=None,
+                    placeholder="Pick an example...",
+                    on_change=session.apply_example,
+                    format_func=lambda i: f"{examples[i]['label']}",
+                )
+                chosen = st.session_state.get("example")
+                if chosen is not None and 0 <= chosen < len(examples):
+                    st.caption(f":material/lightbulb: {md_escape(examples[chosen]['shows'])}")
+            if sentence_in_page:
+                # The page draws the sentence boxes here from its own fragment (``sentences_in_page``).
+                session.set_sentence_slot(st.container())
+            else:
+                session.set_sentence_slot(None)
+                sentence_boxes(pair=reads_pair(model))
+            bos_slot = st.empty()  # filled once the model is known: only decoders with a BOS token have the choice
         else:
             session.set_sentence_slot(None)
-            sentence_boxes()
-        bos_slot = st.empty()  # filled once the model is known: only decoders with a BOS token have the choice
         url_toggle(
             "Presentation mode",
             "present",
@@ -142,12 +193,6 @@ def sidebar(sentence_in_page: bool = False) -> session.Selection:
             help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
         )
 
-    wanted = st.session_state["model_choice"]
-    if wanted == OTHER_MODEL:
-        wanted = (st.session_state.get("model_other") or "").strip() or st.session_state.get(
-            "_last_good_model", DEFAULT_MODEL
-        )
-    model, error = compute.use_model(wanted)
     if error is not None:
         message = public_message(error, wanted)
         with st.sidebar:
@@ -157,7 +202,7 @@ def sidebar(sentence_in_page: bool = False) -> session.Selection:
         # Also where the user looks: above the page, not below the fold of the sidebar.
         st.error(f"{message}" + (f" Still showing {md_escape(model)}." if model else ""), icon=":material/error:")
     bos = None
-    if model:
+    if model and bos_slot is not None:
         loaded = compute.get_model(model)
         if loaded.bos_token:
             bos = url_toggle(
@@ -170,8 +215,14 @@ def sidebar(sentence_in_page: bool = False) -> session.Selection:
                 "sink). A BOS token gives that attention a place that is not a word of your text.",
             )
     text, text_pair = _sentences()
+    if SENTENCE in inputs and not sentence_in_page and not reads_pair(model):
+        text_pair = None
     selection = session.Selection(
-        model=model, engine=st.session_state["engine"], text=text, text_pair=text_pair, bos=bos
+        model=model or "",
+        engine=st.session_state.get("engine", "transformers"),
+        text=text,
+        text_pair=text_pair,
+        bos=bos,
     )
     address.write_query(
         model=wanted if len(wanted) <= address.MAX_MODEL_CHARS else None,
@@ -181,6 +232,15 @@ def sidebar(sentence_in_page: bool = False) -> session.Selection:
     )
     session.set_selection(selection)
     return selection
+
+
+def _wanted_model() -> str:
+    wanted = st.session_state.get("model_choice", DEFAULT_MODEL)
+    if wanted == OTHER_MODEL:
+        wanted = (st.session_state.get("model_other") or "").strip() or st.session_state.get(
+            "_last_good_model", DEFAULT_MODEL
+        )
+    return wanted
 
 
 def class_link() -> str:

@@ -7,14 +7,16 @@ import dataclasses
 import inspect
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
+from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.engine.registry import FAMILIES
 from ui import computations, figures, headview
 from ui.widgets.charts import PRESENTATION_SCALE, presenting, show_chart
 from ui.widgets.messages import md_escape, public_message
-from ui.widgets.pickers import set_head, set_layer
+from ui.widgets.pickers import set_head, set_layer, url_select
 
 
 def shaped_run(run, words: bool, hide_special: bool):
@@ -42,7 +44,10 @@ def figure_options(run) -> dict:
 MODEL_VIEW_MAX_CELLS = headview.ALL_LAYERS_MAX_CELLS  # so the model view always has every layer
 
 
-HEAD_VIEW_MAX_CELLS = 800_000
+HEAD_VIEW_MAX_CELLS = 800_000  # the Plotly head view (Compare): 4 bytes a cell, and a chart of them
+# Explore's canvas head view sends one layer at one byte a weight: every token of a model's longest input (512) for
+# up to 16 heads (MiniLM at 512 tokens: 3.1 MB a layer), so a sentence at the model's limit is shown whole.
+CANVAS_HEAD_MAX_CELLS = 16 * 512 * 512
 
 
 def token_limit(max_cells: int, num_tiles: int) -> int:
@@ -93,13 +98,17 @@ def attention_view(run, view: str, layer: int, head: int, key: str, shape: str =
     a click on a head and the switches between the views and the head's shapes redraw there at once; the
     layer and head selection follows here (and in the link) on the next rerun, and ``on_pick(pick)`` gets
     the rest of the visitor's pick (``view`` and ``shape``)."""
-    per_layer = token_limit(HEAD_VIEW_MAX_CELLS, run.num_heads)
+    per_layer = token_limit(CANVAS_HEAD_MAX_CELLS, run.num_heads)
     whole = token_limit(MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads)
     if view == "model":
         shown = first_tokens(run, MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads, "model view")
     else:
         shown = first_tokens(
-            run, HEAD_VIEW_MAX_CELLS, run.num_heads, "head view", rest="the Lines view and the downloads have them all"
+            run,
+            CANVAS_HEAD_MAX_CELLS,
+            run.num_heads,
+            "head view",
+            rest="the Lines view and the downloads have them all",
         )
     options = figure_options(shown)
     data = headview.pack(
@@ -162,6 +171,64 @@ def alignment_note(difference) -> str:
     return " ".join(notes)
 
 
+# The measurements a per-layer curve can show (Compare), in words: ``METRIC_DESCRIPTIONS``.
+CURVES = ("normalized_entropy", "mean_distance", "confidence", "sink_mass", "prev_token_mass", "local_mass")
+
+
+def metric_curves(runs_by_name: dict, key: str) -> None:
+    """Per-layer curves of one head measurement (chosen here, ``?summary=``), one line per run."""
+    metric = url_select(
+        st.selectbox,
+        "Per-layer summary",
+        CURVES,
+        key=f"{key}_metric",
+        url_key="summary",
+        format_func=METRIC_DESCRIPTIONS.get,
+    )
+    tables = [computations.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
+    show_chart(
+        figures.layer_curves(
+            pd.concat(tables, ignore_index=True),
+            metric,
+            series="series",
+            label=METRIC_DESCRIPTIONS[metric],
+            title=f"Per layer: {METRIC_DESCRIPTIONS[metric]}",
+        ),
+        key=f"{key}_curve",
+    )
+
+
+# How Compare pairs the layers of two models of different depths.
+PAIRINGS = {"depth": "By relative depth", "hand": "By hand"}
+
+
+def depth_matched_layer(layer: int, layers: int, other_layers: int) -> int:
+    """The layer of a model of ``other_layers`` layers at the relative depth of ``layer`` of one of ``layers``:
+    round(layer * (other_layers - 1) / (layers - 1)), halves up (the first with the first, the last with the last)."""
+    if layers <= 1:
+        return 0
+    return min(other_layers - 1, int(np.floor(layer * (other_layers - 1) / (layers - 1) + 0.5)))
+
+
+def pairing_note(pairing: str, left: tuple[str, int, int], right: tuple[str, int, int]) -> str:
+    """Which layers are shown against each other, and why: ``left`` and ``right`` are (model name, its number of
+    layers, the layer shown)."""
+    (left_name, left_layers, left_layer), (right_name, right_layers, right_layer) = left, right
+    shown = (
+        f"Layer {left_layer} of {md_escape(left_name)} (of 0 to {left_layers - 1}) against layer {right_layer} of "
+        f"{md_escape(right_name)} (of 0 to {right_layers - 1})"
+    )
+    if pairing == "depth":
+        exact = left_layer * (right_layers - 1) / max(left_layers - 1, 1)
+        return (
+            f"{shown}: paired by relative depth, round({left_layer} × {right_layers - 1} / {max(left_layers - 1, 1)}) "
+            f"= round({exact:.3g}) = {right_layer}, so the first layers and the last layers meet."
+        )
+    if left_layers != right_layers:
+        return f"{shown}: paired by hand (the two models have {left_layers} and {right_layers} layers)."
+    return f"{shown}."
+
+
 # Differences below this are the size of float32 rounding between two exact computations of one model
 # (the from-scratch engine against transformers: about 1e-6 after six layers).
 ROUNDING_SIZE = 1e-4
@@ -216,6 +283,32 @@ def difference_view(
         "weights can differ): red where the left attends more, blue where the right does."
     )
     return True
+
+
+# The attention-sink note shows once at least this share of the heads park most of their attention on a token
+# of no content (MiniLM on "The cat sat on the mat because it was tired.": 34 of 72).
+SINK_NOTE_SHARE = 0.25
+
+
+def sink_note(run) -> None:
+    """The attention-sink note, when at least ``SINK_NOTE_SHARE`` of the run's heads put most of their attention
+    on a token of no content (a head's ``sink_mass`` of 0.5 or more)."""
+    sinks = computations.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
+    if sinks.mean() >= SINK_NOTE_SHARE:
+        st.info(
+            f"{sinks.sum()} of the {sinks.size} heads put most of their attention on a token of no content "
+            "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when "
+            "it has nothing to do. Look for the heads that do not.",
+            icon=":material/info:",
+        )
+
+
+def layer_code(run) -> None:
+    """For the from-scratch engine: the layer code that computed the run's weights, in an expander."""
+    source = layer_source_code(run.family) if run.engine == "core" else None
+    if source:
+        with st.expander("The from-scratch layer code that computed these weights"):
+            st.code(source, language="python")
 
 
 def layer_source_code(family: str) -> str | None:

@@ -3,8 +3,9 @@ f_h(x) = (x W_V^h + b_V^h) W_O^h, the vector head h actually adds (output bias e
 ``model.run(text, norms=True)`` fills ``run.norms`` with it.
 
 Value vectors come from ``engine.core.head_vectors`` applied to each layer's input hidden states of the
-chosen engine's own pass (transformers' ``hidden_states``, or the from-scratch engine's), so both engines
-give them, for every family the registry covers.
+chosen engine's own pass (transformers' ``hidden_states``, or the from-scratch engine's ``hook_resid_pre``), so
+both engines give them, for every family the registry covers. What a run reports besides attention, as
+``outputs.py``'s losses are: computed from the pass, not from a run.
 """
 
 from __future__ import annotations
@@ -17,12 +18,6 @@ import torch
 from ..engine.blocks import HeadVectors
 from ..engine.core import head_vectors
 from ..errors import HeadscopeError
-
-
-# ---- norm-based attention ---------------------------------------------------------------------------------
-def transformed_values(vectors: HeadVectors) -> torch.Tensor:
-    """f_h(x_j) = v_h(x_j) W_O^h for every head and token: ``[batch, heads, n, d_model]``."""
-    return torch.matmul(vectors.value, _per_head_output(vectors))
 
 
 def _per_head_output(vectors: HeadVectors) -> torch.Tensor:

@@ -1,0 +1,184 @@
+"""The class server's HTTP side (ui/class_http.py), as plain ASGI: requests in, responses out, no server.
+
+The teacher link is answered with a redirect without its key and an HttpOnly proof; every page a browser loads
+carries one HttpOnly student identity the server signed (set once per browser), Secure over HTTPS; one client
+address gets at most a set number of identities; outside a class nothing changes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ui import class_http, class_session
+
+TOKEN = "http-teacher-" + "t" * 24
+
+
+def page_app(content_type: bytes = b"text/html; charset=utf-8"):
+    """A stand-in for Streamlit's server: every GET is its page (or another kind of file)."""
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", content_type)]})
+        await send({"type": "http.response.body", "body": b"<html></html>"})
+
+    return app
+
+
+def get(middleware, path: str = "/", query: str = "", cookie: str = "", scheme: str = "http", client="10.0.0.5"):
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "scheme": scheme,
+        "path": path,
+        "root_path": "",
+        "query_string": query.encode(),
+        "headers": [(b"cookie", cookie.encode())] if cookie else [],
+        "client": (client, 50000),
+    }
+    sent = []
+
+    async def receive():
+        return {"type": "http.request"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(middleware(scope, receive, send))
+    start = sent[0]
+    headers = [(k.decode(), v.decode()) for k, v in start.get("headers", [])]
+    return start["status"], headers
+
+
+def set_cookies(headers) -> dict[str, str]:
+    return {v.split("=", 1)[0]: v for k, v in headers if k == "set-cookie"}
+
+
+def cookie_value(set_cookie: str) -> str:
+    return set_cookie.split(";")[0].split("=", 1)[1]
+
+
+def test_the_teacher_link_is_redirected_without_its_key():
+    middleware = class_http.ClassCookies(page_app(), token=lambda: TOKEN)
+    status, headers = get(middleware, "/explore", f"layer=3&teacher={TOKEN}&text=a+b")
+    assert status == 303
+    assert dict(headers)["location"] == "/explore?layer=3&text=a+b"  # the rest of the link kept, the key gone
+    proof = set_cookies(headers)[class_http.TEACHER_COOKIE]
+    assert "HttpOnly" in proof and "SameSite=Strict" in proof and "Path=/" in proof and "Secure" not in proof
+    assert class_session.proof_matches(cookie_value(proof), TOKEN) and TOKEN not in proof
+    assert dict(headers)["cache-control"] == "no-store"
+    # Over HTTPS the cookie is Secure; a link with only the key goes to the bare page.
+    status, headers = get(middleware, "/", f"teacher={TOKEN}", scheme="https")
+    assert (status, dict(headers)["location"]) == (303, "/")
+    assert "; Secure" in set_cookies(headers)[class_http.TEACHER_COOKIE]
+    # A wrong key is the page's to report: no redirect, no proof.
+    status, headers = get(middleware, "/explore", "teacher=wrong")
+    assert status == 200 and class_http.TEACHER_COOKIE not in set_cookies(headers)
+
+
+def test_one_signed_student_identity_per_browser():
+    middleware = class_http.ClassCookies(page_app(), token=lambda: TOKEN)
+    status, headers = get(middleware, "/classroom")
+    identity = set_cookies(headers)[class_http.STUDENT_COOKIE]
+    assert status == 200 and "HttpOnly" in identity and "SameSite=Strict" in identity and "Secure" not in identity
+    student = class_session.verified_student(cookie_value(identity), TOKEN)
+    assert student is not None
+    # The browser sends it back: no new one (its tabs and reloads keep the one it has).
+    _, headers = get(middleware, "/explore", cookie=f"{class_http.STUDENT_COOKIE}={cookie_value(identity)}")
+    assert class_http.STUDENT_COOKIE not in set_cookies(headers)
+    # One the server did not sign is no identity: the browser gets a real one.
+    forged = f"{class_session.new_student_id()}.{'0' * 32}"
+    _, headers = get(middleware, "/", cookie=f"{class_http.STUDENT_COOKIE}={forged}")
+    assert class_session.verified_student(cookie_value(set_cookies(headers)[class_http.STUDENT_COOKIE]), TOKEN)
+    _, headers = get(middleware, "/", scheme="https", client="10.0.0.6")
+    assert "; Secure" in set_cookies(headers)[class_http.STUDENT_COOKIE]
+    # Files that are not a page (scripts, images) carry no identity.
+    _, headers = get(class_http.ClassCookies(page_app(b"text/javascript"), token=lambda: TOKEN), "/static/app.js")
+    assert not set_cookies(headers)
+    _, headers = get(middleware, "/", cookie="a=b; =;;; junk")  # a malformed Cookie header: a new identity
+    assert class_http.STUDENT_COOKIE in set_cookies(headers)
+
+
+def test_one_client_address_gets_a_bounded_number_of_identities():
+    joins = class_session.ClientLimits(3, window_s=3600)
+    middleware = class_http.ClassCookies(page_app(), token=lambda: TOKEN, joins=joins)
+    minted = [class_http.STUDENT_COOKIE in set_cookies(get(middleware, "/", client="10.0.0.9")[1]) for _ in range(40)]
+    assert minted == [True] * 3 + [False] * 37  # 40 page loads without cookies: 3 identities, then none
+    assert class_http.STUDENT_COOKIE in set_cookies(get(middleware, "/", client="10.0.0.10")[1])  # another address
+    assert class_http.joins_per_client() >= 1
+
+
+def test_outside_a_class_nothing_changes():
+    middleware = class_http.ClassCookies(page_app(), token=lambda: None)
+    status, headers = get(middleware, "/explore", f"teacher={TOKEN}")
+    assert status == 200 and not set_cookies(headers)
+
+
+def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
+    """The server starts a full run of page A; while it runs, the browser's fragment timers send requests naming
+    page B (sent before it took in the move to A): they are held, and once the run has finished only those naming A
+    go on. With no script running, a timer's request naming B is dropped and one naming A passes at once; a click in
+    a fragment and a full rerun naming B always pass (a person may move, a timer never does)."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    def request(page: str, fragment: str = "", auto: bool = False) -> bytes:
+        message = BackMsg()
+        message.rerun_script.page_script_hash = page
+        message.rerun_script.fragment_id = fragment
+        message.rerun_script.is_auto_rerun = auto
+        return message.SerializeToString()
+
+    def server(kind: str, page: str = "") -> bytes:
+        message = ForwardMsg()
+        if kind == "start":
+            message.new_session.page_script_hash = page
+            message.metadata.run.script_run_id = "run"
+        elif kind == "fragment-start":  # a fragment's run of another page: not a page change
+            message.new_session.page_script_hash = page
+            message.metadata.run.fragment_ids.append("poll")
+        else:
+            message.script_finished = 0
+        return message.SerializeToString()
+
+    script = [  # (what the server sends, then what the browser sends meanwhile)
+        (server("start", "page-a"), [request("page-b", "poll", auto=True), request("page-b", "live", auto=True)]),
+        (server("fragment-start", "page-b"), [request("page-a", "live", auto=True)]),
+        (server("finished"), []),
+        (None, [request("page-b", "poll", auto=True), request("page-a", "poll", auto=True)]),
+        (None, [request("page-b", "answers"), request("page-b")]),
+    ]
+    steps, sent = [], []
+
+    async def run() -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def send(message):
+            sent.append(message)
+
+        async def app(scope, receive, send):
+            for from_server, from_browser in script:
+                if from_server is not None:
+                    await send({"type": "websocket.send", "bytes": from_server})
+                for data in from_browser:
+                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
+                got = []
+                while True:
+                    try:
+                        message = await asyncio.wait_for(receive(), 0.2)
+                    except TimeoutError:
+                        break
+                    rerun = BackMsg.FromString(message["bytes"]).rerun_script
+                    kind = "timer" if rerun.is_auto_rerun else "person"
+                    got.append((rerun.page_script_hash, rerun.fragment_id or "app", kind))
+                steps.append(got)
+
+        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
+
+    asyncio.run(run())
+    assert steps == [
+        [],  # the run of A has started: both timers' requests are held
+        [],  # a fragment's run is still a run: the live timer's newer request is held in place of the older
+        [("page-a", "live", "timer")],  # the run finished: the held request naming A goes on, B's never does
+        [("page-a", "poll", "timer")],  # no script runs: the one naming A passes at once, B's is dropped
+        [("page-b", "answers", "person"), ("page-b", "app", "person")],  # a person's requests always pass
+    ]
+    assert len(sent) == 3  # every message of the server reaches the browser

@@ -1,0 +1,223 @@
+"""The class server's HTTP side: what only the server's HTTP and websocket layer can do (ASGI middleware; of
+Streamlit only its protocol messages).
+
+``serve.py`` (what ``scripts/app.sh`` runs) wraps the app in ``ClassCookies``, a middleware Streamlit's ``st.App``
+allows. A script cannot: Streamlit 1.67 gives a script no way to set a cookie, so a cookie a page script sets
+(``document.cookie``) is readable by every page script, and the teacher link's key would reach the page and its
+address bar before any script could take it out. Here, before the page exists:
+
+* A GET whose address carries the teacher's key (``?teacher=TOKEN``, checked in constant time) is answered with a
+  redirect to the same address without it (303): the key never reaches the page or a projected address bar. With
+  the redirect the browser gets the teacher's proof (``class_session.teacher_proof``: a random nonce and its HMAC
+  under the token, so a new token makes it worthless) in an HttpOnly cookie. A wrong key is left to the page, which
+  says so and drops it.
+* Every page a browser loads in a class carries a student identity, signed by the server
+  (``class_session.signed_student``), in an HttpOnly cookie, set when the browser has none that verifies: one per
+  browser, however many tabs it opens. A session answers only with the identity its own connection brought back
+  (``ui.follow``), so a client that keeps no cookies cannot answer, and one client address gets at most
+  ``joins_per_client()`` new identities an hour: a script cannot make voters for free.
+* The cookies are ``SameSite=Strict``, and ``Secure`` when the page came over HTTPS.
+
+And one thing for every session, on its websocket (``StalePageGuard``): a browser's fragment timers (the class
+poll) keep sending while the server moves the session to another page (``st.switch_page``: a follower moved to
+the teacher's page), until the browser has taken the new page in, each request naming the page the browser still
+shows. Streamlit queues such a request behind the run that moves the page and then runs it on the old page: the
+session's page flips back, and the browser, told of a run of another page than the one it shows, clears the page
+(a follower's screen went blank, its follow "never arrived", until the teacher's next move; more often the more
+the machine is loaded). Here a timer's request waits while a script of the session runs and goes on only if it
+names the page the server last ran the session on: a timer never changes the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qsl, quote, urlencode
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+from ui import class_session
+
+TEACHER_PARAM = "teacher"
+TEACHER_COOKIE, STUDENT_COOKIE = "headscope_teacher", "headscope_student"
+COOKIE_MAX_AGE_S = int(class_session.EXPIRE_AFTER_S)
+JOINS_ENV = "HEADSCOPE_CLASS_JOINS_PER_CLIENT"
+JOINS_PER_CLIENT = 10  # new student identities one client address may get an hour (a class on a LAN: one each)
+JOIN_WINDOW_S = 3600.0
+
+
+def joins_per_client() -> int:
+    """``HEADSCOPE_CLASS_JOINS_PER_CLIENT`` (default 10): raise it for a class whose browsers share one address
+    (behind one NAT)."""
+    try:
+        return max(1, int(os.environ.get(JOINS_ENV, "") or JOINS_PER_CLIENT))
+    except ValueError:
+        return JOINS_PER_CLIENT
+
+
+def set_cookie(name: str, value: str, secure: bool) -> bytes:
+    """A ``Set-Cookie`` value: HttpOnly (no page script reads it), SameSite=Strict, for the whole site, 12 hours."""
+    flags = f"; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
+    return f"{name}={value}{flags}".encode("latin-1")
+
+
+def request_cookies(scope) -> dict[str, str]:
+    jar = SimpleCookie()
+    for key, value in scope.get("headers", ()):
+        if key == b"cookie":
+            try:
+                jar.load(value.decode("latin-1"))
+            except Exception:  # a malformed Cookie header counts as no cookie
+                return {}
+    return {name: morsel.value for name, morsel in jar.items()}
+
+
+def client_address(scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+class ClassCookies:
+    """ASGI middleware: the teacher key out of the address, the class's HttpOnly cookies (see the module).
+    ``token()`` gives the class's teacher token (None: not a class, the middleware passes everything through)."""
+
+    def __init__(self, app, token, joins: class_session.ClientLimits | None = None):
+        self.app, self.token = app, token
+        self.joins = joins or class_session.ClientLimits(joins_per_client(), JOIN_WINDOW_S)
+
+    async def __call__(self, scope, receive, send):
+        token = self.token() if scope.get("type") == "http" and scope.get("method") in ("GET", "HEAD") else None
+        if not token:
+            await self.app(scope, receive, send)
+            return
+        secure = scope.get("scheme") == "https"
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        keys = [value for name, value in query if name == TEACHER_PARAM]
+        if keys and class_session.token_matches(keys[-1], token):
+            rest = urlencode([(name, value) for name, value in query if name != TEACHER_PARAM])
+            path = scope.get("root_path", "") + quote(scope.get("path", "/"))
+            headers = [
+                (b"location", (path + (f"?{rest}" if rest else "")).encode("latin-1")),
+                (b"set-cookie", set_cookie(TEACHER_COOKIE, class_session.teacher_proof(token), secure)),
+                (b"cache-control", b"no-store"),
+                (b"content-length", b"0"),
+            ]
+            await send({"type": "http.response.start", "status": 303, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        has_identity = class_session.verified_student(request_cookies(scope).get(STUDENT_COOKIE), token) is not None
+
+        async def sending(message):
+            if message.get("type") == "http.response.start" and not has_identity:
+                headers = list(message.get("headers", ()))
+                page = any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers)
+                if page and self.joins.allow(client_address(scope)):
+                    headers.append(
+                        (b"set-cookie", set_cookie(STUDENT_COOKIE, class_session.signed_student(token), secure))
+                    )
+                    message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+SMALL_MESSAGE = 64 * 1024  # a run's new_session or status message is a few bytes to kB; figures are not read here
+
+
+class StalePageGuard:
+    """ASGI middleware on the app's websocket (see the module): a fragment timer's rerun request is held while a
+    script of the session runs and let through once none does, then only if it names the page the server last
+    started a full run of (a request sent before a page change, held while the run that made the change ran, would
+    be run on the old page after it). Every other request passes at once. Reads only the small messages the server
+    sends (a run's new_session, its running status) and the requests the browser sends (small)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "websocket":
+            await self.app(scope, receive, send)
+            return
+        state = {"page": None, "running": False}
+        held: dict[str, dict] = {}  # fragment id -> its timer's latest request, while a script runs
+        passed: asyncio.Queue = asyncio.Queue()
+
+        def release() -> None:
+            for message in held.values():
+                if not stale_timer_request(message["bytes"], state["page"]):
+                    passed.put_nowait(message)
+            held.clear()
+
+        async def sending(message):
+            data = message.get("bytes") if message.get("type") == "websocket.send" else None
+            if data and len(data) < SMALL_MESSAGE:
+                page, running = server_news(data)
+                state["page"] = page or state["page"]
+                if running is not None:
+                    state["running"] = running
+                    if not running:
+                        release()
+            await send(message)
+
+        async def pump() -> None:
+            while True:
+                message = await receive()
+                data = message.get("bytes") if message.get("type") == "websocket.receive" else None
+                fragment = timer_fragment(data) if data else None
+                if fragment:
+                    held[fragment] = message  # a timer's latest request stands for its earlier ones
+                    if not state["running"]:
+                        release()
+                    continue
+                passed.put_nowait(message)
+                if message.get("type") == "websocket.disconnect":
+                    return
+
+        reader = asyncio.ensure_future(pump())
+        try:
+            await self.app(scope, passed.get, sending)
+        finally:
+            reader.cancel()
+
+
+EARLY_FOR_RERUN = ForwardMsg.FINISHED_EARLY_FOR_RERUN  # a run stopped because another starts at once
+
+
+def server_news(data: bytes) -> tuple[str | None, bool | None]:
+    """From a server message: the page a full run starts (its ``new_session``), and whether a script runs now:
+    True when one starts, False when one finished with nothing after it (a run stopped for the next one, e.g. the
+    poll's ``st.rerun``, is not the end: a request let through then would meet the run that follows)."""
+    try:
+        message = ForwardMsg.FromString(data)
+    except Exception:  # not a message of this protocol: nothing to learn from it
+        return None, None
+    kind = message.WhichOneof("type")
+    if kind == "new_session":
+        return (None if message.metadata.run.fragment_ids else message.new_session.page_script_hash or None), True
+    if kind == "script_finished":
+        return None, None if message.script_finished == EARLY_FOR_RERUN else False
+    return None, None
+
+
+def _rerun_request(data: bytes):
+    try:
+        message = BackMsg.FromString(data)
+    except Exception:  # left for Streamlit to refuse
+        return None
+    return message.rerun_script if message.WhichOneof("type") == "rerun_script" else None
+
+
+def timer_fragment(data: bytes) -> str | None:
+    """The fragment of a timer's rerun request (``run_every``); None for anything else (a person's request)."""
+    request = _rerun_request(data)
+    return request.fragment_id if request is not None and request.is_auto_rerun and request.fragment_id else None
+
+
+def stale_timer_request(data: bytes, page: str | None) -> bool:
+    """True for a fragment timer's rerun request naming another page than ``page`` (None: not known yet)."""
+    request = _rerun_request(data)
+    if request is None or not (request.fragment_id and request.is_auto_rerun):
+        return False
+    return bool(page and request.page_script_hash not in ("", page))

@@ -1,0 +1,137 @@
+// Headscope's view kit: what every attention view drawn in the browser shares (the head view, the model view and
+// the cross-attention view of ui/headview/, the long-document view of ui/longview/). One colour scale for one
+// quantity: an attention weight w in [0, 1] is painted the colour the app's Plotly figures give it (the palette is
+// ui/figures/common.py's ATTENTION_COLORSCALE, sent with every view's data by ui/viewkit.palette()), the cells a
+// causal mask hides in one grey, and a view that stretches its colours says so and by how much.
+// Also: decoding the packed arrays ui/viewkit packs (bytes and float32, base64), elements made without HTML (user
+// text only ever goes into textContent), and the colour bar every view draws as its legend.
+//
+// A view's script imports these by name (`import { ... } from "../viewkit/viewkit.js";`): node's test runner
+// (tests/js/) resolves that import; for the browser, ui/viewkit.script() puts this module's text in place of the
+// import line (Streamlit loads a component's inline script as one module from a blob: address, from which a
+// relative import cannot resolve).
+
+export const LEVELS = 255; // the colour scale's 256 steps; a packed byte b is the weight b / 255
+
+// "#rrggbb" -> [r, g, b].
+export function hexRgb(hex) {
+  return [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16));
+}
+
+// The colour scale ([[at, "#rrggbb"], ...], from 0 to 1) as 256 RGB triples: entry b is the colour of weight b / 255,
+// interpolated linearly between the two stops around it (as Plotly interpolates a heatmap's colour scale).
+export function lookupTable(colorscale) {
+  const stops = colorscale.map(([at, hex]) => [at, hexRgb(hex)]);
+  const table = new Uint8ClampedArray((LEVELS + 1) * 3);
+  for (let b = 0; b <= LEVELS; b++) {
+    const t = b / LEVELS;
+    let k = 0;
+    while (k < stops.length - 2 && t > stops[k + 1][0]) k++;
+    const [a, ca] = stops[k];
+    const [z, cz] = stops[k + 1];
+    const f = z > a ? Math.min(Math.max((t - a) / (z - a), 0), 1) : 0;
+    for (let c = 0; c < 3; c++) table[b * 3 + c] = Math.round(ca[c] + f * (cz[c] - ca[c]));
+  }
+  return table;
+}
+
+// The colour-scale step of a value: floor(value * stretch * 255 + 0.5), clamped to 0..255 (stretch 1: the weight
+// itself), each operation rounded to float32 as ui/viewkit.steps packs the head view's bytes: one weight, one step.
+export function levelOf(value, stretch = 1) {
+  const t = Math.fround(value * stretch);
+  if (!(t > 0)) return 0; // also NaN
+  return t >= 1 ? LEVELS : Math.floor(Math.fround(Math.fround(t * LEVELS) + 0.5));
+}
+
+// The [r, g, b] colour of a value on the colour scale ``lut`` (lookupTable), stretched ``stretch`` times.
+export function colorOf(lut, value, stretch = 1) {
+  const b = levelOf(value, stretch) * 3;
+  return [lut[b], lut[b + 1], lut[b + 2]];
+}
+
+// Pixel p (its first byte, RGBA) of ``px`` set to the colour of step ``level`` of ``lut``, opaque.
+export function setLevel(px, p, lut, level) {
+  const b = level * 3;
+  px[p] = lut[b];
+  px[p + 1] = lut[b + 1];
+  px[p + 2] = lut[b + 2];
+  px[p + 3] = 255;
+}
+
+// Pixel p of ``px`` set to the colour [r, g, b], opaque.
+export function setRgb(px, p, rgb) {
+  px[p] = rgb[0];
+  px[p + 1] = rgb[1];
+  px[p + 2] = rgb[2];
+  px[p + 3] = 255;
+}
+
+// What the server sent as its palette (ui/viewkit.palette()), ready to paint with.
+export function paletteOf(data) {
+  return { lut: lookupTable(data.colorscale), masked: hexRgb(data.masked_color), segment: data.segment_color };
+}
+
+// base64 -> bytes.
+export function decodeBytes(base64) {
+  const text = atob(base64);
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
+}
+
+// base64 of little-endian float32 -> floats.
+export function decodeFloats(base64) {
+  const bytes = decodeBytes(base64);
+  return new Float32Array(bytes.buffer, 0, bytes.length / 4);
+}
+
+// Images packed one byte a cell, each scaled to its own largest value (ui/viewkit.scaled_bytes): ``count`` cells
+// from ``offset`` back as values, byte / 255 * top.
+export function unscaled(bytes, offset, count, top) {
+  const values = new Float32Array(count);
+  for (let k = 0; k < count; k++) values[k] = (bytes[offset + k] / LEVELS) * top;
+  return values;
+}
+
+// The largest of some values (0 for none).
+export function largest(values) {
+  let top = 0;
+  for (const v of values) if (v > top) top = v;
+  return top;
+}
+
+// A short number for a label: 3 significant digits, without trailing zeros (0.39, 0.0014, 1).
+export function shortNumber(value) {
+  if (value === 0) return "0";
+  return String(Number(value.toPrecision(3)));
+}
+
+// The colour bar's tick labels, top to bottom: the weights at 1, 3/4, 1/2, 1/4 and 0 of the bar (``top``: the
+// weight at the bar's top, 1 unless the colours are stretched).
+export function tickValues(top = 1) {
+  return [1, 0.75, 0.5, 0.25, 0].map((f) => f * top);
+}
+
+export function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// The colour bar, the legend of every view: the colour scale from 0 (bottom) to ``top`` (1, or the largest value
+// of a stretched view), its ticks in weights, and a title. Its height is the CSS variable --hs-bar-height.
+export function colorBar(lut, title = "weight", top = 1) {
+  const bar = el("div", "hs-colorbar");
+  const ramp = el("canvas", "hs-ramp");
+  ramp.width = 1;
+  ramp.height = LEVELS + 1;
+  const ctx = ramp.getContext("2d");
+  const image = ctx.createImageData(1, LEVELS + 1);
+  for (let b = 0; b <= LEVELS; b++) setLevel(image.data, (LEVELS - b) * 4, lut, b);
+  ctx.putImageData(image, 0, 0);
+  const ticks = el("div", "hs-ticks");
+  tickValues(top).forEach((t) => ticks.append(el("span", "hs-tick", shortNumber(t))));
+  bar.append(el("div", "hs-bar-title", title), ramp, ticks);
+  return bar;
+}
