@@ -69,8 +69,8 @@ def test_trainings_take_turns_in_heavy_works_share_each_slice_reserving_its_peak
 
 
 class PausedAt(Presence):
-    """A page that is always there and presses Pause once, when the training has done ``step`` steps (between
-    two steps, where a click lands): the pause falls on the same step on any machine."""
+    """A page that is always there and presses Pause once, when the training has done ``step`` steps: the runner
+    asks its page between two slices (``_check``), so a pause pressed then falls on the same step on any machine."""
 
     def __init__(self, step: int):
         super().__init__(grace_s=math.inf)
@@ -84,13 +84,13 @@ class PausedAt(Presence):
 
 def test_pause_and_resume_reach_the_same_model_as_one_run():
     torch.set_num_threads(1)
-    presence = PausedAt(25)
+    presence = PausedAt(30)  # a slice boundary: slices of score_every = 10 steps
     runner = LabRunner(TINY, 60, direct, score_every=10, presence=presence)
     presence.runner = runner
     assert runner.start()
     runner.join(timeout=60)  # the thread ends at the pause
     paused_at = runner.lab.step
-    assert runner.status == "paused" and paused_at == 25
+    assert runner.status == "paused" and paused_at == 30
     assert runner.start()
     runner.join(timeout=60)
     assert runner.status == "done" and runner.lab.step == 60
