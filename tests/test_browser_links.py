@@ -188,6 +188,8 @@ def test_presentation_mode_reaches_the_head_view_without_a_reload(warm_server, a
         assert page.evaluate("() => window.headscopeSamePage === true")
         assert "present=1" in page.url
         page.screenshot(path=str(artifacts_dir / "link-presentation-head-view.png"))
+        # On a projector the sidebar folds (its arrow opens it again): unfold it to switch presentation off.
+        page.get_by_test_id("stExpandSidebarButton").click(timeout=SETTLE_S * 1000)
         sidebar.get_by_text("Presentation mode", exact=True).click()
         page.wait_for_function(
             f"() => ({LABEL_FONT_JS}) === {before['label']}",

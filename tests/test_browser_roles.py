@@ -46,6 +46,9 @@ def test_role_map_and_held_out_table_after_a_profile(artifacts_dir):
         assert "triangle-up" in role_map["symbols"]  # the syntactic and coreference heads: corpus evidence
         page.get_by_text("Role of every head").first.scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir / "page-roles-map.png"))
+        # The grid draws its header cells once it is in view.
+        page.get_by_text("Minimum examples per relation").first.scroll_into_view_if_needed()
+        page.wait_for_function(f"() => ({TABLES_JS})().some(t => t.headers.includes('margin (95% CI)'))")
         (table,) = [t for t in page.evaluate(TABLES_JS) if "margin (95% CI)" in t["headers"]]
         assert table["headers"][:2] == ["named", "relation"] and "Holm p" in table["headers"]
         assert table["overflow"] is not None and table["overflow"] <= 1  # every column in view, at 1400 x 1000

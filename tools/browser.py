@@ -211,7 +211,8 @@ def click_in_expander(page, expander: str, button: str, timeout_ms: int | None =
     ``DEFAULT_TIMEOUT_MS``)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-    details = page.locator("details").filter(has_text=expander).first
+    # The expander by its own label (another expander's text may name it: a glossary of the page's sections).
+    details = page.locator("details").filter(has=page.locator("summary", has_text=expander)).first
     deadline = time.monotonic() + (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
     while True:
         if not details.evaluate("(element) => element.open"):
@@ -239,7 +240,9 @@ def start_profile(page, url: str, sentences: int) -> None:
     wait_for_app(page)
     page.get_by_text("coloured by role", exact=False).first.wait_for()
     page.locator("summary").filter(has_text="Corpus profile").click()
-    box = page.locator("details").filter(has_text="Corpus profile").get_by_label("Sentences")
+    box = (
+        page.locator("details").filter(has=page.locator("summary", has_text="Corpus profile")).get_by_label("Sentences")
+    )
     box.fill(str(sentences))
     box.press("Tab")
     wait_for_app(page)
