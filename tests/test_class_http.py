@@ -182,3 +182,64 @@ def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
         [("page-b", "answers", "person"), ("page-b", "app", "person")],  # a person's requests always pass
     ]
     assert len(sent) == 3  # every message of the server reaches the browser
+
+
+def test_a_timer_request_held_before_a_click_is_not_let_through_after_it():
+    """While a run goes, the poll's timer sends a request (the answer not clicked yet), then the student clicks: the
+    click passes at once, and once the run finished the held request, older than the click, is not let through
+    after it (its widget values, Streamlit's newer ones, would undo the click); the timer's next request passes."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    def request(fragment: str, auto: bool, pick: str | None) -> bytes:
+        message = BackMsg()
+        message.rerun_script.page_script_hash = "page-a"
+        message.rerun_script.fragment_id = fragment
+        message.rerun_script.is_auto_rerun = auto
+        if pick is not None:
+            state = message.rerun_script.widget_states.widgets.add(id="pick")
+            state.string_array_value.data.append(pick)
+        return message.SerializeToString()
+
+    start, finished = ForwardMsg(), ForwardMsg()
+    start.new_session.page_script_hash = "page-a"
+    finished.script_finished = 0
+    script = [  # (what the server sends, then what the browser sends meanwhile)
+        (start.SerializeToString(), [request("poll", True, None), request("answers", False, "cat")]),
+        (finished.SerializeToString(), []),
+        (None, [request("poll", True, "cat")]),
+    ]
+    steps = []
+
+    async def run() -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def send(message):
+            pass
+
+        async def app(scope, receive, send):
+            for from_server, from_browser in script:
+                if from_server is not None:
+                    await send({"type": "websocket.send", "bytes": from_server})
+                for data in from_browser:
+                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
+                got = []
+                while True:
+                    try:
+                        message = await asyncio.wait_for(receive(), 0.2)
+                    except TimeoutError:
+                        break
+                    rerun = BackMsg.FromString(message["bytes"]).rerun_script
+                    got.append(
+                        (rerun.fragment_id, [list(w.string_array_value.data) for w in rerun.widget_states.widgets])
+                    )
+                steps.append(got)
+
+        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
+
+    asyncio.run(run())
+    assert steps == [
+        [("answers", [["cat"]])],  # the click passes at once; the poll's older request is held
+        [],  # the run finished: the request held from before the click is not let through after it
+        [("poll", [["cat"]])],  # the timer's next request, with the click's value, passes
+    ]

@@ -25,7 +25,9 @@ shows. Streamlit queues such a request behind the run that moves the page and th
 session's page flips back, and the browser, told of a run of another page than the one it shows, clears the page
 (a follower's screen went blank, its follow "never arrived", until the teacher's next move; more often the more
 the machine is loaded). Here a timer's request waits while a script of the session runs and goes on only if it
-names the page the server last ran the session on: a timer never changes the page.
+names the page the server last ran the session on: a timer never changes the page. A person's request (a click)
+passes at once, and the timers' requests held before it are dropped: let through after it, their older widget
+values would undo the click's.
 """
 
 from __future__ import annotations
@@ -130,7 +132,10 @@ class StalePageGuard:
     """ASGI middleware on the app's websocket (see the module): a fragment timer's rerun request is held while a
     script of the session runs and let through once none does, then only if it names the page the server last
     started a full run of (a request sent before a page change, held while the run that made the change ran, would
-    be run on the old page after it). Every other request passes at once. Reads only the small messages the server
+    be run on the old page after it). Every other request passes at once, and drops the timers' requests held
+    before it: each carries the browser's widget values as they were when it was sent, and Streamlit lets a later
+    request's values win (folded into a pending run, or run after): let through after a click, a held request
+    would undo the click's value (the timers send again at their next tick, with the values as they are then). Reads only the small messages the server
     sends (a run's new_session, its running status) and the requests the browser sends (small)."""
 
     def __init__(self, app):
@@ -171,6 +176,8 @@ class StalePageGuard:
                     if not state["running"]:
                         release()
                     continue
+                if data and _rerun_request(data) is not None:
+                    held.clear()  # sent before this request: let through after it, their older values would win
                 passed.put_nowait(message)
                 if message.get("type") == "websocket.disconnect":
                     return
