@@ -3,12 +3,15 @@
 It opens a session (``/_stcore/stream``), asks for a run of a page with a query string, keeps the address the
 server gives it (``page_info_changed``; ``st.switch_page`` and ``st.query_params`` changes), reruns a fragment every
 ``interval`` as the browser does for ``st.fragment(run_every=...)`` (``auto_rerun``), and sends widget values
-(a click) as the browser does: a widget drawn inside a fragment reruns that fragment. ``join()`` first loads the
-page over HTTP, as a browser does before it opens its websocket, and keeps the cookies the server sets, which the
-websocket then carries; ``source`` connects from another loopback address (127.0.0.N), so that many clients are
-many addresses to the server, as many students' machines are. The server does the same work for it as for a
-browser (the same script runs, the same data is sent); only the drawing, which happens on each student's own
-machine, is left out. Loopback only; every wait is bounded by its caller.
+(a click) as the browser does: a widget drawn inside a fragment reruns that fragment, and every request carries
+every widget value the client holds (its clicks', and those the server set), as the browser's widget manager
+sends them. Streamlit folds a request that arrives before the run of an earlier one started into it, the newer
+request's values winning: a timer's request without the value a click just sent would undo the click (the click
+got no reply). ``join()`` first loads the page over HTTP, as a browser does before it opens its websocket, and
+keeps the cookies the server sets, which the websocket then carries; ``source`` connects from another loopback
+address (127.0.0.N), so that many clients are many addresses to the server, as many students' machines are. The
+server does the same work for it as for a browser (the same script runs, the same data is sent); only the
+drawing, which happens on each student's own machine, is left out. Loopback only; every wait is bounded by its caller.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+
+TRIGGERS = ("trigger_value", "string_trigger_value", "chat_input_value", "json_trigger_value")  # sent once
 
 
 class StreamlitClient:
@@ -36,6 +42,7 @@ class StreamlitClient:
         self.cookies: dict[str, str] = {}  # what the server set on ``join``; sent with the websocket
         self.addresses: list[str] = []  # every address the server gave this client, in order
         self.widget_fragments: dict[str, str] = {}  # widget id -> the fragment that drew it
+        self.widget_values: dict[str, WidgetState] = {}  # widget id -> the value held and sent with every request
         self.auto_reruns = True  # False: the fragments' timers send nothing (a test sends them by hand)
         self.query = ""
         self.page_hash = ""
@@ -48,6 +55,8 @@ class StreamlitClient:
         self.runs_finished = 0
         self.query_changed_at = 0.0
         self.running = False
+        self._full_run = False  # the run going on is a full run (not a fragment's)
+        self._drawn: set[str] = set()  # the widgets the current full run drew
         self._timers: dict[str, asyncio.Task] = {}
         self._fragments_page = ""  # the page whose fragments the timers rerun
         self._connection = None
@@ -113,9 +122,9 @@ class StreamlitClient:
         query: str | None = None,
         as_if: tuple[str, str] | None = None,
     ):
-        """Ask for a run. ``query``: this address from now on; ``as_if=(page_hash, query)``: this one request as a
-        browser sends it before it took in the server's last messages (its older page and address), the client's
-        own record left as it is."""
+        """Ask for a run, with every widget value held and ``widget_states`` (a click's) over them. ``query``: this
+        address from now on; ``as_if=(page_hash, query)``: this one request as a browser sends it before it took
+        in the server's last messages (its older page and address), the client's own record left as it is."""
         if query is not None:
             self.query = query
         page_hash, query_string = as_if or (self.page_hash, self.query)
@@ -127,8 +136,9 @@ class StreamlitClient:
         if fragment_id:
             state.fragment_id = fragment_id
             state.is_auto_rerun = not widget_states
-        for widget_state in widget_states:
-            state.widget_states.widgets.append(widget_state)
+        values = dict(self.widget_values)
+        values.update({widget_state.id: widget_state for widget_state in widget_states})
+        state.widget_states.widgets.extend(values.values())
         await self._connection.send(message.SerializeToString())
 
     def fragments(self) -> list[str]:
@@ -142,15 +152,15 @@ class StreamlitClient:
     async def click(self, widget_id: str, **value) -> None:
         """Set the widget ``widget_id`` (e.g. ``string_array_value=[label]`` for pills, ``trigger_value=True`` for a
         button) and rerun, as a click does: the fragment that drew it, or the app; an id no longer shown is sent
-        all the same (a replayed message)."""
-        from streamlit.proto.WidgetStates_pb2 import WidgetState
-
+        all the same (a replayed message). A value is held from then on; a trigger (a button) is sent once."""
         state = WidgetState(id=widget_id)
         for field, given in value.items():
             if field in ("int_array_value", "string_array_value"):
                 getattr(state, field).data.extend(given)
             else:
                 setattr(state, field, given)
+        if not any(field in TRIGGERS for field in value):
+            self.widget_values[widget_id] = state
         await self.rerun(widget_states=[state], fragment_id=self.widget_fragments.get(widget_id, ""))
 
     def params(self) -> dict:
@@ -175,7 +185,9 @@ class StreamlitClient:
             kind = message.WhichOneof("type")
             now = time.monotonic()
             if kind == "new_session":
-                if not message.metadata.run.fragment_ids:  # a full run, as the browser reads it: its page, and
+                self._full_run = not message.metadata.run.fragment_ids
+                if self._full_run:  # a full run, as the browser reads it: its page, and
+                    self._drawn = set()
                     self.page_hash = message.new_session.page_script_hash  # its fragment timers stopped (the run
                     for timer in self._timers.values():  # registers the ones it keeps again); a fragment's run
                         timer.cancel()  # changes neither
@@ -215,12 +227,30 @@ class StreamlitClient:
                     widget_id = getattr(getattr(element, which), "id", "") if which else ""
                     if isinstance(widget_id, str) and widget_id:
                         self.widgets.add(widget_id)
+                        self._drawn.add(widget_id)
                         self.widget_fragments[widget_id] = message.delta.fragment_id
+                        self._take_value(widget_id, which, getattr(element, which))
             elif kind == "script_finished":
                 self.finished_at = now
                 self.runs_finished += 1
                 self.running = False
+                if self._full_run and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY:
+                    # as the browser does: the values of widgets a full run no longer draws are dropped
+                    self.widget_values = {k: v for k, v in self.widget_values.items() if k in self._drawn}
             self.changed.set()
+
+    def _take_value(self, widget_id: str, kind: str, proto) -> None:
+        """A widget drawn with a value the server set (``set_value``): the browser holds that value from then on
+        (pills and segmented controls, the widgets these clients click; for others the value is dropped, the
+        server's own kept)."""
+        if not getattr(proto, "set_value", False):
+            return
+        if kind == "button_group":
+            state = WidgetState(id=widget_id)
+            state.string_array_value.data.extend(proto.raw_values)
+            self.widget_values[widget_id] = state
+        else:
+            self.widget_values.pop(widget_id, None)
 
     async def wait_for(self, predicate, timeout_s: float) -> bool:
         """Until ``predicate(self)`` holds (checked after every message), at most ``timeout_s``."""

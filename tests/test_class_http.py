@@ -182,3 +182,109 @@ def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
         [("page-b", "answers", "person"), ("page-b", "app", "person")],  # a person's requests always pass
     ]
     assert len(sent) == 3  # every message of the server reaches the browser
+
+
+def test_a_click_passes_at_once_and_the_timers_wait_for_its_run():
+    """While a run goes, the poll's timer sends a request (the answer not clicked yet), then the student clicks: the
+    click passes at once, and the held request, older than the click, is never let through after it (its widget
+    values, Streamlit's newer ones, would undo the click). The timer's next request waits until the run that takes
+    the click in (its fragment's) has been seen to end, not just the run that was going (Streamlit, given a request
+    just after a short run ended, drops that run's unsent output: the click's reply); then it passes."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    def request(fragment: str, auto: bool, pick: str | None) -> bytes:
+        message = BackMsg()
+        message.rerun_script.page_script_hash = "page-a"
+        message.rerun_script.fragment_id = fragment
+        message.rerun_script.is_auto_rerun = auto
+        if pick is not None:
+            state = message.rerun_script.widget_states.widgets.add(id="pick")
+            state.string_array_value.data.append(pick)
+        return message.SerializeToString()
+
+    def server(fragments: list[str] | None) -> bytes:
+        message = ForwardMsg()
+        if fragments is None:
+            message.script_finished = 0
+        else:
+            message.new_session.page_script_hash = "page-a"
+            message.metadata.run.fragment_ids.extend(fragments)
+        return message.SerializeToString()
+
+    script = [  # (what the server sends, then what the browser sends meanwhile)
+        (server([]), [request("poll", True, None), request("answers", False, "cat")]),
+        (server(None), [request("poll", True, "cat")]),
+        (server(["answers"]), []),
+        (server(None), []),
+    ]
+    steps = []
+
+    async def run() -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def send(message):
+            pass
+
+        async def app(scope, receive, send):
+            for from_server, from_browser in script:
+                await send({"type": "websocket.send", "bytes": from_server})
+                for data in from_browser:
+                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
+                got = []
+                while True:
+                    try:
+                        message = await asyncio.wait_for(receive(), 0.2)
+                    except TimeoutError:
+                        break
+                    rerun = BackMsg.FromString(message["bytes"]).rerun_script
+                    values = [list(w.string_array_value.data) for w in rerun.widget_states.widgets]
+                    got.append((rerun.fragment_id, values))
+                steps.append(got)
+
+        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
+
+    asyncio.run(run())
+    assert steps == [
+        [("answers", [["cat"]])],  # the click passes at once; the poll's older request is held, then dropped
+        [],  # the run that was going finished: the timer's next request waits for the click's run
+        [],  # the click's run started
+        [("poll", [["cat"]])],  # ... and finished: the timer's request, with the click's value, passes
+    ]
+
+
+def test_the_timers_wait_for_a_click_s_run_a_bounded_time(monkeypatch):
+    """A person's request that starts no run (Streamlit ignores one naming a fragment it no longer holds): the
+    timers' requests wait ``PERSON_RUN_WAIT_S``, then pass."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    monkeypatch.setattr(class_http, "PERSON_RUN_WAIT_S", 0.5)
+
+    def request(fragment: str, auto: bool) -> bytes:
+        message = BackMsg()
+        message.rerun_script.fragment_id = fragment
+        message.rerun_script.is_auto_rerun = auto
+        return message.SerializeToString()
+
+    got = []
+
+    async def run() -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        async def app(scope, receive, send):
+            sent_at = loop.time()
+            queue.put_nowait({"type": "websocket.receive", "bytes": request("gone", False)})
+            queue.put_nowait({"type": "websocket.receive", "bytes": request("poll", True)})
+            for _ in range(2):
+                message = await asyncio.wait_for(receive(), 60)
+                got.append((BackMsg.FromString(message["bytes"]).rerun_script.fragment_id, loop.time() - sent_at))
+
+        async def send(message):
+            pass
+
+        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
+
+    asyncio.run(run())
+    assert [fragment for fragment, _ in got] == ["gone", "poll"]  # the click at once, the timer's request after it
+    assert got[1][1] >= 0.5  # ... not before the bound (a timer fires late on a loaded machine, never early)

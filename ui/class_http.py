@@ -25,7 +25,10 @@ shows. Streamlit queues such a request behind the run that moves the page and th
 session's page flips back, and the browser, told of a run of another page than the one it shows, clears the page
 (a follower's screen went blank, its follow "never arrived", until the teacher's next move; more often the more
 the machine is loaded). Here a timer's request waits while a script of the session runs and goes on only if it
-names the page the server last ran the session on: a timer never changes the page.
+names the page the server last ran the session on: a timer never changes the page. A person's request (a click)
+passes at once, the timers' requests held before it are dropped (let through after it, their older widget values
+would undo the click's), and the timers' next requests wait until the run that takes the click in has been seen
+to end (a request reaching Streamlit just after a short run ended dropped that run's output: the click's reply).
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ class ClassCookies:
         await self.app(scope, receive, sending)
 
 
+PERSON_RUN_WAIT_S = 5.0  # the timers wait at most this long for the run of a person's request to finish
 SMALL_MESSAGE = 64 * 1024  # a run's new_session or status message is a few bytes to kB; figures are not read here
 
 
@@ -130,8 +134,19 @@ class StalePageGuard:
     """ASGI middleware on the app's websocket (see the module): a fragment timer's rerun request is held while a
     script of the session runs and let through once none does, then only if it names the page the server last
     started a full run of (a request sent before a page change, held while the run that made the change ran, would
-    be run on the old page after it). Every other request passes at once. Reads only the small messages the server
-    sends (a run's new_session, its running status) and the requests the browser sends (small)."""
+    be run on the old page after it). Every other request (a person's) passes at once, and:
+
+    * drops the timers' requests held before it: each carries the browser's widget values as they were when it was
+      sent, and Streamlit lets a later request's values win (folded into a pending run, or run after): let through
+      after a click, a held request would undo the click's value (the timers send again at their next tick);
+    * holds the timers' requests until the run that takes it in (one of its fragment's, or a full run, started
+      after it) has been seen to finish, at most ``PERSON_RUN_WAIT_S``: Streamlit runs a request that arrives when
+      the session's script thread has stopped on a new thread, and drops whatever of the stopped thread's output
+      it has not sent yet. A poll arriving just as a click's short run ended made the click's reply vanish (its
+      answer stored, the screen never told).
+
+    Reads only the small messages the server sends (a run's new_session, its running status) and the requests the
+    browser sends (small)."""
 
     def __init__(self, app):
         self.app = app
@@ -140,11 +155,21 @@ class StalePageGuard:
         if scope.get("type") != "websocket":
             await self.app(scope, receive, send)
             return
-        state = {"page": None, "running": False}
+        loop = asyncio.get_running_loop()
+        # awaited: the fragment of the person's last request ("" for a full run), until the run that takes it in
+        # is seen to finish; started: that run was seen to start; until: when the timers stop waiting for it.
+        state = {"page": None, "running": False, "awaited": None, "started": False, "until": 0.0}
         held: dict[str, dict] = {}  # fragment id -> its timer's latest request, while a script runs
         passed: asyncio.Queue = asyncio.Queue()
 
+        def waiting() -> bool:
+            if state["awaited"] is not None and loop.time() >= state["until"]:
+                state["awaited"] = None  # never seen (a request Streamlit ignored): the timers wait no longer
+            return state["running"] or state["awaited"] is not None
+
         def release() -> None:
+            if waiting():
+                return
             for message in held.values():
                 if not stale_timer_request(message["bytes"], state["page"]):
                     passed.put_nowait(message)
@@ -153,11 +178,15 @@ class StalePageGuard:
         async def sending(message):
             data = message.get("bytes") if message.get("type") == "websocket.send" else None
             if data and len(data) < SMALL_MESSAGE:
-                page, running = server_news(data)
+                page, running, fragments = server_news(data)
                 state["page"] = page or state["page"]
+                if fragments is not None and state["awaited"] is not None:
+                    state["started"] = state["started"] or not fragments or state["awaited"] in fragments
                 if running is not None:
                     state["running"] = running
                     if not running:
+                        if state["started"]:
+                            state["awaited"], state["started"] = None, False
                         release()
             await send(message)
 
@@ -168,9 +197,13 @@ class StalePageGuard:
                 fragment = timer_fragment(data) if data else None
                 if fragment:
                     held[fragment] = message  # a timer's latest request stands for its earlier ones
-                    if not state["running"]:
-                        release()
+                    release()
                     continue
+                request = _rerun_request(data) if data else None
+                if request is not None:
+                    held.clear()  # sent before this request: let through after it, their older values would win
+                    state.update(awaited=request.fragment_id, started=False, until=loop.time() + PERSON_RUN_WAIT_S)
+                    loop.call_later(PERSON_RUN_WAIT_S, release)
                 passed.put_nowait(message)
                 if message.get("type") == "websocket.disconnect":
                     return
@@ -185,20 +218,22 @@ class StalePageGuard:
 EARLY_FOR_RERUN = ForwardMsg.FINISHED_EARLY_FOR_RERUN  # a run stopped because another starts at once
 
 
-def server_news(data: bytes) -> tuple[str | None, bool | None]:
-    """From a server message: the page a full run starts (its ``new_session``), and whether a script runs now:
-    True when one starts, False when one finished with nothing after it (a run stopped for the next one, e.g. the
-    poll's ``st.rerun``, is not the end: a request let through then would meet the run that follows)."""
+def server_news(data: bytes) -> tuple[str | None, bool | None, list[str] | None]:
+    """From a server message: the page a full run starts (its ``new_session``), whether a script runs now (True
+    when one starts, False when one finished with nothing after it: a run stopped for the next one, e.g. the poll's
+    ``st.rerun``, is not the end, a request let through then would meet the run that follows), and the fragments
+    a run that starts runs ([] for a full run; None: no run starts)."""
     try:
         message = ForwardMsg.FromString(data)
     except Exception:  # not a message of this protocol: nothing to learn from it
-        return None, None
+        return None, None, None
     kind = message.WhichOneof("type")
     if kind == "new_session":
-        return (None if message.metadata.run.fragment_ids else message.new_session.page_script_hash or None), True
+        fragments = list(message.metadata.run.fragment_ids)
+        return (None if fragments else message.new_session.page_script_hash or None), True, fragments
     if kind == "script_finished":
-        return None, None if message.script_finished == EARLY_FOR_RERUN else False
-    return None, None
+        return None, None if message.script_finished == EARLY_FOR_RERUN else False, None
+    return None, None, None
 
 
 def _rerun_request(data: bytes):
