@@ -26,10 +26,14 @@ from mha_core.analysis.syntax import (
     BASELINE_OFFSETS,
     HELDOUT,
     SELECTION,
+    TYPE_CONTROL_COLUMNS,
+    TYPE_RULES,
     DependencyAccumulator,
     Sentence,
     shuffled_heads,
     split_half,
+    type_rule_name,
+    type_rule_predictions,
     ud_ewt_dev,
 )
 from mha_core.errors import HeadscopeError
@@ -147,27 +151,56 @@ def accumulated(sentences, predictions):
     return accumulator.result()
 
 
+def nearest_of_tag(sentence, word, rule):
+    """The word a type rule predicts from ``word``, by a loop (every word has tokens): -1 when none."""
+    tag, side = rule
+    position = word + side
+    while 0 <= position < len(sentence.words):
+        if sentence.tags and sentence.tags[position] == tag:
+            return position
+        position += side
+    return -1
+
+
 def sentence_cases(sentence, prediction):
-    """Per (direction, relation): (right [L, H], cases, right per baseline offset [K]) of one sentence, by loops."""
+    """Per (direction, relation): (right [L, H], cases, right per baseline offset [K], right per type rule [R]) of
+    one sentence, by loops."""
     found = {}
 
-    def add(key, right, answers_at):
+    def add(key, right, answers_at, rules_right):
         total = found.setdefault(
-            key, [np.zeros(prediction.shape[:2], dtype=np.int64), 0, np.zeros(len(BASELINE_OFFSETS))]
+            key,
+            [
+                np.zeros(prediction.shape[:2], dtype=np.int64),
+                0,
+                np.zeros(len(BASELINE_OFFSETS)),
+                np.zeros(len(TYPE_RULES)),
+            ],
         )
         total[0] += right
         total[1] += 1
         total[2] += answers_at
+        total[3] += rules_right
 
     children = {}
     for word, (head, relation) in enumerate(zip(sentence.heads, sentence.relations)):
         if head == 0:
             continue
-        add(("parent", relation), prediction[:, :, word] == head - 1, [head - 1 - word == k for k in BASELINE_OFFSETS])
+        add(
+            ("parent", relation),
+            prediction[:, :, word] == head - 1,
+            [head - 1 - word == k for k in BASELINE_OFFSETS],
+            [nearest_of_tag(sentence, word, rule) == head - 1 for rule in TYPE_RULES],
+        )
         children.setdefault((head - 1, relation), []).append(word)
     for (head_word, relation), dependents in children.items():
         right = np.isin(prediction[:, :, head_word], dependents)
-        add(("child", relation), right, [head_word + k in dependents for k in BASELINE_OFFSETS])
+        add(
+            ("child", relation),
+            right,
+            [head_word + k in dependents for k in BASELINE_OFFSETS],
+            [nearest_of_tag(sentence, head_word, rule) in dependents for rule in TYPE_RULES],
+        )
     return found
 
 
@@ -177,7 +210,7 @@ def test_each_half_and_its_intervals_equal_a_computation_sentence_by_sentence():
     table = accumulated(sentences, predictions).set_index(["relation", "direction", "layer", "head"])
     per_sentence = [sentence_cases(s, p) for s, p in zip(sentences, predictions)]
     halves = np.array([split_half(s) for s in sentences])
-    checked = 0
+    checked = type_checked = 0
     for direction, relation in {key for cases in per_sentence for key in cases}:
         key = (direction, relation)
 
@@ -185,14 +218,15 @@ def test_each_half_and_its_intervals_equal_a_computation_sentence_by_sentence():
             return [cases[key] for cases, h in zip(per_sentence, halves) if key in cases and half in (None, h)]
 
         everything, selection, held = rows(), rows(SELECTION), rows(HELDOUT)
-        right = np.stack([r for r, _, _ in everything])  # [sentences, L, H]
-        cases = np.array([m for _, m, _ in everything], dtype=float)
+        right = np.stack([r for r, _, _, _ in everything])  # [sentences, L, H]
+        cases = np.array([m for _, m, _, _ in everything], dtype=float)
         count = cases.sum()
         accuracy = right.sum(0) / count
         residuals = right - accuracy * cases[:, None, None]
         se = np.sqrt(len(cases) / (len(cases) - 1) * (residuals**2).sum(0)) / count if len(cases) > 1 else np.nan
         if selection:
-            chosen = int(np.argmax(np.sum([b for _, _, b in selection], axis=0)))  # the first: the nearest offset
+            chosen = int(np.argmax(np.sum([b for _, _, b, _ in selection], axis=0)))  # the first: the nearest offset
+            selection_rules = np.sum([t for _, _, _, t in selection], axis=0)
         for layer in range(2):
             for head in range(3):
                 row = table.loc[(relation, direction, layer, head)]
@@ -203,17 +237,17 @@ def test_each_half_and_its_intervals_equal_a_computation_sentence_by_sentence():
                 if not selection or not held:
                     continue
                 assert row["selection_baseline_offset"] == BASELINE_OFFSETS[chosen]
-                held_right = np.array([r[layer, head] for r, _, _ in held], dtype=float)
-                held_cases = np.array([m for _, m, _ in held], dtype=float)
+                held_right = np.array([r[layer, head] for r, _, _, _ in held], dtype=float)
+                held_cases = np.array([m for _, m, _, _ in held], dtype=float)
                 # The test's baseline: the best offset on the held-out half itself (the first: the nearest).
-                best_held = int(np.argmax(np.sum([b for _, _, b in held], axis=0)))
+                best_held = int(np.argmax(np.sum([b for _, _, b, _ in held], axis=0)))
                 assert row["heldout_baseline_offset"] == BASELINE_OFFSETS[best_held]
-                held_baseline = np.array([b[best_held] for _, _, b in held], dtype=float)
+                held_baseline = np.array([b[best_held] for _, _, b, _ in held], dtype=float)
                 total = held_cases.sum()
                 np.testing.assert_allclose(row["heldout_accuracy"], held_right.sum() / total, **FLOAT64)
                 np.testing.assert_allclose(row["heldout_baseline_accuracy"], held_baseline.sum() / total, **FLOAT64)
                 # Reported beside it: the selection half's offset on the held-out half, never above the best there.
-                selected = np.sum([b[chosen] for _, _, b in held]) / total
+                selected = np.sum([b[chosen] for _, _, b, _ in held]) / total
                 np.testing.assert_allclose(row["heldout_selected_baseline_accuracy"], selected, **FLOAT64)
                 assert selected <= row["heldout_baseline_accuracy"]
                 margin_per_sentence = held_right - held_baseline
@@ -223,7 +257,26 @@ def test_each_half_and_its_intervals_equal_a_computation_sentence_by_sentence():
                     expected = np.sqrt(g / (g - 1) * ((margin_per_sentence - margin * held_cases) ** 2).sum()) / total
                     np.testing.assert_allclose(row["heldout_margin_se"], expected, rtol=1e-9, atol=1e-12)
                     checked += 1
-    assert checked > 100
+                # The word-type control: the best rule on each half, and the held-out margin over it.
+                np.testing.assert_allclose(
+                    row["selection_type_baseline_accuracy"],
+                    selection_rules.max() / np.sum([m for _, m, _, _ in selection]),
+                    **FLOAT64,
+                )
+                held_rules = np.sum([t for _, _, _, t in held], axis=0)
+                best_rule = int(np.argmax(held_rules))
+                assert row["heldout_type_baseline"] == (
+                    type_rule_name(TYPE_RULES[best_rule]) if held_rules.max() else ""
+                )
+                np.testing.assert_allclose(row["heldout_type_baseline_accuracy"], held_rules.max() / total, **FLOAT64)
+                type_margin = held_right - np.array([t[best_rule] for _, _, _, t in held], dtype=float)
+                if g > 1:
+                    expected = np.sqrt(
+                        g / (g - 1) * ((type_margin - type_margin.sum() / total * held_cases) ** 2).sum()
+                    )
+                    np.testing.assert_allclose(row["heldout_type_margin_se"], expected / total, rtol=1e-9, atol=1e-12)
+                    type_checked += 1
+    assert checked > 100 and type_checked == checked
 
 
 def test_the_held_out_numbers_are_those_of_the_held_out_sentences_alone_in_any_order():
@@ -412,8 +465,127 @@ def test_shuffled_heads_break_the_tree_and_keep_the_words():
     assert sorted(zip(permuted.heads, permuted.relations)) == sorted(zip(sentence.heads, sentence.relations))
     assert permuted.heads != sentence.heads
     drawn = shuffled_heads(sentence, rng, "random")
-    assert drawn.relations == sentence.relations and drawn.words == sentence.words
+    assert drawn.words == sentence.words and drawn.tags == sentence.tags
+    # The relations are permuted among the words that have a head (the root keeps its own).
+    assert drawn.relations != sentence.relations
+    assert sorted(zip(drawn.relations, drawn.full_relations)) == sorted(
+        zip(sentence.relations, sentence.full_relations)
+    )
+    assert all((r == "root") == (h == 0) for r, h in zip(drawn.relations, drawn.heads))
     assert all((h == 0) == (g == 0) for h, g in zip(drawn.heads, sentence.heads))  # the root stays the root
     assert all(h != i + 1 for i, h in enumerate(drawn.heads))  # never the word itself
     with pytest.raises(ValueError, match="how must be one of"):
         shuffled_heads(sentence, rng, "reversed")
+
+
+# ---- the word-type control and the random-tree null ----------------------------------------------------------
+TYPE_HEAD, TREE_HEAD = (0, 0), (0, 1)
+
+
+def nearest_noun_to_the_left(tags, word):
+    for position in range(word - 1, -1, -1):
+        if tags[position] == "NOUN":
+            return position
+    return -1
+
+
+def typed_corpus(num_sentences=240, words=14, seed=11):
+    """Trees in which the type of word gives much away: each VERB's ``nsubj`` child is the nearest NOUN to its
+    left 60% of the time (another NOUN otherwise), at no fixed distance. Two planted heads: ``TYPE_HEAD`` looks
+    from every word at the nearest NOUN to its left (it never reads the tree); ``TREE_HEAD`` looks from a verb at
+    its ``nsubj`` child 90% of the time (a random other word otherwise, as from any other word)."""
+    rng = np.random.default_rng(seed)
+    sentences, predictions = [], []
+    for number in range(num_sentences):
+        tags = ["NOUN"] + [str(rng.choice(["NOUN", "VERB", "DET", "ADJ", "PUNCT"])) for _ in range(words - 1)]
+        heads = [0] + [int(rng.choice([j for j in range(words) if j != i])) + 1 for i in range(1, words)]
+        relations = ["root"] + ["dep"] * (words - 1)
+        for verb in (i for i, tag in enumerate(tags) if tag == "VERB"):
+            nouns = [j for j in range(words) if tags[j] == "NOUN" and j != verb and heads[j] and relations[j] == "dep"]
+            if not nouns:
+                continue
+            nearest = nearest_noun_to_the_left(tags, verb)
+            subject = nearest if nearest in nouns and rng.random() < 0.6 else int(rng.choice(nouns))
+            heads[subject], relations[subject] = verb + 1, "nsubj"
+        sentence = Sentence([f"s{number}w{i}" for i in range(words)], heads, relations, tags=tags)
+        prediction = np.zeros((1, 2, words), dtype=np.int64)
+        for i in range(words):
+            other = int(rng.choice([j for j in range(words) if j != i]))
+            nearest = nearest_noun_to_the_left(tags, i)
+            prediction[0, 0, i] = nearest if nearest >= 0 else other
+            subjects = [j for j in range(words) if heads[j] == i + 1 and relations[j] == "nsubj"]
+            prediction[0, 1, i] = subjects[0] if subjects and rng.random() < 0.9 else other
+        sentences.append(sentence)
+        predictions.append(prediction)
+    return sentences, predictions
+
+
+def nsubj_child(tests, head):
+    return tests.set_index(["relation", "direction", "layer", "head"]).loc[("nsubj", "child", *head)]
+
+
+def test_type_rules_predict_the_nearest_word_of_each_tag_as_a_loop_does():
+    sentences = ud_ewt_dev(40)
+    has_word = np.random.default_rng(0).random(sum(len(s) for s in sentences)) > 0.1
+    predicted = type_rule_predictions(sentences, has_word)
+    start = 0
+    for sentence in sentences:
+        kept = has_word[start : start + len(sentence)]
+        for rule, (tag, side) in enumerate(TYPE_RULES):
+            for word in range(len(sentence)):
+                candidates = [
+                    j for j in range(len(sentence)) if kept[j] and sentence.tags[j] == tag and (j - word) * side > 0
+                ]
+                expected = min(candidates, key=lambda j: abs(j - word)) + start if candidates else -1
+                assert predicted[rule, start + word] == expected
+        start += len(sentence)
+    assert (predicted >= 0).mean() > 0.2  # the shipped trees carry their UPOS tags
+    assert (type_rule_predictions([Sentence(["a", "b"], [0, 1], ["root", "dep"])], np.ones(2, bool)) == -1).all()
+
+
+def test_a_head_that_reads_word_type_fails_the_control_and_a_head_that_reads_the_tree_passes():
+    sentences, predictions = typed_corpus()
+    table = accumulated(sentences, predictions)
+    tests = syntactic_tests(table)
+    reads_type, reads_tree = nsubj_child(tests, TYPE_HEAD), nsubj_child(tests, TREE_HEAD)
+    assert (
+        reads_type["count"] >= SYNTACTIC_MIN_COUNT and reads_type["heldout_type_baseline"] == "nearest NOUN to the left"
+    )
+    # The type head beats every fixed offset by far (the noun is at no fixed distance)...
+    assert reads_type["heldout_margin"] > SYNTACTIC_MIN_MARGIN + 0.1
+    # ...and is exactly the rule "the nearest NOUN to the left": no margin over the word-type control, no role.
+    assert reads_type["type_heldout_margin"] == pytest.approx(0.0, abs=1e-12)
+    assert not reads_type["named"]
+    # Without the control (a table written before it) the same head would have been named nsubj's child finder.
+    assert nsubj_child(syntactic_tests(table.drop(columns=list(TYPE_CONTROL_COLUMNS))), TYPE_HEAD)["named"]
+    # The head that reads the tree beats both baselines and keeps its role.
+    assert reads_tree["type_heldout_margin"] > SYNTACTIC_MIN_MARGIN + 0.15 and reads_tree["named"]
+    assert reads_tree["p_value"] >= scipy.stats.t.sf(
+        (reads_tree["heldout_margin"] - SYNTACTIC_MIN_MARGIN) / reads_tree["heldout_margin_se"],
+        reads_tree["heldout_sentences"] - 1,
+    ) * (1 - 1e-9)  # the larger of the two one-sided p-values
+    roles = head_roles(None, metrics=_no_metric_roles(1, 2), dependency=table)
+    assert "syntactic:nsubj:child" in set(roles[roles["head"] == TREE_HEAD[1]]["role"])
+    assert "syntactic:nsubj:child" not in set(roles[roles["head"] == TYPE_HEAD[1]]["role"])
+    evidence = roles[(roles["head"] == TREE_HEAD[1]) & (roles["role"] == "syntactic:nsubj:child")]["evidence"].iloc[0]
+    assert "word-type control: the best rule on the held-out half (nearest NOUN to the left)" in evidence
+
+
+def test_random_trees_shuffle_the_relations_so_a_head_that_reads_word_type_finds_no_child():
+    """With the relations kept in place (the former random null), the nsubj label still marks nouns, and the type
+    head "finds the nsubj child" of random heads; with the relations shuffled too it cannot."""
+    sentences, predictions = typed_corpus()
+    has_words = [np.ones(len(s), dtype=bool) for s in sentences]
+    rng = np.random.default_rng(5)
+    kept = []
+    for sentence in sentences:
+        drawn = shuffled_heads(sentence, rng, "random")
+        kept.append(Sentence(sentence.words, drawn.heads, sentence.relations, tags=sentence.tags))
+    old_null = syntactic_tests(accumulated(kept, predictions).drop(columns=list(TYPE_CONTROL_COLUMNS)))
+    assert nsubj_child(old_null, TYPE_HEAD)["heldout_margin"] > SYNTACTIC_MIN_MARGIN  # a word-type effect, no tree
+    shuffles = 60
+    table = shuffled_tree_tests(predictions, has_words, sentences, shuffles=shuffles, seed=4, how="random")
+    assert (table["tried"] > 0).all()
+    assert (table["named"] > 0).mean() <= SYNTACTIC_ALPHA + 2 * np.sqrt(
+        SYNTACTIC_ALPHA * (1 - SYNTACTIC_ALPHA) / shuffles
+    )

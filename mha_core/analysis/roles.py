@@ -26,7 +26,7 @@ from .stats import (
     t_upper_p,
     wilson_interval,
 )
-from .syntax import DEPENDENCY_COLUMNS, DependencyAccumulator, Sentence, shuffled_heads
+from .syntax import DEPENDENCY_COLUMNS, TYPE_CONTROL_COLUMNS, DependencyAccumulator, Sentence, shuffled_heads
 
 # ---- thresholds (docs/metrics.md) ---------------------------------------------------------
 POSITIONAL_OFFSETS = {-1: "previous", 0: "self", 1: "next"}
@@ -39,7 +39,9 @@ DECODER_MIN_SCORE = 0.4  # previous-token and prefix-matching scores
 # queries of the first copy, which have no target: with `repeats` copies they cannot exceed
 # (repeats - 1) / repeats. Their cut-off is DECODER_MIN_SCORE scaled by that ceiling.
 DECODER_CAPPED_SCORES = ("duplicate_token", "induction")
-SYNTACTIC_MIN_MARGIN = 0.10  # head accuracy - best fixed-offset baseline accuracy, on the held-out half
+# head accuracy - best fixed-offset baseline accuracy, on the held-out half; and the same margin over the best
+# word-type rule (syntax.TYPE_RULES, the word-type control) when the table has its columns
+SYNTACTIC_MIN_MARGIN = 0.10
 SYNTACTIC_MIN_COUNT = 100  # examples of the relation in the corpus: rarer relations are not tried
 # The held-out test refers its t statistic to Student's t with (held-out sentences - 1) degrees of freedom, and is
 # not run on fewer held-out sentences than this: below it the test rejects a margin on its threshold more than 6%
@@ -372,7 +374,8 @@ def _decoder_roles(decoder: pd.DataFrame) -> list[pd.DataFrame]:
 
 # What a syntactic role rests on: each half's columns of a dependency table (the held-out half's offset and the
 # selection half's offset scored there are reported when the table has them).
-REPORTED_ONLY = ("heldout_baseline_offset", "heldout_selected_baseline_accuracy")
+# The word-type control's columns (TYPE_CONTROL_COLUMNS) are used when present: tables written before it lack them.
+REPORTED_ONLY = ("heldout_baseline_offset", "heldout_selected_baseline_accuracy", *TYPE_CONTROL_COLUMNS)
 HELDOUT_COLUMNS = tuple(
     column
     for column in DEPENDENCY_COLUMNS
@@ -395,11 +398,17 @@ def syntactic_tests(
                    is the best offset on the held-out half itself: chosen with hindsight there, it can only
                    favour the baseline; ``heldout_selected_baseline_accuracy``, the selection half's offset
                    scored there, is reported beside it)
-    tested         tried, the selection half's margin is at least ``SYNTACTIC_MIN_MARGIN`` and the held-out half has
-                   at least ``SYNTACTIC_MIN_SENTENCES`` sentences with a case
+    type_selection_margin / type_heldout_margin   the word-type control: accuracy - the best word-type rule's
+                   accuracy (``syntax.TYPE_RULES``: "the nearest NOUN to the left"...), chosen on each half as the
+                   offset is; NaN when the table has no control columns (then the offsets alone are tested)
+    tested         tried, the selection half's margins (both, with the control) are at least
+                   ``SYNTACTIC_MIN_MARGIN`` and the held-out half has at least ``SYNTACTIC_MIN_SENTENCES``
+                   sentences with a case
     p_value        one-sided test of H0: held-out margin <= ``SYNTACTIC_MIN_MARGIN``: t = (margin - threshold)
                    / its standard error over sentences (CR1), against Student's t with (held-out sentences - 1)
-                   degrees of freedom (NaN where not tested).
+                   degrees of freedom (NaN where not tested). With the control, the larger of this p and the
+                   same test's p on the word-type margin (an intersection-union test: the head must beat the
+                   offsets and the word types, each by the margin).
                    ``reference="normal"``: a standard normal instead, as before; only to measure the
                    difference (``shuffled_tree_tests``)
     holm_p_value   Holm-adjusted over every row tried (untested rows count as p = 1)
@@ -419,25 +428,42 @@ def syntactic_tests(
 
     selection_margin = column("selection_accuracy") - column("selection_baseline_accuracy")
     heldout_margin = column("heldout_accuracy") - column("heldout_baseline_accuracy")
+    controlled = set(TYPE_CONTROL_COLUMNS) <= set(dependency.columns)
+    nothing = np.full(len(dependency), np.nan)
+    type_selection_margin = (
+        column("selection_accuracy") - column("selection_type_baseline_accuracy") if controlled else nothing
+    )
+    type_heldout_margin = (
+        column("heldout_accuracy") - column("heldout_type_baseline_accuracy") if controlled else nothing
+    )
     tried = column("count") >= min_count
     tested = (
         tried
         & (np.nan_to_num(selection_margin, nan=-np.inf) >= SYNTACTIC_MIN_MARGIN)
         & (np.nan_to_num(column("heldout_sentences")) >= SYNTACTIC_MIN_SENTENCES)
     )
-    error = column("heldout_margin_se")
-    excess = heldout_margin - SYNTACTIC_MIN_MARGIN
-    with np.errstate(invalid="ignore", divide="ignore"):
-        # A zero standard error (every sentence exactly on the margin) makes the sign of the excess decisive.
-        z = np.where(error > 0, excess / error, np.where(excess > 0, np.inf, -np.inf))
-    z = np.where(np.isnan(error) | np.isnan(excess), np.nan, z)
-    upper = t_upper_p(z, column("heldout_sentences") - 1) if reference == "t" else normal_upper_p(z)
+    if controlled:
+        tested &= np.nan_to_num(type_selection_margin, nan=-np.inf) >= SYNTACTIC_MIN_MARGIN
+
+    def upper_p(margin, error):
+        excess = margin - SYNTACTIC_MIN_MARGIN
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # A zero standard error (every sentence exactly on the margin) makes the sign of the excess decisive.
+            z = np.where(error > 0, excess / error, np.where(excess > 0, np.inf, -np.inf))
+        z = np.where(np.isnan(error) | np.isnan(excess), np.nan, z)
+        return t_upper_p(z, column("heldout_sentences") - 1) if reference == "t" else normal_upper_p(z)
+
+    upper = upper_p(heldout_margin, column("heldout_margin_se"))
+    if controlled:
+        upper = np.fmax(upper, upper_p(type_heldout_margin, column("heldout_type_margin_se")))
     p_value = np.where(tested, upper, np.nan)
     holm = np.full(len(dependency), np.nan)
     holm[tried] = holm_adjusted(p_value[tried])
     return dependency.assign(
         selection_margin=selection_margin,
         heldout_margin=heldout_margin,
+        type_selection_margin=type_selection_margin,
+        type_heldout_margin=type_heldout_margin,
         tried=tried,
         tested=tested,
         p_value=p_value,
@@ -520,6 +546,8 @@ def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
     tests = syntactic_tests(dependency)
     accuracy, error = tests["heldout_accuracy"].to_numpy(float), tests["heldout_accuracy_se"].to_numpy(float)
     baseline = tests["heldout_baseline_accuracy"].to_numpy(float)
+    if "heldout_type_baseline_accuracy" in tests:  # the word-type control: the head beats the stronger of the two
+        baseline = np.fmax(baseline, tests["heldout_type_baseline_accuracy"].to_numpy(float))
     half = t_quantile_95(tests["heldout_sentences"].to_numpy(float) - 1) * error
     hypotheses_tried = int(tests["tried"].sum())
 
@@ -538,10 +566,16 @@ def _syntactic_roles(dependency: pd.DataFrame) -> list[pd.DataFrame]:
             if np.isfinite(selected)
             else ""
         )
+        control = (
+            f"; word-type control: the best rule on the held-out half ({r['heldout_type_baseline'] or 'none'}) "
+            f"scores {r['heldout_type_baseline_accuracy']:.0%}, margin {r['type_heldout_margin']:+.1%}"
+            if np.isfinite(r.get("type_heldout_margin", np.nan))
+            else ""
+        )
         return (
             f"finds the {r['direction']} of '{r['relation']}' in {r['score']:.0%} of {int(r['n'])} held-out cases "
             f"({interval}) vs {r['baseline']:.0%} for the best offset{offset} on the held-out half{chosen}; "
-            f"margin {r['heldout_margin']:+.1%}, needs >= {SYNTACTIC_MIN_MARGIN:+.0%}: one-sided "
+            f"margin {r['heldout_margin']:+.1%}, needs >= {SYNTACTIC_MIN_MARGIN:+.0%}{control}: one-sided "
             f"p = {r['p_value']:.2g} (t, {int(r['heldout_sentences']) - 1} df), Holm-adjusted over "
             f"{hypotheses_tried} heads x relations x directions tried = {r['holm_p_value']:.2g} (needs <= "
             f"{SYNTACTIC_ALPHA}). Selection half: {r['selection_accuracy']:.0%} of {int(r['selection_count'])} "

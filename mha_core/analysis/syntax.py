@@ -14,7 +14,12 @@ text a user types is parsed with spaCy. The scoring follows Clark, Khandelwal, L
   correct when the argmax lands on either);
 * the baseline is the best fixed offset for each relation and direction: predict the word at
   relative position ``k`` (``k`` in -10..10, not 0), keep the ``k`` with the highest accuracy
-  (ties go to the smaller ``|k|``) on the sentences scored.
+  (ties go to the smaller ``|k|``) on the sentences scored;
+* the word-type control: a head that finds a relation by the type of word it looks for (from a verb, "the
+  nearest noun to the left") has not read the tree. Each case is also predicted by every rule "the nearest
+  word of universal POS tag T to the left / to the right" (``TYPE_RULES``, from the trees' UPOS tags), and the
+  best such rule is reported beside the best offset; ``roles.syntactic_tests`` names a role only when the head
+  beats both.
 
 Relations are keyed on the UD base relation (the part before ``:``, so ``nmod:poss`` counts as
 ``nmod``); ``full_relations=True`` scores the full labels instead. The root has no head word and is
@@ -56,6 +61,21 @@ BASELINE_OFFSETS = tuple(
     sorted((k for k in range(-BASELINE_REACH, BASELINE_REACH + 1) if k != 0), key=lambda k: (abs(k), k))
 )
 DIRECTIONS = ("parent", "child")
+# The word-type control's rules: from a word, the nearest other word (with tokens) of one universal POS tag on
+# one side (-1 left, +1 right). A tree without tags (``Sentence.tags`` empty) gives these rules no prediction.
+TYPE_TAGS = (
+    "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
+    "SYM", "VERB", "X",
+)  # fmt: skip
+TYPE_RULES = tuple((tag, side) for tag in TYPE_TAGS for side in (-1, 1))
+
+
+def type_rule_name(rule: tuple[str, int]) -> str:
+    """``("NOUN", -1)`` -> ``"nearest NOUN to the left"``."""
+    tag, side = rule
+    return f"nearest {tag} to the {'left' if side < 0 else 'right'}"
+
+
 DEPENDENCY_COLUMNS = [
     # the whole corpus
     "relation",
@@ -86,7 +106,20 @@ DEPENDENCY_COLUMNS = [
     "heldout_selected_baseline_accuracy",
     "heldout_accuracy_se",
     "heldout_margin_se",  # standard error of heldout_accuracy - heldout_baseline_accuracy, over sentences
+    # The word-type control (TYPE_RULES): the best rule on each half, as the offsets' baseline is chosen
+    "selection_type_baseline_accuracy",
+    "heldout_type_baseline",  # the rule's name (type_rule_name), "" when no rule finds any case (no tags)
+    "heldout_type_baseline_accuracy",
+    "heldout_type_margin_se",  # standard error of heldout_accuracy - heldout_type_baseline_accuracy
 ]
+# Tables written before the word-type control lack these columns; ``roles.syntactic_tests`` then tests the
+# offsets alone.
+TYPE_CONTROL_COLUMNS = (
+    "selection_type_baseline_accuracy",
+    "heldout_type_baseline",
+    "heldout_type_baseline_accuracy",
+    "heldout_type_margin_se",
+)
 
 
 @dataclass
@@ -98,6 +131,8 @@ class Sentence:
     relations      base relation of each word to its head ("nmod" for "nmod:poss")
     full_relations the label as given ("nmod:poss"); for spaCy parses the same as ``relations``
     scheme         "ud" for CoNLL-U trees, "clearnlp" for spaCy's English labels
+    tags           each word's universal POS tag (CoNLL-U UPOS, spaCy ``pos_``): the word-type control's types;
+                   empty when unknown
     """
 
     words: list[str]
@@ -107,11 +142,14 @@ class Sentence:
     sent_id: str = ""
     text: str = ""
     scheme: str = "ud"
+    tags: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if not self.full_relations:
             self.full_relations = list(self.relations)
         n = len(self.words)
+        if self.tags and len(self.tags) != n:
+            raise HeadscopeError(f"sentence {self.sent_id!r}: words and tags differ in length")
         if not (len(self.heads) == len(self.relations) == len(self.full_relations) == n):
             raise HeadscopeError(f"sentence {self.sent_id!r}: words, heads and relations differ in length")
         if any(h < 0 or h > n for h in self.heads):
@@ -181,6 +219,7 @@ def _sentence_of_tokens(token_list, number: int) -> Sentence | None:
         full_relations=full,
         sent_id=str(token_list.metadata.get("sent_id", number)),
         text=str(token_list.metadata.get("text", "")),
+        tags=[str(tok["upos"] or "") for tok in words],
     )
 
 
@@ -236,6 +275,7 @@ def parse_text(text: str) -> Sentence:
         relations=labels,
         text=text,
         scheme="clearnlp",
+        tags=[tok.pos_ for tok in kept],
     )
 
 
@@ -327,9 +367,11 @@ def shuffled_heads(sentence: Sentence, rng: np.random.Generator, how: str = "per
     ``order[i]`` (the same number of arcs of each relation; a head may become the word itself, a case nothing
     predicts). The words that are heads stay heads: the sentence's main predicate still heads many arcs.
     ``"random"``: every word that has a head (not the root) gets a head drawn uniformly among the other words,
-    keeping its relation: no word is more often a head than another, so no rule beats another at finding the
-    parent. Not a null for the child direction: the relation still names its dependent by type (the punctuation
-    mark is a ``punct`` child), so a head that looks at punctuation finds that child without any tree.
+    and the relations of those words are permuted among them: no word is more often a head than another, so no
+    rule beats another at finding the parent, and a relation no longer names its dependent by type (with the
+    relations kept in place, the punctuation mark stays a ``punct`` child of whatever word it was given to, and a
+    head that looks at punctuation would find that child without any tree). The tags (``Sentence.tags``) stay
+    with their words.
     """
     if how not in SHUFFLES:
         raise ValueError(f"how must be one of {SHUFFLES}, got {how!r}")
@@ -346,7 +388,40 @@ def shuffled_heads(sentence: Sentence, rng: np.random.Generator, how: str = "per
     for i, head in enumerate(sentence.heads):
         other = int(rng.integers(n - 1)) if head and n > 1 else -1  # 0-based, skipping the word itself
         heads.append(0 if other < 0 else other + 1 + (other >= i))
-    return dataclasses.replace(sentence, heads=heads)
+    dependents = [i for i, head in enumerate(heads) if head]
+    order = dict(zip(dependents, (dependents[i] for i in rng.permutation(len(dependents)))))
+    return dataclasses.replace(
+        sentence,
+        heads=heads,
+        relations=[sentence.relations[order.get(i, i)] for i in range(n)],
+        full_relations=[sentence.full_relations[order.get(i, i)] for i in range(n)],
+    )
+
+
+def type_rule_predictions(sentences: Sequence[Sentence], has_word: np.ndarray) -> np.ndarray:
+    """``[len(TYPE_RULES), words]``: for every word of ``sentences`` (numbered across them, as ``has_word``), the
+    word each rule predicts (the nearest other word with tokens of that tag on that side, in the same sentence),
+    -1 where there is none."""
+    sizes = np.array([len(sentence.words) for sentence in sentences], dtype=np.int64)
+    total = int(sizes.sum())
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    ends = starts + np.repeat(sizes, sizes)
+    tags = np.array(
+        [tag for sentence in sentences for tag in (sentence.tags or [""] * len(sentence.words))], dtype=object
+    )
+    index = np.arange(total)
+    out = np.full((len(TYPE_RULES), total), -1, dtype=np.int64)
+    for rule, (tag, side) in enumerate(TYPE_RULES):
+        candidate = (tags == tag) & np.asarray(has_word, dtype=bool)
+        if side < 0:  # the last candidate before each word
+            last = np.maximum.accumulate(np.where(candidate, index, -1))
+            before = np.concatenate([[-1], last[:-1]])
+            out[rule] = np.where(before >= starts, before, -1)
+        else:  # the first candidate after each word
+            first = np.minimum.accumulate(np.where(candidate, index, total)[::-1])[::-1]
+            after = np.concatenate([first[1:], [total]])
+            out[rule] = np.where(after < ends, after, -1)
+    return out
 
 
 # Sums kept per (direction, relation) and half, over the sentences s of that half with at least one case:
@@ -359,11 +434,13 @@ _TOTALS = {
     "correct": "heads",  # sum c
     "correct_squares": "heads",  # sum c^2
     "correct_count": "heads",  # sum c m
-    "baseline": "offsets",  # sum b
-    "baseline_squares": "offsets",  # sum b^2
-    "baseline_count": "offsets",  # sum b m
-    "correct_baseline": "heads, offsets",  # sum c b
+    "baseline": "baselines",  # sum b
+    "baseline_squares": "baselines",  # sum b^2
+    "baseline_count": "baselines",  # sum b m
+    "correct_baseline": "heads, baselines",  # sum c b
 }
+# The baselines: the fixed offsets (BASELINE_OFFSETS), then the word-type rules (TYPE_RULES).
+NUM_BASELINES = len(BASELINE_OFFSETS) + len(TYPE_RULES)
 
 
 class DependencyAccumulator:
@@ -378,7 +455,7 @@ class DependencyAccumulator:
         self.num_sentences = 0
 
     def shape_of(self, name: str) -> tuple[int, ...]:
-        sizes = {"heads": tuple(self.shape or (0, 0)), "offsets": (len(BASELINE_OFFSETS),)}
+        sizes = {"heads": tuple(self.shape or (0, 0)), "baselines": (NUM_BASELINES,)}
         return (2, *(size for part in _TOTALS[name].split(", ") if part for size in sizes[part]))
 
     def add(self, run: AttentionRun, sentence: Sentence) -> None:
@@ -467,8 +544,12 @@ class DependencyAccumulator:
             in_reach, offset_index[np.clip(pair_offset, -BASELINE_REACH, BASELINE_REACH) + BASELINE_REACH], -1
         )
         scored_pairs = pair_baseline >= 0  # -1: no baseline offset
-        baseline = np.zeros((len(groups), len(BASELINE_OFFSETS)), dtype=np.int64)
-        np.add.at(baseline, (pair_group[scored_pairs], pair_baseline[scored_pairs]), 1)  # [G, K]
+        baseline = np.zeros((len(groups), NUM_BASELINES), dtype=np.int64)
+        np.add.at(baseline, (pair_group[scored_pairs], pair_baseline[scored_pairs]), 1)  # [G, K + R]
+        type_hit = type_rule_predictions(sentences, has_word)[:, pair_query] == pair_answer  # [R, pairs]
+        baseline[:, len(BASELINE_OFFSETS) :] = np.add.reduceat(
+            type_hit[:, by_group].astype(np.int64), group_starts, axis=-1
+        ).T
         cases = np.bincount(case_group, minlength=len(groups)).astype(np.int64)  # [G]
         # Groups summed per (key, half): the sentences' sums, squares and products.
         halves = np.array([split_half(sentence) for sentence in sentences], dtype=np.int64)
@@ -489,9 +570,13 @@ class DependencyAccumulator:
                 "baseline": baseline,
                 "baseline_squares": baseline * baseline,
                 "baseline_count": baseline * cases[:, None],
-                "correct_baseline": correct[..., None] * baseline[:, None, None, :],  # [G, L, H, K]
             }.items()
         }
+        # sum c b per cell, one cell at a time ([cells, L, H, K + R]; never a [G, L, H, K + R] array)
+        cell_ends = np.append(cell_starts[1:], len(cell))
+        sums["correct_baseline"] = np.stack(
+            [np.einsum("glh,gk->lhk", correct[a:b], baseline[a:b]) for a, b in zip(cell_starts, cell_ends)]
+        )
         labels = list(label_index)
         for index, (key, half) in enumerate(zip((cells // 2).tolist(), (cells % 2).tolist())):
             key = int(used_keys[key])
@@ -595,17 +680,28 @@ class DependencyAccumulator:
                 clusters=sums["sentences"].reshape(expand),
             )
 
-        best = whole["baseline"].argmax(axis=1)  # nearest offset first: ties go to the nearer one
-        chosen = selection["baseline"].argmax(axis=1)  # the offset the selection half chose
-        held_best = held["baseline"].argmax(axis=1)  # the test's baseline: the best offset on the held-out half
+        offsets = len(BASELINE_OFFSETS)
+        best = whole["baseline"][:, :offsets].argmax(axis=1)  # nearest offset first: ties go to the nearer one
+        chosen = selection["baseline"][:, :offsets].argmax(axis=1)  # the offset the selection half chose
+        # the test's baseline: the best offset on the held-out half
+        held_best = held["baseline"][:, :offsets].argmax(axis=1)
         held_baseline = held["baseline"][keys_index, held_best]
-        # The margin's per-sentence value is c_s - b_s at that offset: its sums of squares and products.
-        held_squares = (
-            held["correct_squares"]
-            - 2 * held["correct_baseline"][keys_index, :, :, held_best]
-            + held["baseline_squares"][keys_index, held_best][:, None, None]
-        )
-        held_cross = held["correct_count"] - held["baseline_count"][keys_index, held_best][:, None, None]
+        held_type = offsets + held["baseline"][:, offsets:].argmax(axis=1)  # the control: the best type rule there
+        held_type_baseline = held["baseline"][keys_index, held_type]
+
+        def margin_sums(baseline_index):
+            """The margin's per-sentence value is c_s - b_s for that baseline: its sums of squares and products."""
+            squares = (
+                held["correct_squares"]
+                - 2 * held["correct_baseline"][keys_index, :, :, baseline_index]
+                + held["baseline_squares"][keys_index, baseline_index][:, None, None]
+            )
+            cross = held["correct_count"] - held["baseline_count"][keys_index, baseline_index][:, None, None]
+            held_total = held["correct"] - held["baseline"][keys_index, baseline_index][:, None, None]
+            return standard_error(held_total, squares, cross, held)
+
+        type_names = np.array([type_rule_name(rule) for rule in TYPE_RULES] + [""], dtype=object)
+        held_type_name = np.where(held_type_baseline > 0, held_type - offsets, len(TYPE_RULES))
         return pd.DataFrame(
             {
                 "relation": np.repeat([label for _, label in keys], heads),
@@ -637,9 +733,13 @@ class DependencyAccumulator:
                 "heldout_accuracy_se": per_head(
                     standard_error(held["correct"], held["correct_squares"], held["correct_count"], held)
                 ),
-                "heldout_margin_se": per_head(
-                    standard_error(held["correct"] - held_baseline[:, None, None], held_squares, held_cross, held)
+                "heldout_margin_se": per_head(margin_sums(held_best)),
+                "selection_type_baseline_accuracy": per_key(
+                    ratio(selection["baseline"][:, offsets:].max(axis=1), selection["count"])
                 ),
+                "heldout_type_baseline": per_key(type_names[held_type_name]),
+                "heldout_type_baseline_accuracy": per_key(ratio(held_type_baseline, held["count"])),
+                "heldout_type_margin_se": per_head(margin_sums(held_type)),
             }
         )[DEPENDENCY_COLUMNS]
 
