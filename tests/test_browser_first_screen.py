@@ -26,8 +26,9 @@ WATCH_JS = """() => {
   const tops = () => {
     const found = { sentence: label('Sentence'), presentation: label('Presentation mode'),
                     view: document.querySelector('.hs-headview'),
-                    sink: Array.from(document.querySelectorAll('[data-testid="stAlert"]'))
+                    sink: Array.from(document.querySelectorAll('[data-testid="stCaptionContainer"]'))
                       .find((a) => a.textContent.includes('attention sink')) };
+    if (found.sink) window.__sinkHeight = found.sink.getBoundingClientRect().height;
     return Object.fromEntries(Object.entries(found).filter(([, e]) => e).map(([k, e]) => [k, e.getBoundingClientRect().top]));
   };
   let frame = 0;
@@ -70,4 +71,6 @@ def test_nothing_pushes_the_first_screen_down(artifacts_dir):
             # The notes above the view (the sink note when shown) are there before it, and the view never moves.
             if "sink" in moves:
                 assert moves["sink"]["frame"] <= moves["view"]["frame"] and moves["sink"]["top"] < moves["view"]["top"]
+                # The sink note is one line of caption, not a box of four lines above the view.
+                assert page.evaluate("() => window.__sinkHeight") < 32
             assert moves["view"]["moved"] == 0, moves

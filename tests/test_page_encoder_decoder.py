@@ -170,7 +170,7 @@ def test_every_explore_section_applies_or_says_why(seq2seq):
         # The sink note: shown exactly when a quarter or more of this attention's heads park most of their weight
         # on a token of no content (computed here from the run).
         sinks = mc_head_metrics(reference.kind(kind))["sink_mass"].to_numpy() >= 0.5
-        assert ("an *attention sink*" in texts_of(app, "info")) == bool(sinks.mean() >= 0.25)
+        assert ("an *attention sink*" in texts_of(app, "caption")) == bool(sinks.mean() >= 0.25)
     # Hide special tokens: every kind loses them, rows renormalised.
     app = open_app("explore", {**query, "hide": "1"})
     data = head_view_data(app, "s2s_view_cross")

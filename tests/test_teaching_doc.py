@@ -57,9 +57,9 @@ def test_the_explore_section_is_what_minilm_shows(minilm):
     assert "(head 2: a diagonal line" in DOC
     sinks = int((metrics["sink_mass"] >= 0.5).sum())
     assert f"{sinks} of the {run.num_layers * run.num_heads} on this sentence" in DOC
-    # The blue note on the page says the same count.
+    # The note above the view says the same count.
     app = open_app(query={"text": SENTENCE})
-    assert any(f"{sinks} of the 72 heads put most of their attention" in info.value for info in app.info)
+    assert any(f"{sinks} of the 72 heads put most of their attention" in note.value for note in app.caption)
     # The examples the doc names open the heads it names; the contrast head is not specific to 'it'.
     tired, trophy = EXAMPLES["Who was tired?"], EXAMPLES["Trophy and suitcase"]
     assert f"opens layer {tired['layer']}, head {tired['head']}, where *it* attends to *cat*" in DOC

@@ -292,14 +292,15 @@ SINK_NOTE_SHARE = 0.25
 
 def sink_note(run) -> None:
     """The attention-sink note, when at least ``SINK_NOTE_SHARE`` of the run's heads put most of their attention
-    on a token of no content (a head's ``sink_mass`` of 0.5 or more)."""
+    on a token of no content (a head's ``sink_mass`` of 0.5 or more): one line of caption above the view (the
+    explanation in its help), so that it takes the view's place by no more than a line."""
     sinks = computations.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
     if sinks.mean() >= SINK_NOTE_SHARE:
-        st.info(
-            f"{sinks.sum()} of the {sinks.size} heads put most of their attention on a token of no content "
-            "([CLS], [SEP], BOS or the first token): an *attention sink*, where a head parks attention when "
-            "it has nothing to do. Look for the heads that do not.",
-            icon=":material/info:",
+        st.caption(
+            f":material/info: {sinks.sum()} of the {sinks.size} heads put most of their attention on a token of "
+            "no content: an *attention sink*.",
+            help="[CLS], [SEP], BOS or the first token: where a head parks attention when it has nothing to do. "
+            "Look for the heads that do not.",
         )
 
 
