@@ -265,17 +265,19 @@ def markdown(header: list[str], rows: list[list[str]], right_from: int = 1) -> s
 
 def relation_table(dependency, direction: str) -> str:
     """The best head per relation, chosen on the selection half, with both halves and the held-out test: the
-    held-out half's best offset (the test's baseline) and the selection half's offset scored there."""
+    held-out half's best offset (the test's baseline), the selection half's offset scored there, and the held-out
+    half's best word-type rule (the word-type control, when the table has its columns)."""
     from mha_core.analysis.roles import SYNTACTIC_MIN_COUNT, best_heldout_heads
 
     best = best_heldout_heads(dependency, min_count=SHOWN_MIN_COUNT)
     best = best[best["direction"] == direction]
+    controlled = "heldout_type_baseline" in best
     rows = []
     for r in best.itertuples():
         if r.count < SYNTACTIC_MIN_COUNT:
             role = f"not tried (n < {SYNTACTIC_MIN_COUNT})"
         elif not r.tested:
-            role = "not tested (selection margin < +10%)"
+            role = "not tested (a selection margin < +10%)"
         else:
             role = f"**named** (p = {r.holm_p_value:.1g})" if r.named else f"no (p = {min(r.holm_p_value, 1):.2g})"
         rows.append(
@@ -290,6 +292,14 @@ def relation_table(dependency, direction: str) -> str:
                 percent(r.heldout_selected_baseline_accuracy),
                 f"{percent(r.heldout_margin, True)} ({percent(r.heldout_margin_low, True)} to "
                 f"{percent(r.heldout_margin_high, True)})",
+                *(
+                    [
+                        f"{percent(r.heldout_type_baseline_accuracy)} ({type_rule_short(r.heldout_type_baseline)}): "
+                        f"{percent(r.type_heldout_margin, True)}"
+                    ]
+                    if controlled
+                    else []
+                ),
                 str(r.heldout_rank),
                 role,
             ]
@@ -303,10 +313,19 @@ def relation_table(dependency, direction: str) -> str:
         "held-out: best offset",
         "held-out: selection's offset",
         "held-out margin (95% CI)",
+        *(["held-out: best word type: margin"] if controlled else []),
         "held-out rank",
         "role (Holm p)",
     ]
     return markdown(header, rows, right_from=1)
+
+
+def type_rule_short(name: str) -> str:
+    """ "nearest NOUN to the left" -> "NOUN <"; "" (no rule found any case) -> "-"."""
+    if not name:
+        return "-"
+    tag, side = name.removeprefix("nearest ").split(" to the ")
+    return f"{tag} {'<' if side == 'left' else '>'}"
 
 
 def whole_corpus_rule(dependency, min_count: int):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import mha_core as mc
+from mha_core.analysis.syntax import TYPE_CONTROL_COLUMNS
 from tests.conftest import ENGINE_ATOL, ROOT, require
 from tests.page_helpers import open_app, widget
 from tests.test_examples import query_key_claim
@@ -81,19 +82,30 @@ def test_the_roles_section_is_what_the_roles_page_shows(minilm):
     assert default == PROFILE_SENTENCES and f"({default} sentences with known grammar" in DOC
     # The syntactic heads a profile of the default size names, as the doc lists them.
     named = syntactic_roles_named(minilm, default)
-    assert named == [
-        (1, 4, "syntactic:case:parent"),
-        (1, 7, "syntactic:case:parent"),
-        (2, 0, "syntactic:obj:parent"),
-        (2, 8, "syntactic:case:parent"),
-    ]
+    assert named == []  # the word-type control: the case and obj heads do not beat the nearest noun / verb
     assert f"On MiniLM, {default} sentences name {len(named)} heads" in DOC
+    # The numbers the text gives for them, from the same profile's held-out half.
+    tests = mc.syntactic_tests(mc.profile(minilm, mc.ud_ewt_dev(default), batch_size=16).dependency)
+    rows = tests.set_index(["relation", "direction", "layer", "head"])
+    case = rows.loc[[("case", "parent", 1, 7), ("case", "parent", 1, 4), ("case", "parent", 2, 8)]]
+    assert (round(100 * case["heldout_accuracy"].min()), round(100 * case["heldout_accuracy"].max())) == (61, 67)
+    assert set(case["heldout_type_baseline"]) == {"nearest NOUN to the right"}
+    assert round(100 * case["heldout_type_baseline_accuracy"].iloc[0]) == 55
+    assert round(100 * case["heldout_baseline_accuracy"].iloc[0]) == 37
+    margins = 100 * case["type_heldout_margin"]
+    assert (round(margins.min()), round(margins.max())) == (6, 12) and not case["named"].any()
+    obj = rows.loc[("obj", "parent", 2, 0)]
+    assert round(100 * obj["heldout_accuracy"]) == 72 and obj["heldout_type_baseline"] == "nearest VERB to the left"
+    assert round(100 * obj["heldout_type_baseline_accuracy"]) == 87
+    assert "find its noun (*case*) in 61-67%" in DOC and "beat it by 6-12 points" in DOC and "finds it in 87%" in DOC
 
 
-def syntactic_roles_named(model, sentences: int) -> list[tuple[int, int, str]]:
-    """The syntactic roles the Roles page names after a profile of the first ``sentences`` dev sentences."""
+def syntactic_roles_named(model, sentences: int, control: bool = True) -> list[tuple[int, int, str]]:
+    """The syntactic roles the Roles page names after a profile of the first ``sentences`` dev sentences
+    (``control=False``: as a table without the word-type control's columns is tested)."""
     profile = mc.profile(model, mc.ud_ewt_dev(sentences), batch_size=16)
-    roles = mc.head_roles(None, metrics=profile.metrics, dependency=profile.dependency)
+    dependency = profile.dependency if control else profile.dependency.drop(columns=list(TYPE_CONTROL_COLUMNS))
+    roles = mc.head_roles(None, metrics=profile.metrics, dependency=dependency)
     syntactic = roles[roles["group"] == "syntactic"]
     return sorted(zip(syntactic["layer"], syntactic["head"], syntactic["role"]))
 
@@ -121,10 +133,24 @@ def test_the_table_of_sentences_and_named_roles_is_what_the_code_gives(minilm):
         heads = ", ".join(f"{layer}-{head} {role.split(':')[1]}" for layer, head, role in named) or "-"
         assert row[1:] == [str(len(named)), heads], row
     # The counts the text gives for the two smallest profiles: pairs tried and tested.
-    for sentences, tried, tested in ((50, 432, 14), (100, 1080, 23)):
-        tests = mc.syntactic_tests(mc.profile(minilm, mc.ud_ewt_dev(sentences), batch_size=16).dependency)
+    for sentences, tried, tested, offsets_only in ((50, 432, 2, 14), (100, 1080, 4, 23)):
+        dependency = mc.profile(minilm, mc.ud_ewt_dev(sentences), batch_size=16).dependency
+        tests = mc.syntactic_tests(dependency)
         assert (int(tests["tried"].sum()), int(tests["tested"].sum())) == (tried, tested)
-    assert "(14 and 23 head-relation pairs" in DOC and "over the 432 and 1,080 pairs tried" in DOC
+        # a table without the control's columns is tested on the offsets alone
+        without = mc.syntactic_tests(dependency.drop(columns=list(TYPE_CONTROL_COLUMNS)))
+        assert int(without["tested"].sum()) == offsets_only
+    assert "(2 and 4 head-relation pairs" in DOC and "14 and 23 clear the offsets alone" in DOC
+    assert "over the 432 and 1,080 pairs tried" in DOC
+    # What the same profiles named without the control.
+    assert [len(syntactic_roles_named(minilm, n, control=False)) for n in (100, 150, 200, 250)] == [0, 2, 2, 4]
+    assert syntactic_roles_named(minilm, 250, control=False) == [
+        (1, 4, "syntactic:case:parent"),
+        (1, 7, "syntactic:case:parent"),
+        (2, 0, "syntactic:obj:parent"),
+        (2, 8, "syntactic:case:parent"),
+    ]
+    assert "named 2 heads from 150 sentences and 4 from 250 (1-4, 1-7 and 2-8 *case*, 2-0 *obj*)" in DOC
 
 
 def test_the_decoder_and_compare_section(minilm):
