@@ -539,7 +539,7 @@ def shuffled_table(shuffled) -> str:
     for (how, size), part in shuffled.groupby(["how", "sentences"], sort=False):
         shuffles = len(part)
         cells = []
-        for column in ("named", "named_normal"):
+        for column in ("named", "named_normal", "named_offsets"):
             count = int((part[column] > 0).sum())
             _, high = wilson_interval(count / shuffles, shuffles)
             cells.append(f"{count} of {shuffles} ({count / shuffles:.1%}; 95% CI up to {float(high):.1%})")
@@ -549,6 +549,7 @@ def shuffled_table(shuffled) -> str:
                 str(size),
                 f"{part['tried'].mean():.0f}",
                 f"{part['tested'].mean():.1f}",
+                f"{part['tested_offsets'].mean():.1f}",
                 *cells,
             ]
         )
@@ -558,8 +559,10 @@ def shuffled_table(shuffled) -> str:
             "sentences",
             "rows tried",
             "rows tested (mean)",
+            "rows tested, offsets alone",
             "shuffles naming a role: t (the test)",
             "normal reference",
+            "offsets alone (no word-type control)",
         ],
         rows,
         right_from=1,

@@ -518,7 +518,8 @@ def shuffled_tree_tests(
     ``how``) ``shuffles`` times, the heads' own word-level argmax (``predictions [L, H, W]`` and ``has_words``, as
     ``syntax.word_argmax`` gives them) kept. One row per shuffle: ``tried``, ``tested``,
     the roles ``named`` with the t reference (the roles' test) and ``named_normal`` with the normal one, and
-    the smallest Holm-adjusted p of each. ``(table["named"] > 0).mean()`` is the family-wise false-positive rate,
+    the smallest Holm-adjusted p of each; ``tested_offsets`` and ``named_offsets``: the test on the offsets
+    alone (without the word-type control, t reference), to tell the null's part from the control's. ``(table["named"] > 0).mean()`` is the family-wise false-positive rate,
     which the test keeps at most ``SYNTACTIC_ALPHA``."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -538,6 +539,8 @@ def shuffled_tree_tests(
                     f"min_holm_p{suffix}": float(np.nanmin(tests["holm_p_value"], initial=1.0)),
                 }
             )
+        offsets = syntactic_tests(table.drop(columns=list(TYPE_CONTROL_COLUMNS)), min_count=min_count)
+        row.update(tested_offsets=int(offsets["tested"].sum()), named_offsets=int(offsets["named"].sum()))
         rows.append(row)
     return pd.DataFrame(rows)
 
