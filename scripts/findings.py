@@ -277,7 +277,7 @@ def relation_table(dependency, direction: str) -> str:
         if r.count < SYNTACTIC_MIN_COUNT:
             role = f"not tried (n < {SYNTACTIC_MIN_COUNT})"
         elif not r.tested:
-            role = "not tested (a selection margin < +10%)"
+            role = f"not tested ({'a ' if controlled else ''}selection margin < +10%)"
         else:
             role = f"**named** (p = {r.holm_p_value:.1g})" if r.named else f"no (p = {min(r.holm_p_value, 1):.2g})"
         rows.append(
