@@ -129,7 +129,7 @@ def _torch_threads(request):
 
 # pytest's own __main__: Streamlit's script runner (AppTest) makes the script it runs sys.modules["__main__"]
 # and leaves it there, and a process started later with multiprocessing's spawn method re-runs the parent's
-# __main__ file: it would run the app outside Streamlit (tests/test_sources.py builds in spawned processes).
+# __main__ file: it would run the app outside Streamlit (tests/mha_core/models/test_sources.py builds in spawned processes).
 _PYTEST_MAIN = sys.modules["__main__"]
 
 

@@ -49,7 +49,7 @@ def test_figures_are_plain_plotly(path):
 
 
 def test_no_private_streamlit_internals_and_no_path_hacks():
-    for path in [*APP_FILES, *sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]:
+    for path in [*APP_FILES, *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]:
         if path.name == "test_architecture.py":
             continue
         text = path.read_text(encoding="utf-8")

@@ -12,9 +12,9 @@ import pytest
 
 from mha_core.analysis.alignment import align_runs, layer_difference
 from tests.conftest import ATTENTION_ATOL, require
+from tests.mha_core.analysis.test_alignment import reference_word_layer, spans_of
 from tests.page_helpers import plotly_elements, rerun, run_page
-from tests.test_alignment import reference_word_layer, spans_of
-from tests.test_app import grid_gaps, texts, tiles_of
+from tests.pages.test_app import grid_gaps, texts, tiles_of
 
 pytestmark = pytest.mark.slow
 

@@ -146,7 +146,7 @@ def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
     shown = next(t.value for t in page.dataframe if "relation" in t.value)
     expected = mha_core.best_heldout_heads(result.dependency, min_count=20)
     assert list(shown["relation"]) == list(expected["relation"]) and len(expected) > 0
-    # The head written as "L1 H4" (the page shows the role column first, pinned: tests/test_browser checks it).
+    # The head written as "L1 H4" (the page shows the role column first, pinned: tests/browser/test_browser.py checks it).
     assert list(shown["head_name"]) == [f"L{r.layer} H{r.head}" for r in expected.itertuples()]
     columns = ("selection_accuracy", "heldout_accuracy", "heldout_baseline_accuracy")
     for column in (*columns, "heldout_selected_baseline_accuracy"):

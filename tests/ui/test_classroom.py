@@ -15,9 +15,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ATTENTION_ATOL, ROOT, WAIT_S, require, until
+from tests.mha_core.models.test_sources import _WritesMarker
 from tests.model_fixtures import build_tiny_bert
 from tests.page_helpers import head_view_data, open_app
-from tests.test_sources import _WritesMarker
 from ui.budget import ByteBudgetCache, ComputeGate, StopPoint, estimate_bytes
 
 TEXT = "The cat sat on the mat because it was tired."
