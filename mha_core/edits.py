@@ -185,31 +185,29 @@ def apply_to_concat(edit: Edit | None, concat: torch.Tensor, num_heads: int) -> 
 
 
 @contextmanager
+def registered(hooks: Iterable[tuple[torch.nn.Module, Callable]], register: Callable):
+    """``register(module, hook)`` (a torch registration returning its handle) for each ``(module, hook)`` for the
+    ``with`` block, and every handle removed after it, whatever happens."""
+    handles = []
+    try:
+        for module, hook in hooks:
+            handles.append(register(module, hook))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def forward_pre_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]], with_kwargs: bool = False):
     """Register ``(module, hook)`` forward pre-hooks for the ``with`` block, and always remove them.
     ``with_kwargs``: each hook is ``hook(module, args, kwargs) -> (args, kwargs) or None``."""
-    handles = []
-    try:
-        for module, hook in hooks:
-            handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    return registered(hooks, lambda module, hook: module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
 
 
-@contextmanager
 def forward_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]], always_call: bool = False):
     """Register ``(module, hook)`` forward hooks for the ``with`` block, and always remove them.
     ``always_call``: each hook runs even when the module's forward raises (then with output None)."""
-    handles = []
-    try:
-        for module, hook in hooks:
-            handles.append(module.register_forward_hook(hook, always_call=always_call))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    return registered(hooks, lambda module, hook: module.register_forward_hook(hook, always_call=always_call))
 
 
 SOFTMAX_FUNCTIONS = (F.softmax, torch.softmax, torch.Tensor.softmax)

@@ -260,7 +260,9 @@ with messages.error_display():
         "space) or ⏎ (new line); hover a cell for the token's exact text."
         + (f" The last {LENS_POSITIONS} positions are shown." if len(top["position"].unique()) > LENS_POSITIONS else "")
     )
-    if selection.model == SMOLLM2:  # measured on SmolLM2's shipped weights (tests/test_circuits.py)
+    if (
+        selection.model == SMOLLM2
+    ):  # measured on SmolLM2's shipped weights (tests/mha_core/interventions/test_circuits.py)
         with st.expander("Where SmolLM2 fails (measured)"):
             for text, right, wrong, difference, note in SMOLLM2_FAILURES:
                 st.markdown(

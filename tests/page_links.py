@@ -1,7 +1,7 @@
 """Links to every page that set every setting of the page to a value other than its default.
 
-A page opened from one of these links must show each value: in the session (tests/test_links.py, AppTest) and
-on the screen (tests/test_browser_links.py, Chromium). Each setting names the widget (session key and label),
+A page opened from one of these links must show each value: in the session (tests/pages/test_links.py, AppTest) and
+on the screen (tests/browser/test_browser_links.py, Chromium). Each setting names the widget (session key and label),
 the value the link gives it (as the link writes it), what the app holds then, what the browser shows, and
 its default with MiniLM and the default sentence (what a bad value in the link gives instead).
 """

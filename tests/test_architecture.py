@@ -49,7 +49,7 @@ def test_figures_are_plain_plotly(path):
 
 
 def test_no_private_streamlit_internals_and_no_path_hacks():
-    for path in [*APP_FILES, *sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]:
+    for path in [*APP_FILES, *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]:
         if path.name == "test_architecture.py":
             continue
         text = path.read_text(encoding="utf-8")
@@ -233,6 +233,13 @@ def test_docs_list_every_module_of_the_library_and_every_app_package():
     for module in library:  # a package's modules share its layer
         same_package = {layers[other] for other in library if unit_of(other) == unit_of(module)}
         assert len(same_package) == 1, module
+    # One folder, one layer: a reader sees the layers in mha_core's folder names (the base modules stand beside them).
+    in_folder = {
+        module for module in library if module.count(".") and (ROOT / "mha_core" / module.split(".")[1]).is_dir()
+    }
+    packages = {unit_of(module): layers[module] for module in in_folder}
+    assert len(set(packages.values())) == len(packages), packages
+    assert {layers[module] for module in library - in_folder} == {1, max(layers.values())}
 
 
 def test_no_import_circle_between_modules_or_packages():

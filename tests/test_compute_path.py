@@ -247,7 +247,7 @@ from ui import compute, computations, session
 model = compute.get_model(session.selection().model)
 run = model.run("The cat sat.")
 view = mc.neuron_view(model, run.metadata["token_ids"], 0, 0, 1)
-vector = computations.computed_from(run, "x", lambda: search.query_vector(model, [1, 2], 0, 0, 0, "attention"))
+vector = computations.from_run(run, lambda: search.query_vector(model, [1, 2], 0, 0, 0, "attention"))
 fine = computations.neuron_view(run, 0, 0, 1)  # the app's own function of that name: no model handed over
 again = Attention.of(model, "The cat sat.").run(model)  # an operation run by the page itself, not by compute
 lab = session.lab_run().lab.train(10)
@@ -294,9 +294,10 @@ def test_the_check_catches_a_pass_in_compute_outside_an_admission_that_reserves_
 
 
 def test_no_key_is_built_by_hand():
-    """A computation's value is cached under its operation's key (derived from its fields: ``key_of``), or under a
-    run's key with what was computed from it (``derived_key``); no call of the app hands ``compute`` anything but
-    an operation, and no computation's value goes into the server's cache under a key written in place."""
+    """A computation's value is cached under its operation's key (derived from its fields: ``key_of``), what is
+    computed from a run too (``operations.derived``, named after the run's key); no call of the app hands ``compute``
+    anything but an operation, and no computation's value goes into the server's cache under a key written in
+    place."""
     keys = []
     for path in APP_FILES:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -309,11 +310,7 @@ def test_no_key_is_built_by_hand():
             into_cache = isinstance(node.func, ast.Attribute) and node.func.attr == "get_or_compute"
             if into_cache and ast.unparse(node.func.value).endswith(".cache"):
                 keys.append((path.relative_to(ROOT).as_posix(), ast.unparse(node.args[0])))
-    assert sorted(keys) == [("ui/computations.py", "key"), ("ui/compute.py", "operation.key")]
-    tree = ast.parse((ROOT / "ui" / "computations.py").read_text(encoding="utf-8"))
-    (computed_from,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "computed_from"]
-    assigned = [n for n in ast.walk(computed_from) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "key"]
-    assert [ast.unparse(n.value) for n in assigned] == ["derived_key(run, what)"]
+    assert sorted(keys) == [("ui/compute.py", "operation.key")]
 
 
 # ---- what compute does around an operation ----------------------------------------------------------------

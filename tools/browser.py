@@ -1,6 +1,6 @@
 """Drive the app in Debian Chromium: start `streamlit run serve.py` (app.py behind ui.server) on a free loopback port, open pages with Playwright.
 
-Shared by the browser tests and the benchmarks (tests/test_browser*.py, bench/); kept out of the installed `ui`
+Shared by the browser tests and the benchmarks (tests/browser/, bench/); kept out of the installed `ui`
 package, so it is imported from the repository root (`python -m bench.browser`, pytest). The JavaScript snippets
 (``*_JS`` and the ``*_js`` functions) work with Playwright's sync and async APIs alike.
 """
@@ -146,7 +146,7 @@ FRAMES_JS = """
 TAKE_FRAMES_JS = "() => { const frames = window.__frames; window.__frames = []; return frames; }"
 DROP_CONNECTION_JS = "() => { window.__blockSockets = true; window.__sockets.forEach(s => s.close()); }"
 RECONNECTED_JS = "() => window.__sockets.length > 0 && window.__sockets[window.__sockets.length - 1].readyState === 1"
-# How many scored steps the Lab's loss curve shows (tests/test_browser.py).
+# How many scored steps the Lab's loss curve shows (tests/browser/test_browser.py).
 LAB_POINTS_JS = """
 () => {
   const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>

@@ -2,8 +2,8 @@
 (``mha_core.operations``, its input tokenized once) from a page's values and hands it to ``ui.compute.compute``,
 the one gated, budgeted path. The operation names its value (``key``), says what it holds (``peak_bytes``) and its
 share of the server (``work_class``): nothing here builds a key or estimates bytes. Also what is computed from a
-run without a model (``computed_from``: metrics, rollout), and downloads that make their run again when clicked
-(``deferred``).
+run without a model (``from_run``: operations run on the run, such as its metrics and rollout), and downloads that
+make their run again when clicked (``deferred``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from mha_core.operations import (
     most_tokens_within,
     prompt,
 )
+from mha_core.operations.derived import Flow, FromRun, HeadDistances, Metrics, Rollout, SemanticScores
 from ui import circuits, session
 from ui.budget import HEAVY, MB, OverBudget
 from ui.compute import Stopped, compute, get_model, loaded, model_key, ready, shared
@@ -153,28 +154,26 @@ def deferred(view, make):
 
 
 # ---- what is computed from a run without a model --------------------------------------------------
-def derived_key(run, what: str) -> tuple | None:
-    """The cache key of ``what`` computed from ``run``: its run's key with the view's shape (a word-level or
-    special-free view keeps its run's key), or None for a run that did not come from an operation."""
-    key = run.metadata.get("cache_key")
-    if key is None:
-        return None
-    return (what, run.level, bool(run.metadata.get("special_tokens_removed")), *key)
-
-
-def computed_from(run, what: str, make, reserve_bytes: int = 0):
-    """``make()`` (a measurement or view of ``run`` that runs no model) cached with ``run``; uncached for a
-    run that did not come from an operation. ``reserve_bytes``: its peak memory, held while it runs."""
-    key = derived_key(run, what)
-    if key is None:
-        with shared().cache.reserve(reserve_bytes):
-            return make()
-    return shared().cache.get_or_compute(key, make, reserve_bytes=reserve_bytes)
+def from_run(operation: FromRun, run):
+    """``operation`` (``mha_core.operations.derived``: a measurement or view of ``run`` that runs no model) on
+    ``run``, through ``compute`` like every computation, cached under the run's key (``source_key``), or run
+    uncached for a run that did not come from an operation."""
+    return compute(operation, run, keep=operation.cacheable)
 
 
 def metrics_for(run):
     """``mha_core.head_metrics(run)``: one row per layer and head, cached with the run it came from."""
-    return computed_from(run, "metrics", lambda: mha_core.head_metrics(run))
+    return from_run(Metrics.of(run), run)
+
+
+def rollout(run):
+    """``mha_core.attention_rollout(run)``, cached with the run."""
+    return from_run(Rollout.of(run), run)
+
+
+def flow(run, layer: int):
+    """``mha_core.attention_flow(run, layer=layer)``, cached with the run."""
+    return from_run(Flow.of(run, layer=layer), run)
 
 
 # Head distances cost (head pairs) x n^2; past this many tokens they average over this many query rows.
@@ -183,15 +182,12 @@ DISTANCE_MAX_QUERIES = 128
 
 def sentence_analysis(model_name: str, run):
     """(metrics, semantic scores, head distances) of one run, for the Roles page."""
-
-    def analyse():
-        semantic = None
-        token_ids = run.metadata.get("token_ids")
-        if token_ids is not None:  # the input embeddings are a table look-up, not a forward pass
-            semantic = mha_core.semantic_scores(run, get_model(model_name).input_embeddings(token_ids))
-        return semantic, mha_core.head_distances(run, max_queries=DISTANCE_MAX_QUERIES)
-
-    semantic, distances = computed_from(run, "roles-analysis", analyse)
+    semantic = None
+    token_ids = run.metadata.get("token_ids")
+    if token_ids is not None:  # the input embeddings are a table look-up, not a forward pass
+        embeddings = get_model(model_name).input_embeddings(token_ids)
+        semantic = from_run(SemanticScores.of(run, embeddings=embeddings), run)
+    distances = from_run(HeadDistances.of(run, max_queries=DISTANCE_MAX_QUERIES), run)
     return metrics_for(run), semantic, distances
 
 

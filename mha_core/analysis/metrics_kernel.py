@@ -6,7 +6,7 @@ punctuation and same-segment keys, the distance-weighted sum, the row's argmax, 
 offsets -2..2, the column masses of the vertical test), then finishes each head's means, spreads and
 baselines from those per-row values. The meaning of every quantity is the one ``docs/metrics.md`` and
 ``mha_core.analysis.metrics`` describe; the numpy code that computed them in about twenty passes over the
-5-D tensor is kept as the reference in ``tests/test_metrics_kernel.py``.
+5-D tensor is kept as the reference in ``tests/mha_core/analysis/test_metrics_kernel.py``.
 
 Sums run in float64 in key order, one row at a time: a sentence's values do not depend on which
 other sentences share its batch, nor on how far it is padded (a padding weight is 0 and adds

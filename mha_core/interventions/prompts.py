@@ -3,7 +3,7 @@
 Each task is a clean prompt, a corrupted prompt of the same number of tokens that changes the answer, the
 answer (the clean prompt's right next token) and the foil (the corrupted prompt's). The logit differences are
 SmolLM2's own (answer minus foil, at the last position), measured on the shipped weights and checked by
-tests/test_circuits.py; docs/circuits.md tells the story of each and where SmolLM2 fails.
+tests/mha_core/interventions/test_circuits.py; docs/circuits.md tells the story of each and where SmolLM2 fails.
 """
 
 from __future__ import annotations

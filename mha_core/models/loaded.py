@@ -353,27 +353,17 @@ class LoadedModel:
             model_name=self.name,
             family=self.family,
             is_causal=self.is_causal,
-            tokens=self.display.display(encoded.raw_tokens, encoded.word_ids),
-            raw_tokens=encoded.raw_tokens,
             attentions=attentions.numpy(),
-            special_mask=encoded.special_mask,
-            word_ids=encoded.word_ids,
-            words=encoded.words,
-            segment_ids=encoded.segment_ids,
             engine=engine,
-            text=encoded.text,
-            text_pair=encoded.text_pair,
-            truncated=encoded.truncated,
-            num_input_tokens=encoded.num_input_tokens,
             max_abs_diff=max_abs_diff,
-            metadata={
-                "token_ids": encoded.input_ids,
-                "model_type": self.model_type,
-                "max_tokens": self.max_tokens,
-                "bos": encoded.added_bos,
+            **encoded.run_fields(
+                self.display,
+                model_type=self.model_type,
+                max_tokens=self.max_tokens,
+                bos=encoded.added_bos,
                 **(metadata_extra or {}),
                 **metadata,
-            },
+            ),
         )
 
     # ---- public API ----

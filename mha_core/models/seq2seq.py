@@ -353,20 +353,7 @@ class Seq2SeqModel:
         return Seq2SeqRun(encoder=encoder, decoder=decoder, cross=cross, generated=generated), cache
 
     def _side_fields(self, encoded: EncodedText, kind: str, source_ids=None, extra: dict | None = None) -> dict:
-        metadata = {"token_ids": encoded.input_ids, "model_type": self.model_type, "max_tokens": self.max_tokens}
-        metadata["kind"] = kind
-        metadata.update(extra or {})
+        metadata = {"model_type": self.model_type, "max_tokens": self.max_tokens, "kind": kind, **(extra or {})}
         if source_ids is not None:
             metadata["source_token_ids"] = list(source_ids)
-        return dict(
-            tokens=self.display.display(encoded.raw_tokens, encoded.word_ids),
-            raw_tokens=encoded.raw_tokens,
-            special_mask=encoded.special_mask,
-            word_ids=encoded.word_ids,
-            words=encoded.words,
-            segment_ids=encoded.segment_ids,
-            text=encoded.text,
-            truncated=encoded.truncated,
-            num_input_tokens=encoded.num_input_tokens,
-            metadata=metadata,
-        )
+        return encoded.run_fields(self.display, **metadata)

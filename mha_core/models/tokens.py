@@ -151,6 +151,24 @@ class EncodedText:
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    def run_fields(self, display: TokenDisplay, **metadata) -> dict:
+        """What a run of this text holds besides its attention, as a run's fields: the tokens as ``display`` shows
+        them, the pieces, masks, words and segments, the text, whether it was cut, and ``metadata`` with the token
+        ids first (``LoadedModel``'s and ``Seq2SeqModel``'s runs alike)."""
+        return dict(
+            tokens=display.display(self.raw_tokens, self.word_ids),
+            raw_tokens=self.raw_tokens,
+            special_mask=self.special_mask,
+            word_ids=self.word_ids,
+            words=self.words,
+            segment_ids=self.segment_ids,
+            text=self.text,
+            text_pair=self.text_pair,
+            truncated=self.truncated,
+            num_input_tokens=self.num_input_tokens,
+            metadata={"token_ids": self.input_ids, **metadata},
+        )
+
     def with_bos(self, bos_id: int, bos_token: str) -> EncodedText:
         """The same text behind a BOS token: a special token of segment 0 that belongs to no word."""
         return dataclasses.replace(

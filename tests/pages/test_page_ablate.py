@@ -12,7 +12,7 @@ from mha_core.corpus import reading
 from mha_core.interventions import experiments
 from tests.conftest import ENGINE_ATOL, METRIC_TOL, require
 from tests.page_helpers import open_app, plotly_elements, rerun, widget
-from tests.test_app import grid_gaps, tiles_of
+from tests.pages.test_app import grid_gaps, tiles_of
 
 pytestmark = pytest.mark.slow
 TEXT = "The cat sat on the mat because it was tired."

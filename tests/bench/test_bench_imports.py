@@ -4,11 +4,11 @@ the library or the app breaks a benchmark at its import, which no other test wou
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 BENCHMARKS = sorted(path.stem for path in (ROOT / "bench").glob("*.py"))
 
 

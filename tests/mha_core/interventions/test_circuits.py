@@ -289,9 +289,6 @@ def test_bad_requests_are_clear_errors(decoder, tmp_path):
 
 
 # ---- SmolLM2, real weights -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def smollm2():
-    return mc.load_model("smollm2")
 
 
 @pytest.mark.slow

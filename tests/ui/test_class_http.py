@@ -13,6 +13,57 @@ from ui import class_http, class_session
 TOKEN = "http-teacher-" + "t" * 24
 
 
+def request(page: str = "", fragment: str = "", auto: bool = False, pick: str | None = None) -> bytes:
+    """A browser's rerun request (``BackMsg``) naming ``page`` and ``fragment``; ``auto``: a fragment timer's;
+    ``pick``: the value of the widget ``pick``."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    message = BackMsg()
+    message.rerun_script.page_script_hash = page
+    message.rerun_script.fragment_id = fragment
+    message.rerun_script.is_auto_rerun = auto
+    if pick is not None:
+        state = message.rerun_script.widget_states.widgets.add(id="pick")
+        state.string_array_value.data.append(pick)
+    return message.SerializeToString()
+
+
+def through_the_guard(script, read) -> tuple[list, list]:
+    """``script`` played through ``class_http.StalePageGuard`` around a stand-in for Streamlit's server, each step
+    ``(what the server sends or None, what the browser sends meanwhile)``. Returns ``(steps, sent)``: per step,
+    ``read(rerun_script)`` of each request that passed the guard by then (a receive waits 0.2 s for more), and
+    every message of the server that reached the browser."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    steps, sent = [], []
+
+    async def run() -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def send(message):
+            sent.append(message)
+
+        async def app(scope, receive, send):
+            for from_server, from_browser in script:
+                if from_server is not None:
+                    await send({"type": "websocket.send", "bytes": from_server})
+                for data in from_browser:
+                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
+                got = []
+                while True:
+                    try:
+                        message = await asyncio.wait_for(receive(), 0.2)
+                    except TimeoutError:
+                        break
+                    got.append(read(BackMsg.FromString(message["bytes"]).rerun_script))
+                steps.append(got)
+
+        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
+
+    asyncio.run(run())
+    return steps, sent
+
+
 def page_app(content_type: bytes = b"text/html; charset=utf-8"):
     """A stand-in for Streamlit's server: every GET is its page (or another kind of file)."""
 
@@ -117,15 +168,7 @@ def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
     page B (sent before it took in the move to A): they are held, and once the run has finished only those naming A
     go on. With no script running, a timer's request naming B is dropped and one naming A passes at once; a click in
     a fragment and a full rerun naming B always pass (a person may move, a timer never does)."""
-    from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-
-    def request(page: str, fragment: str = "", auto: bool = False) -> bytes:
-        message = BackMsg()
-        message.rerun_script.page_script_hash = page
-        message.rerun_script.fragment_id = fragment
-        message.rerun_script.is_auto_rerun = auto
-        return message.SerializeToString()
 
     def server(kind: str, page: str = "") -> bytes:
         message = ForwardMsg()
@@ -146,34 +189,11 @@ def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
         (None, [request("page-b", "poll", auto=True), request("page-a", "poll", auto=True)]),
         (None, [request("page-b", "answers"), request("page-b")]),
     ]
-    steps, sent = [], []
 
-    async def run() -> None:
-        queue: asyncio.Queue = asyncio.Queue()
+    def read(rerun):
+        return rerun.page_script_hash, rerun.fragment_id or "app", "timer" if rerun.is_auto_rerun else "person"
 
-        async def send(message):
-            sent.append(message)
-
-        async def app(scope, receive, send):
-            for from_server, from_browser in script:
-                if from_server is not None:
-                    await send({"type": "websocket.send", "bytes": from_server})
-                for data in from_browser:
-                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
-                got = []
-                while True:
-                    try:
-                        message = await asyncio.wait_for(receive(), 0.2)
-                    except TimeoutError:
-                        break
-                    rerun = BackMsg.FromString(message["bytes"]).rerun_script
-                    kind = "timer" if rerun.is_auto_rerun else "person"
-                    got.append((rerun.page_script_hash, rerun.fragment_id or "app", kind))
-                steps.append(got)
-
-        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
-
-    asyncio.run(run())
+    steps, sent = through_the_guard(script, read)
     assert steps == [
         [],  # the run of A has started: both timers' requests are held
         [],  # a fragment's run is still a run: the live timer's newer request is held in place of the older
@@ -190,18 +210,7 @@ def test_a_click_passes_at_once_and_the_timers_wait_for_its_run():
     values, Streamlit's newer ones, would undo the click). The timer's next request waits until the run that takes
     the click in (its fragment's) has been seen to end, not just the run that was going (Streamlit, given a request
     just after a short run ended, drops that run's unsent output: the click's reply); then it passes."""
-    from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-
-    def request(fragment: str, auto: bool, pick: str | None) -> bytes:
-        message = BackMsg()
-        message.rerun_script.page_script_hash = "page-a"
-        message.rerun_script.fragment_id = fragment
-        message.rerun_script.is_auto_rerun = auto
-        if pick is not None:
-            state = message.rerun_script.widget_states.widgets.add(id="pick")
-            state.string_array_value.data.append(pick)
-        return message.SerializeToString()
 
     def server(fragments: list[str] | None) -> bytes:
         message = ForwardMsg()
@@ -213,38 +222,16 @@ def test_a_click_passes_at_once_and_the_timers_wait_for_its_run():
         return message.SerializeToString()
 
     script = [  # (what the server sends, then what the browser sends meanwhile)
-        (server([]), [request("poll", True, None), request("answers", False, "cat")]),
-        (server(None), [request("poll", True, "cat")]),
+        (server([]), [request("page-a", "poll", auto=True), request("page-a", "answers", pick="cat")]),
+        (server(None), [request("page-a", "poll", auto=True, pick="cat")]),
         (server(["answers"]), []),
         (server(None), []),
     ]
-    steps = []
 
-    async def run() -> None:
-        queue: asyncio.Queue = asyncio.Queue()
+    def read(rerun):
+        return rerun.fragment_id, [list(w.string_array_value.data) for w in rerun.widget_states.widgets]
 
-        async def send(message):
-            pass
-
-        async def app(scope, receive, send):
-            for from_server, from_browser in script:
-                await send({"type": "websocket.send", "bytes": from_server})
-                for data in from_browser:
-                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
-                got = []
-                while True:
-                    try:
-                        message = await asyncio.wait_for(receive(), 0.2)
-                    except TimeoutError:
-                        break
-                    rerun = BackMsg.FromString(message["bytes"]).rerun_script
-                    values = [list(w.string_array_value.data) for w in rerun.widget_states.widgets]
-                    got.append((rerun.fragment_id, values))
-                steps.append(got)
-
-        await class_http.StalePageGuard(app)({"type": "websocket"}, queue.get, send)
-
-    asyncio.run(run())
+    steps, _ = through_the_guard(script, read)
     assert steps == [
         [("answers", [["cat"]])],  # the click passes at once; the poll's older request is held, then dropped
         [],  # the run that was going finished: the timer's next request waits for the click's run
@@ -260,12 +247,6 @@ def test_the_timers_wait_for_a_click_s_run_a_bounded_time(monkeypatch):
 
     monkeypatch.setattr(class_http, "PERSON_RUN_WAIT_S", 0.5)
 
-    def request(fragment: str, auto: bool) -> bytes:
-        message = BackMsg()
-        message.rerun_script.fragment_id = fragment
-        message.rerun_script.is_auto_rerun = auto
-        return message.SerializeToString()
-
     got = []
 
     async def run() -> None:
@@ -274,8 +255,8 @@ def test_the_timers_wait_for_a_click_s_run_a_bounded_time(monkeypatch):
 
         async def app(scope, receive, send):
             sent_at = loop.time()
-            queue.put_nowait({"type": "websocket.receive", "bytes": request("gone", False)})
-            queue.put_nowait({"type": "websocket.receive", "bytes": request("poll", True)})
+            queue.put_nowait({"type": "websocket.receive", "bytes": request(fragment="gone")})
+            queue.put_nowait({"type": "websocket.receive", "bytes": request(fragment="poll", auto=True)})
             for _ in range(2):
                 message = await asyncio.wait_for(receive(), 60)
                 got.append((BackMsg.FromString(message["bytes"]).rerun_script.fragment_id, loop.time() - sent_at))

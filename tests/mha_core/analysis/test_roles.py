@@ -24,7 +24,7 @@ from mha_core.analysis.roles import (
 )
 from mha_core.errors import HeadscopeError
 from mha_core.interventions.experiments import decoder_head_scores
-from tests.test_metrics import cls_head, make_run, previous_token_head, uniform_head
+from tests.mha_core.analysis.test_metrics import cls_head, make_run, previous_token_head, uniform_head
 
 # BOS, then A B C D repeated: positions 5..8 repeat positions 1..4.
 REPEATED = [0, 11, 12, 13, 14, 11, 12, 13, 14]

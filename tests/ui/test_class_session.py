@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
 from ui import class_session as cs
 from ui.figures.answers import answers_figure
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class Clock:
