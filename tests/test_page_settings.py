@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
+import mha_core
+from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
 from ui import address
+from ui import page_ablate as ablate
+from ui.page_ablate import AblateSettings
 from ui.page_settings import Declared, PageSettings
 from ui.widgets.pickers import SHARED_INDEX_KEYS
 
 # Each page's settings, and the parsers of the settings whose range follows the model (MiniLM and the default
 # sentence, as tests/page_links.py's links are opened with; SmolLM2 for Circuits).
-PAGES: dict = {}
+PAGES = {
+    "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
+}
 
 
 def link(name: str):
@@ -44,6 +51,73 @@ def test_a_page_settings_class_without_declarations_has_none():
         plain: int = 1
 
     assert Empty.declarations() == {} and Empty().to_address() == {}
+
+
+# ---- Ablate -----------------------------------------------------------------------------------------------
+def test_ablate_settings_read_the_ablate_link_and_write_it_back():
+    page = link("ablate")
+    chosen, notices = AblateSettings.from_address(page.link_query, **PAGES["ablate"][1])
+    assert notices == []
+    by_key = {d.key: name for name, d in AblateSettings.declarations().items()}
+    for setting in page.settings:
+        assert getattr(chosen, by_key[setting.key]) == setting.value, setting.url_key
+        assert AblateSettings.declarations()[by_key[setting.key]].url_key == setting.url_key
+    assert chosen.to_address() == {s.url_key: s.link for s in page.settings}
+    assert chosen.chosen == [(0, 1), (2, 3)]
+    assert AblateSettings().to_address() == {}  # the defaults leave the link empty
+
+
+def test_ablate_settings_refuse_bad_values_with_a_notice_and_keep_the_default():
+    query = {"top": "²", "ablation": "half", "orders": "11", "heads": "L0H1,L9H0", "method": "gradient"}
+    chosen, notices = AblateSettings.from_address(query, **PAGES["ablate"][1])
+    assert (chosen.top_k, chosen.ablation, chosen.orders) == (5, "zero", 3)
+    assert chosen.heads == ["L0H1"]  # the model's heads kept, the others named
+    assert notices[0] == "The link's top=² is not a whole number from 1 to 999999999; using the default."
+    assert notices[1].startswith("The link's heads=L0H1,L9H0: ") and notices[1].endswith("; kept L0H1.")
+    assert "L9H0" in notices[1]
+    assert notices[2] == "The link's ablation=half is not one of zero, mean; using the default."
+    assert notices[3] == "The link's orders=11 is not a whole number from 1 to 10; using the default."
+    assert len(notices) == 4
+
+
+def test_a_click_on_a_head_adds_it_or_takes_it_away():
+    assert ablate.toggled([], "L1H2") == ["L1H2"]
+    assert ablate.toggled(["L0H0", "L1H2"], "L1H2") == ["L0H0"]
+    assert ablate.toggled(["L0H0"], "L3H1") == ["L0H0", "L3H1"]
+
+
+def test_pick_the_strongest_takes_the_largest_scores_ties_in_head_order():
+    rng = np.random.default_rng(3)
+    values = rng.random((3, 4))
+    values[2, 1] = values[0, 3]  # a tie: the earlier head first
+    names = ablate.head_names(3, 4)
+    assert names[:5] == ["L0H0", "L0H1", "L0H2", "L0H3", "L1H0"] and len(names) == 12
+    flat = [(float(values[l, h]), l * 4 + h) for l in range(3) for h in range(4)]
+    expected = [names[i] for _, i in sorted(flat, key=lambda item: (-item[0], item[1]))[:5]]
+    assert ablate.strongest(values, names, 5) == expected
+    assert ablate.strongest(values, names, 12)[-1] == names[int(np.argmin(values))]
+
+
+def test_later_layers_start_after_the_first_ablated_head():
+    assert ablate.later_layers([(2, 1), (4, 0)], 6) == (3, 5)
+    assert ablate.later_layers([(5, 1)], 6) is None
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory):
+    return mha_core.load_model(str(build_tiny_gpt2(tmp_path_factory.mktemp("gpt2"), head=True)))
+
+
+def test_mean_losses_average_the_tokens_the_ablated_run_has_a_loss_for(tiny_gpt2):
+    text = "The cat sat on the mat."
+    before = tiny_gpt2.run(text, losses=True)
+    after = tiny_gpt2.run(text, ablate=[(0, 1), (1, 3)], losses=True)
+    mean_before, mean_after = ablate.mean_losses(before, after)
+    kept = [i for i, loss in enumerate(after.token_losses) if np.isfinite(loss)]
+    assert 0 < len(kept) < after.num_tokens  # the first token has no loss
+    assert mean_before == pytest.approx(sum(before.token_losses[i] for i in kept) / len(kept), rel=1e-6)
+    assert mean_after == pytest.approx(sum(after.token_losses[i] for i in kept) / len(kept), rel=1e-6)
+    assert mean_after != pytest.approx(mean_before)
 
 
 # ---- every page ----------------------------------------------------------------------------------------------
