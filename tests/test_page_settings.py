@@ -7,14 +7,17 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import mha_core
+from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
-from ui import address
+from ui import address, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
+from ui.page_roles import RolesSettings
 from ui.page_settings import Declared, PageSettings
 from ui.widgets.pickers import SHARED_INDEX_KEYS
 
@@ -22,6 +25,7 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 # sentence, as tests/page_links.py's links are opened with; SmolLM2 for Circuits).
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
+    "roles": (RolesSettings, {"measure": address.choice(["confidence", "normalized_entropy"])}),
 }
 
 
@@ -118,6 +122,43 @@ def test_mean_losses_average_the_tokens_the_ablated_run_has_a_loss_for(tiny_gpt2
     assert mean_before == pytest.approx(sum(before.token_losses[i] for i in kept) / len(kept), rel=1e-6)
     assert mean_after == pytest.approx(sum(after.token_losses[i] for i in kept) / len(kept), rel=1e-6)
     assert mean_after != pytest.approx(mean_before)
+
+
+# ---- Head roles ------------------------------------------------------------------------------------------
+def test_roles_heldout_rows_write_each_half_and_the_margin_out():
+    best = pd.DataFrame(
+        {
+            "layer": [3, 1],
+            "head": [4, 0],
+            "selection_accuracy": [0.684, np.nan],
+            "selection_baseline_accuracy": [0.4, 0.25],
+            "heldout_accuracy": [0.61, 0.3],
+            "heldout_baseline_accuracy": [0.42, 0.31],
+            "heldout_selected_baseline_accuracy": [0.405, 0.2],
+            "heldout_margin": [0.19, np.nan],
+            "heldout_margin_low": [0.123, np.nan],
+            "heldout_margin_high": [0.2571, np.nan],
+        }
+    )
+    rows = page_roles.heldout_rows(best)
+    assert list(rows["head_name"]) == ["L3 H4", "L1 H0"]
+    assert list(rows["selection_text"]) == ["68% vs 40%", "- vs 25%"]
+    assert list(rows["heldout_text"]) == ["61% vs 42%", "30% vs 31%"]
+    assert list(rows["selected_text"]) == ["40%", "20%"]
+    assert list(rows["margin_text"]) == ["+19.0% (+12.3, +25.7)", "-"]
+    written = set(rows.columns) - set(best.columns)
+    assert written == {"head_name", "selection_text", "heldout_text", "selected_text", "margin_text"}
+    assert written <= set(page_roles.HELDOUT_TABLE)  # the table shows each
+
+
+def test_roles_one_heads_measurements_are_its_row_of_the_metrics():
+    metrics = pd.DataFrame(
+        {"layer": [0, 0, 1], "head": [0, 1, 0], "sink_mass": [0.5, 0.123456, 0.9], "kind": ["a", "b", "c"]}
+    )
+    shown = page_roles.head_measurements(metrics, 0, 1)
+    assert list(shown["column"]) == ["sink_mass", "kind"] and list(shown["value"]) == ["0.1235", "b"]
+    assert shown["measurement"].iloc[0] == METRIC_DESCRIPTIONS["sink_mass"]
+    assert page_roles.measurements(metrics.assign(num_queries=[3, 3, 3])) == ["sink_mass"]
 
 
 # ---- every page ----------------------------------------------------------------------------------------------
