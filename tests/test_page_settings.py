@@ -17,6 +17,7 @@ from tests.page_links import LINKS
 from ui import address, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
+from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.page_roles import RolesSettings
 from ui.page_settings import Declared, PageSettings
 from ui.widgets.pickers import SHARED_INDEX_KEYS
@@ -25,6 +26,7 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 # sentence, as tests/page_links.py's links are opened with; SmolLM2 for Circuits).
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
+    "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
     "roles": (RolesSettings, {"measure": address.choice(["confidence", "normalized_entropy"])}),
 }
 
@@ -159,6 +161,11 @@ def test_roles_one_heads_measurements_are_its_row_of_the_metrics():
     assert list(shown["column"]) == ["sink_mass", "kind"] and list(shown["value"]) == ["0.1235", "b"]
     assert shown["measurement"].iloc[0] == METRIC_DESCRIPTIONS["sink_mass"]
     assert page_roles.measurements(metrics.assign(num_queries=[3, 3, 3])) == ["sink_mass"]
+
+
+# ---- Explore --------------------------------------------------------------------------------------------------
+def test_explore_focus_names_every_token_by_position():
+    assert focus_choices(["[CLS]", "a", "cat"]) == {ALL_TOKENS: "all tokens", 0: "0: [CLS]", 1: "1: a", 2: "2: cat"}
 
 
 # ---- every page ----------------------------------------------------------------------------------------------
