@@ -14,10 +14,11 @@ import mha_core
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
-from ui import address, page_roles
+from ui import address, page_lab, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
+from ui.page_lab import LabSettings
 from ui.page_roles import RolesSettings
 from ui.page_settings import Declared, PageSettings
 from ui.widgets.pickers import SHARED_INDEX_KEYS
@@ -27,6 +28,7 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
     "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
+    "lab": (LabSettings, {}),
     "roles": (RolesSettings, {"measure": address.choice(["confidence", "normalized_entropy"])}),
 }
 
@@ -161,6 +163,20 @@ def test_roles_one_heads_measurements_are_its_row_of_the_metrics():
     assert list(shown["column"]) == ["sink_mass", "kind"] and list(shown["value"]) == ["0.1235", "b"]
     assert shown["measurement"].iloc[0] == METRIC_DESCRIPTIONS["sink_mass"]
     assert page_roles.measurements(metrics.assign(num_queries=[3, 3, 3])) == ["sink_mass"]
+
+
+# ---- Lab ------------------------------------------------------------------------------------------------------
+def test_lab_config_is_the_size_and_task_chosen():
+    config = page_lab.lab_config(LabSettings(task="positional", size="2x2", seed=5, offset=4, positions="sinusoidal"))
+    assert (config.task, config.num_layers, config.num_heads, config.d_model, config.vocab_size) == (
+        "positional",
+        2,
+        2,
+        32,
+        32,
+    )
+    assert (config.seed, config.offset, config.positions) == (5, 4, "sinusoidal")
+    assert page_lab.lab_config(LabSettings(size="2x4-mlp")).mlp
 
 
 # ---- Explore --------------------------------------------------------------------------------------------------
