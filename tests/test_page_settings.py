@@ -12,11 +12,13 @@ import pytest
 
 import mha_core
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
+from mha_core.interventions.prompts import TASKS_BY_NAME
 from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
-from ui import address, page_lab, page_roles
+from ui import address, page_circuits, page_lab, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
+from ui.page_circuits import CircuitsSettings
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.page_lab import LabSettings
 from ui.page_roles import RolesSettings
@@ -27,6 +29,7 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 # sentence, as tests/page_links.py's links are opened with; SmolLM2 for Circuits).
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
+    "circuits": (CircuitsSettings, {}),
     "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
     "lab": (LabSettings, {}),
     "roles": (RolesSettings, {"measure": address.choice(["confidence", "normalized_entropy"])}),
@@ -163,6 +166,33 @@ def test_roles_one_heads_measurements_are_its_row_of_the_metrics():
     assert list(shown["column"]) == ["sink_mass", "kind"] and list(shown["value"]) == ["0.1235", "b"]
     assert shown["measurement"].iloc[0] == METRIC_DESCRIPTIONS["sink_mass"]
     assert page_roles.measurements(metrics.assign(num_queries=[3, 3, 3])) == ["sink_mass"]
+
+
+# ---- Circuits -----------------------------------------------------------------------------------------------
+def test_circuits_prompts_are_the_tasks_or_the_visitors_own():
+    ioi = TASKS_BY_NAME["ioi"]
+    assert CircuitsSettings(task="ioi", clean="x").prompts() == (ioi.clean, ioi.corrupted, ioi.answer, ioi.foil)
+    own = CircuitsSettings(task=page_circuits.CUSTOM, clean="A b", corrupted="A c", answer=" d", foil=" e")
+    assert own.prompts() == ("A b", "A c", " d", " e")
+
+
+def test_circuits_lens_view_keeps_the_last_positions_top_tokens():
+    positions = page_circuits.LENS_POSITIONS + 3
+    rows = [
+        {"layer": layer, "position": p, "rank": rank, "shown": f"t{layer}.{p}.{rank}", "probability": 0.1 * rank}
+        for layer in range(2)
+        for p in range(positions)
+        for rank in range(2)
+    ]
+    table = pd.DataFrame(rows)
+    table.attrs["tokens"] = [f"w{p}" for p in range(positions)]
+    lens = page_circuits.lens_view(table)
+    assert lens.cut and lens.labels == [f"{p}:w{p}" for p in range(3, positions)]
+    grid = lens.grid("shown")
+    assert grid.shape == (2, page_circuits.LENS_POSITIONS)
+    assert grid[1, 0] == "t1.3.0" and grid[0, -1] == f"t0.{positions - 1}.0"
+    short = page_circuits.lens_view(table[table["position"] < 4].copy().__finalize__(table))
+    assert not short.cut and short.labels == ["0:w0", "1:w1", "2:w2", "3:w3"]
 
 
 # ---- Lab ------------------------------------------------------------------------------------------------------
