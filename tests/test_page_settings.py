@@ -15,10 +15,11 @@ from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.interventions.prompts import TASKS_BY_NAME
 from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
-from ui import address, page_circuits, page_lab, page_roles
+from ui import address, page_circuits, page_compare, page_lab, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
 from ui.page_circuits import CircuitsSettings
+from ui.page_compare import CompareSettings
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.page_lab import LabSettings
 from ui.page_roles import RolesSettings
@@ -30,6 +31,16 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
     "circuits": (CircuitsSettings, {}),
+    "compare": (
+        CompareSettings,
+        {
+            "other_model": address.choice(["minilm", "smollm2", "mpnet"]),
+            **{
+                name: lambda raw: address.index_number(raw, 6, "layer")
+                for name in ("left_layer", "right_layer", "other_layer")
+            },
+        },
+    ),
     "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
     "lab": (LabSettings, {}),
     "roles": (RolesSettings, {"measure": address.choice(["confidence", "normalized_entropy"])}),
@@ -207,6 +218,14 @@ def test_lab_config_is_the_size_and_task_chosen():
     )
     assert (config.seed, config.offset, config.positions) == (5, 4, "sinusoidal")
     assert page_lab.lab_config(LabSettings(size="2x4-mlp")).mlp
+
+
+# ---- Compare --------------------------------------------------------------------------------------------------
+def test_compare_offers_another_model_than_the_sidebars_default_first():
+    offered = {"minilm": "a", "smollm2": "b", "mpnet": "c"}
+    assert page_compare.second_model_default("minilm", offered) == "smollm2"
+    assert page_compare.second_model_default("mpnet", offered) == "minilm"
+    assert page_compare.second_model_default("minilm", {"minilm": "a"}) == "minilm"
 
 
 # ---- Explore --------------------------------------------------------------------------------------------------
