@@ -15,13 +15,14 @@ from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.interventions.prompts import TASKS_BY_NAME
 from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
-from ui import address, page_circuits, page_compare, page_lab, page_roles
+from ui import address, page_circuits, page_compare, page_lab, page_positions, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
 from ui.page_circuits import CircuitsSettings
 from ui.page_compare import CompareSettings
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.page_lab import LabSettings
+from ui.page_positions import PositionsSettings
 from ui.page_roles import RolesSettings
 from ui.page_settings import Declared, PageSettings
 from ui.widgets.pickers import SHARED_INDEX_KEYS
@@ -43,6 +44,7 @@ PAGES = {
     ),
     "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
     "lab": (LabSettings, {}),
+    "positions": (PositionsSettings, {"channels": address.choices(range(32)), "k": address.number(-7, 100_000)}),
     "roles": (RolesSettings, {"measure": address.choice(["confidence", "normalized_entropy"])}),
 }
 
@@ -226,6 +228,13 @@ def test_compare_offers_another_model_than_the_sidebars_default_first():
     assert page_compare.second_model_default("minilm", offered) == "smollm2"
     assert page_compare.second_model_default("mpnet", offered) == "minilm"
     assert page_compare.second_model_default("minilm", {"minilm": "a"}) == "minilm"
+
+
+# ---- Positions ------------------------------------------------------------------------------------------------
+def test_positions_default_dimensions_are_the_first_pair_a_quarter_half_and_the_last_pair():
+    assert page_positions.default_channels(64) == [0, 1, 16, 32, 62]
+    assert page_positions.default_channels(8) == [0, 1, 2, 4, 6]
+    assert page_positions.default_channels(4) == [0, 1, 2]
 
 
 # ---- Explore --------------------------------------------------------------------------------------------------
