@@ -20,6 +20,7 @@ from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
 from ui.page_circuits import CircuitsSettings
 from ui.page_compare import CompareSettings
+from ui.page_deeper import DeeperSettings
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.page_lab import LabSettings
 from ui.page_positions import PositionsSettings
@@ -43,6 +44,14 @@ PAGES = {
         },
     ),
     "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
+    "deeper": (
+        DeeperSettings,
+        {
+            "layer": lambda raw: address.index_number(raw, 6, "layer"),
+            "head": lambda raw: address.index_number(raw, 12, "head"),
+            "query": address.choice(range(7)),
+        },
+    ),
     "lab": (LabSettings, {}),
     "positions": (PositionsSettings, {"channels": address.choices(range(32)), "k": address.number(-7, 100_000)}),
     "roles": (RolesSettings, {"measure": address.choice(["confidence", "normalized_entropy"])}),
