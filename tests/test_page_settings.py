@@ -5,6 +5,7 @@ same link back; the pages' logic functions return the numbers an independent com
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 import pandas as pd
@@ -15,10 +16,11 @@ from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.interventions.prompts import TASKS_BY_NAME
 from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
-from ui import address, page_circuits, page_compare, page_lab, page_positions, page_roles
+from ui import address, page_circuits, page_classroom, page_compare, page_lab, page_positions, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
 from ui.page_circuits import CircuitsSettings
+from ui.page_classroom import ClassroomSettings
 from ui.page_compare import CompareSettings
 from ui.page_deeper import DeeperSettings
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
@@ -33,6 +35,7 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
     "circuits": (CircuitsSettings, {}),
+    "classroom": (ClassroomSettings, {"head": address.choice(range(3))}),
     "compare": (
         CompareSettings,
         {
@@ -249,6 +252,20 @@ def test_positions_default_dimensions_are_the_first_pair_a_quarter_half_and_the_
 # ---- Explore --------------------------------------------------------------------------------------------------
 def test_explore_focus_names_every_token_by_position():
     assert focus_choices(["[CLS]", "a", "cat"]) == {ALL_TOKENS: "all tokens", 0: "0: [CLS]", 1: "1: a", 2: "2: cat"}
+
+
+# ---- Classroom ------------------------------------------------------------------------------------------------
+def test_classroom_reveals_steps_and_question_names():
+    digest = page_classroom.question_digest("Which token?", "sat")
+    assert digest == hashlib.sha1(b"Which token?\nsat").hexdigest()[:12]
+    assert page_classroom.reveal_key(digest) == f"cls_reveal_{digest}"
+    assert page_classroom.revealed_in(None) == set()
+    assert page_classroom.revealed_in(f"{digest},{'0' * 12}") == {digest, "0" * 12}
+    for bad in ("xyz", digest + ",", digest.upper(), ",".join([digest] * 17)):
+        with pytest.raises(ValueError, match="a list of revealed answers"):
+            page_classroom.revealed_in(bad)
+    assert [page_classroom.moved(step, by) for step, by in ((1, -1), (1, 1), (8, 1), (5, -1))] == [1, 2, 8, 4]
+    assert ClassroomSettings.declared("step").maximum == page_classroom.STEP_COUNT
 
 
 # ---- every page ----------------------------------------------------------------------------------------------
