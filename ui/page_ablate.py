@@ -121,13 +121,19 @@ def effect(values: AblateSettings, selection, run) -> Effect:
         selection.text,
         run.text_pair,
         selection.bos,
-        tuple(values.chosen),
-        values.ablation,
+        heads=tuple(values.chosen),
+        ablation=values.ablation,
     )
     before = run  # plain runs carry no losses: the unablated run with them, cached like the ablated one
     if after.token_losses is not None:
         before = computations.get_ablated_run(
-            selection.model, run.engine, selection.text, run.text_pair, selection.bos, (), values.ablation
+            selection.model,
+            run.engine,
+            selection.text,
+            run.text_pair,
+            selection.bos,
+            heads=(),
+            ablation=values.ablation,
         )
     means = mean_losses(before, after) if after.token_losses is not None else (None, None)
     return Effect(before, after, loss_table(before, after), *means)

@@ -190,7 +190,9 @@ def setting(
     options: dict | None = None,
 ):
     """A field of a page's settings dataclass and its declaration (``Declared``)."""
-    declared = Declared(key, url_key, kind, default, label, help, minimum, maximum, options)
+    declared = Declared(
+        key, url_key, kind, default, label=label, help=help, minimum=minimum, maximum=maximum, options=options
+    )
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata={_DECLARED: declared})
     return dataclasses.field(default=default, metadata={_DECLARED: declared})
