@@ -9,24 +9,17 @@ from pathlib import Path
 import streamlit as st
 
 from mha_core.interventions.attribution import head_grid
-from mha_core.interventions.patching import PATCH_METHODS
 from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
-from ui import address, circuits, computations, session, shell
+from ui import address, circuits, computations, page_circuits, page_state, session, shell
 from ui.figures.causal import head_score_map
 from ui.figures.circuits import estimate_against_exact, logit_lens_table
+from ui.page_circuits import CircuitsSettings
 from ui.widgets import charts, downloads, messages, pickers, sidebar
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
-CUSTOM = "custom"
-TASK_LABELS = {**{name: task.title for name, task in TASKS_BY_NAME.items()}, CUSTOM: "Your own prompt pair"}
-METHOD_LABELS = {
-    "attribution": "attribution patching (fast estimate, top heads exact)",
-    "exact": "exact activation patching (every head)",
-}
 MAPS = ("circuits_attribution_map", "circuits_patching_map")
-OPEN_EXPLORE = "_circuits_open_explore"
-LENS_POSITIONS = 16  # the logit lens shows the last this many positions
+S = CircuitsSettings.declarations()
 SMOLLM2 = "smollm2"  # the model whose failures the page lists (measured on its shipped weights)
 
 
@@ -36,7 +29,7 @@ def open_in_explore(chart_key: str):
     def callback() -> None:
         clicked = pickers.clicked_head(chart_key)
         if clicked is not None and clicked[0] is not None:
-            st.session_state[OPEN_EXPLORE] = clicked
+            page_state.put(page_state.CIRCUITS_OPEN_EXPLORE, clicked)
 
     return callback
 
@@ -68,12 +61,9 @@ if model.lm_head_kind != "causal":
     st.stop()
 
 with messages.error_display():
-    task_name = pickers.url_select(
-        st.selectbox, "Prompt pair", TASK_LABELS, key="circuits_task", url_key="task", format_func=TASK_LABELS.get
-    )
+    task_name = S["task"].select(st.selectbox)
     task = TASKS_BY_NAME.get(task_name)
     if task is not None:
-        clean, corrupted, answer, foil = task.clean, task.corrupted, task.answer, task.foil
         st.caption(messages.md_escape(task.story))
     else:
         st.caption(
@@ -81,28 +71,11 @@ with messages.error_display():
             "token, mind its leading space) and the foil the one the corrupted prompt leads to."
         )
         cols = st.columns(2)
-        clean = pickers.url_text(
-            "Clean prompt",
-            key="circuits_clean",
-            url_key="clean",
-            default=TASKS_BY_NAME["ioi"].clean,
-            what="clean prompt",
-            container=cols[0],
-        )
-        corrupted = pickers.url_text(
-            "Corrupted prompt",
-            key="circuits_corrupted",
-            url_key="corrupted",
-            default=TASKS_BY_NAME["ioi"].corrupted,
-            what="corrupted prompt",
-            container=cols[1],
-        )
-        answer = pickers.url_text(
-            "Answer", key="circuits_answer", url_key="answer", default=" Mary", what="answer", container=cols[0]
-        )
-        foil = pickers.url_text(
-            "Foil", key="circuits_foil", url_key="foil", default=" John", what="foil", container=cols[1]
-        )
+        S["clean"].text(container=cols[0])
+        S["corrupted"].text(container=cols[1])
+        S["answer"].text(container=cols[0])
+        S["foil"].text(container=cols[1])
+    clean, corrupted, answer, foil = CircuitsSettings.from_session().prompts()
     # Quoted, not in code spans: markdown shows a code span's backslashes, so escaped text there read "apples\.".
     st.markdown(
         f"**Clean:** “{messages.md_escape(clean)}” → {messages.md_escape(repr(answer))}  \n"
@@ -123,15 +96,7 @@ with messages.error_display():
         )
     with st.expander("The tokens of both prompts", expanded=not same_length):
         st.dataframe(circuits.token_table(tokens["clean"], tokens["corrupted"]), hide_index=True, width="stretch")
-    method = pickers.url_select(
-        st.radio,
-        "Patching",
-        PATCH_METHODS[::-1],
-        key="circuits_method",
-        url_key="method",
-        format_func=METHOD_LABELS.get,
-        horizontal=True,
-    )
+    method = S["method"].select(st.radio, horizontal=True)
     messages.explain(
         "Patching asks: if this one head computed what it computes on the clean prompt, while everything else runs "
         "on the corrupted one, how much of the clean answer comes back? 0 means none (the corrupted run's logit "
@@ -191,7 +156,7 @@ with messages.error_display():
                 selection_mode="points",
             )
     st.caption("Click a head to open it in Explore on the clean prompt.")
-    clicked = st.session_state.pop(OPEN_EXPLORE, None)
+    clicked = page_state.take(page_state.CIRCUITS_OPEN_EXPLORE)
     if clicked is not None:
         switch_to_explore(*clicked, clean)
     if patched is not None and method == "attribution":
@@ -238,17 +203,14 @@ with messages.error_display():
 
     st.subheader("The logit lens")
     table = computations.circuit_lens(selection.model, prompts[0])
-    top = table[table["rank"] == 0]
-    positions = sorted(top["position"].unique())[-LENS_POSITIONS:]
-    shown = top[top["position"].isin(positions)]
-
-    def grid(column: str):
-        return shown.pivot(index="layer", columns="position", values=column).to_numpy()
-
-    labels = [f"{p}:{table.attrs['tokens'][p]}" for p in positions]
+    lens = page_circuits.lens_view(table)
     charts.show_chart(
         logit_lens_table(
-            labels, grid("shown"), grid("probability"), title="Top next token after each layer", decoded=grid("token")
+            lens.labels,
+            lens.grid("shown"),
+            lens.grid("probability"),
+            title="Top next token after each layer",
+            decoded=lens.grid("token"),
         ),
         key="circuits_lens",
         filename="headscope-logit-lens",
@@ -258,7 +220,7 @@ with messages.error_display():
         "after it were not there. After the last layer it is the model's own prediction. Tokens are written as "
         "in the head view: a leading space is dropped, a token of white space shows as ␣ (space), ⍽ (no-break "
         "space) or ⏎ (new line); hover a cell for the token's exact text."
-        + (f" The last {LENS_POSITIONS} positions are shown." if len(top["position"].unique()) > LENS_POSITIONS else "")
+        + (f" The last {page_circuits.LENS_POSITIONS} positions are shown." if lens.cut else "")
     )
     if (
         selection.model == SMOLLM2

@@ -6,19 +6,19 @@ asks the class to predict something before it reveals the answer, computed from 
 answers are revealed is in the address (``reveal=``), so a copied link opens them revealed.
 """
 
-import hashlib
-import re
-
 import numpy as np
 import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
 from ui import address, class_questions, computations, follow, shell
+from ui import page_classroom as page
 from ui.figures import teaching
-from ui.widgets import charts, messages, pickers
+from ui.page_classroom import ClassroomSettings
+from ui.widgets import charts, messages
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
+S = ClassroomSettings.declarations()
 
 st.title("Classroom: multi-head attention by hand")
 
@@ -34,71 +34,21 @@ def numbers(source: str, seq_len: int, d_model: int, num_heads: int, seed: int, 
     return mc.readable_example(score=score, causal=causal)
 
 
-SOURCES = {
-    "words": "Four words: The cat sat down",
-    "tutorial": "A popular tutorial's worked example",
-    "random": "Random numbers, any size",
-}
 # In presentation mode this folds away, so the step itself fills the screen.
 with st.expander(
     "The numbers, the head to follow, the settings", expanded=not charts.presenting(), icon=":material/tune:"
 ):
-    source = pickers.url_choice("Numbers", SOURCES, key="cls_source", url_key="numbers")
+    source = S["source"].segmented()
     st.markdown("**Sizes, score function, causal mask**")
     cols = st.columns(4)
     random_numbers = source == "random"
-    seq_len = pickers.url_number(
-        cols[0].slider,
-        "Sequence length",
-        2,
-        12,
-        key="cls_seq_len",
-        url_key="length",
-        default=4,
-        disabled=not random_numbers,
-    )
-    d_model = pickers.url_select(
-        cols[1].select_slider,
-        "d_model",
-        [4, 8, 12, 16, 24, 32, 64, 128, 256, 512],
-        key="cls_d_model",
-        url_key="d_model",
-        default=8,
-        disabled=not random_numbers,
-    )
-    num_heads = pickers.url_select(
-        cols[2].select_slider,
-        "Heads",
-        [1, 2, 3, 4, 6, 8],
-        key="cls_heads",
-        url_key="heads",
-        default=2,
-        disabled=not random_numbers,
-    )
-    seed = pickers.url_number(
-        cols[3].number_input,
-        "Random seed",
-        0,
-        1_000_000,
-        key="cls_seed",
-        url_key="seed",
-        default=0,
-        disabled=not random_numbers,
-    )
+    seq_len = S["seq_len"].number(cols[0].slider, disabled=not random_numbers)
+    d_model = S["d_model"].select(cols[1].select_slider, disabled=not random_numbers)
+    num_heads = S["heads"].select(cols[2].select_slider, disabled=not random_numbers)
+    seed = S["seed"].number(cols[3].number_input, disabled=not random_numbers)
     cols = st.columns([3, 2])
-    score = pickers.url_select(
-        cols[0].radio,
-        "Score function",
-        mc.SCORE_FUNCTIONS,
-        key="cls_score",
-        url_key="score",
-        default="scaled",
-        horizontal=True,
-        format_func=teaching.SCORE_LABELS.get,
-    )
-    causal = pickers.url_toggle(
-        "Causal mask (a token sees only itself and earlier tokens)", "cls_causal", "causal", container=cols[1]
-    )
+    score = S["score"].select(cols[0].radio, horizontal=True)
+    causal = S["causal"].toggle(container=cols[1])
     st.caption(
         {
             "words": "Each word is a vector of 8 numbers you can name: what kind of word it is (dimensions 1-4) and "
@@ -121,15 +71,9 @@ with st.expander(
 
     names = example.token_labels
     features = example.notes.get("features")
-    all_steps = pickers.url_toggle("All steps on one page", "cls_all", "all")
-    head = pickers.url_select(
-        st.selectbox,
-        "Head to follow",
-        range(example.num_heads),
-        key="cls_head",
-        url_key="follow",
-        format_func=lambda i: f"head {i + 1}",
-    )
+    all_steps = S["all_steps"].toggle()
+    heads = page.head_choices(example.num_heads)
+    head = S["head"].select(st.selectbox, list(heads), format_func=heads.get)
 h = head + 1
 masked = ~example.keep_mask
 # The token the questions ask about: "sat" in the words, else the last token.
@@ -138,26 +82,23 @@ visible_keys = np.flatnonzero(example.keep_mask[focus])
 
 
 # The revealed answers, in the address as ``reveal=`` (each question's digest): a copied link opens them revealed.
-REVEAL_URL_KEY = "reveal"
-REVEAL_LINK = re.compile(r"[0-9a-f]{12}(,[0-9a-f]{12}){0,15}")
 revealed_now: list[str] = []  # the digests of the answers revealed on this screen in this run
 
 
 def revealed_in_link() -> set[str]:
-    raw = address.query_value(REVEAL_URL_KEY)
-    if raw is None:
-        return set()
-    if not REVEAL_LINK.fullmatch(raw):
+    raw = address.query_value(page.REVEAL_URL_KEY)
+    try:
+        return page.revealed_in(raw)
+    except ValueError as error:
         st.warning(
-            f"The link's {REVEAL_URL_KEY}={messages.md_escape(raw[:40])} is not a list of revealed answers; "
+            f"The link's {page.REVEAL_URL_KEY}={messages.md_escape(raw[:40])} is not {messages.md_escape(error)}; "
             "nothing is revealed."
         )
         return set()
-    return set(raw.split(","))
 
 
 def keep_reveals_in_url() -> None:
-    address.write_query(**{REVEAL_URL_KEY: ",".join(revealed_now) or None})
+    address.write_query(**{page.REVEAL_URL_KEY: ",".join(revealed_now) or None})
 
 
 def ask(question: str, answer: str, shows_answer=None, options=None, correct: int | None = None) -> None:
@@ -168,15 +109,12 @@ def ask(question: str, answer: str, shows_answer=None, options=None, correct: in
     as the link says (``reveal=``) and is kept there. ``options`` (with the ``correct`` one): in a class, every
     screen answers by a click and the teacher reveals (``ui.class_questions``)."""
     st.markdown(f"**Predict:** {question}")
-    digest = hashlib.sha1(f"{question}\n{answer}".encode()).hexdigest()[:12]
+    digest = page.question_digest(question, answer)
     if options is not None and class_questions.classroom_question(
         digest, question, options, correct, answer, shows_answer
     ):
         return
-    key = f"cls_reveal_{digest}"
-    if key not in st.session_state:
-        st.session_state[key] = digest in revealed_in_link()
-    if st.toggle("Reveal the answer", key=key):
+    if st.toggle("Reveal the answer", key=page.start_reveal(digest, revealed_in_link)):
         revealed_now.append(digest)
         st.markdown(f"**Answer:** {answer}")
         if shows_answer is not None:
@@ -256,9 +194,7 @@ def step_projections() -> None:
             matrix(values[head], f"{name}_{h}", f"cls_{name.lower()}")
     if example.from_tutorial and head == 0:
         st.subheader("What the tutorial prints for head 1")
-        printed_name = pickers.url_select(
-            st.radio, "Matrix", walkthrough.TUTORIAL_PRINTED, key="cls_printed", url_key="printed", horizontal=True
-        )
+        printed_name = S["printed"].select(st.radio, horizontal=True)
         printed = walkthrough.TUTORIAL_PRINTED[printed_name]
         true = {"Q1": example.q, "K1": example.k, "V1": example.v}[printed_name][0]
         cols = st.columns(3)
@@ -477,28 +413,30 @@ if all_steps:
     st.stop()
 
 
-pickers.url_setting("cls_step", "step", 1, address.number(1, len(STEPS)))
+STEP = S["step"]
+STEP.start()
 
 
 def move(by: int) -> None:
     """Back or Next. A student following the teacher who moves leaves follow mode, and is told so: the screen
     no longer claims to follow a teacher it has left behind."""
-    st.session_state["cls_step"] = min(max(st.session_state["cls_step"] + by, 1), len(STEPS))
+    step = page.moved(ClassroomSettings.from_session().step, by, len(STEPS))
+    STEP.set(step)
     if follow.following_student():
         follow.leave(
-            f"You moved to step {st.session_state['cls_step']} yourself, so this screen no longer follows the "
+            f"You moved to step {step} yourself, so this screen no longer follows the "
             "teacher. **Follow the teacher** in the sidebar brings it back to the teacher's step."
         )
 
 
-number = st.session_state["cls_step"]
+number = ClassroomSettings.from_session().step
 back, progress, forward = st.columns([1, 4, 1])
 back.button("Back", key="cls_back", on_click=move, args=(-1,), disabled=number == 1, icon=":material/arrow_back:")
 progress.progress(number / len(STEPS), text=f"Step {number} of {len(STEPS)}")
 forward.button(
     "Next", key="cls_next", on_click=move, args=(1,), disabled=number == len(STEPS), icon=":material/arrow_forward:"
 )
-pickers.keep_in_url("cls_step", "step", 1)
+STEP.keep()
 title, draw = STEPS[number - 1]
 st.header(title)
 draw()

@@ -4,9 +4,9 @@ Two models of different depths are paired by relative depth unless the visitor p
 
 import streamlit as st
 
-from mha_core.models import DEFAULT_MODEL, ENGINES
-from ui import address, encoder_decoder, session, shell
-from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices
+from ui import address, encoder_decoder, page_compare, session, shell
+from ui.page_compare import CompareSettings
+from ui.settings import ENGINE_LABELS
 from ui.widgets import messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -17,8 +17,8 @@ if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two la
     with messages.error_display():
         encoder_decoder.compare(selection.model, selection.engine)
     st.stop()
-MODES = {"layers": "Layer vs layer", "sentences": "Sentence vs sentence", "models": "Model vs model"}
-mode = pickers.url_choice("Compare", MODES, key="compare_mode", url_key="compare", label_visibility="collapsed")
+S = CompareSettings.declarations()
+mode = S["mode"].segmented(label_visibility="collapsed")
 run = sidebar.current_run()
 if run is None:
     st.stop()
@@ -26,14 +26,7 @@ if run is None:
 
 def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tuple[str, str], key: str) -> None:
     """The two layers side by side and, when asked, their difference (left minus right) below them."""
-    difference = pickers.url_toggle(
-        "Show the difference (left − right)",
-        f"{key}_difference",
-        "diff",
-        help="Below the two layers, one map of left minus right: red where the left attends more, blue where the "
-        "right does. Position by position where the two have the same tokens or one tokenizer and one length; word "
-        "by word for one text through two tokenizers.",
-    )
+    difference = S["difference"].keyed(view=key).toggle()
     left, right = st.columns(2)
     for column, side_run, layer, title, side in (
         (left, left_run, left_layer, titles[0], "left"),
@@ -48,13 +41,7 @@ def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tup
 
 if mode == "sentences":
     st.caption("The same model reads two sentences; the same layer of each, side by side.")
-    other_text = pickers.url_text(
-        "Second sentence to compare",
-        key="compare_text",
-        url_key="text2",
-        default="The cat sat on the mat because it was hungry.",
-        what="second sentence to compare",
-    )
+    other_text = S["other_text"].text()
     other = sidebar.run_for(selection.model, selection.engine, other_text, bos=selection.bos)
     if other is None:
         st.stop()
@@ -68,25 +55,14 @@ elif mode == "models":
         "how exactly Headscope's own layer code reproduces the library: their difference is float32 rounding."
     )
     cols = st.columns(2)
-    offered = {key: label for key, label in model_choices().items() if key != OTHER_MODEL}
-    other_model = pickers.url_select(
+    offered = page_compare.second_models()
+    other_model = S["other_model"].select(
         cols[0].selectbox,
-        "Second model",
         offered,
-        key="compare_model",
-        url_key="model2",
-        default=list(offered)[1 if selection.model == DEFAULT_MODEL and len(offered) > 1 else 0],
+        default=page_compare.second_model_default(selection.model, offered),
         format_func=offered.get,
     )
-    other_engine = pickers.url_select(
-        cols[1].radio,
-        "Second engine",
-        ENGINES,
-        key="compare_engine",
-        url_key="engine2",
-        horizontal=True,
-        format_func=ENGINE_LABELS.get,
-    )
+    other_engine = S["other_engine"].select(cols[1].radio, horizontal=True)
     with messages.error_display():
         other = sidebar.run_for(other_model, other_engine, selection.text, selection.text_pair, notices=False)
     if other is None:
@@ -97,30 +73,20 @@ elif mode == "models":
         st.info("Both sides are the same model and engine: pick another model or engine to compare.")
     pairing = "hand"
     if run.num_layers != other.num_layers:  # two depths: layer l of one is not layer l of the other
-        pairing = pickers.url_select(
-            st.radio,
-            "Pair the layers",
-            views.PAIRINGS,
-            key="compare_pairing",
-            url_key="pair",
-            horizontal=True,
-            format_func=views.PAIRINGS.get,
-        )
+        pairing = S["pairing"].select(st.radio, horizontal=True)
     cols = st.columns(2)
     left_layer = pickers.select_layer(
-        run.num_layers, label=f"Layer of {messages.md_escape(run.model_name)}", container=cols[0]
+        run.num_layers, label=S["other_layer"].label.format(model=messages.md_escape(run.model_name)), container=cols[0]
     )
     if pairing == "depth":
         right_layer = views.depth_matched_layer(left_layer, run.num_layers, other.num_layers)
         cols[1].markdown(f"Layer of {messages.md_escape(other.model_name)}: **{right_layer}**")
-        address.write_query(layer2=None)  # the pairing decides it
+        address.write_query(**{S["other_layer"].url_key: None})  # the pairing decides it
     else:
         # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
-        right_layer = pickers.select_layer(
+        right_layer = S["other_layer"].layer(
             other.num_layers,
-            label=f"Layer of {messages.md_escape(other.model_name)}",
-            key="compare_other_layer",
-            url_key="layer2",
+            label=S["other_layer"].label.format(model=messages.md_escape(other.model_name)),
             container=cols[1],
         )
     st.caption(
@@ -135,15 +101,8 @@ elif mode == "models":
 else:
     st.caption("Two layers of the same run, every head of each, side by side.")
     cols = st.columns(2)
-    layer_a = pickers.select_layer(run.num_layers, label="Left layer", container=cols[0])
+    layer_a = S["left_layer"].layer(run.num_layers, container=cols[0])
     # Opens on the first layer against the last: the contrast a reader comes for.
-    layer_b = pickers.select_layer(
-        run.num_layers,
-        label="Right layer",
-        key="compare_layer_b",
-        url_key="right_layer",
-        container=cols[1],
-        default=run.num_layers - 1,
-    )
+    layer_b = S["right_layer"].layer(run.num_layers, container=cols[1], default=run.num_layers - 1)
     compared(run, run, layer_a, layer_b, (f"Layer {layer_a}", f"Layer {layer_b}"), key="cmp_layers")
     views.metric_curves({"this sentence": run}, key="cmp_layers")

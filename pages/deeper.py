@@ -5,12 +5,13 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core.errors import HeadscopeError
-from mha_core.interventions import search
 from ui import computations, shell
 from ui.figures import deeper as figures
+from ui.page_deeper import DeeperSettings
 from ui.widgets import charts, messages, pickers, sidebar
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
+S = DeeperSettings.declarations()
 
 st.title("Deeper")
 st.markdown(
@@ -30,9 +31,7 @@ tokens = run.tokens
 # ---- 1. rollout and flow ------------------------------------------------------------------------------
 st.subheader("1. Attention rollout: what each token's representation draws on")
 rollout = computations.rollout(run)
-layer = pickers.select_layer(
-    run.num_layers, label="After layer", key="deeper_layer", url_key="deeper_layer", default=run.num_layers - 1
-)
+layer = S["layer"].layer(run.num_layers, default=run.num_layers - 1)
 charts.show_chart(
     figures.token_matrix(rollout[layer], tokens, f"Rollout after layer {layer}"),
     key="deeper_rollout",
@@ -43,9 +42,7 @@ st.caption(
     "residual connection), rows renormalised, and the layers multiplied: R_l = A_l R_(l-1). Row i: the input "
     "tokens token i draws on after this layer."
 )
-if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and pickers.url_toggle(
-    "Also compute attention flow (max-flow)", "deeper_flow", "flow"
-):
+if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and S["flow"].toggle():
     flow = computations.flow(run, layer)
     charts.show_chart(
         figures.token_matrix(flow, tokens, f"Attention flow after layer {layer}", colorbar="flow"),
@@ -60,7 +57,7 @@ if run.num_tokens <= mc.analysis.flow.MAX_FLOW_TOKENS and pickers.url_toggle(
 
 # ---- 2. norm-based attention ----------------------------------------------------------------------------
 st.subheader("2. Weight against norm: ||α f(x)||")
-head = pickers.select_head(run.num_heads, key="deeper_head", url_key="deeper_head")
+head = S["head"].head(run.num_heads)
 
 
 try:
@@ -93,12 +90,9 @@ with st.expander("Per-head value and output norms"):
 
 # ---- 3. the neuron view -----------------------------------------------------------------------------------
 st.subheader("3. Neuron view: why this head attends where it does")
-query = pickers.url_select(
+query = S["query"].select(
     st.selectbox,
-    "Query token",
     range(run.num_tokens),
-    key="deeper_query",
-    url_key="query",
     default=min(1, run.num_tokens - 1),
     format_func=lambda i: f"{i}: {tokens[i]}",
 )
@@ -134,31 +128,9 @@ st.markdown(
     f"{layer}-{head} (its weight by offset from the token and on special tokens)."
 )
 left, right = st.columns(2)
-kind = pickers.url_select(
-    left.radio,
-    "Compare tokens by",
-    search.KINDS,
-    key="deeper_search_kind",
-    url_key="search_by",
-    format_func={"representation": "representation (cosine)", "attention": "attention pattern"}.get,
-    horizontal=True,
-)
-size = pickers.url_select(
-    right.select_slider,
-    "Sentences searched",
-    [50, 100, 200, 500],
-    key="deeper_search_size",
-    url_key="searched",
-    default=100,
-)
-if pickers.url_toggle(
-    "Search the corpus",
-    "deeper_search",
-    "search",
-    help="Indexing takes a few seconds the first time.",
-    on_change=pickers.mark_started,
-    args=("deeper_search",),
-) and pickers.start_button(
+kind = S["search_kind"].select(left.radio, horizontal=True)
+size = S["search_size"].select(right.select_slider)
+if S["search"].toggle(on_change=pickers.mark_started, args=(S["search"].key,)) and pickers.start_button(
     "Build the search index",
     key="deeper_search",
     ready=computations.corpus_index_ready(run.model_name, layer, head, kind, size),

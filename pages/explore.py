@@ -8,7 +8,8 @@ and pushes the view down."""
 
 import streamlit as st
 
-from ui import address, class_questions, encoder_decoder, figures, headview, longdoc, session, shell
+from ui import class_questions, encoder_decoder, figures, longdoc, session, shell
+from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -72,10 +73,13 @@ def explore_view() -> None:
     view_section(words, hide_special)
 
 
+S = ExploreSettings.declarations()
+
+
 def take_pick(pick: dict) -> None:
     """The view and the selected head's shape switched in the browser (the component's pick)."""
-    st.session_state["explore_view"] = pick["view"]
-    st.session_state["head_shape"] = pick["shape"]
+    S["view"].set(pick["view"])
+    S["shape"].set(pick["shape"])
 
 
 @st.fragment
@@ -90,16 +94,14 @@ def view_section(words: bool, hide_special: bool) -> None:
     if run is None:
         return
     view = views.shaped_run(run, words, hide_special)
-    pickers.url_setting("explore_view", "view", "head", address.choice(headview.VIEWS))
-    pickers.url_setting("head_shape", "shape", "heatmap", address.choice(headview.SHAPES))
-    mode, shape = st.session_state["explore_view"], st.session_state["head_shape"]
+    mode, shape = S["view"].start(), S["shape"].start()
     layer = pickers.select_layer(view.num_layers, draw=False)
     head = pickers.select_head(view.num_heads, draw=False)
     if class_questions.explore_question(view, layer, head):  # a class question: the head stays hidden until revealed
         return
     views.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=take_pick)
-    pickers.keep_in_url("explore_view", "view", "head")
-    pickers.keep_in_url("head_shape", "shape", "heatmap")
+    S["view"].keep()
+    S["shape"].keep()
     if mode == "model":
         return
     st.caption(
@@ -117,20 +119,15 @@ def view_section(words: bool, hide_special: bool) -> None:
 def lines_view(view, layer: int, head: int) -> None:
     """The enlarged head as lines (BertViz-style), for all tokens or one query token in focus."""
     chart, side = st.columns([3, 2])
-    ALL = -1  # "all tokens" (a selectbox shows None as no choice at all)
-    tokens = [ALL, *range(view.num_tokens)]
-    # The widgets below keep their functions for the session's life: they see the tokens, not the run.
-    names = list(view.tokens)
-    focus = pickers.url_select(
+    # The widget keeps its function for the session's life: it sees the tokens' names, not the run.
+    names = focus_choices(view.tokens)
+    focus = S["focus"].select(
         side.selectbox,
-        "Focus on query token",
-        tokens,
-        key="focus_token",
-        url_key="focus",
-        default=ALL,  # also when the sentence changed under a focus on a later token
-        format_func=lambda i: "all tokens" if i == ALL else f"{i}: {names[i]}",
+        list(names),
+        default=ALL_TOKENS,  # also when the sentence changed under a focus on a later token
+        format_func=lambda i: names.get(i, str(i)),
     )
-    focus = None if focus == ALL else focus
+    focus = None if focus == ALL_TOKENS else focus
     with chart:
         charts.show_chart(
             figures.attention_lines(

@@ -6,10 +6,12 @@ import mha_core as mc
 from mha_core import positional
 from ui import shell
 from ui.figures import teaching
-from ui.widgets import charts, messages, pickers, sidebar
+from ui.page_positions import PositionsSettings, default_channels
+from ui.widgets import charts, messages, sidebar
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
+S = PositionsSettings.declarations()
 LEARNED_CLIP_PERCENT = 1.0  # the learned map's colour scale: 1st to 99th percentile of the off-diagonal cells
 
 st.title("Positions")
@@ -20,25 +22,13 @@ st.markdown(
 )
 
 left, right = st.columns(2)
-num_positions = pickers.url_number(
-    left.slider, "Positions", 8, 512, key="pe_positions", url_key="positions", default=100, step=1
-)
-d_model = pickers.url_select(
-    right.select_slider,
-    "d_model (dimensions)",
-    [8, 16, 32, 64, 128, 256, 512],
-    key="pe_d_model",
-    url_key="d_model",
-    default=64,
-)
+num_positions = S["positions"].number(left.slider, step=1)
+d_model = S["d_model"].select(right.select_slider)
 pe = mc.sinusoidal_encoding(num_positions, d_model)
 wavelengths = positional.channel_wavelengths(d_model)
 
 st.subheader("1. Waves: one frequency per pair of dimensions")
-default_channels = sorted({0, 1, d_model // 4, d_model // 2, d_model - 2})
-channels = pickers.url_multiselect(
-    "Dimensions to draw", range(d_model), key="pe_channels", url_key="dims", default=default_channels
-)
+channels = S["channels"].multiselect(range(d_model), default=default_channels(d_model))
 charts.show_chart(teaching.waves_figure(pe, channels, wavelengths), key="pe_waves", filename="headscope-pe-waves")
 st.caption(
     f"Dimension 0 repeats every {wavelengths[0]:.2f} positions; dimension {d_model - 2} every "
@@ -54,15 +44,7 @@ st.caption(
 )
 
 st.subheader("3. How similar are two positions?")
-metric = pickers.url_select(
-    st.radio,
-    "Similarity",
-    positional.SIMILARITY_METRICS,
-    key="pe_metric",
-    url_key="similarity",
-    horizontal=True,
-    format_func={"dot": "dot product", "cosine": "cosine"}.get,
-)
+metric = S["metric"].select(st.radio, horizontal=True)
 left, right = st.columns(2)
 with left:
     charts.show_chart(
@@ -94,8 +76,8 @@ st.latex(
     r"\quad \omega_i = 10000^{-2i/d}"
 )
 left, right = st.columns(2)
-p = pickers.url_number(left.number_input, "Position p", 0, 100_000, key="pe_p", url_key="p", default=5, step=1)
-k = pickers.url_number(right.number_input, "Offset k", -int(p), 100_000, key="pe_k", url_key="k", default=3, step=1)
+p = S["p"].number(left.number_input, step=1)
+k = S["k"].number(right.number_input, minimum=-int(p), step=1)
 with messages.error_display():
     check = positional.relative_shift_check(int(p), int(k), d_model)
     charts.show_chart(
@@ -121,15 +103,7 @@ if model is not None:
             "two tokens depends on their distance. There is no table of vectors to compare here."
         )
     else:
-        count = pickers.url_number(
-            st.slider,
-            "Positions to compare",
-            2,
-            int(table.shape[0]),
-            key="pe_learned_positions",
-            url_key="learned",
-            default=min(128, int(table.shape[0])),
-        )
+        count = S["learned"].number(st.slider, maximum=int(table.shape[0]), default=min(128, int(table.shape[0])))
         learned = table[:count]
         sinusoidal = mc.sinusoidal_encoding(count, learned.shape[1])
         st.caption(

@@ -2,9 +2,6 @@
 evidence for every claim. The measurements are ``mha_core.analysis.metrics`` / ``mha_core.analysis.roles``; the figures
 are ``ui.figures.roles``."""
 
-import contextlib
-
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -12,9 +9,10 @@ import mha_core
 from mha_core.analysis import roles as roles_module
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.analysis.roles import ROLE_GROUPS
-from mha_core.errors import HeadscopeError
-from ui import computations, compute, figures, session, shell
+from ui import computations, figures, session, shell
+from ui import page_roles as page
 from ui.figures.roles import SOURCE_KEY, head_layout_map, role_map
+from ui.page_roles import RolesSettings
 from ui.settings import PROFILE_SENTENCES, settings
 from ui.widgets import charts, messages, pickers, sidebar, views
 
@@ -41,76 +39,7 @@ GLOSSARY = """
   two dimensions allow: heads that attend alike sit together.
 """
 MAP_KEY, LAYOUT_KEY = "roles_map", "roles_layout"
-ROLE_SOURCES = {"sentence": "this sentence", "corpus": "the corpus"}
-# The held-out table's columns as shown (mha_core.best_heldout_heads with the head, the halves' accuracies and the
-# margin's interval written out, ``heldout_rows``): label, help. The role column first and pinned with the
-# relation: they stay in view if the table scrolls sideways.
-HELDOUT_TABLE = {
-    "named": ("named", 60, "the held-out test passed: the head gets the role"),
-    "relation": ("relation", 70, ""),
-    "direction": ("direction", 60, ""),
-    "head_name": ("head", 55, "layer and head, chosen on the selection half"),
-    "count": ("cases", 50, "cases of the relation in all profiled sentences"),
-    "selection_text": (
-        "selection half",
-        95,
-        "the head's accuracy on the half it was chosen on, against the best fixed offset's there",
-    ),
-    "heldout_text": (
-        "held-out half",
-        95,
-        "the same head on the other half, against the best fixed offset of that half: the test's baseline (chosen "
-        "with hindsight there, it can only favour the offset, never the head)",
-    ),
-    "selected_text": (
-        "sel. offset",
-        70,
-        "the offset chosen on the selection half, scored on the held-out half: reported, not tested (it can fall "
-        "below the best offset there, which would favour the head)",
-    ),
-    "margin_text": ("margin (95% CI)", 150, "held-out head minus held-out offset, interval over sentences"),
-    "heldout_sentences": (
-        "sentences",
-        65,
-        "held-out sentences with a case: the test's Student's t has this many - 1 degrees of freedom",
-    ),
-    "heldout_rank": ("rank", 40, "1: still the best head on the held-out half"),
-    "holm_p_value": (
-        "Holm p",
-        70,
-        f"one-sided test of a held-out margin above {roles_module.SYNTACTIC_MIN_MARGIN:+.0%}, Holm-adjusted",
-    ),
-}
-HELDOUT_NUMBERS = {"count": "%d", "heldout_sentences": "%d", "heldout_rank": "%d", "holm_p_value": "%.1e"}
-
-
-def heldout_rows(best: pd.DataFrame) -> pd.DataFrame:
-    """``best_heldout_heads`` with the columns the table shows written out: the head as "L1 H4", each half's
-    head against offset as "68% vs 40%", the held-out margin with its interval."""
-
-    def percent(value) -> str:
-        return f"{value:.0%}" if np.isfinite(value) else "-"
-
-    def margin(row) -> str:
-        if not np.isfinite(row["heldout_margin"]):
-            return "-"
-        interval = (
-            f" ({row['heldout_margin_low'] * 100:+.1f}, {row['heldout_margin_high'] * 100:+.1f})"
-            if np.isfinite(row["heldout_margin_low"])
-            else ""
-        )
-        return f"{row['heldout_margin']:+.1%}{interval}"
-
-    rows = [row for _, row in best.iterrows()]
-    return best.assign(
-        head_name=[f"L{int(r['layer'])} H{int(r['head'])}" for r in rows],
-        selection_text=[
-            f"{percent(r['selection_accuracy'])} vs {percent(r['selection_baseline_accuracy'])}" for r in rows
-        ],
-        heldout_text=[f"{percent(r['heldout_accuracy'])} vs {percent(r['heldout_baseline_accuracy'])}" for r in rows],
-        selected_text=[percent(r["heldout_selected_baseline_accuracy"]) for r in rows],
-        margin_text=[margin(r) for r in rows],
-    )
+S = RolesSettings.declarations()
 
 
 def select_from_chart(chart_key: str) -> None:
@@ -127,13 +56,9 @@ def profile_controls(run, model_name: str) -> None:
         )
         config = settings()
         cols = st.columns([2, 1])
-        sentences = pickers.url_number(
+        sentences = S["sentences"].number(
             cols[0].number_input,
-            "Sentences",
-            10,
-            config.max_profile_sentences,
-            key="roles_profile_sentences",
-            url_key="sentences",
+            maximum=config.max_profile_sentences,
             default=min(PROFILE_SENTENCES, config.max_profile_sentences),
             step=10,
         )
@@ -142,60 +67,20 @@ def profile_controls(run, model_name: str) -> None:
                 f"On this shared server a profile holds at most {config.max_profile_sentences} sentences, "
                 "and one runs at a time."
             )
-        # Asked for until it is done: a run stopped meanwhile (a connection lost for a moment) leaves the
-        # profile going in the background, and the next run waits for it again (compute.background).
-        wanted = st.session_state.setdefault("roles_profile_wanted", {})
         if cols[1].button("Profile heads", key="roles_profile_button", type="primary"):
-            wanted[model_name] = int(sentences)
-        if model_name not in wanted:
-            return
-        # A class shares the cores: one profile at a time on a classroom server.
-        lock = compute.shared().profile_lock if config.classroom else contextlib.nullcontext()
-        if config.classroom and not lock.acquire(blocking=False):
-            wanted.pop(model_name)
-            st.warning("Another visitor's corpus profile is running on this server. Try again in a minute.")
-            return
-        try:
-            computations.corpus_profile(model_name, wanted[model_name])
-            st.session_state.setdefault("roles_profile", {})[model_name] = wanted.pop(model_name)
-            if run.is_causal:
-                computations.decoder_scores(model_name)
-                st.session_state.setdefault("roles_decoder", {})[model_name] = True
-        except Exception as error:  # not Streamlit's stop of this run: the profile goes on for the next run
-            wanted.pop(model_name, None)
-            if not isinstance(error, HeadscopeError):
-                raise
-            st.error(messages.public_message(error))
-        finally:
-            if config.classroom:
-                lock.release()
+            page.ask_profile(model_name, sentences)
+        said = page.run_profile(model_name, run.is_causal, config.classroom)
+        if said is not None:
+            (st.warning if said[0] == "warning" else st.error)(said[1])
 
 
-def roles_of(run, model_name: str, metrics: pd.DataFrame, semantic: pd.DataFrame | None):
-    """(roles, primary roles, dependency table or None): the sentence's measurements, or the corpus
-    averages when the user picks them, plus every table that has been profiled."""
-    dependency = coreference = decoder = None
-    sentences = st.session_state.get("roles_profile", {}).get(model_name)
-    if sentences is not None:
-        corpus_metrics, dependency, coreference = computations.corpus_profile(model_name, sentences)
-        source = pickers.url_select(
-            st.radio,
-            "Positional, delimiter and broad roles from",
-            ROLE_SOURCES,
-            key="roles_source",
-            url_key="roles_from",
-            format_func=ROLE_SOURCES.get,
-            horizontal=True,
-            help=f"The corpus: mean of every measurement over {sentences} UD EWT dev sentences.",
-        )
-        if source == "corpus":
-            metrics = corpus_metrics
-    if st.session_state.get("roles_decoder", {}).get(model_name):
-        decoder = computations.decoder_scores(model_name)
-    roles = mha_core.head_roles(
-        run, metrics=metrics, dependency=dependency, coreference=coreference, decoder=decoder, semantic=semantic
-    )
-    return roles, mha_core.primary_roles(roles, run.num_layers, run.num_heads), dependency
+def source_choice(model_name: str) -> str:
+    """Where the positional, delimiter and broad roles come from: offered once a corpus profile is done."""
+    sentences = page.profiled_sentences(model_name)
+    if sentences is None:
+        return "sentence"
+    declared = S["source"]
+    return declared.select(st.radio, horizontal=True, help=declared.help.format(sentences=sentences))
 
 
 def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
@@ -236,14 +121,7 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
             filename=f"headscope-layer{layer}-head{head}",
         )
     with right:
-        row = metrics[(metrics["layer"] == layer) & (metrics["head"] == head)].iloc[0]
-        scores = pd.DataFrame(
-            {
-                "measurement": [METRIC_DESCRIPTIONS.get(name, name) for name in row.index[2:]],
-                "value": [str(v) if isinstance(v, str) else f"{v:.4g}" for v in row.to_numpy()[2:]],
-                "column": row.index[2:],
-            }
-        )
+        scores = page.head_measurements(metrics, layer, head)
         st.dataframe(scores, hide_index=True, width="stretch")
 
 
@@ -264,7 +142,7 @@ if run is None:
 with messages.error_display():
     metrics, semantic, distances = computations.sentence_analysis(selection.model, run)
     profile_controls(run, selection.model)
-    roles, primary, dependency = roles_of(run, selection.model, metrics, semantic)
+    roles, primary, dependency = page.roles_of(run, selection.model, metrics, semantic, source_choice(selection.model))
 
     counts = primary["group"].value_counts()
     st.subheader("Role of every head")
@@ -288,7 +166,7 @@ with messages.error_display():
         selection_mode="points",
     )
 
-    if pickers.url_toggle("Causal column: ablate each role's heads on this sentence", "roles_causal", "causal"):
+    if S["causal"].toggle():
         effect = computations.role_ablation(selection.model, run, primary)
         st.caption(
             "All heads of a role zero-ablated at once (Ablate page, mha_core.interventions): how much the "
@@ -309,41 +187,31 @@ with messages.error_display():
             f"sentences, at least {roles_module.SYNTACTIC_MIN_SENTENCES} of them), Holm-corrected over every head, "
             f"relation and direction tried (relations with >= {roles_module.SYNTACTIC_MIN_COUNT} cases)."
         )
-        min_count = pickers.url_number(
-            st.number_input,
-            "Minimum examples per relation",
-            1,
-            1000,
-            key="roles_min_count",
-            url_key="min_count",
-            default=20,
-        )
-        best = heldout_rows(mha_core.best_heldout_heads(dependency, min_count=int(min_count)))
+        min_count = S["min_count"].number(st.number_input)
+        best = page.heldout_rows(mha_core.best_heldout_heads(dependency, min_count=int(min_count)))
         st.dataframe(
             best,
             hide_index=True,
             width="stretch",
-            column_order=list(HELDOUT_TABLE),
+            column_order=list(page.HELDOUT_TABLE),
             column_config={
                 column: (
                     st.column_config.NumberColumn(
-                        label, format=HELDOUT_NUMBERS[column], help=help_text or None, width=width
+                        label, format=page.HELDOUT_NUMBERS[column], help=help_text or None, width=width
                     )
-                    if column in HELDOUT_NUMBERS
+                    if column in page.HELDOUT_NUMBERS
                     else st.column_config.CheckboxColumn(label, help=help_text, width=width, pinned=True)
                     if column == "named"
                     else st.column_config.TextColumn(
                         label, help=help_text or None, width=width, pinned=column == "relation" or None
                     )
                 )
-                for column, (label, width, help_text) in HELDOUT_TABLE.items()
+                for column, (label, width, help_text) in page.HELDOUT_TABLE.items()
             },
         )
 
     st.subheader("Map of heads")
-    color_by = pickers.url_select(
-        st.radio, "Colour by", ["layer", "role"], key="roles_color_by", url_key="colour_by", horizontal=True
-    )
+    color_by = S["colour_by"].select(st.radio, horizontal=True)
     st.caption(
         "Classical MDS of the Jensen-Shannon distances between heads (Clark et al. 2019): heads that "
         "attend alike sit close together."
@@ -378,19 +246,8 @@ with messages.error_display():
         key="roles_diversity",
         filename="headscope-diversity",
     )
-    numeric = [
-        c
-        for c in metrics.columns
-        if c not in ("layer", "head", "num_queries") and pd.api.types.is_numeric_dtype(metrics[c])
-    ]
-    measure = pickers.url_select(
-        st.selectbox,
-        "Measurement",
-        numeric,
-        key="roles_measure",
-        url_key="measure",
-        default="normalized_entropy",
-        format_func=lambda name: METRIC_DESCRIPTIONS.get(name, name),
+    measure = S["measure"].select(
+        st.selectbox, page.measurements(metrics), format_func=lambda name: METRIC_DESCRIPTIONS.get(name, name)
     )
     charts.show_chart(
         figures.layer_curves(metrics, measure, label=METRIC_DESCRIPTIONS.get(measure, measure)),

@@ -24,9 +24,11 @@ import streamlit as st
 
 from mha_core.errors import EngineNotSupported, HeadscopeError
 from mha_core.models.seq2seq import DEFAULT_MAX_NEW_TOKENS
-from ui import address, class_questions, computations, compute, figures, headview
+from ui import class_questions, computations, compute, figures, headview
+from ui.page_explore import ExploreSettings
 from ui.widgets import charts, downloads, messages, pickers, views
 
+EXPLORE_VIEW = ExploreSettings.declared("view")
 KIND_LABELS = {
     "cross": "Cross-attention (target → source)",
     "encoder": "Encoder self-attention",
@@ -142,8 +144,7 @@ def explore(model_name: str, engine: str) -> None:
         st.caption(f"From-scratch engine: max |core − transformers| = {view.max_abs_diff:.1e} on this attention.")
     st.caption(KIND_NOTES[kind])
     views.sink_note(view)
-    pickers.url_setting("explore_view", "view", "head", address.choice(headview.VIEWS))
-    mode = st.session_state["explore_view"]
+    mode = EXPLORE_VIEW.start()  # Explore's own setting: one view for both kinds of model
     layer = pickers.select_layer(view.num_layers, draw=False)
     head = pickers.select_head(view.num_heads, draw=False)
     # A class question (self-attention: its answers are the row's own tokens); the head stays hidden until revealed.
@@ -163,10 +164,10 @@ def explore(model_name: str, engine: str) -> None:
     def picked(pick: dict) -> None:
         pickers.set_layer(pick["layer"])
         pickers.set_head(pick["head"])
-        st.session_state["explore_view"] = pick["view"]
+        EXPLORE_VIEW.set(pick["view"])
 
     headview.show(data, key=f"s2s_view_{kind}", on_pick=picked)
-    pickers.keep_in_url("explore_view", "view", "head")
+    EXPLORE_VIEW.keep()
     if mode == "head":
         lines(view, kind, layer, head)
         run_downloads(RunShown(model_name, run.encoder.engine, *chosen, words, hide_special), run, kind, (layer, head))

@@ -1,0 +1,106 @@
+"""The Classroom page's settings (``ClassroomSettings``, declared once: ``ui.page_settings``) and its logic: the
+answers a link opens revealed (``reveal=``), each question's switch, and the step Back and Next move to.
+``pages/classroom.py`` draws the steps."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import streamlit as st
+
+import mha_core as mc
+from mha_core import walkthrough
+from ui.figures import teaching
+from ui.page_settings import PageSettings, setting
+
+SOURCES = {
+    "words": "Four words: The cat sat down",
+    "tutorial": "A popular tutorial's worked example",
+    "random": "Random numbers, any size",
+}
+STEP_COUNT = 8  # the steps of pages/classroom.py's STEPS
+REVEAL_URL_KEY = "reveal"
+REVEAL_LINK = re.compile(r"[0-9a-f]{12}(,[0-9a-f]{12}){0,15}")
+
+
+@dataclass(frozen=True)
+class ClassroomSettings(PageSettings):
+    """Every setting of the Classroom page. The sizes and the seed apply to random numbers; the head to follow
+    is one of the example's heads."""
+
+    source: str = setting("cls_source", "numbers", "choice", "words", label="Numbers", options=SOURCES)
+    seq_len: int = setting("cls_seq_len", "length", "number", 4, label="Sequence length", minimum=2, maximum=12)
+    d_model: int = setting(
+        "cls_d_model",
+        "d_model",
+        "choice",
+        8,
+        label="d_model",
+        options={d: str(d) for d in (4, 8, 12, 16, 24, 32, 64, 128, 256, 512)},
+    )
+    heads: int = setting(
+        "cls_heads", "heads", "choice", 2, label="Heads", options={h: str(h) for h in (1, 2, 3, 4, 6, 8)}
+    )
+    seed: int = setting("cls_seed", "seed", "number", 0, label="Random seed", minimum=0, maximum=1_000_000)
+    score: str = setting(
+        "cls_score",
+        "score",
+        "choice",
+        "scaled",
+        label="Score function",
+        options={name: teaching.SCORE_LABELS.get(name, name) for name in mc.SCORE_FUNCTIONS},
+    )
+    causal: bool = setting(
+        "cls_causal", "causal", "flag", False, label="Causal mask (a token sees only itself and earlier tokens)"
+    )
+    all_steps: bool = setting("cls_all", "all", "flag", False, label="All steps on one page")
+    head: int = setting("cls_head", "follow", "choice", 0, label="Head to follow")
+    printed: str = setting(
+        "cls_printed",
+        "printed",
+        "choice",
+        next(iter(walkthrough.TUTORIAL_PRINTED)),
+        label="Matrix",
+        options={name: name for name in walkthrough.TUTORIAL_PRINTED},
+    )
+    step: int = setting("cls_step", "step", "number", 1, minimum=1, maximum=STEP_COUNT)
+
+
+def head_choices(num_heads: int) -> dict[int, str]:
+    """The heads to follow as the page names them (from 1)."""
+    return {i: f"head {i + 1}" for i in range(num_heads)}
+
+
+def question_digest(question: str, answer: str) -> str:
+    """A question's name in the address (``reveal=``): the same question with the same answer, the same name."""
+    return hashlib.sha1(f"{question}\n{answer}".encode()).hexdigest()[:12]
+
+
+def reveal_key(digest: str) -> str:
+    """The session key of the "Reveal the answer" switch of the question ``digest``."""
+    return f"cls_reveal_{digest}"
+
+
+def start_reveal(digest: str, revealed_in_link) -> str:
+    """The session key of the question ``digest``'s "Reveal the answer" switch, which starts, once, as the link
+    says (``revealed_in_link()``: the digests it opens revealed, asked only then)."""
+    key = reveal_key(digest)
+    if key not in st.session_state:
+        st.session_state[key] = digest in revealed_in_link()
+    return key
+
+
+def revealed_in(raw: str | None) -> set[str]:
+    """The answers the link's ``reveal=`` opens revealed; ``ValueError`` for a value that is no such list."""
+    if raw is None:
+        return set()
+    if not REVEAL_LINK.fullmatch(raw):
+        raise ValueError("a list of revealed answers")
+    return set(raw.split(","))
+
+
+def moved(step: int, by: int, count: int = STEP_COUNT) -> int:
+    """The step Back (``by`` -1) or Next (1) moves to, within 1 to ``count``."""
+    return min(max(step + by, 1), count)
