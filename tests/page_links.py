@@ -76,6 +76,7 @@ LINKS = [
                 "",
             ),
             Setting("present", "1", "present", True, "Presentation mode", "on", False),
+            Setting("contrast", "1", "contrast", True, "High contrast", "on", False),
             Setting("layer", "3", "layer", 3, None, None, 0),
             Setting("head", "7", "head", 7, None, None, 0),
             Setting("shape", "lines", "head_shape", "lines", None, None, "heatmap"),

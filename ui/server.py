@@ -16,6 +16,22 @@ from __future__ import annotations
 BASE_URL_SCRIPT = b"<script>window.__streamlit={BACKEND_BASE_URL:window.location.origin+'/'}</script>"
 _HEAD = b"<head>"
 
+# Every page, from its first paint (so before the script's first run draws anything): captions dark enough for WCAG
+# AA (Streamlit draws them at 60 % opacity, 3.9:1 on white; here 6:1), the labels of disabled widgets as readable,
+# and a visible keyboard focus on every control. app.py also draws it (``charts.presentation_styles``) for a server
+# started without this middleware (``streamlit run app.py``).
+PAGE_CSS = """
+  [data-testid="stCaptionContainer"] { opacity: 1 !important; }
+  [data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] p { color: #5c636a !important; }
+  [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"] p { color: inherit; }
+  [data-testid="stWidgetLabel"]:has(+ * [aria-disabled="true"], + * [disabled]) p,
+  .stSlider:has([aria-disabled="true"], [disabled]) [data-testid="stWidgetLabel"] p { color: #5c636a !important; }
+  [data-testid="stMain"] :focus-visible, [data-testid="stSidebar"] :focus-visible {
+    outline: 3px solid #1c2a6b !important; outline-offset: 2px;
+  }
+"""
+PAGE_STYLE = b"<style>" + PAGE_CSS.encode() + b"</style>"
+
 
 def is_page_request(scope) -> bool:
     """A GET of a page's address (``/``, ``/explore``): not a file (its last part has no dot), not Streamlit's
@@ -27,10 +43,11 @@ def is_page_request(scope) -> bool:
 
 
 def with_base_url(html: bytes) -> bytes:
-    """The page's HTML with ``BASE_URL_SCRIPT`` first in its head (unchanged when it has none, or has it)."""
+    """The page's HTML with ``BASE_URL_SCRIPT`` and ``PAGE_STYLE`` first in its head (unchanged when it has no head,
+    or has them)."""
     if _HEAD not in html or BASE_URL_SCRIPT in html:
         return html
-    return html.replace(_HEAD, _HEAD + BASE_URL_SCRIPT, 1)
+    return html.replace(_HEAD, _HEAD + BASE_URL_SCRIPT + PAGE_STYLE, 1)
 
 
 class BackendBaseUrl:

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import require
 from tests.page_links import LINKS
 from tools.browser import APP_IDLE_JS, chromium_available, chromium_launch_options, start_streamlit
-from ui.server import BASE_URL_SCRIPT, is_page_request, with_base_url
+from ui.server import BASE_URL_SCRIPT, PAGE_STYLE, is_page_request, with_base_url
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ BEACON = "127.0.0.1:9"  # nothing listens there; a request for it is the leak
 def test_the_page_html_names_the_servers_root_and_nothing_else_changes():
     html = b"<!DOCTYPE html><html><head><meta charset='UTF-8' /><title>Streamlit</title></head></html>"
     changed = with_base_url(html)
-    assert changed == html.replace(b"<head>", b"<head>" + BASE_URL_SCRIPT)
+    assert changed == html.replace(b"<head>", b"<head>" + BASE_URL_SCRIPT + PAGE_STYLE)
     assert with_base_url(changed) == changed and with_base_url(b"{}") == b"{}"
     page = {"type": "http", "method": "GET"}
     assert is_page_request({**page, "path": "/explore"}) and is_page_request({**page, "path": "/"})

@@ -17,7 +17,14 @@ from ui.figures.attention import (
     tile_gap,
     tiled_heatmap,
 )
-from ui.figures.common import ATTENTION_COLORSCALE, base_layout, enlarge_text, plotly_text, with_axis_room
+from ui.figures.common import (
+    ATTENTION_COLORSCALE,
+    base_layout,
+    enlarge_text,
+    high_contrast,
+    plotly_text,
+    with_axis_room,
+)
 from ui.figures.curves import layer_curves
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "enlarge_text",
     "head_grid",
     "head_heatmap",
+    "high_contrast",
     "layer_curves",
     "model_grid",
     "plotly_text",

@@ -164,6 +164,27 @@ def layer_head_axes(fig: go.Figure, num_layers: int, num_heads: int) -> go.Figur
     return fig
 
 
+HIGH_CONTRAST_INK = "#000000"  # the projector theme's text and lines: black on white (21:1)
+
+
+def high_contrast(fig: go.Figure) -> go.Figure:
+    """The projector theme: every text black and bold enough for a washed-out projector, axes drawn in black, grid
+    lines dark grey; colours of the data (the one colour scale) are left as they are."""
+    fig.update_layout(font=dict(color=HIGH_CONTRAST_INK), title_font=dict(color=HIGH_CONTRAST_INK))
+    axis = dict(
+        linecolor=HIGH_CONTRAST_INK,
+        showline=True,
+        linewidth=2,
+        tickfont=dict(color=HIGH_CONTRAST_INK),
+        title_font=dict(color=HIGH_CONTRAST_INK),
+        gridcolor="#6c757d",
+    )
+    fig.for_each_xaxis(lambda a: a.update(**axis))
+    fig.for_each_yaxis(lambda a: a.update(**axis))
+    fig.for_each_annotation(lambda note: note.update(font=dict(color=HIGH_CONTRAST_INK)))
+    return fig
+
+
 def enlarge_text(fig: go.Figure, scale: float) -> go.Figure:
     """Every text of a figure ``scale`` times larger (titles, ticks, hover, annotations, colour bars),
     for a projector; sizes a figure left to the default count as 12 px."""

@@ -10,7 +10,20 @@
 // The pure parts (colour scale, weights, layout, picks) are exported by name too, for node's test runner
 // (tests/js/headview.test.mjs); Streamlit uses the default export.
 
-import { colorBar, decodeBytes, el, paletteOf, setLevel, setRgb } from "../viewkit/viewkit.js";
+import {
+  asButton,
+  colorBar,
+  decodeBytes,
+  describeRow,
+  el,
+  liveRegion,
+  maskPolygon,
+  moveCursor,
+  paletteOf,
+  setLevel,
+  setRgb,
+  topKeys,
+} from "../viewkit/viewkit.js";
 
 // Where head (layer, head)'s nq x nk bytes start in the sentence's data (only the layers sent are in it).
 function headOffset(s, layer, head) {
@@ -62,6 +75,40 @@ function hoverText(s, layer, head, i, j) {
   const where = `${s.queryNoun} ${i} "${s.tokens[i]}" -> ${s.keyNoun} ${j} "${s.keyTokens[j]}"`;
   if (s.causal && j > i) return `${where}: hidden by the causal mask`;
   return `${where}: ${weight(s, layer, head, i, j).toFixed(3)}`;
+}
+
+// The top keys of query i of a head, in words (the keys a causal mask hides left out).
+function rowWords(s, layer, head, i, k = 3) {
+  const tops = topKeys(s.nk, (j) => weight(s, layer, head, i, j), s.keyTokens, k, (j) => !(s.causal && j > i));
+  return describeRow(s.queryNoun, i, s.tokens[i], tops);
+}
+
+// The text alternative of a head: every query's top keys in words (at most ``limit`` queries), for screen readers.
+function headWords(s, layer, head, limit = 64) {
+  const lines = [`Layer ${layer}, head ${head}: each ${s.queryNoun} token and the ${s.keyNoun} tokens it attends to most.`];
+  for (let i = 0; i < Math.min(s.nq, limit); i++) lines.push(rowWords(s, layer, head, i) + ".");
+  if (s.nq > limit) lines.push(`(${s.nq - limit} more ${s.queryNoun} tokens not listed.)`);
+  return lines.join("\n");
+}
+
+// The keyboard's cell on the enlarged head: a frame drawn over it, its row and column labels marked, and what it
+// holds said in the live region.
+function showCursor(s) {
+  const [i, j] = s.cursor;
+  const { cell } = bigLayout(s.nq, s.nk, s.textScale);
+  Object.assign(s.cursorBox.style, { display: "block", left: `${j * cell}px`, top: `${i * cell}px`, width: `${cell}px`, height: `${cell}px` });
+  s.rowLabels.forEach((r, k) => r.classList.toggle("hs-hot", k === i));
+  s.colLabels.forEach((c, k) => c.classList.toggle("hs-hot", k === j));
+  s.live.textContent = `${hoverText(s, s.layer, s.head, i, j)}. ${rowWords(s, s.layer, s.head, i)}.`;
+  s.root.dataset.cursor = `${i},${j}`;
+}
+
+function selectHead(s, layer, head) {
+  s.layer = layer;
+  s.head = head;
+  render(s);
+  sendPick(s);
+  s.live.textContent = `Layer ${layer}, head ${head} selected. Enter opens it; arrows then move between cells.`;
 }
 
 // A PNG drawn here (nothing fetched): a title, then the enlarged head with its token labels, or the model
@@ -185,8 +232,12 @@ function build(root, s) {
   s.pngButton.type = "button";
   s.pngButton.addEventListener("click", () => savePng(s));
   s.big = el("div", "hs-big");
+  s.live = liveRegion("hs-live");
+  s.words = el("div", "hs-sr-only hs-words");
+  s.words.setAttribute("role", "note");
+  s.words.setAttribute("aria-label", "The selected head in words");
   s.headPane = el("div", "hs-head-pane");
-  s.headPane.append(controls, s.gridTitle, s.grid, bigHead, s.big, s.pngButton);
+  s.headPane.append(controls, s.gridTitle, s.grid, bigHead, s.big, s.live, s.words, s.pngButton);
   s.modelTitle = el("div", "hs-title");
   s.modelNote = el("div", "hs-note", "Every head of every layer at once. Click a head to open it in the head view.");
   s.model = el("div", "hs-model");
@@ -197,7 +248,8 @@ function build(root, s) {
   s.modelPng.type = "button";
   s.modelPng.addEventListener("click", () => savePng(s));
   s.modelPane = el("div", "hs-model-pane");
-  s.modelPane.append(s.modelTitle, s.modelNote, modelBody, s.modelPng);
+  s.modelLive = liveRegion("hs-live");
+  s.modelPane.append(s.modelTitle, s.modelNote, modelBody, s.modelLive, s.modelPng);
   s.tip = el("div", "hs-tip");
   root.append(s.tabs, s.status, s.headPane, s.modelPane, s.tip);
 
@@ -221,6 +273,18 @@ function layoutGrid(s) {
       s.head = h;
       render(s);
       sendPick(s);
+    });
+    // Keyboard: left/right the head before or after, up/down the layer before or after, Enter opens the head.
+    asButton(tile, `Layer ${s.layer} head ${h}`, () => {
+      selectHead(s, s.layer, h);
+      if (s.shape === "heatmap") s.bigCanvas.focus();
+    });
+    tile.addEventListener("keydown", (event) => {
+      const to = moveCursor(s.layer, h, event.key, s.layers, s.heads);
+      if (!to || event.key === "Home" || event.key === "End" || event.key.startsWith("Page")) return;
+      event.preventDefault();
+      selectHead(s, to[0], to[1]);
+      s.tiles[to[1]].tile.focus();
     });
     canvas.addEventListener("mousemove", (event) => {
       const cell = cellAt(canvas, s, event);
@@ -282,6 +346,48 @@ function layoutBig(s) {
     v.style.borderColor = h.style.borderColor = s.segmentColor;
     plot.append(v, h);
   }
+  if (s.causal) {
+    const clip = maskPolygon(Array.from({ length: s.nq }, (_, i) => i + 1), s.nk, cell, cell);
+    if (clip) {
+      const hatch = el("div", "hs-mask-hatch");
+      Object.assign(hatch.style, { width: `${side}px`, height: `${height}px`, clipPath: clip });
+      plot.append(hatch);
+    }
+  }
+  s.cursorBox = el("div", "hs-cursor");
+  plot.append(s.cursorBox);
+  s.bigCanvas.tabIndex = 0;
+  s.bigCanvas.setAttribute("role", "application");
+  s.bigCanvas.setAttribute("aria-roledescription", "attention heatmap");
+  s.bigCanvas.setAttribute(
+    "aria-label",
+    `The selected head, ${s.nq} ${s.queryNoun} rows by ${s.nk} ${s.keyNoun} columns: arrow keys move between cells, ` +
+      "Enter reads the row's top tokens, Escape goes back to the heads.",
+  );
+  s.bigCanvas.addEventListener("focus", () => {
+    if (!s.cursor) s.cursor = [0, 0];
+    showCursor(s);
+  });
+  s.bigCanvas.addEventListener("blur", () => {
+    s.cursorBox.style.display = "none";
+  });
+  s.bigCanvas.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      s.tiles[s.head].tile.focus();
+      return;
+    }
+    if (event.key === "Enter") {
+      event.preventDefault();
+      s.live.textContent = `${rowWords(s, s.layer, s.head, s.cursor[0], 5)}.`;
+      return;
+    }
+    const to = moveCursor(s.cursor[0], s.cursor[1], event.key, s.nq, s.nk);
+    if (!to) return;
+    event.preventDefault();
+    s.cursor = to;
+    showCursor(s);
+  });
   const cols = el("div", "hs-cols");
   const xTitle = el("div", "hs-axis-title hs-x-title", s.cross ? "source token (attended to)" : "key (attended to)");
   s.rowLabels = [];
@@ -361,12 +467,27 @@ function layoutModel(s) {
         showTip(s, event, cell && `layer ${layer} head ${head}: ${hoverText(s, layer, head, cell[0], cell[1])}\nclick to open it in the head view`);
       });
       canvas.addEventListener("mouseleave", () => showTip(s, null, null));
-      canvas.addEventListener("click", () => {
+      const open = () => {
         s.layer = layer;
         s.head = head;
         s.view = "head";
         render(s);
         sendPick(s);
+      };
+      canvas.addEventListener("click", open);
+      // Keyboard: arrows move between the tiles as they are laid out, Enter opens the head in the head view.
+      asButton(canvas, `Layer ${layer} head ${head}: Enter opens it in the head view`, () => {
+        open();
+        s.tiles[head].tile.focus();
+      });
+      canvas.addEventListener("keydown", (event) => {
+        const to = moveCursor(r, c, event.key, rows, cols);
+        if (!to || event.key === "Home" || event.key === "End" || event.key.startsWith("Page")) return;
+        event.preventDefault();
+        const next = tiles.find((t) => t.row === to[0] && t.col === to[1]);
+        next.canvas.focus();
+        s.live.textContent = `Layer ${next.layer}, head ${next.head}.`;
+        s.modelLive.textContent = s.live.textContent;
       });
       s.model.append(canvas);
       tiles.push({ canvas, row: r, col: c, layer, head });
@@ -404,9 +525,13 @@ function drawHead(root, s) {
   s.tiles.forEach(({ tile, label, canvas }, h) => {
     label.textContent = `L${s.layer} H${h}`;
     tile.classList.toggle("hs-selected", h === s.head);
+    tile.setAttribute("aria-label", `Layer ${s.layer} head ${h}`);
+    tile.setAttribute("aria-pressed", String(h === s.head));
     paint(canvas, s, s.layer, h);
   });
   if (enlarged) paint(s.bigCanvas, s, s.layer, s.head);
+  s.words.textContent = headWords(s, s.layer, s.head);
+  if (s.cursor && document.activeElement === s.bigCanvas) showCursor(s);
   root.dataset.layer = String(s.layer);
   root.dataset.head = String(s.head);
   root.dataset.painted = String(s.tiles.length + (enlarged ? 1 : 0));
@@ -495,6 +620,7 @@ export default function (component) {
     s.masked = palette.masked;
     root.style.setProperty("--hs-aspect", `${s.nk} / ${s.nq}`); // cells stay square: a head is nk wide, nq high
     s.pending = null;
+    s.cursor = null;
     s.slider.max = String(data.num_layers - 1);
     s.slider.disabled = data.num_layers < 2;
     root.dataset.tokens = JSON.stringify(data.tokens);
@@ -522,4 +648,4 @@ export default function (component) {
   render(s);
 }
 
-export { bigLayout, cellIndex, headPixels, modelLayout, pickOf, samePick, weight };
+export { bigLayout, cellIndex, headPixels, headWords, modelLayout, pickOf, rowWords, samePick, weight };

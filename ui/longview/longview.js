@@ -13,16 +13,21 @@
 // (tests/js/longview.test.mjs); Streamlit uses the default export.
 
 import {
+  asButton,
   colorBar,
   decodeBytes,
   decodeFloats,
   el,
   largest,
   levelOf,
+  liveRegion,
+  maskPolygon,
+  moveCursor,
   paletteOf,
   setLevel,
   setRgb,
   shortNumber,
+  topKeys,
   unscaled,
 } from "../viewkit/viewkit.js";
 
@@ -134,6 +139,7 @@ function build(root, s) {
     b.type = "button";
     b.title = title;
     b.addEventListener("click", action);
+    if (!/\w/.test(label)) b.setAttribute("aria-label", title); // an arrow glyph: its title is its name
     bar.appendChild(b);
     return b;
   };
@@ -176,12 +182,30 @@ function build(root, s) {
   s.stage = el("div", "hs-lv-stage");
   s.big = el("canvas", "hs-lv-big");
   s.rect = el("div", "hs-lv-rect");
-  s.stage.append(s.big, s.rect);
+  s.hatch = el("div", "hs-mask-hatch");
+  s.cursorBox = el("div", "hs-cursor");
+  s.stage.append(s.big, s.hatch, s.rect, s.cursorBox);
+  s.big.tabIndex = 0;
+  s.big.setAttribute("role", "application");
+  s.big.setAttribute("aria-roledescription", "zoomed attention head");
+  s.big.setAttribute(
+    "aria-label",
+    "The zoomed head: arrow keys move between cells, Enter zooms into the cell (at single tokens: reads the row's " +
+      "top keys), Escape zooms out.",
+  );
+  s.big.addEventListener("focus", () => {
+    if (!s.cursor) s.cursor = [0, 0];
+    showCursor(s);
+  });
+  s.big.addEventListener("blur", () => {
+    s.cursorBox.style.display = "none";
+  });
+  s.big.addEventListener("keydown", (event) => keyOnZoom(s, event));
   s.barSlot = el("div", "hs-lv-barslot");
   const middle = el("div", "hs-lv-middle");
   middle.append(s.rowLabels, s.stage, s.barSlot);
   zoomBox.append(s.colLabels, middle);
-  s.readout = el("div", "hs-lv-readout", " ");
+  s.readout = liveRegion("hs-lv-readout");
   s.legend = el("div", "hs-lv-legend");
   zoomBox.append(s.readout, s.legend);
   s.headPanel.appendChild(zoomBox);
@@ -251,6 +275,57 @@ function describeCell(s, a, b) {
   }
 }
 
+// The keyboard's cell on the zoomed head: framed, and what it holds said in the readout (a live region).
+function showCursor(s) {
+  const rows = s.rowEdges.length - 1;
+  const cols = s.colEdges.length - 1;
+  const [a, b] = [Math.min(s.cursor[0], rows - 1), Math.min(s.cursor[1], cols - 1)];
+  s.cursor = [a, b];
+  Object.assign(s.cursorBox.style, {
+    display: "block",
+    left: `${(100 * b) / cols}%`,
+    top: `${(100 * a) / rows}%`,
+    width: `${100 / cols}%`,
+    height: `${100 / rows}%`,
+  });
+  describeCell(s, a, b);
+  s.root.dataset.cursor = `${a},${b}`;
+}
+
+// The row of cell a's top keys in words, at single tokens (the keys a causal mask hides left out).
+function rowWords(s, a, k = 5) {
+  const cols = s.colEdges.length - 1;
+  const visible = (b) => !(s.causal && hiddenCell(s.rowEdges, s.colEdges, a, b));
+  const tops = topKeys(cols, (b) => s.values[a * cols + b], s.colTokens, k, visible);
+  return describeRow("query", s.rowEdges[a], s.rowTokens[a], tops);
+}
+
+function keyOnZoom(s, event) {
+  if (!s.cursor || s.view !== "head") return;
+  if (event.key === "Escape") {
+    event.preventDefault();
+    s.cursor = [0, 0];
+    send(s, regionZoom(s, zoomedOut(s.n, s.region)));
+    return;
+  }
+  if (event.key === "Enter") {
+    event.preventDefault();
+    const [a, b] = s.cursor;
+    if (s.tokenLevel) {
+      s.readout.textContent = `${rowWords(s, a)}.`;
+      return;
+    }
+    s.cursor = [0, 0];
+    send(s, regionZoom(s, fitRegion(s.n, s.rowEdges[a], s.rowEdges[a + 1], s.colEdges[b], s.colEdges[b + 1])));
+    return;
+  }
+  const to = moveCursor(s.cursor[0], s.cursor[1], event.key, s.rowEdges.length - 1, s.colEdges.length - 1);
+  if (!to) return;
+  event.preventDefault();
+  s.cursor = to;
+  showCursor(s);
+}
+
 function drawLabels(s) {
   s.rowLabels.replaceChildren();
   s.colLabels.replaceChildren();
@@ -290,7 +365,17 @@ function renderHead(s, data) {
     canvas.className = "hs-lv-thumbcanvas";
     cell.append(canvas, el("div", "hs-lv-thumblabel", `head ${h}`));
     cell.title = `Layer ${data.layer}, head ${h}: the whole head (${about})`;
-    cell.addEventListener("click", () => send(s, zoomWith(s, { head: h, r0: 0, r1: s.n, c0: 0, c1: s.n })));
+    const whole = () => send(s, zoomWith(s, { head: h, r0: 0, r1: s.n, c0: 0, c1: s.n }));
+    cell.addEventListener("click", whole);
+    asButton(cell, `Layer ${data.layer}, head ${h}${h === data.head ? " (shown)" : ""}: the whole head`, whole);
+    cell.setAttribute("aria-pressed", String(h === data.head));
+    cell.addEventListener("keydown", (event) => {
+      const step = { ArrowLeft: -1, ArrowRight: 1 }[event.key];
+      const next = step && s.grid.children[h + step];
+      if (!next) return;
+      event.preventDefault();
+      next.focus();
+    });
     s.grid.appendChild(cell);
   }
   s.gridNote.textContent =
@@ -308,6 +393,15 @@ function renderHead(s, data) {
   paint(s.big, valuePixels(s.values, s.rowEdges, s.colEdges, s.causal, s.palette, stretch), s.rowEdges.length - 1, s.colEdges.length - 1);
   s.barSlot.replaceChildren(colorBar(s.palette.lut, stretch === 1 ? "weight" : `x${shortNumber(stretch)}`, 1 / stretch));
   drawLabels(s);
+  const cols = s.colEdges.length - 1;
+  const firstHidden = Array.from({ length: s.rowEdges.length - 1 }, (_, a) => {
+    let b = 0;
+    while (b < cols && !hiddenCell(s.rowEdges, s.colEdges, a, b)) b++;
+    return b;
+  });
+  const clip = s.causal ? maskPolygon(firstHidden, cols, 100 / cols, 100 / firstHidden.length, "%") : null;
+  Object.assign(s.hatch.style, { display: clip ? "block" : "none", width: "100%", height: "100%", clipPath: clip || "" });
+  if (s.cursor && document.activeElement === s.big) showCursor(s);
   const [r0, r1, c0, c1] = data.region;
   const rowsPerCell = Math.ceil((r1 - r0) / (s.rowEdges.length - 1));
   const colsPerCell = Math.ceil((c1 - c0) / (s.colEdges.length - 1));
@@ -331,9 +425,15 @@ function renderModel(s, data) {
       const { canvas, about } = overviewCanvas(s, data, layer * data.num_heads + h, bytes);
       canvas.className = "hs-lv-modelcanvas";
       canvas.title = `Layer ${layer}, head ${h} (${about}): click to zoom`;
-      canvas.addEventListener("click", () =>
-        send(s, zoomWith(s, { layer, head: h, r0: 0, r1: s.n, c0: 0, c1: s.n, view: "head" })),
-      );
+      const zoom = () => send(s, zoomWith(s, { layer, head: h, r0: 0, r1: s.n, c0: 0, c1: s.n, view: "head" }));
+      canvas.addEventListener("click", zoom);
+      asButton(canvas, `Layer ${layer}, head ${h}: Enter zooms into it`, zoom);
+      canvas.addEventListener("keydown", (event) => {
+        const to = moveCursor(layer, h, event.key, data.num_layers, data.num_heads);
+        if (!to || event.key === "Home" || event.key === "End" || event.key.startsWith("Page")) return;
+        event.preventDefault();
+        s.modelGrid.querySelectorAll("canvas")[to[0] * data.num_heads + to[1]].focus();
+      });
       s.modelGrid.appendChild(canvas);
     }
   }

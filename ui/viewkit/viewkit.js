@@ -135,3 +135,75 @@ export function colorBar(lut, title = "weight", top = 1) {
   bar.append(el("div", "hs-bar-title", title), ramp, ticks);
   return bar;
 }
+
+// ---- Keyboard and screen readers: what every view does so that it can be used without a mouse or without sight.
+
+// The ``k`` keys a query's row of weights puts the most on, largest first (ties: the earlier key), each
+// { index, token, weight }; ``weightOf(j)`` gives key j's weight, ``visible(j)`` false for keys a mask hides.
+export function topKeys(count, weightOf, keyTokens, k = 3, visible = () => true) {
+  const order = [];
+  for (let j = 0; j < count; j++) if (visible(j)) order.push(j);
+  order.sort((a, b) => weightOf(b) - weightOf(a) || a - b);
+  return order.slice(0, k).map((j) => ({ index: j, token: keyTokens[j], weight: weightOf(j) }));
+}
+
+// One query's row in words: 'query 3 "cat" attends most to "the" (0.52), "cat" (0.30), "[CLS]" (0.12)'.
+export function describeRow(noun, i, token, tops) {
+  const parts = tops.map((t) => `"${t.token}" (${t.weight.toFixed(2)})`);
+  return `${noun} ${i} "${token}" attends most to ${parts.join(", ")}`;
+}
+
+// Where an arrow key moves a cursor on a rows x cols grid: [row, col] after ``key`` (Home/End: the row's first or
+// last column, PageUp/PageDown: the first or last row), clamped to the grid; null for any other key.
+export function moveCursor(row, col, key, rows, cols) {
+  const clamp = (v, n) => Math.min(Math.max(v, 0), n - 1);
+  const moves = {
+    ArrowUp: [row - 1, col],
+    ArrowDown: [row + 1, col],
+    ArrowLeft: [row, col - 1],
+    ArrowRight: [row, col + 1],
+    Home: [row, 0],
+    End: [row, cols - 1],
+    PageUp: [0, col],
+    PageDown: [rows - 1, col],
+  };
+  const to = moves[key];
+  return to ? [clamp(to[0], rows), clamp(to[1], cols)] : null;
+}
+
+// A polite live region (screen readers read what it says after each change), visible as a status line too.
+export function liveRegion(className) {
+  const region = el("div", className);
+  region.setAttribute("role", "status");
+  region.setAttribute("aria-live", "polite");
+  return region;
+}
+
+// Makes ``node`` focusable and operable like a button: Enter and Space run ``action``.
+export function asButton(node, label, action) {
+  node.tabIndex = 0;
+  node.setAttribute("role", "button");
+  node.setAttribute("aria-label", label);
+  node.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      action();
+    }
+  });
+}
+
+// The cells a causal mask hides, as a CSS polygon over a grid of ``cols`` columns whose row r hides its cells from
+// column ``firstHidden[r]`` on (the upper right staircase); cells are ``w`` x ``h`` in ``unit`` (px, or % of the
+// grid). Drawn over the masked colour with a hatch, so a hidden cell is told from a zero weight by its texture
+// too, not by colour alone. null when nothing is hidden.
+export function maskPolygon(firstHidden, cols, w, h, unit = "px") {
+  const points = [];
+  firstHidden.forEach((first, r) => {
+    const x = Math.min(first, cols) * w;
+    points.push([x, r * h], [x, (r + 1) * h]);
+  });
+  if (!points.length || firstHidden.every((first) => first >= cols)) return null;
+  points.push([cols * w, firstHidden.length * h], [cols * w, 0]);
+  const at = (v) => `${Number(v.toFixed(4))}${unit}`;
+  return `polygon(${points.map(([x, y]) => `${at(x)} ${at(y)}`).join(", ")})`;
+}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import figures
+from ui import figures, server
 
 
 def chart_config(filename: str) -> dict:
@@ -43,10 +43,35 @@ PRESENTATION_CSS = """<style>
 </style>"""
 
 
+# Every page's base style (ui/server.py puts it in the page's head; drawn here too for ``streamlit run app.py``).
+BASE_CSS = f"<style>{server.PAGE_CSS}</style>"
+
+# The projector theme (sidebar switch, ``?contrast=1``): black text, thicker rules and frames, the views' labels
+# black; the data's colours stay the one colour scale.
+HIGH_CONTRAST_CSS = """<style>
+  :is([data-testid="stMain"], [data-testid="stSidebar"]) :is(p, li, label, h1, h2, h3, h4):not(button *, [data-baseweb="tag"] *),
+  [data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] p, .hs-label, .hs-note, .hs-title,
+  .hs-big-title, .hs-lv-legend, .hs-lv-gridnote, .hs-tick, .hs-bar-title { color: #000000 !important; }
+  [data-testid="stMain"] a:not(button *) { color: #001a80 !important; text-decoration: underline !important; }
+  [data-testid="stExpander"] details, [data-testid="stAlert"] { border: 2px solid #000000 !important; }
+  .hs-tile.hs-selected, .hs-lv-selected { border-color: #000000 !important; border-width: 3px !important; }
+  .hs-ramp, .hs-big-canvas, .hs-lv-big { border: 2px solid #000000 !important; }
+</style>"""
+
+
+def high_contrast() -> bool:
+    """The high-contrast projector theme (the sidebar toggle, ``?contrast=1``)."""
+    return bool(st.session_state.get("contrast"))
+
+
 def presentation_styles() -> None:
-    """Larger page text in presentation mode (a fixed style sheet: no user text reaches it)."""
+    """The page's style sheets (fixed texts: no user text reaches them): readable captions and visible focus on every
+    page, larger text in presentation mode, the high-contrast theme when it is on."""
+    st.html(BASE_CSS)
     if presenting():
         st.html(PRESENTATION_CSS)
+    if high_contrast():
+        st.html(HIGH_CONTRAST_CSS)
 
 
 def show_chart(fig, key: str, filename: str | None = None, **kwargs):
@@ -54,6 +79,8 @@ def show_chart(fig, key: str, filename: str | None = None, **kwargs):
     every text enlarged in presentation mode."""
     if presenting():
         figures.enlarge_text(fig, PRESENTATION_SCALE)
+    if high_contrast():
+        figures.high_contrast(fig)
     return st.plotly_chart(fig, key=key, theme=None, config=chart_config(filename or key), width="stretch", **kwargs)
 
 

@@ -192,6 +192,12 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
             "present",
             help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
         )
+        url_toggle(
+            "High contrast",
+            "contrast",
+            "contrast",
+            help="Black text and thicker lines for a washed-out projector; the link keeps it on too.",
+        )
 
     if error is not None:
         message = public_message(error, wanted)
