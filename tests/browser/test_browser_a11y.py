@@ -23,7 +23,7 @@ from ui import longdoc, longview
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 # Every page of the app: a page's address is its file's name (app.py's PAGES).
-PAGES = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "pages").glob("*.py"))
+PAGES = sorted(path.stem for path in (Path(__file__).resolve().parents[2] / "pages").glob("*.py"))
 WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 AXE_JS = """async (tags) => {
   const result = await axe.run(document, { runOnly: { type: "tag", values: tags } });
