@@ -32,6 +32,17 @@ def custom_query(path: str, answer: str, foil: str, **extra) -> dict:
     }
 
 
+def assert_attribution_map_is_the_librarys(charts, model, answer: str, foil: str):
+    """The page's attribution map is ``mc.logit_attribution`` of the clean prompt, head by head."""
+    attribution = mc.logit_attribution(model, CLEAN, answer, foil)
+    np.testing.assert_allclose(
+        charts["circuits_attribution_map"]["data"][0]["z"],
+        head_grid(attribution, model.num_layers, model.num_heads),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
 def test_page_maps_and_lens_are_the_librarys(tiny_gpt2):
     model = mc.load_model(tiny_gpt2)
     answer, foil = one_token_words(model)
@@ -40,13 +51,7 @@ def test_page_maps_and_lens_are_the_librarys(tiny_gpt2):
     assert not app.error, [e.value for e in app.error]
     assert any("Patching asks" in i.value for i in app.info)  # the words for a class
     charts = plotly_elements(app)
-    attribution = mc.logit_attribution(model, CLEAN, answer, foil)
-    np.testing.assert_allclose(
-        charts["circuits_attribution_map"]["data"][0]["z"],
-        head_grid(attribution, model.num_layers, model.num_heads),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    assert_attribution_map_is_the_librarys(charts, model, answer, foil)
     # The map's click targets carry [layer, head, value], as the other pages' maps.
     targets = charts["circuits_patching_map"]["data"][1]["customdata"]
     assert [int(v) for v in targets[model.num_heads + 1][:2]] == [1, 1]
@@ -136,13 +141,7 @@ def test_prompts_of_different_lengths_keep_attribution_and_the_lens_and_list_bot
     ]
     charts = plotly_elements(app)
     # Attribution and the lens read the clean prompt alone: both are drawn, with the library's numbers.
-    attribution = mc.logit_attribution(model, CLEAN, answer, foil)
-    np.testing.assert_allclose(
-        charts["circuits_attribution_map"]["data"][0]["z"],
-        head_grid(attribution, model.num_layers, model.num_heads),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    assert_attribution_map_is_the_librarys(charts, model, answer, foil)
     lens = mc.logit_lens(model, CLEAN, k=3)
     top = lens[lens["rank"] == 0]
     np.testing.assert_allclose(
