@@ -130,12 +130,15 @@ def test_an_empty_sentence_gives_a_message_not_a_traceback(minilm):
     assert at.info or at.error
 
 
-def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm):
+def test_corpus_profile_adds_the_dependency_table_and_its_roles(page, minilm, monkeypatch):
     import mha_core
     from ui.address import DEFAULT_TEXT
     from ui.figures.roles import role_group_codes
 
-    # Enough sentences for a syntactic role to hold on the held-out half after Holm's correction.
+    # With the word-type control MiniLM names no syntactic role (docs/findings.md). Tested on the offsets alone,
+    # as a table without the control's columns is, its case and obj heads are named, so the page's path for named
+    # roles is exercised. Enough sentences for a role to hold on the held-out half after Holm's correction.
+    monkeypatch.setattr("mha_core.analysis.roles.TYPE_CONTROL_COLUMNS", ("no word-type control",))
     page.number_input(key="roles_profile_sentences").set_value(300).run()
     page.button(key="roles_profile_button").click().run()
     assert not page.exception, [e.message for e in page.exception]
