@@ -1,0 +1,59 @@
+"""Pictures of a view for slides: the page of ``standalone`` drawn by Debian's Chromium through Playwright, offline.
+
+The page is given to the browser as it is (``set_content``: no file, no server), every request it would make is
+refused (it makes none), and once its view says it has drawn (``data-drawn`` on the view's root) the view is
+photographed: PNG of the canvases as they are on screen. Playwright is an optional dependency (the browser tests'),
+imported here only when a picture is asked for; Chromium is never downloaded (Playwright's own browser builds are
+not used: ``CHROMIUM``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mha_core.views import standalone
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+DRAW_TIMEOUT_MS = 60_000
+PLAYWRIGHT_HINT = "pictures are drawn by Chromium through Playwright: pip install playwright, apt-get install chromium"
+
+
+def chromium_launch_options() -> dict:
+    """Keyword arguments for Playwright's ``chromium.launch`` (sync or async): Debian Chromium, headless."""
+    return {"executable_path": CHROMIUM, "args": list(CHROMIUM_ARGS)}
+
+
+def view_png(obj, path, *, width: int = 1400, **options) -> Path:
+    """``obj``'s view (``standalone.view_of``'s options) as a PNG picture at ``path``, drawn offline."""
+    view = standalone.view_of(obj, **options)
+    try:
+        from playwright.sync_api import sync_playwright  # playwright: optional, only for pictures
+    except ImportError:
+        raise ImportError(PLAYWRIGHT_HINT) from None
+    if not Path(CHROMIUM).exists():
+        raise FileNotFoundError(f"{CHROMIUM} is not installed: {PLAYWRIGHT_HINT}")
+    path = Path(path)
+    root = standalone.ROOT_CLASS[view.view]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_launch_options())
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900}, device_scale_factor=2)
+            page.route("**/*", lambda route: route.abort())
+            page.set_content(standalone.page(view))
+            page.wait_for_function(
+                f"() => (document.querySelector('.{root}')?.dataset.drawn || '') !== ''", timeout=DRAW_TIMEOUT_MS
+            )
+            page.locator("#hs-host").screenshot(path=str(path))
+        finally:
+            browser.close()
+    return path
