@@ -78,7 +78,7 @@ def test_a_page_fetches_nothing_and_keeps_user_text_out_of_the_markup():
     page = run.to_html()
     # One data element and one module: no token ends either of them; the title is escaped.
     assert page.count("</script>") == 2 and "<b>bold" not in page and "<i>model" not in page
-    assert "&lt;i&gt;model&lt;/i&gt;: 4 tokens" in page
+    assert "&lt;i&gt;model&lt;/i&gt;: &quot;&lt;/script&gt;&lt;script&gt;alert(1)" in page and "(4 tokens)" in page
     assert page_data(page)["tokens"] == tokens
     # Nothing to fetch: no external script, style, image or import, and a policy refusing any request.
     assert not re.search(r"<script[^>]*\bsrc=|<link\b|@import|\bfetch\(|XMLHttpRequest|\bimport\(", page)

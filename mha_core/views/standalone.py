@@ -54,8 +54,15 @@ class View:
         return framed(self)
 
 
+TITLE_TEXT_CHARS = 80  # a title's share of the run's text
+
+
 def _run_title(run) -> str:
-    return f"{getattr(run, 'model_name', '') or 'attention'}: {len(run.tokens)} tokens"
+    """``model: "text" (n tokens)``, the text cut to ``TITLE_TEXT_CHARS`` (escaped where it is shown)."""
+    text = " ".join(str(getattr(run, "text", "") or "").split())
+    text = text if len(text) <= TITLE_TEXT_CHARS else text[: TITLE_TEXT_CHARS - 1] + "…"
+    quoted = f' "{text}"' if text else ""
+    return f"{getattr(run, 'model_name', '') or 'attention'}:{quoted} ({len(run.tokens):,} tokens)"
 
 
 def check_head(run, layer: int, head: int) -> None:
@@ -133,7 +140,8 @@ style-src 'unsafe-inline'; img-src data: blob:">
 <title>{html_text.escape(view.title)}</title>
 <style>
 {assets.style(view.view)}
-{STANDALONE_CSS}</style>
+{STANDALONE_CSS}body {{ margin: 16px; }}
+</style>
 </head>
 <body>
 <main class="hs-standalone" id="hs-host"><h1 style="font-size:1.1rem">{html_text.escape(view.title)}</h1>
