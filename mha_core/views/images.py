@@ -1,4 +1,6 @@
-"""Pictures of a view for slides: the page of ``standalone`` drawn by Debian's Chromium through Playwright, offline.
+"""Pictures for slides: a page drawn by Debian's Chromium through Playwright, offline (``offline_page``); a view's
+page of ``standalone`` photographed as PNG (``view_png``); the app's Plotly figures use the same page
+(``ui/figure_images.py``).
 
 The page is given to the browser as it is (``set_content``: no file, no server), every request it would make is
 refused (it makes none), and once its view says it has drawn (``data-drawn`` on the view's root) the view is
@@ -9,6 +11,7 @@ not used: ``CHROMIUM``).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from mha_core.views import standalone
@@ -33,27 +36,34 @@ def chromium_launch_options() -> dict:
     return {"executable_path": CHROMIUM, "args": list(CHROMIUM_ARGS)}
 
 
-def view_png(obj, path, *, width: int = 1400, **options) -> Path:
-    """``obj``'s view (``standalone.view_of``'s options) as a PNG picture at ``path``, drawn offline."""
-    view = standalone.view_of(obj, **options)
+@contextlib.contextmanager
+def offline_page(html: str, *, width: int = 1400, height: int = 900, scale: float = 2):
+    """A Chromium page (Debian's, headless, through Playwright) holding ``html`` as it is, every request refused:
+    what a picture is taken of. Yields the Playwright page."""
     try:
         from playwright.sync_api import sync_playwright  # playwright: optional, only for pictures
     except ImportError:
         raise ImportError(PLAYWRIGHT_HINT) from None
     if not Path(CHROMIUM).exists():
         raise FileNotFoundError(f"{CHROMIUM} is not installed: {PLAYWRIGHT_HINT}")
-    path = Path(path)
-    root = standalone.ROOT_CLASS[view.view]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
-            page = browser.new_page(viewport={"width": width, "height": 900}, device_scale_factor=2)
+            page = browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=scale)
+            page.set_default_timeout(DRAW_TIMEOUT_MS)
             page.route("**/*", lambda route: route.abort())
-            page.set_content(standalone.page(view))
-            page.wait_for_function(
-                f"() => (document.querySelector('.{root}')?.dataset.drawn || '') !== ''", timeout=DRAW_TIMEOUT_MS
-            )
-            page.locator("#hs-host").screenshot(path=str(path))
+            page.set_content(html)
+            yield page
         finally:
             browser.close()
+
+
+def view_png(obj, path, *, width: int = 1400, **options) -> Path:
+    """``obj``'s view (``standalone.view_of``'s options) as a PNG picture at ``path``, drawn offline."""
+    view = standalone.view_of(obj, **options)
+    path = Path(path)
+    root = standalone.ROOT_CLASS[view.view]
+    with offline_page(standalone.page(view), width=width) as page:
+        page.wait_for_function(f"() => (document.querySelector('.{root}')?.dataset.drawn || '') !== ''")
+        page.locator("#hs-host").screenshot(path=str(path))
     return path
