@@ -2,7 +2,7 @@
 
 Plotly's static export needs a browser: the figure's page (``plotly.io.to_html`` with plotly.js from the plotly
 package inlined, nothing fetched) is drawn by Debian's Chromium through Playwright with every request refused
-(``mha_core.views.images.offline_page``), and plotly.js' own ``Plotly.toImage`` makes the picture (PNG at ``scale``
+(``mha_core.views.images.in_offline_page``), and plotly.js' own ``Plotly.toImage`` makes the picture (PNG at ``scale``
 times the figure's size, or SVG: vector, for slides at any size). No kaleido, no browser download.
 """
 
@@ -27,11 +27,14 @@ def figure_image(fig, fmt: str = "png", *, width: int | None = None, height: int
     width = int(width or fig.layout.width or 900)
     height = int(height or fig.layout.height or 600)
     page = pio.to_html(fig, include_plotlyjs=True, full_html=True, div_id=DIV_ID, config={"staticPlot": True})
-    with images.offline_page(page, width=width + 40, height=height + 40, scale=1) as browser_page:
+
+    def draw(browser_page) -> str:
         browser_page.wait_for_function(f"() => !!document.getElementById('{DIV_ID}')?._fullLayout")
-        url = browser_page.evaluate(
+        return browser_page.evaluate(
             "([id, format, width, height, scale]) => Plotly.toImage(id, {format, width, height, scale})",
             [DIV_ID, fmt, width, height, scale if fmt == "png" else 1],  # SVG: vector, at the figure's size
         )
+
+    url = images.in_offline_page(page, draw, width=width + 40, height=height + 40, scale=1)
     head, _, body = url.partition(",")
     return base64.b64decode(body) if head.endswith(";base64") else urllib.parse.unquote(body).encode("utf-8")

@@ -1,4 +1,4 @@
-"""Pictures for slides: a page drawn by Debian's Chromium through Playwright, offline (``offline_page``); a view's
+"""Pictures for slides: a page drawn by Debian's Chromium through Playwright, offline (``in_offline_page``); a view's
 page of ``standalone`` photographed as PNG (``view_png``); the app's Plotly figures use the same page
 (``ui/figure_images.py``).
 
@@ -11,7 +11,8 @@ not used: ``CHROMIUM``).
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import concurrent.futures
 from pathlib import Path
 
 from mha_core.views import standalone
@@ -36,26 +37,35 @@ def chromium_launch_options() -> dict:
     return {"executable_path": CHROMIUM, "args": list(CHROMIUM_ARGS)}
 
 
-@contextlib.contextmanager
-def offline_page(html: str, *, width: int = 1400, height: int = 900, scale: float = 2):
-    """A Chromium page (Debian's, headless, through Playwright) holding ``html`` as it is, every request refused:
-    what a picture is taken of. Yields the Playwright page."""
+def in_offline_page(html: str, action, *, width: int = 1400, height: int = 900, scale: float = 2):
+    """``action(page)`` on a Chromium page (Debian's, headless, through Playwright) holding ``html`` as it is, every
+    request refused: what a picture is taken of. Its value is returned. Playwright's synchronous API refuses to run in
+    a thread with a running asyncio loop (a Jupyter kernel's): there, the page lives in a thread of its own."""
     try:
         from playwright.sync_api import sync_playwright  # playwright: optional, only for pictures
     except ImportError:
         raise ImportError(PLAYWRIGHT_HINT) from None
     if not Path(CHROMIUM).exists():
         raise FileNotFoundError(f"{CHROMIUM} is not installed: {PLAYWRIGHT_HINT}")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(**chromium_launch_options())
-        try:
-            page = browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=scale)
-            page.set_default_timeout(DRAW_TIMEOUT_MS)
-            page.route("**/*", lambda route: route.abort())
-            page.set_content(html)
-            yield page
-        finally:
-            browser.close()
+
+    def work():
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(**chromium_launch_options())
+            try:
+                page = browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=scale)
+                page.set_default_timeout(DRAW_TIMEOUT_MS)
+                page.route("**/*", lambda route: route.abort())
+                page.set_content(html)
+                return action(page)
+            finally:
+                browser.close()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return work()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(work).result()
 
 
 def view_png(obj, path, *, width: int = 1400, **options) -> Path:
@@ -63,7 +73,10 @@ def view_png(obj, path, *, width: int = 1400, **options) -> Path:
     view = standalone.view_of(obj, **options)
     path = Path(path)
     root = standalone.ROOT_CLASS[view.view]
-    with offline_page(standalone.page(view), width=width) as page:
+
+    def photograph(page) -> None:
         page.wait_for_function(f"() => (document.querySelector('.{root}')?.dataset.drawn || '') !== ''")
         page.locator("#hs-host").screenshot(path=str(path))
+
+    in_offline_page(standalone.page(view), photograph, width=width)
     return path
