@@ -97,3 +97,35 @@ def test_a_view_is_photographed_offline_as_png(minilm_run, tmp_path):
     darkest = colours_of(np.asarray([[weights.max()]], dtype=np.float32))[0, 0]
     rgb = np.asarray(picture.convert("RGB"), dtype=float).reshape(-1, 3)
     assert np.abs(rgb - darkest).max(axis=1).min() <= 3
+
+
+def test_a_saved_head_table_draws_its_grid_and_each_head_in_words(minilm_run, tmp_path):
+    import mha_core as mc
+
+    metrics = mc.head_metrics(minilm_run)
+    path = mc.save_html(metrics, tmp_path / "metrics.html", column="entropy")
+    address = path.resolve().as_uri()
+    requests = []
+    with chromium_page() as page:
+        page.on("request", lambda request: requests.append(request.url) if request.url != address else None)
+        page.route("**/*", lambda route: route.continue_() if route.request.url == address else route.abort())
+        page.goto(address)
+        page.wait_for_function("() => document.querySelector('.hs-tableview').dataset.drawn.endsWith(':entropy')")
+        layers, heads = minilm_run.num_layers, minilm_run.num_heads
+        # Each head's cell is the colour of its entropy on the scale from 0 to the largest entropy.
+        pixels = page.evaluate(
+            """() => { const c = document.querySelector('.hs-table-canvas');
+                       return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data); }"""
+        )
+        entropy = metrics.pivot(index="layer", columns="head", values="entropy").to_numpy(np.float32)
+        drawn = np.asarray(pixels, dtype=float).reshape(layers, heads, 4)[..., :3]
+        np.testing.assert_allclose(drawn, colours_of(entropy / entropy.max()), atol=4)  # a step either way
+        # Another column, picked in the list; a click on a cell says that head's row in words.
+        page.locator(".hs-table-column").select_option("confidence")
+        page.wait_for_function("() => document.querySelector('.hs-tableview').dataset.drawn.endsWith(':confidence')")
+        box = page.locator(".hs-table-canvas").bounding_box()
+        page.mouse.click(box["x"] + box["width"] * (7.5 / heads), box["y"] + box["height"] * (4.5 / layers))
+        detail = page.locator(".hs-table-detail").text_content()
+        row = metrics[(metrics["layer"] == 4) & (metrics["head"] == 7)].iloc[0]
+        assert detail.startswith("Layer 4, head 7\n") and f"entropy {row.entropy:.4g}" in detail
+    assert requests == [], requests

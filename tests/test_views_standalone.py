@@ -8,6 +8,7 @@ import re
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import mha_core as mc
@@ -15,7 +16,7 @@ from mha_core.__main__ import main
 from mha_core.models.long import run_long
 from mha_core.run import AttentionRun
 from mha_core.seq2seq_run import CrossAttentionRun
-from mha_core.views import heads, long, packing, standalone
+from mha_core.views import heads, long, packing, standalone, tables
 from tests.model_fixtures import build_tiny_llama
 
 STEP = 0.5 / 255 + 1e-6  # one byte a weight: off by at most half a step (float32 rounding beside it)
@@ -213,3 +214,43 @@ def test_the_packing_helpers_are_the_apps():
         viewkit.weight_base64 is packing.weight_base64
         and viewkit.palette()["colorscale"] is common.ATTENTION_COLORSCALE
     )
+
+
+def test_a_head_table_is_a_grid_of_its_numbers_with_each_head_in_words():
+    frame = pd.DataFrame(
+        {
+            "layer": [0, 0, 1, 1, 1],
+            "head": [0, 2, 0, 1, 1],
+            "score": [0.1, 0.5, 0.9, 0.2, 0.7],
+            "count": [3, 4, 5, 6, 7],
+            "role": ["local", "<b>x</b>", "sink", "delimiter", "previous"],
+            "flag": [True, False, True, True, False],
+        }
+    )
+    view = standalone.view_of(frame, column="count", layer=1, head=1)
+    data = view.data
+    assert view.view == "tableview" and data["columns"] == ["score", "count"] and data["column"] == "count"
+    # One cell a head: a head without a row is empty (NaN); a head with two rows shows the larger value.
+    expected = np.array([[0.1, np.nan, 0.5], [0.9, 0.7, np.nan]], dtype=np.float32)
+    np.testing.assert_array_equal(tables.decode_column(data, "score"), expected)
+    np.testing.assert_array_equal(tables.decode_column(data, "count")[1], [5, 7, np.nan])
+    assert data["details"][1 * 3 + 1] == [
+        "score 0.2, count 6, role delimiter, flag True",
+        "score 0.7, count 7, role previous, flag False",
+    ]
+    page = view.to_html()
+    assert page_data(page)["details"][2] == ["score 0.5, count 4, role <b>x</b>, flag False"]
+    assert "<b>x</b>" not in page  # the table's text only as escaped JSON
+    with pytest.raises(ValueError, match="no numeric column 'role'"):
+        standalone.view_of(frame, column="role")
+    with pytest.raises(ValueError, match="columns layer and head"):
+        tables.pack_table(pd.DataFrame({"layer": []}))
+
+
+def test_the_head_metrics_table_of_a_run_is_shown_as_its_grid():
+    run = random_run(layers=2, num_heads=3, n=6)
+    metrics = mc.head_metrics(run)
+    data = page_data(standalone.html(metrics, column="entropy"))
+    grid = tables.decode_column(data, "entropy")
+    for row in metrics.itertuples():
+        assert grid[row.layer, row.head] == np.float32(row.entropy)

@@ -1,7 +1,8 @@
 """The files of the views drawn in the browser, and the one list of which files each view needs.
 
 The scripts and styles live in ``assets/`` beside this module (``viewkit/``: the kit every view shares; ``headview/``:
-the head, model and cross-attention view; ``longview/``: the long document's deep zoom). ``VIEW_FILES`` names, for
+the head, model and cross-attention view; ``longview/``: the long document's deep zoom; ``tableview/``: a
+head table as a layer x head grid). ``VIEW_FILES`` names, for
 each view, its files in order; the app's Streamlit components (``ui.viewkit.component``), the standalone files and
 the notebook widgets (``mha_core.views.standalone``) all read the view's script and style through ``script`` and
 ``style`` here, so a file added to a view's list is in every one of them.
@@ -25,6 +26,7 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 VIEW_FILES = {
     "headview": ("viewkit/viewkit.js", "viewkit/viewkit.css", "headview/headview.js", "headview/headview.css"),
     "longview": ("viewkit/viewkit.js", "viewkit/viewkit.css", "longview/longview.js", "longview/longview.css"),
+    "tableview": ("viewkit/viewkit.js", "viewkit/viewkit.css", "tableview/tableview.js", "tableview/tableview.css"),
 }
 
 # One import line between the kit's files (names only, no renaming), its folder and file.

@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mha_core.views import assets, heads, long
+from mha_core.views import assets, heads, long, tables
 
 # Each view's root element (the class its script mounts on).
-ROOT_CLASS = {"headview": "hs-headview", "longview": "hs-longview"}
+ROOT_CLASS = {"headview": "hs-headview", "longview": "hs-longview", "tableview": "hs-tableview"}
 # What a file or a notebook leaves out: the head view's "Lines" shape is a chart the app's page draws below it.
 STANDALONE_CSS = (
     ".hs-standalone { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #212529; }\n"
@@ -74,12 +74,19 @@ def check_head(run, layer: int, head: int) -> None:
         )
 
 
-def view_of(obj, *, layer: int = 0, head: int = 0, view: str = "head", kind: str = "cross") -> View:
+def view_of(
+    obj, *, layer: int = 0, head: int = 0, view: str = "head", kind: str = "cross", column: str | None = None
+) -> View:
     """The view of ``obj``: an ``AttentionRun`` (``view`` "head" or "model"), a ``CrossAttentionRun``, a
     ``Seq2SeqRun`` (its ``kind``: "encoder", "decoder" or "cross"), a ``LongRun`` (the deep zoom of ``layer``,
-    ``head``; ``view="model"``: every head at overview level), or a ``View`` (as it is)."""
+    ``head``; ``view="model"``: every head at overview level), a head table (a DataFrame with ``layer`` and ``head``
+    columns: a layer x head grid coloured by ``column``, the first numeric one by default), or a ``View`` (as it
+    is)."""
     if isinstance(obj, View):
         return obj
+    if hasattr(obj, "columns") and {"layer", "head"} <= set(obj.columns):  # a head table (pandas)
+        data = tables.pack_table(obj, column, layer=layer, head=head)
+        return View("tableview", data, f"{data['num_layers']} layers x {data['num_heads']} heads: {len(obj):,} rows")
     if hasattr(obj, "cross") and hasattr(obj, "kind"):  # an encoder-decoder's three attentions: one of them
         return view_of(obj.kind(kind), layer=layer, head=head, view=view)
     if view not in heads.VIEWS:
@@ -106,7 +113,7 @@ def view_of(obj, *, layer: int = 0, head: int = 0, view: str = "head", kind: str
         return View("headview", data, _run_title(obj))
     raise TypeError(
         f"cannot draw a {type(obj).__name__}: mc.show and mc.save_html draw an AttentionRun, a Seq2SeqRun, a "
-        "CrossAttentionRun or a LongRun"
+        "CrossAttentionRun, a LongRun or a head table (a DataFrame with layer and head columns)"
     )
 
 
