@@ -30,10 +30,11 @@ def figure_image(fig, fmt: str = "png", *, width: int | None = None, height: int
 
     def draw(browser_page) -> str:
         browser_page.wait_for_function(f"() => !!document.getElementById('{DIV_ID}')?._fullLayout")
-        return browser_page.evaluate(
+        picture = browser_page.evaluate_handle(  # the promise's value: a data: URL
             "([id, format, width, height, scale]) => Plotly.toImage(id, {format, width, height, scale})",
             [DIV_ID, fmt, width, height, scale if fmt == "png" else 1],  # SVG: vector, at the figure's size
         )
+        return picture.json_value()
 
     url = images.in_offline_page(page, draw, width=width + 40, height=height + 40, scale=1)
     head, _, body = url.partition(",")

@@ -54,8 +54,7 @@ def pack_table(table, column: str | None = None, layer: int = 0, head: int = 0) 
         values[name] = packing.float32_base64(grid)
     details: list[list[str]] = [[] for _ in range(layers * heads)]
     others = [name for name in frame.columns if name not in ("layer", "head")]
-    for row in frame.itertuples(index=False):
-        record = row._asdict()
+    for record in frame.to_dict("records"):
         text = ", ".join(f"{name} {_words(record[name])}" for name in others)
         details[int(record["layer"]) * heads + int(record["head"])].append(text)
     digest = hashlib.sha1(str((layers, heads, columns, list(values.values()), details)).encode())
