@@ -19,9 +19,10 @@ from __future__ import annotations
 import streamlit as st
 
 from mha_core.views.heads import ALL_LAYERS_MAX_CELLS, SHAPES, VIEWS, pack, parse_pick, unpack
+from mha_core.views.packing import LEVELS
 from ui import viewkit
 
-__all__ = ["ALL_LAYERS_MAX_CELLS", "SHAPES", "VIEWS", "pack", "parse_pick", "show", "unpack"]
+__all__ = ["ALL_LAYERS_MAX_CELLS", "LEVELS", "SHAPES", "VIEWS", "pack", "parse_pick", "show", "unpack"]
 
 _COMPONENT = None
 
