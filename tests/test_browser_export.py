@@ -129,3 +129,14 @@ def test_a_saved_head_table_draws_its_grid_and_each_head_in_words(minilm_run, tm
         row = metrics[(metrics["layer"] == 4) & (metrics["head"] == 7)].iloc[0]
         assert detail.startswith("Layer 4, head 7\n") and f"entropy {row.entropy:.4g}" in detail
     assert requests == [], requests
+
+
+def test_render_photographs_a_saved_run(minilm_run, tmp_path):
+    from PIL import Image
+
+    from mha_core.__main__ import main
+
+    saved = minilm_run.save(tmp_path / "run.npz")
+    out, png = tmp_path / "view.html", tmp_path / "view.png"
+    assert main(["render", "--run", str(saved), "--out", str(out), "--png", str(png), "--layer", "3"]) == 0
+    assert Image.open(png).format == "PNG" and '"layer":3' in out.read_text(encoding="utf-8")

@@ -254,3 +254,17 @@ def test_the_head_metrics_table_of_a_run_is_shown_as_its_grid():
     grid = tables.decode_column(data, "entropy")
     for row in metrics.itertuples():
         assert grid[row.layer, row.head] == np.float32(row.entropy)
+
+
+def test_render_runs_a_text_through_a_model(tmp_path, capsys):
+    from tests.model_fixtures import build_tiny_bert
+
+    folder = build_tiny_bert(tmp_path / "bert", randomised=True)
+    out = tmp_path / "view.html"
+    code = main(["render", "--model", str(folder), "--text", "the cat sat", "--view", "model", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    data = page_data(out.read_text(encoding="utf-8"))
+    reference = mc.load_model(str(folder)).run("the cat sat")
+    assert data["view"] == "model" and data["tokens"] == reference.tokens
+    for layer, weights in heads.unpack(data).items():
+        np.testing.assert_allclose(weights, reference.attentions[layer], atol=STEP, rtol=0)

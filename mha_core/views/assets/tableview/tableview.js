@@ -48,7 +48,7 @@ function paint(s) {
 function showDetail(s, layer, head) {
   s.picked = [layer, head];
   const lines = s.details[layer * s.heads + head] || [];
-  s.detail.textContent = [`Layer ${layer}, head ${head}`, ...lines].join("\n");
+  s.detail.textContent = [`Layer ${layer}, head ${head}`, ...(lines.length ? lines : ["(no row)"])].join("\n");
 }
 
 function build(root, s) {
