@@ -63,6 +63,9 @@ from .positional import position_similarity, relative_shift_matrix, similarity_b
 from .run import AttentionRun
 from .seq2seq_run import CrossAttentionRun, Seq2SeqRun
 
+# The views outside the app: one self-contained HTML file, the same view live in a notebook.
+from .views.standalone import save_html, show
+
 # The worked example of course notes 000, computed for real.
 from .walkthrough import (
     WorkedExample,
@@ -157,4 +160,7 @@ __all__ = [
     "profile",
     "read_corpus",
     "ud_ewt_dev",
+    # the views outside the app (notebooks, files)
+    "save_html",
+    "show",
 ]

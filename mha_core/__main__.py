@@ -52,6 +52,9 @@ from .operations import (
     prompt,
 )
 from .progress import Progress, fraction
+from .run import AttentionRun
+from .seq2seq_run import Seq2SeqRun
+from .views import images, standalone
 
 EXIT_USAGE, EXIT_FAILURE, EXIT_INTERRUPTED = 2, 1, 130
 TABLE_SUFFIXES = (".csv", ".parquet")
@@ -785,7 +788,81 @@ def run_patch(args) -> int:
     return load_compute_write(args.model, build, write)
 
 
-COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab, add_attribute, add_patch]
+# ---- render -------------------------------------------------------------------------------------
+def add_render(subparsers) -> None:
+
+    parser = subparsers.add_parser(
+        "render",
+        help="a view as one self-contained HTML file (and a PNG picture), from a text or a saved run",
+        description="Draw the head view (or the model view, an encoder-decoder's cross-attention) of a text or of "
+        "a run saved by `extract` as ONE HTML file: the data and the scripts inside, nothing fetched when it is "
+        "opened, interactive offline (click heads, switch layers). --png also photographs it with Chromium.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to run")
+    source.add_argument("--run", help="a run saved by `extract --out` (.npz)")
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="with --text: minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--pair", default=None, help="with --text: a second text, [SEP]-separated (encoders only)")
+    parser.add_argument("--engine", choices=ENGINES, default="transformers", help="with --text: the engine")
+    parser.add_argument("--view", choices=VIEW_CHOICES, default="head", help="head view or model view (default: head)")
+    parser.add_argument("--layer", type=whole_number(0, 10_000), default=0, help="the layer shown first (default: 0)")
+    parser.add_argument("--head", type=whole_number(0, 10_000), default=0, help="the head shown first (default: 0)")
+    parser.add_argument("--out", required=True, help="the HTML file to write (.html)")
+    parser.add_argument("--png", default=None, help="also a PNG picture of the view (Chromium through Playwright)")
+    parser.set_defaults(handler=run_render)
+
+
+VIEW_CHOICES = ("head", "model")
+
+
+def saved_run(path: Path):
+    """A run saved by ``extract`` (or an encoder-decoder's), with a usage error for any other file."""
+    errors = []
+    for kind in (AttentionRun, Seq2SeqRun):
+        try:
+            return kind.load(path)
+        except (ValueError, KeyError, OSError, EOFError) as exc:
+            errors.append(exc)
+    raise UsageError(f"--run {quoted(str(path))} is not a run saved by `extract --out`: {one_line(errors[0], 200)}")
+
+
+def run_render(args) -> int:
+
+    out = check_output(args.out, "--out", (".html", ".htm"))
+    png = check_output(args.png, "--png", (".png",))
+    check_distinct(**{"--out": out, "--png": png})
+    options = {"layer": args.layer, "head": args.head, "view": args.view}
+
+    def write(run) -> None:
+        try:
+            view = standalone.view_of(run, **options)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        write_output(out, view.save)
+        if png is not None:
+            write_output(png, lambda path: images.view_png(view, path))
+        size = out.stat().st_size
+        print(
+            f"{view.title}, {args.view} view -> {args.out} ({size / 2**20:.2f} MB)" + (f", {args.png}" if png else "")
+        )
+
+    if args.run is not None:
+        write(saved_run(check_input_file(args.run, "--run")))
+        return 0
+    check_text(args.text, "text")
+    if args.pair is not None:
+        check_text(args.pair, "pair text")
+    return load_compute_write(
+        args.model, lambda model: Attention.of(model, args.text, args.pair, engine=args.engine), write, progress=None
+    )
+
+
+COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab, add_attribute, add_patch, add_render]
 
 
 def build_parser() -> argparse.ArgumentParser:

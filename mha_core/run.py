@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .pooling import pool_dense
+from .views import standalone
 
 FORMAT_VERSION = 1
 
@@ -329,6 +330,12 @@ class AttentionRun:
             **optional,
         )
         return buf.getvalue()
+
+    def to_html(self, path: str | Path | None = None, **options):
+        """This run's view as one self-contained HTML page (data and scripts inside, nothing fetched when opened):
+        its text, or written to ``path`` (returned). ``options``: ``layer``, ``head``, ``view`` ("head" or
+        "model") (``mha_core.views.standalone.view_of``)."""
+        return standalone.to_html(self, path, **options)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

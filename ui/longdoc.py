@@ -24,7 +24,7 @@ import streamlit as st
 
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, NeedlePrompt, haystack, long_documents, needle_question
 from ui import address, computations, compute, longview, session
-from ui.widgets import messages, pickers
+from ui.widgets import downloads, messages, pickers
 
 MAX_LONG_CHARS = 120_000  # more than any model's context: 8,192 tokens are about 36,000 characters
 PASTE = "paste"
@@ -264,6 +264,7 @@ def long_view() -> None:
         st.caption(pooling_note(zoom, run.num_tokens))
         data = longview.pack_model(run, zoom) if zoom.view == "model" else longview.pack_layer(run, zoom)
         longview.show(data, key=f"long_view_{run.num_tokens}", on_zoom=_take_zoom)
+        downloads.long_view_download(run, data, key=f"long_html_{run.num_tokens}")  # the view as one HTML file
         address.write_query(
             lzoom=zoom.link(),
             lreduce=None if zoom.reduce == longview.DEFAULT_REDUCE else zoom.reduce,

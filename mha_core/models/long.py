@@ -33,6 +33,7 @@ from ..errors import InputTextError
 from ..pooling import PooledGrid, bin_edges, check_reduce
 from ..progress import Progress, progress_part, report
 from ..run import punctuation_mask
+from ..views import standalone
 from .tokens import EncodedText
 
 OVERVIEW_SIZE = 128  # cells a side of every head's overview, pooled during the pass
@@ -107,6 +108,12 @@ class LongRun:
             f"{self.model_name} ({self.family}{', causal' if self.is_causal else ''}): {self.num_layers} layers x "
             f"{self.num_heads} heads, {self.num_tokens} tokens{trunc}, long run ({self.stored_bytes / 2**20:.0f} MB)"
         )
+
+    def to_html(self, path: str | Path | None = None, **options):
+        """The deep zoom of ``layer``, ``head`` (or ``view="model"``: every head) as one self-contained HTML page: its
+        text, or written to ``path`` (returned). A file holds the whole document's view as it opens; a notebook's
+        ``mc.show`` zooms further (the kernel pools the region asked for)."""
+        return standalone.to_html(self, path, **options)
 
     def _check_head(self, layer: int, head: int) -> None:
         if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):

@@ -3,8 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { bigLayout, cellIndex, headPixels, modelLayout, pickOf, samePick, weight } from "../../ui/headview/headview.js";
-import { decodeBytes as decode, hexRgb, lookupTable } from "../../ui/viewkit/viewkit.js";
+import { bigLayout, cellIndex, headPixels, modelLayout, pickOf, samePick, weight } from "../../mha_core/views/assets/headview/headview.js";
+import { decodeBytes as decode, hexRgb, lookupTable } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 // What ui/headview.pack sends: round(w * 255) per weight, [layers sent, heads, n, n] in C order, base64.
 function packed(weights) {

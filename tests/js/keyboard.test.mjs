@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { headWords, rowWords } from "../../ui/headview/headview.js";
-import { decodeBytes, describeRow, maskPolygon, moveCursor, topKeys } from "../../ui/viewkit/viewkit.js";
+import { headWords, rowWords } from "../../mha_core/views/assets/headview/headview.js";
+import { decodeBytes, describeRow, maskPolygon, moveCursor, topKeys } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 test("arrow keys move one cell and stop at the edges; Home/End and PageUp/PageDown jump", () => {
   assert.deepEqual(moveCursor(1, 1, "ArrowUp", 3, 4), [0, 1]);

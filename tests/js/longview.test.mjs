@@ -12,8 +12,8 @@ import {
   stretchOf,
   valuePixels,
   zoomedOut,
-} from "../../ui/longview/longview.js";
-import { lookupTable } from "../../ui/viewkit/viewkit.js";
+} from "../../mha_core/views/assets/longview/longview.js";
+import { lookupTable } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 const PALETTE = {
   lut: lookupTable([

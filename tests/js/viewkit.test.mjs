@@ -18,7 +18,7 @@ import {
   shortNumber,
   tickValues,
   unscaled,
-} from "../../ui/viewkit/viewkit.js";
+} from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 const GREY = [
   [0, "#ffffff"],

@@ -238,6 +238,7 @@ def test_downloads_hold_the_run(minilm):
     app = start(text=TEXT)
     labels = [b.proto.label for b in app.get("download_button")]
     assert "Attention tensor (.npz)" in labels and "Layer 0 head 0 weights (.csv)" in labels
+    assert "View as HTML (.html)" in labels
 
 
 def test_core_engine_shows_its_difference_and_layer_code(minilm):

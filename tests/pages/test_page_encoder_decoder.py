@@ -165,6 +165,7 @@ def test_every_explore_section_applies_or_says_why(seq2seq):
         assert labels_of(app, "download_button") == [
             "Encoder, decoder and cross-attention (.npz)",
             f"{KIND_LABELS[kind].split(' (')[0]}, layer 0 head 0 (.csv)",
+            "View as HTML (.html)",
         ]
         assert "The selected head as lines (BertViz style)" in [e.label for e in app.expander]
         # The sink note: shown exactly when a quarter or more of this attention's heads park most of their weight

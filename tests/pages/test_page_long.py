@@ -115,6 +115,7 @@ def test_explore_reads_a_long_document_and_keeps_the_zoom_in_the_address():
     data = long_view_data(app)
     assert data["layer"] == 2 and data["head"] == 5 and data["region"] == [100, 164, 90, 150]
     assert data["token_level"] and len(data["row_tokens"]) == 64
+    assert "View as HTML (.html)" in [b.proto.label for b in app.get("download_button")]  # this view as one file
     model = mc.load_model("minilm")
     run = run_long(model, longdoc.examples()[0]["text"])
     assert run.num_tokens == 512 and run.truncated

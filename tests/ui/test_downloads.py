@@ -59,3 +59,18 @@ def test_download_names_say_model_text_layer_and_head():
     )
     assert name != download_name(run_of("/srv/models/bert-base-uncased", "狗"), ".npz")
     assert model_slug("C:\\models\\My Model") == "my-model" and model_slug("///") == "model"
+
+
+def test_the_view_download_is_the_head_view_as_one_page():
+    import json
+    import re
+
+    from mha_core.views import heads
+    from ui.widgets.downloads import view_page
+
+    run = run_of("minilm", "x y")
+    page = view_page(run, 0, 0).decode("utf-8")
+    data = json.loads(re.search(r'id="hs-data">(.*?)</script>', page, flags=re.DOTALL).group(1))
+    assert data["tokens"] == run.tokens and (data["layer"], data["head"], data["view"]) == (0, 0, "head")
+    np.testing.assert_allclose(heads.unpack(data)[0], run.attentions[0], atol=0.5 / 255 + 1e-6, rtol=0)
+    assert download_name(run, ".html", layer=0, head=0) == "headscope-minilm-x-y-layer0-head0.html"

@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-# White at zero so empty attention stays quiet; dark blue at one; most of the range spent below 0.3,
-# where most attention weights are.
-ATTENTION_COLORSCALE = [
-    [0.0, "#ffffff"],
-    [0.05, "#dbe4ff"],
-    [0.15, "#91a7ff"],
-    [0.35, "#4263eb"],
-    [0.6, "#2b3a9c"],
-    [1.0, "#0b1445"],
-]
+# The weights' colours (white at zero so empty attention stays quiet; dark blue at one; most of the range spent
+# below 0.3, where most attention weights are), the masked cells' and a pair's boundary: one home with the views
+# drawn in the browser and the files the library writes.
+from mha_core.views.palette import ATTENTION_COLORSCALE, MASKED_COLOR, SEGMENT_COLOR  # noqa: F401 (re-exported)
 
 # Differences of two attention weights: red where the first (left) is larger, blue where the second is.
 # On the fixed scale -1..1 most of the colour is spent near zero (as with the weights): a difference of 0.1
@@ -36,9 +30,6 @@ DIFFERENCE_COLORSCALE = [
 # A difference map's colours span -1..1, the widest two weights can differ: one colour is one difference on
 # every map (a scale fitted to the largest difference painted float32 rounding, 4e-7, as loudly as 0.9).
 DIFFERENCE_SCALE = 1.0
-MASKED_COLOR = "#e9ecef"  # cells a causal mask hides: grey, clearly unlike a zero weight
-
-SEGMENT_COLOR = "#e8590c"  # the boundary between the first and the second sentence
 
 TOKEN_TICK_LIMIT = 48  # beyond this many tokens per tile, tick labels become unreadable
 

@@ -1,113 +1,28 @@
 """Explore's head view and model view drawn in the browser: attention heads as canvases, one Streamlit component.
 
 The server sends a sentence's attention once (every layer, quantised to one byte a weight, base64)
-with its tokens, the view and the selected layer and head; the component's JavaScript
-(``headview.js`` and ``headview.css`` beside this file with the view kit, ``ui.viewkit``, read from the package
-folder: no CDN) draws the head view (the layer's heads as small canvases and the selected head enlarged) or the
+with its tokens, the view and the selected layer and head (``mha_core.views.heads.pack``); the component's
+JavaScript (``mha_core/views/assets/headview/`` with the view kit, the files ``VIEW_FILES`` lists, read from the
+package folder: no CDN) draws the head view (the layer's heads as small canvases and the selected head enlarged) or the
 model view (every layer x head), each weight in the app's one colour scale, and switches layers,
 heads and views in the browser at once. A switch is also sent back as the component's state (``pick``),
 so the server's selection and the link (``?layer=&head=&view=``) follow on a cheap rerun, but the
 redraw never waits for it. Tokens are user text: the JavaScript only ever sets them as ``textContent``
 or draws them on a canvas, never as HTML.
 
-``pack`` and ``unpack`` are plain functions of arrays (tested on numbers); only ``show`` draws.
+``pack``, ``unpack`` and ``parse_pick`` are the library's (``mha_core.views.heads``: a saved file and a notebook
+send the same data to the same script); only ``show`` draws.
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
-import numpy as np
 import streamlit as st
 
+from mha_core.views.heads import ALL_LAYERS_MAX_CELLS, SHAPES, VIEWS, pack, parse_pick, unpack
+from mha_core.views.packing import LEVELS
 from ui import viewkit
-from ui.viewkit import LEVELS
 
-HERE = Path(__file__).resolve().parent
-
-# Every layer is sent when the whole sentence fits in this many cells (bytes); beyond, only the shown
-# layer (the in-browser layer slider then asks the server for the next one). MiniLM at 128 tokens is
-# 1.18 M cells (1.6 MB of base64), about what the Plotly head view of one layer sent.
-ALL_LAYERS_MAX_CELLS = 1_300_000
-VIEWS = ("head", "model")
-SHAPES = ("heatmap", "lines")
-
-
-def pack(
-    attentions: np.ndarray,
-    tokens: list[str],
-    layer: int,
-    head: int,
-    *,
-    causal: bool = False,
-    segment_ids: np.ndarray | None = None,
-    shape: str = "heatmap",
-    text_scale: float = 1.0,
-    max_cells: int = ALL_LAYERS_MAX_CELLS,
-    view: str = "head",
-    switchable: bool = False,
-    key_tokens: list[str] | None = None,
-) -> dict:
-    """The component's data: ``attentions`` ``[layers, heads, n, n]`` of one sentence, quantised.
-
-    ``key_tokens``: the keys are another text's tokens (cross-attention, ``[layers, heads, n_target, n_source]``:
-    ``tokens`` are the target's, drawn down the side, and ``key_tokens`` the source's, along the top).
-
-    ``layers_sent`` lists the layers in ``weights`` (all of them, or for the head view only ``layer`` when
-    they would not fit in ``max_cells``; the model view always has them all); ``sig`` names the sentence's
-    data, so the browser decodes a sentence once. ``view`` is "head" or "model"; ``switchable`` says the
-    other view would show these same tokens, so the browser may switch to it without the server. ``shape`` is
-    how the head view shows its selected head: "heatmap" (enlarged, in the component) or "lines" (a chart the
-    page draws below it).
-    """
-    if view not in VIEWS or shape not in SHAPES:
-        raise ValueError(f"view must be one of {VIEWS} and shape one of {SHAPES}, not {view!r} and {shape!r}")
-    attentions = np.asarray(attentions)
-    num_layers, num_heads = attentions.shape[:2]
-    every = view == "model" or attentions.size <= max_cells
-    sent = list(range(num_layers)) if every else [int(layer)]
-    weights = viewkit.weight_base64(attentions[sent])
-    tokens = [str(t) for t in tokens]
-    keys = None if key_tokens is None else [str(t) for t in key_tokens]
-    if attentions.shape[2:] != (len(tokens), len(tokens if keys is None else keys)):
-        raise ValueError(
-            f"attentions of shape {attentions.shape} do not fit {len(tokens)} x {len(keys or tokens)} tokens"
-        )
-    boundary = None
-    if segment_ids is not None and np.any(np.asarray(segment_ids) != np.asarray(segment_ids)[0]):
-        boundary = int(np.argmax(np.asarray(segment_ids) != np.asarray(segment_ids)[0]))
-    described = "\x00".join(tokens) + ("" if keys is None else "\x01" + "\x00".join(keys))
-    digest = hashlib.sha1(weights.encode() + described.encode() + str((causal, boundary, sent)).encode())
-    return {
-        "sig": digest.hexdigest()[:16],
-        "tokens": tokens,
-        "key_tokens": keys,
-        "num_layers": int(num_layers),
-        "num_heads": int(num_heads),
-        "layers_sent": sent,
-        "weights": weights,
-        "levels": LEVELS,
-        "view": view,
-        "switchable": bool(switchable and every),
-        "layer": int(layer),
-        "head": int(head),
-        "causal": bool(causal),
-        "boundary": boundary,
-        "shape": shape,
-        "text_scale": float(text_scale),
-        **viewkit.palette(),
-    }
-
-
-def unpack(data: dict) -> dict[int, np.ndarray]:
-    """The weights of ``pack``'s data as floats, ``{layer: [heads, n, n]}`` (``[heads, n_target, n_source]`` for
-    cross-attention): what the browser decodes."""
-    rows, heads = len(data["tokens"]), data["num_heads"]
-    columns = rows if data.get("key_tokens") is None else len(data["key_tokens"])
-    weights = viewkit.weight_decoded(data["weights"], (len(data["layers_sent"]), heads, rows, columns))
-    return {layer: weights[index] for index, layer in enumerate(data["layers_sent"])}
-
+__all__ = ["ALL_LAYERS_MAX_CELLS", "LEVELS", "SHAPES", "VIEWS", "pack", "parse_pick", "show", "unpack"]
 
 _COMPONENT = None
 
@@ -116,20 +31,8 @@ def _component():
     """The registered component (once per process)."""
     global _COMPONENT
     if _COMPONENT is None:
-        _COMPONENT = viewkit.component("headscope_head_view", HERE, "headview", "hs-headview")
+        _COMPONENT = viewkit.component("headscope_head_view", "headview", "hs-headview")
     return _COMPONENT
-
-
-def parse_pick(raw) -> dict | None:
-    """The visitor's pick as the browser sent it (the component's state), checked: ``{"layer": int, "head":
-    int, "view": one of VIEWS, "shape": one of SHAPES}``, or None for anything else."""
-    try:
-        pick = {"layer": int(raw["layer"]), "head": int(raw["head"]), "view": raw["view"], "shape": raw["shape"]}
-    except (KeyError, TypeError, ValueError):
-        return None
-    if pick["layer"] < 0 or pick["head"] < 0 or pick["view"] not in VIEWS or pick["shape"] not in SHAPES:
-        return None
-    return pick
 
 
 def show(data: dict, key: str, on_pick=None):

@@ -1,5 +1,6 @@
-"""Downloads of a run: the whole run as .npz and one head as CSV, named by model, text, layer and head, built
-only when clicked (``ui.computations.deferred``)."""
+"""Downloads of a run: the whole run as .npz, one head as CSV and the view as one self-contained HTML page (the head
+and model views, offline: ``mha_core.views.standalone``), named by model, text, layer and head, built only when
+clicked (``ui.computations.deferred``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import unicodedata
 
 import streamlit as st
 
+from mha_core.views import standalone
 from ui import computations
 
 SLUG_CHARS = 40  # a file name's share of the text: about the first six words
@@ -59,7 +61,7 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
     """The whole run as .npz and the selected head as CSV, named by model, text, layer and head; both built
     only when clicked, by callables that do not hold the run (``computations.deferred``: Streamlit keeps them as long
     as the session)."""
-    cols = st.columns(2)
+    cols = st.columns(3)
     cols[0].download_button(
         "Attention tensor (.npz)",
         data=computations.deferred(run, lambda view: view.to_npz_bytes()),
@@ -80,4 +82,33 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
         file_name=download_name(run, ".csv", layer=layer, head=head),
         mime="text/csv",
         key=f"{key_prefix}dl_csv",
+    )
+    cols[2].download_button(
+        "View as HTML (.html)",
+        data=computations.deferred(run, lambda view: view_page(view, layer, head)),
+        file_name=download_name(run, ".html", layer=layer, head=head),
+        mime="text/html",
+        key=f"{key_prefix}dl_html",
+        help="The head and model views as one file: data and scripts inside, opens offline in any browser "
+        "(click heads, switch layers). Weights at one byte each (within 0.002).",
+    )
+
+
+def view_page(run, layer: int, head: int) -> bytes:
+    """The run's head view (the model view one click away) as one self-contained HTML page, UTF-8."""
+    return standalone.html(run, layer=layer, head=head).encode("utf-8")
+
+
+def long_view_download(run, data: dict, key: str) -> None:
+    """The long view as it is shown (``data``: ``longview.pack_layer`` or ``pack_model``'s) as one self-contained HTML
+    page; built when clicked. The file shows this region: zooming further needs the run (the app, or ``mc.show``)."""
+    title = f"{run.model_name}: {run.num_tokens:,} tokens (long document)"
+    name = f"headscope-{model_slug(run.model_name)}-long-{run.num_tokens}-layer{data['layer']}-head{data['head']}.html"
+    st.download_button(
+        "View as HTML (.html)",
+        data=lambda: standalone.page(standalone.View("longview", data, title)).encode("utf-8"),
+        file_name=name,
+        mime="text/html",
+        key=key,
+        help="This view as one file: data and scripts inside, opens offline in any browser.",
     )

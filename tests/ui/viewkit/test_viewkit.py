@@ -20,6 +20,7 @@ import pytest
 
 import mha_core as mc
 from mha_core.models.long import run_long
+from mha_core.views import assets
 from tests.conftest import ROOT, require
 from tests.model_fixtures import build_tiny_llama
 from ui import figures, headview, longview, viewkit
@@ -33,9 +34,9 @@ def node_pixels(head: dict, long: dict) -> tuple[np.ndarray, np.ndarray]:
     of ``long`` (``longview.pack_layer``'s data, its zoomed values), as RGB ``[rows, cols, 3]``."""
     script = """
 import { readFileSync } from "node:fs";
-import { headPixels } from "./ui/headview/headview.js";
-import { valuePixels } from "./ui/longview/longview.js";
-import { decodeBytes, decodeFloats, paletteOf } from "./ui/viewkit/viewkit.js";
+import { headPixels } from "./mha_core/views/assets/headview/headview.js";
+import { valuePixels } from "./mha_core/views/assets/longview/longview.js";
+import { decodeBytes, decodeFloats, paletteOf } from "./mha_core/views/assets/viewkit/viewkit.js";
 const { head, long } = JSON.parse(readFileSync(0, "utf-8"));
 const palette = paletteOf(head);
 const nq = head.tokens.length, nk = (head.key_tokens || head.tokens).length;
@@ -122,15 +123,15 @@ def test_one_weight_is_one_colour_in_the_figures_the_head_view_and_the_long_view
     assert long_rgb[2, 1].min() >= 254 and head_rgb[2, 1].min() >= 254
 
 
-def test_a_view_script_is_one_module_with_the_kit_in_it(tmp_path):
+def test_a_view_script_is_one_module_with_the_kit_in_it(tmp_path, monkeypatch):
     require(NODE is not None, "node (apt-get install nodejs)")
     kit_names = {"colorBar", "decodeBytes", "lookupTable", "paletteOf"}
-    for folder, stem in ((ROOT / "ui" / "headview", "headview"), (ROOT / "ui" / "longview", "longview")):
-        text = viewkit.script(folder / f"{stem}.js")
+    for view in ("headview", "longview"):
+        text = assets.script(view)
         assert not any(line.startswith("import ") for line in text.splitlines())  # the import line is gone...
         assert all(f"function {name}(" in text for name in kit_names)  # ...and the kit is in its place
         # The one module the browser gets loads and exports the view's default function (as Streamlit calls it).
-        path = tmp_path / f"{stem}.mjs"
+        path = tmp_path / f"{view}.mjs"
         path.write_text(text, encoding="utf-8")
         done = subprocess.run(
             [
@@ -144,14 +145,40 @@ def test_a_view_script_is_one_module_with_the_kit_in_it(tmp_path):
             timeout=60,
         )
         assert done.stdout.strip() == "function", done.stderr
-        assert viewkit.KIT_CSS.read_text() in viewkit.style(folder / f"{stem}.css")
-    broken = tmp_path / "view.js"
-    broken.write_text("export default function () {}\n", encoding="utf-8")
-    with pytest.raises(RuntimeError, match="exactly one line, found 0"):
-        viewkit.script(broken)
-    broken.write_text('import { el } from "../viewkit/viewkit.js";\n' * 2, encoding="utf-8")
-    with pytest.raises(RuntimeError, match="found 2"):
-        viewkit.script(broken)
+        css = assets.style(view)
+        kit_css = (assets.ASSETS / "viewkit" / "viewkit.css").read_text()
+        assert css.startswith(kit_css) and (assets.ASSETS / view / f"{view}.css").read_text() in css
+    # A file added to a view's list is in its one module, in the list's order, its import line taken out.
+    for folder in ("kit", "view"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "kit" / "a.js").write_text("export const A = 1;\n", encoding="utf-8")
+    (tmp_path / "kit" / "b.js").write_text('import { A } from "../kit/a.js";\nexport function b() { return A + 1; }\n')
+    (tmp_path / "view" / "v.js").write_text(
+        'import { b } from "../kit/b.js";\nimport { A } from "../kit/a.js";\nexport default function () { return b() + A; }\n'
+    )
+    monkeypatch.setattr(assets, "ASSETS", tmp_path)
+    monkeypatch.setattr(assets, "VIEW_FILES", {"v": ("kit/a.js", "kit/b.js", "view/v.js"), "w": ("view/v.js",)})
+    module = tmp_path / "v.mjs"
+    module.write_text(assets.script("v"), encoding="utf-8")
+    done = subprocess.run(
+        [
+            NODE,
+            "--input-type=module",
+            "-e",
+            f"const m = await import({json.dumps(str(module))}); console.log(m.default())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "3", done.stderr
+    with pytest.raises(RuntimeError, match=r"imports kit/b\.js, which is not before it"):
+        assets.script("w")
+    (tmp_path / "kit" / "a.js").write_text("const A = 1;\nexport { A };\n", encoding="utf-8")
+    with pytest.raises(RuntimeError, match="one by one"):
+        assets.script("v")
+    with pytest.raises(ValueError, match="there is no view 'x'"):
+        assets.script("x")
 
 
 def test_packing_helpers_round_trip():

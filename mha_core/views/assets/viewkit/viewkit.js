@@ -1,15 +1,15 @@
 // Headscope's view kit: what every attention view drawn in the browser shares (the head view, the model view and
-// the cross-attention view of ui/headview/, the long-document view of ui/longview/). One colour scale for one
-// quantity: an attention weight w in [0, 1] is painted the colour the app's Plotly figures give it (the palette is
-// ui/figures/common.py's ATTENTION_COLORSCALE, sent with every view's data by ui/viewkit.palette()), the cells a
+// the cross-attention view of headview/, the long-document view of longview/, the head table of tableview/). One
+// colour scale for one quantity: an attention weight w in [0, 1] is painted the colour the app's Plotly figures give
+// it (the palette is mha_core/views/palette.py's ATTENTION_COLORSCALE, sent with every view's data), the cells a
 // causal mask hides in one grey, and a view that stretches its colours says so and by how much.
-// Also: decoding the packed arrays ui/viewkit packs (bytes and float32, base64), elements made without HTML (user
-// text only ever goes into textContent), and the colour bar every view draws as its legend.
+// Also: decoding the packed arrays mha_core/views/packing.py packs (bytes and float32, base64), elements made without
+// HTML (user text only ever goes into textContent), and the colour bar every view draws as its legend.
 //
 // A view's script imports these by name (`import { ... } from "../viewkit/viewkit.js";`): node's test runner
-// (tests/js/) resolves that import; for the browser, ui/viewkit.script() puts this module's text in place of the
-// import line (Streamlit loads a component's inline script as one module from a blob: address, from which a
-// relative import cannot resolve).
+// (tests/js/) resolves that import; for the browser, mha_core/views/assets.py's script() makes the view's files (its
+// list in VIEW_FILES) one module without the import lines (Streamlit loads a component's inline script as one module
+// from a blob: address, from which a relative import cannot resolve; a saved page fetches nothing).
 
 export const LEVELS = 255; // the colour scale's 256 steps; a packed byte b is the weight b / 255
 
