@@ -3,7 +3,7 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
-(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens) and
+(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens), ``decomposition`` (one score split by source) and
 ``lab`` (the Lab's training, ablation and example).
 
     op = Attention.of(model, "The cat sat on the mat.")      # tokenized once, here
@@ -18,6 +18,7 @@ from .base import HEAVY, LIGHT, Operation, WorkClass, key_of, operation
 from .causal import AblationEffect, DecoderScores, GroupAblation, Importance, InductionExperiment, RoleAblation
 from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
+from .decomposition import Decomposition
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
 from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
 from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
@@ -30,6 +31,7 @@ __all__ = [
     "Attribution",
     "Coreference",
     "DecoderScores",
+    "Decomposition",
     "GroupAblation",
     "Importance",
     "InductionExperiment",
