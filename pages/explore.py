@@ -9,7 +9,7 @@ and pushes the view down."""
 import streamlit as st
 
 from ui import address, class_questions, encoder_decoder, figures, headview, longdoc, session, shell
-from ui.widgets import charts, downloads, messages, pickers, sidebar, views
+from ui.widgets import charts, decomposition, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -111,6 +111,8 @@ def view_section(words: bool, hide_special: bool) -> None:
     if shape == "lines":
         lines_view(view, layer, head)
     downloads.downloads(view, layer, head)
+    if session.lab_run() is None:  # why the head looks where it does: one cell's score by source
+        decomposition.section(run, layer, head, session.selection().model, session.selection().engine)
     views.layer_code(run)
 
 

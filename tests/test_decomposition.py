@@ -96,6 +96,23 @@ def test_sources_are_every_earlier_component(model):
     assert np.all(magnitudes[:-1] >= magnitudes[1:])  # ranked
 
 
+def test_grouped_keeps_the_largest_sources_and_the_sum(model):
+    n = len(model.encode(TEXT).input_ids)
+    parts = mc.score_decomposition(model, TEXT, model.num_layers - 1, 0, n - 1, 1)
+    matrix, rows, columns = parts.grouped(top=3)
+    assert matrix.shape == (4, 4) and rows[-1] == columns[-1] == "other sources"
+    assert matrix.sum() == pytest.approx(parts.matrix.sum(), rel=1e-9, abs=1e-12)
+    query_side, key_side = parts.side("query"), parts.side("key")
+    assert set(rows[:-1]) == set(query_side.abs().nlargest(3).index)
+    assert set(columns[:-1]) == set(key_side.abs().nlargest(3).index)
+    labels = parts.labels
+    i, j = labels.index(rows[0]), labels.index(columns[1])
+    assert matrix[0, 1] == parts.matrix[i, j]
+    whole, rows, columns = parts.grouped(top=len(labels))
+    assert rows == columns == labels
+    np.testing.assert_array_equal(whole, parts.matrix)
+
+
 def test_a_first_layer_heads_parts_by_hand(tmp_path):
     """GPT-2, layer 0: the query is LN(token + position) W_Q + b_Q; every part written out with numpy."""
     model = build("gpt2", tmp_path)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 FAMILIES = ("bert", "mpnet", "gpt2", "llama")
 BIASES = ("biases", None, None)
 POSITION_BIAS = "position bias"
+OTHER_SOURCES = "other sources"
 # The decomposition's sum must give the model's own score to this fraction of the layer's largest score size
 # (float32 passes; the sum itself is taken in float64).
 IDENTITY_TOLERANCE = 1e-3
@@ -121,6 +122,34 @@ class ScoreDecomposition:
         frame = frame.iloc[order].reset_index(drop=True)
         frame.attrs.update(score=self.score, layer=self.layer, head=self.head, query=self.query, key=self.key)
         return frame
+
+    def grouped(self, top: int = 12) -> tuple[np.ndarray, list[str], list[str]]:
+        """The matrix cut to the ``top`` sources of each side (largest in magnitude, in source order), the rest of
+        each side summed as ``"other sources"``: ``(matrix, query labels, key labels)``, whose sum is still the
+        matrix's (a heatmap of a deep model's few hundred sources each side would be unreadable)."""
+        if top < 1:
+            raise ValueError(f"top must be at least 1, not {top}")
+        labels = self.labels
+        chosen = []
+        for axis in (1, 0):
+            magnitude = np.abs(self.matrix.sum(axis=axis))
+            chosen.append(np.sort(np.argsort(-magnitude, kind="stable")[:top]))
+        rows, columns = chosen
+        matrix = self.matrix
+        row_labels, column_labels = [labels[i] for i in rows], [labels[j] for j in columns]
+        rest_rows = np.setdiff1d(np.arange(len(labels)), rows)
+        rest_columns = np.setdiff1d(np.arange(len(labels)), columns)
+        blocks = [[matrix[np.ix_(rows, columns)]]]
+        if len(rest_columns):
+            blocks[0].append(matrix[np.ix_(rows, rest_columns)].sum(axis=1, keepdims=True))
+            column_labels.append(OTHER_SOURCES)
+        if len(rest_rows):
+            bottom = [matrix[np.ix_(rest_rows, columns)].sum(axis=0, keepdims=True)]
+            if len(rest_columns):
+                bottom.append(matrix[np.ix_(rest_rows, rest_columns)].sum(keepdims=True).reshape(1, 1))
+            blocks.append(bottom)
+            row_labels.append(OTHER_SOURCES)
+        return np.block(blocks), row_labels, column_labels
 
     def top_source(self, side: str) -> tuple[str, float]:
         """The source whose part of ``side`` is largest in magnitude, and that part."""
