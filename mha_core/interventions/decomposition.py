@@ -31,6 +31,7 @@ from ..engine import blocks
 from ..engine.core import core_model
 from ..engine.mpnet import mpnet_position_bias
 from ..hooks import block_point
+from ..models.outputs import padded
 from ..models.tokens import EncodedText, check_text
 from ..progress import Progress, report
 from .attribution import head_outputs
@@ -321,8 +322,9 @@ def cached_points(model: LoadedModel, encoded: EncodedText, layer: int, engine: 
         names.update(block_point(index, point) for point in ("ln1.hook_scale", "ln2.hook_scale"))
     names.update(block_point(layer, point) for point in ("hook_resid_pre", "ln1.hook_scale"))
     names.update(block_point(layer, point) for point in ("attn.hook_attn_scores", "attn.hook_pattern"))
-    result = model.encoded_pass([encoded], engine, keep=names.__contains__)
-    return result.cache
+    # Only the kept points: no capture of every layer's weights (and no second, reference pass in the core engine).
+    forward = padded(model, [encoded]).with_changes(keep=names.__contains__, attentions=False)
+    return model.run_pass(forward, engine).cache
 
 
 def layer_input_sources(model: LoadedModel, encoded: EncodedText, cache: dict, layer: int, position: int):
