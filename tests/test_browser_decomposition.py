@@ -43,6 +43,7 @@ def test_decomposition_section_in_chromium(artifacts_dir):
         shown = drawn(page, f"Head {LAYER}-{HEAD}: its score")
         np.testing.assert_allclose(np.array(shown["z"], dtype=np.float64), matrix, rtol=1e-4, atol=1e-4)
         assert [row[0][0] for row in shown["hover"]] == rows
+        assert [cell[1] for cell in shown["hover"][0]] == columns
         assert page.get_by_text(f"Head {LAYER}-{HEAD} looks from").count() >= 1
         section = page.locator(".js-plotly-plot").filter(has_text="query-side source")
         section.scroll_into_view_if_needed()
