@@ -219,6 +219,7 @@ def smollm2_induction_decomposition() -> None:
     import pandas as pd
 
     import mha_core as mc
+    from mha_core.interventions.decomposition import score_decompositions
     from mha_core.interventions.prompts import TASKS_BY_NAME
 
     heads = pd.read_csv(FINDINGS / "smollm2_decoder_heads.csv")
@@ -236,8 +237,8 @@ def smollm2_induction_decomposition() -> None:
     ]
     rows = []
     for layer, head in zip(induction["layer"], induction["head"]):
-        parts = [mc.score_decomposition(model, encoded, layer, head, query, key) for query, key in cells]
-        controls = [mc.score_decomposition(model, encoded, layer, head, query, key - 1) for query, key in cells]
+        parts = score_decompositions(model, encoded, [(layer, head, query, key) for query, key in cells])
+        controls = score_decompositions(model, encoded, [(layer, head, query, key - 1) for query, key in cells])
         groups = {
             "previous-token heads (sum)": [label for label in previous_labels if int(label.split("-")[0]) < layer]
         }
@@ -253,6 +254,7 @@ def minilm_syntax_decomposition() -> None:
     import pandas as pd
 
     import mha_core as mc
+    from mha_core.interventions.decomposition import score_decompositions
 
     model = mc.load_model("minilm")
     sentences = mc.ud_ewt_dev(MINILM_SYNTAX_SENTENCES)
@@ -265,9 +267,12 @@ def minilm_syntax_decomposition() -> None:
             for position, word in enumerate(encoded.word_ids):
                 if word >= 0:
                     first.setdefault(int(word), position)
-            for word, (parent, name) in enumerate(zip(sentence.heads, sentence.relations)):
-                if name == relation and parent > 0 and word in first and parent - 1 in first:
-                    parts.append(mc.score_decomposition(model, encoded, layer, head, first[word], first[parent - 1]))
+            cells = [
+                (layer, head, first[word], first[parent - 1])
+                for word, (parent, name) in enumerate(zip(sentence.heads, sentence.relations))
+                if name == relation and parent > 0 and word in first and parent - 1 in first
+            ]
+            parts += score_decompositions(model, encoded, cells)
             if len(parts) >= MINILM_SYNTAX_CASES:
                 break
         rows += [dict(row, relation=relation) for row in decomposition_rows(parts, [], {}, f"{layer}-{head}")]

@@ -78,6 +78,19 @@ def test_parts_sum_to_the_models_score(model, engine):
         assert parts.table()["contribution"].sum() == pytest.approx(parts.total, rel=1e-9, abs=1e-9)
 
 
+def test_several_cells_from_one_pass_equal_each_alone(model):
+    from mha_core.interventions.decomposition import score_decompositions
+
+    n = len(model.encode(TEXT).input_ids)
+    chosen = [(1, 0, n - 1, 1), (0, 2, n - 2, 0), (1, 3, 2, 2)]
+    together = score_decompositions(model, TEXT, chosen)
+    assert [(p.layer, p.head, p.query, p.key) for p in together] == chosen
+    for parts, cell in zip(together, chosen):
+        alone = mc.score_decomposition(model, TEXT, *cell)
+        np.testing.assert_allclose(parts.matrix, alone.matrix, rtol=1e-12, atol=1e-12)
+        assert parts.score == alone.score and parts.sources == alone.sources
+
+
 def test_sources_are_every_earlier_component(model):
     n = len(model.encode(TEXT).input_ids)
     layer = model.num_layers - 1

@@ -229,6 +229,17 @@ def score_decomposition(
     Sources: the token embedding, the position embedding (absolute models), the segment embedding (BERT), each
     earlier head's output, each earlier MLP's output, and the biases. Every norm's scale is frozen at its value in
     the run. BERT-family (not ELECTRA), MPNet, GPT-2 and Llama-family models; anything else is a ``CircuitError``."""
+    return score_decompositions(model, text, [(layer, head, query, key)], progress=progress, engine=engine)[0]
+
+
+def score_decompositions(
+    model: LoadedModel,
+    text: str | EncodedText,
+    cells: list[tuple[int, int, int, int]],
+    progress: Progress | None = None,
+    engine: str = "transformers",
+) -> list[ScoreDecomposition]:
+    """``score_decomposition`` of several cells ``(layer, head, query, key)`` of one text, from one pass."""
     family = model.family
     if family not in FAMILIES or model.modules is None:
         raise CircuitError(
@@ -238,13 +249,23 @@ def score_decomposition(
     if hasattr(model.hf_model, "embeddings_project"):
         raise CircuitError("The score decomposition does not follow ELECTRA's embedding projection.")
     encoded = text if isinstance(text, EncodedText) else model.encode(check_text(text, "text"))
-    n = len(encoded)
-    layer, head, query, key = checked_cell(model, n, (layer, head, query, key))
+    cells = [checked_cell(model, len(encoded), cell) for cell in cells]
+    if not cells:
+        return []
     report(progress, 0, 2, "running the text")
-    cache = cached_points(model, encoded, layer, engine)
+    cache = cached_points(model, encoded, {cell[0] for cell in cells}, engine)
     report(progress, 1, 2, "splitting the score")
+    tokens = tuple(model.display.display(encoded.raw_tokens, encoded.word_ids))
+    decompositions = [one_cell(model, encoded, cache, cell, tokens) for cell in cells]
+    report(progress, 2, 2, "done")
+    return decompositions
+
+
+def one_cell(model: LoadedModel, encoded: EncodedText, cache: dict, cell: tuple, tokens: tuple) -> ScoreDecomposition:
+    """One cell's decomposition from the pass's ``cache``, its sum checked against the model's score."""
+    layer, head, query, key = cell
     with torch.inference_mode():
-        sources, matrix, position_bias = split_score(model, encoded, cache, (layer, head, query, key))
+        sources, matrix, position_bias = split_score(model, encoded, cache, cell)
     scores = cache[block_point(layer, "attn.hook_attn_scores")][0, head].double()
     score = float(scores[query, key])
     total = float(matrix.sum()) + position_bias
@@ -254,21 +275,20 @@ def score_decomposition(
             f"The parts of the score add up to {total:.4f}, the model's score is {score:.4f}: this {model.model_type!r} "
             "model computes its scores in a way the decomposition does not follow."
         )
-    report(progress, 2, 2, "done")
     return ScoreDecomposition(
         model=model.name,
-        family=family,
+        family=model.family,
         layer=layer,
         head=head,
         query=query,
         key=key,
-        tokens=tuple(model.display.display(encoded.raw_tokens, encoded.word_ids)),
+        tokens=tokens,
         sources=tuple(sources),
         matrix=matrix.numpy(),
         position_bias=position_bias,
         score=score,
         weight=float(cache[block_point(layer, "attn.hook_pattern")][0, head, query, key]),
-        post_norm=family in ("bert", "mpnet"),
+        post_norm=model.family in ("bert", "mpnet"),
     )
 
 
@@ -313,15 +333,16 @@ def checked_cell(model: LoadedModel, length: int, cell: tuple) -> tuple[int, int
     return layer, head, query, key
 
 
-def cached_points(model: LoadedModel, encoded: EncodedText, layer: int, engine: str) -> dict:
-    """One pass keeping the points the decomposition reads up to ``layer``."""
+def cached_points(model: LoadedModel, encoded: EncodedText, layers: set[int], engine: str) -> dict:
+    """One pass keeping the points the decomposition reads for heads of ``layers``."""
     names = {"hook_embed", "hook_pos_embed"}
-    for index in range(layer):
+    for index in range(max(layers)):
         names.update(block_point(index, point) for point in ("attn.hook_z", "hook_mlp_out"))
         names.update(block_point(index, point) for point in ("hook_resid_pre", "hook_attn_out", "hook_resid_post"))
         names.update(block_point(index, point) for point in ("ln1.hook_scale", "ln2.hook_scale"))
-    names.update(block_point(layer, point) for point in ("hook_resid_pre", "ln1.hook_scale"))
-    names.update(block_point(layer, point) for point in ("attn.hook_attn_scores", "attn.hook_pattern"))
+    for layer in layers:
+        names.update(block_point(layer, point) for point in ("hook_resid_pre", "ln1.hook_scale"))
+        names.update(block_point(layer, point) for point in ("attn.hook_attn_scores", "attn.hook_pattern"))
     # Only the kept points: no capture of every layer's weights (and no second, reference pass in the core engine).
     forward = padded(model, [encoded]).with_changes(keep=names.__contains__, attentions=False)
     return model.run_pass(forward, engine).cache
