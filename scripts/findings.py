@@ -175,11 +175,21 @@ SOURCES_SHOWN = 5  # sources per head and side in the tables
 
 
 def decomposition_rows(parts_list, controls, labels_of_group: dict, head_name: str) -> list[dict]:
-    """Per side, each source's mean part over the cases (and over the control keys', where given), the largest
-    ``SOURCES_SHOWN`` by the mean difference (or by the mean part without controls), and each group's sum."""
+    """The mean score over the cases (and over the control keys', where given); per side, each source's mean part,
+    the largest ``SOURCES_SHOWN`` by the mean difference (or by the mean part without controls), and each group's
+    sum."""
     import numpy as np
 
-    rows = []
+    rows = [
+        dict(
+            head=head_name,
+            side="both",
+            source="score (the model's)",
+            mean_part=round(float(np.mean([p.score for p in parts_list])), 4),
+            mean_part_control=round(float(np.mean([p.score for p in controls])), 4) if controls else None,
+            cases=len(parts_list),
+        )
+    ]
     for side in ("query", "key"):
         parts = np.mean([p.side(side).to_numpy() for p in parts_list], axis=0)
         labels = parts_list[0].labels
