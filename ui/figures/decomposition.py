@@ -9,11 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ui.figures.common import (
-    COLORBAR_MARGIN,
     DIFFERENCE_COLORSCALE,
     axis_title,
     base_layout,
-    colorbar_at_right,
     plotly_text,
     with_axis_room,
 )
@@ -43,7 +41,7 @@ def decomposition_heatmap(
             zmax=largest,
             xgap=1,
             ygap=1,
-            colorbar=colorbar_at_right("part of the score"),
+            colorbar=dict(title=dict(text="part of the score"), thickness=12),
             hovertemplate="query side: %{customdata[0]}<br>key side: %{customdata[1]}<br>part: %{z:+.3f}<extra></extra>",
         )
     )
@@ -52,7 +50,6 @@ def decomposition_heatmap(
         tickvals=list(range(len(columns))),
         ticktext=columns,
         tickangle=-45,
-        side="top",
         title=axis_title("key-side source", width=60),
     )
     fig.update_yaxes(
@@ -62,7 +59,5 @@ def decomposition_heatmap(
         autorange="reversed",
         title=axis_title("query-side source"),
     )
-    base_layout(fig, int(min(900, max(320, 140 + 30 * len(rows)))), title)
-    with_axis_room(fig)
-    fig.update_layout(margin=COLORBAR_MARGIN)
-    return fig
+    base_layout(fig, int(min(950, max(380, 220 + 30 * len(rows)))), title)
+    return with_axis_room(fig)  # room for the sources' names (automatic margins)
