@@ -39,6 +39,7 @@ from .engine.core import core_attentions, core_family
 
 # Circuits: direct logit attribution, activation and attribution patching, the logit lens.
 from .interventions.attribution import logit_attribution
+from .interventions.decomposition import ScoreDecomposition, score_decomposition
 
 # Causal evidence: head ablation, importance (Michel et al. 2019), pruning curves.
 from .interventions.experiments import decoder_head_scores, induction_experiment
@@ -132,9 +133,11 @@ __all__ = [
     "scale_heads",
     "zero_heads",
     # circuits
+    "ScoreDecomposition",
     "logit_attribution",
     "logit_lens",
     "patch",
+    "score_decomposition",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",

@@ -10,7 +10,7 @@ import streamlit as st
 
 from ui import class_questions, encoder_decoder, figures, longdoc, session, shell
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
-from ui.widgets import charts, downloads, messages, pickers, sidebar, views
+from ui.widgets import charts, decomposition, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -113,6 +113,8 @@ def view_section(words: bool, hide_special: bool) -> None:
     if shape == "lines":
         lines_view(view, layer, head)
     downloads.downloads(view, layer, head)
+    if session.lab_run() is None:  # why the head looks where it does: one cell's score by source
+        decomposition.section(run, layer, head, session.selection().model, session.selection().engine)
     views.layer_code(run)
 
 

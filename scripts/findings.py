@@ -164,6 +164,133 @@ def smollm2_needle() -> None:
         write_table(done, path)
 
 
+# ---- the score decomposition (mha_core.score_decomposition): what feeds a head's query and key --------------------
+# Heads of docs/findings.md's tables: SmolLM2's previous-token heads (previous_token >= 0.4) and induction heads
+# (prefix_matching >= 0.4), read from smollm2_decoder_heads.csv; MiniLM's named syntactic heads and their relations.
+DECOMPOSITION_CUT = 0.4
+MINILM_SYNTAX_HEADS = {"nsubj": (2, 8), "det": (2, 8), "case": (2, 8), "obj": (2, 0)}
+MINILM_SYNTAX_SENTENCES = 40  # UD dev sentences searched for each relation's cases
+MINILM_SYNTAX_CASES = 25  # cases per relation
+SOURCES_SHOWN = 5  # sources per head and side in the tables
+
+
+def decomposition_rows(parts_list, controls, labels_of_group: dict, head_name: str) -> list[dict]:
+    """The mean score over the cases (and over the control keys', where given); per side, each source's mean part,
+    the largest ``SOURCES_SHOWN`` by the mean difference (or by the mean part without controls), and each group's
+    sum."""
+    import numpy as np
+
+    rows = [
+        dict(
+            head=head_name,
+            side="both",
+            source="score (the model's)",
+            mean_part=round(float(np.mean([p.score for p in parts_list])), 4),
+            mean_part_control=round(float(np.mean([p.score for p in controls])), 4) if controls else None,
+            cases=len(parts_list),
+        )
+    ]
+    for side in ("query", "key"):
+        parts = np.mean([p.side(side).to_numpy() for p in parts_list], axis=0)
+        labels = parts_list[0].labels
+        control = np.mean([p.side(side).to_numpy() for p in controls], axis=0) if controls else None
+        ranking = parts - control if control is not None else parts
+        for index in np.argsort(-np.abs(ranking), kind="stable")[:SOURCES_SHOWN]:
+            rows.append(
+                dict(
+                    head=head_name,
+                    side=side,
+                    source=labels[index],
+                    mean_part=round(float(parts[index]), 4),
+                    mean_part_control=None if control is None else round(float(control[index]), 4),
+                    cases=len(parts_list),
+                )
+            )
+        for group, members in labels_of_group.items():
+            chosen = [labels.index(label) for label in members if label in labels]
+            rows.append(
+                dict(
+                    head=head_name,
+                    side=side,
+                    source=group,
+                    mean_part=round(float(parts[chosen].sum()), 4),
+                    mean_part_control=None if control is None else round(float(control[chosen].sum()), 4),
+                    cases=len(parts_list),
+                )
+            )
+    return rows
+
+
+def smollm2_induction_decomposition() -> None:
+    """SmolLM2's induction heads on the induction prompt: each query in the second copy against the key that followed
+    its token's first occurrence (what an induction head attends to), and, as the control, the first occurrence
+    itself (the same token: what a duplicate-token head attends to). The difference of the two keys' scores is the
+    log of their weights' ratio; the table says which sources make it."""
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.interventions.decomposition import score_decompositions
+    from mha_core.interventions.prompts import TASKS_BY_NAME
+
+    heads = pd.read_csv(FINDINGS / "smollm2_decoder_heads.csv")
+    previous = heads[heads["previous_token"] >= DECOMPOSITION_CUT]
+    induction = heads[heads["prefix_matching"] >= DECOMPOSITION_CUT].sort_values("prefix_matching", ascending=False)
+    previous_labels = [f"{layer}-{head}" for layer, head in zip(previous["layer"], previous["head"])]
+    model = mc.load_model("smollm2")
+    encoded = model.encode(TASKS_BY_NAME["induction"].clean)
+    ids = encoded.input_ids
+    cells = [
+        (query, key)
+        for query in range(len(ids))
+        for key in range(2, query)
+        if ids[key - 1] == ids[query] and key - 1 != query
+    ]
+    rows = []
+    for layer, head in zip(induction["layer"], induction["head"]):
+        parts = score_decompositions(model, encoded, [(layer, head, query, key) for query, key in cells])
+        controls = score_decompositions(model, encoded, [(layer, head, query, key - 1) for query, key in cells])
+        groups = {
+            "previous-token heads (sum)": [label for label in previous_labels if int(label.split("-")[0]) < layer]
+        }
+        rows += decomposition_rows(parts, controls, groups, f"{layer}-{head}")
+    table = pd.DataFrame(rows)
+    table.to_csv(FINDINGS / "smollm2_induction_decomposition.csv", index=False)
+    print(table.to_string())
+
+
+def minilm_syntax_decomposition() -> None:
+    """MiniLM's named syntactic heads on UD dev sentences: each case's query is the dependent's first token, its key
+    the parent's first token."""
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.interventions.decomposition import score_decompositions
+
+    model = mc.load_model("minilm")
+    sentences = mc.ud_ewt_dev(MINILM_SYNTAX_SENTENCES)
+    rows = []
+    for relation, (layer, head) in MINILM_SYNTAX_HEADS.items():
+        parts = []
+        for sentence in sentences:
+            encoded = model.encode(sentence.words)
+            first = {}
+            for position, word in enumerate(encoded.word_ids):
+                if word >= 0:
+                    first.setdefault(int(word), position)
+            cells = [
+                (layer, head, first[word], first[parent - 1])
+                for word, (parent, name) in enumerate(zip(sentence.heads, sentence.relations))
+                if name == relation and parent > 0 and word in first and parent - 1 in first
+            ]
+            parts += score_decompositions(model, encoded, cells)
+            if len(parts) >= MINILM_SYNTAX_CASES:
+                break
+        rows += [dict(row, relation=relation) for row in decomposition_rows(parts, [], {}, f"{layer}-{head}")]
+    table = pd.DataFrame(rows)
+    table.to_csv(FINDINGS / "minilm_syntax_decomposition.csv", index=False)
+    print(table.to_string())
+
+
 def cli(line: str) -> tuple[str, ...]:
     """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
     return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
@@ -240,6 +367,20 @@ TARGETS: dict[str, Target] = {
             "--out {smollm2_role_ablation.csv}"
         ),
         needs=("smollm2-decoder",),
+    ),
+    "smollm2-induction-decomposition": Target(
+        writes=("smollm2_induction_decomposition.csv",),
+        call=smollm2_induction_decomposition,
+        call_text="mc.score_decomposition(smollm2, induction prompt, layer, head, query, key) for each induction head "
+        "and second-copy query, at the induction key and at the first occurrence -> "
+        "'docs/findings/smollm2_induction_decomposition.csv'",
+        needs=("smollm2-decoder",),
+    ),
+    "minilm-syntax-decomposition": Target(
+        writes=("minilm_syntax_decomposition.csv",),
+        call=minilm_syntax_decomposition,
+        call_text="mc.score_decomposition(minilm, UD sentence, layer, head, dependent, parent) for the named syntactic "
+        "heads -> 'docs/findings/minilm_syntax_decomposition.csv'",
     ),
     "smollm2-importance": Target(
         writes=("smollm2_importance.csv", "smollm2_pruning.csv"),

@@ -4,8 +4,9 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
 (ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens),
-``lab`` (the Lab's training, ablation and example) and ``derived`` (what is computed from a run without a model: a
-view of it, its metrics, head distances, semantic scores, rollout and flow; run on the run itself).
+``decomposition`` (one score split by source), ``lab`` (the Lab's training, ablation and example) and ``derived``
+(what is computed from a run without a model: a view of it, its metrics, head distances, semantic scores, rollout
+and flow; run on the run itself).
 
     op = Attention.of(model, "The cat sat on the mat.")      # tokenized once, here
     op.key, op.peak_bytes(model), op.work_class              # what names it, what it holds, its share
@@ -19,6 +20,7 @@ from .base import HEAVY, LIGHT, Operation, WorkClass, key_of, operation
 from .causal import AblationEffect, DecoderScores, GroupAblation, Importance, InductionExperiment, RoleAblation
 from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
+from .decomposition import Decomposition
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
 from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
 from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
@@ -31,6 +33,7 @@ __all__ = [
     "Attribution",
     "Coreference",
     "DecoderScores",
+    "Decomposition",
     "GroupAblation",
     "Importance",
     "InductionExperiment",

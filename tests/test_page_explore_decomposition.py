@@ -1,0 +1,71 @@
+"""Explore's "Why does this head look there?" under AppTest: the sentence, the heatmap and the ranked list carry
+exactly the library's decomposition of the chosen cell; the query and the key are in the address; a decoder offers
+only the keys its query sees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mha_core as mc
+from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
+from tests.page_helpers import open_app, plotly_elements, rerun, widget
+from ui.widgets.decomposition import RANKED_ROWS, TOP_SOURCES
+
+TEXT = "The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    return str(build_tiny_bert(tmp_path_factory.mktemp("tiny-bert-decomposition"), randomised=True))
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory):
+    return str(build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2-decomposition"), randomised=True))
+
+
+def page_text(app) -> str:
+    return "\n".join(element.value for element in app.markdown)
+
+
+def test_the_section_shows_the_librarys_decomposition(tiny_bert):
+    query = {"model": tiny_bert, "text": TEXT, "layer": "1", "head": "2", "decompose": "1"}
+    app = open_app("explore", {**query, "score_query": "5", "score_key": "2"})
+    assert not app.error, [e.value for e in app.error]
+    parts = mc.score_decomposition(mc.load_model(tiny_bert), TEXT, 1, 2, 5, 2)
+    text = page_text(app).replace("\\", "")  # the sentences are escaped for markdown (ui/widgets/messages.py)
+    assert parts.why() in text
+    for sentence in parts.summary():
+        assert sentence in text
+    matrix, rows, columns = parts.grouped(TOP_SOURCES)
+    drawn = plotly_elements(app)["decomposition_map"]["data"][0]
+    np.testing.assert_allclose(np.asarray(drawn["z"], dtype=np.float64), matrix, rtol=1e-9, atol=1e-12)
+    layout = plotly_elements(app)["decomposition_map"]["layout"]
+    assert list(layout["yaxis"]["ticktext"]) == rows and list(layout["xaxis"]["ticktext"]) == columns
+    table = app.dataframe[0].value
+    expected = parts.table().head(RANKED_ROWS)
+    assert list(table["query side"]) == list(expected["query_source"])
+    np.testing.assert_allclose(table["part of the score"], expected["contribution"], rtol=1e-12)
+    assert any("frozen" in caption.value for caption in app.caption)
+    # Another key: the address follows the selector.
+    widget(app, "decompose_key").set_value(4)
+    rerun(app)
+    assert app.query_params["score_key"] in ("4", ["4"])
+    moved = mc.score_decomposition(mc.load_model(tiny_bert), TEXT, 1, 2, 5, 4)
+    drawn = plotly_elements(app)["decomposition_map"]["data"][0]
+    np.testing.assert_allclose(np.asarray(drawn["z"], dtype=np.float64), moved.grouped(TOP_SOURCES)[0], rtol=1e-9)
+
+
+def test_off_by_default_and_a_decoder_offers_only_earlier_keys(tiny_gpt2):
+    app = open_app("explore", {"model": tiny_gpt2, "text": TEXT, "layer": "1", "head": "0"})
+    assert not app.error, [e.value for e in app.error]
+    assert "decomposition_map" not in plotly_elements(app)
+    assert any(subheader.value == "Why does this head look there?" for subheader in app.subheader)
+    widget(app, "decompose_on").set_value(True)
+    rerun(app)
+    widget(app, "decompose_query").set_value(3)
+    rerun(app)
+    assert len(widget(app, "decompose_key").options) == 4  # keys 0-3: the query 3 sees no later key
+    assert "decomposition_map" in plotly_elements(app)
+    assert not app.error, [e.value for e in app.error]
