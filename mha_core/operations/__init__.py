@@ -3,8 +3,8 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
-(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens) and
-``lab`` (the Lab's training, ablation and example).
+(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens),
+``output`` (the next-token prediction, a generation) and ``lab`` (the Lab's training, ablation and example).
 
     op = Attention.of(model, "The cat sat on the mat.")      # tokenized once, here
     op.key, op.peak_bytes(model), op.work_class              # what names it, what it holds, its share
@@ -20,6 +20,7 @@ from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
 from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
+from .output import Generation, Prediction
 from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Attribution",
     "Coreference",
     "DecoderScores",
+    "Generation",
     "GroupAblation",
     "Importance",
     "InductionExperiment",
@@ -42,6 +44,7 @@ __all__ = [
     "Neurons",
     "Operation",
     "Patching",
+    "Prediction",
     "Profile",
     "RoleAblation",
     "SearchIndex",
