@@ -9,7 +9,7 @@ and pushes the view down."""
 import streamlit as st
 
 from ui import address, class_questions, encoder_decoder, figures, headview, longdoc, session, shell
-from ui.widgets import charts, downloads, messages, pickers, sidebar, views
+from ui.widgets import charts, downloads, messages, pickers, predict, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -23,7 +23,7 @@ def explore_run(notices: bool = True):
     """The run this page shows: a model trained on the Lab page (when the visitor opened it here), else
     the sidebar's selection (from the shared cache)."""
     lab = session.lab_run()
-    return lab if lab is not None else sidebar.current_run(notices=notices)
+    return lab if lab is not None else predict.grown(sidebar.current_run(notices=notices))  # the written tokens too
 
 
 if session.lab_run() is not None:
@@ -70,6 +70,7 @@ def explore_view() -> None:
         st.caption(" ".join(notes))
     views.sink_note(run)
     view_section(words, hide_special)
+    predict.section(run)  # the next-token table and the model writing (ui/widgets/predict.py)
 
 
 def take_pick(pick: dict) -> None:
