@@ -61,3 +61,18 @@ def test_the_lesson_votes_reveals_spreads_and_writes():
     assert rows["written"].tolist() == [repr(model.tokenizer.decode([s["chosen"]])) for s in steps]
     first = attended_earlier(run.attentions[4], steps[0]["position"], top=3)
     assert rows["attends most to"].iloc[0] == ", ".join(f"{run.tokens[k]!r} {w:.2f}" for k, w in first)
+
+
+@pytest.mark.slow
+def test_the_teaching_doc_says_what_the_lesson_shows():
+    from tests.conftest import ROOT
+
+    doc = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
+    assert "*Paris*, probability 0.75, the next below 0.02" in doc
+    table = mc.predict(mc.load_model("smollm2"), "The capital of France is", k=2)
+    assert table["token"].iloc[0] == " Paris" and round(float(table["probability"].iloc[0]), 2) == 0.75
+    assert float(table["probability"].iloc[1]) < 0.02
+    spread = temperature_probabilities(
+        mc.predict(mc.load_model("smollm2"), "The capital of France is", k=50)["logit"], 0.5
+    )
+    assert spread[0] > 0.99  # "at 0.5 Paris takes almost all of it"
