@@ -29,8 +29,8 @@ class Attention(Operation):
     ablate: tuple[tuple[int, int], ...] = ()
     ablation: str = "zero"
     losses: bool | None = None
-    norms: bool = False
     predict: bool = False
+    norms: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "ablate", tuple((int(layer), int(head)) for layer, head in self.ablate))
