@@ -475,9 +475,11 @@ def temperature_probabilities(logits, temperature: float) -> np.ndarray:
     return weights / weights.sum()
 
 
-def attended_earlier(attentions, position: int, top: int = 3) -> list[tuple[int, float]]:
+def attended_earlier(attentions, position: int, top: int = 3, skip: Sequence[int] = ()) -> list[tuple[int, float]]:
     """The ``top`` earlier tokens (and the token itself) that the token at ``position`` attends to most, averaged
-    over the heads of one layer: ``attentions`` ``[heads, n, n]``; ``[(key, mean weight), ...]``, most first."""
+    over the heads of one layer: ``attentions`` ``[heads, n, n]``; ``[(key, mean weight), ...]``, most first.
+    ``skip``: keys left out (the attention sink, where heads park what they do not need)."""
     row = np.asarray(attentions, dtype=np.float64)[:, int(position), : int(position) + 1].mean(axis=0)
-    order = np.argsort(-row, kind="stable")[: int(top)]
-    return [(int(key), float(row[key])) for key in order]
+    left_out = set(int(key) for key in skip)
+    order = [int(key) for key in np.argsort(-row, kind="stable") if int(key) not in left_out][: int(top)]
+    return [(key, float(row[key])) for key in order]

@@ -34,6 +34,7 @@ def test_attended_earlier_averages_one_layers_heads():
     heads[0, 3] = [0.1, 0.6, 0.2, 0.1]
     heads[1, 3] = [0.5, 0.2, 0.2, 0.1]
     assert attended_earlier(heads, 3, top=2) == [(1, pytest.approx(0.4)), (0, pytest.approx(0.3))]
+    assert attended_earlier(heads, 3, top=2, skip=[1]) == [(0, pytest.approx(0.3)), (2, pytest.approx(0.2))]
 
 
 @pytest.mark.slow
@@ -59,7 +60,9 @@ def test_the_lesson_votes_reveals_spreads_and_writes():
     rows = next(d.value for d in written.dataframe if "attends most to" in d.value.columns)
     steps = run.metadata["generation"]["steps"]
     assert rows["written"].tolist() == [repr(model.tokenizer.decode([s["chosen"]])) for s in steps]
-    first = attended_earlier(run.attentions[4], steps[0]["position"], top=3)
+    sinks = list(np.flatnonzero(run.special_mask[: run.metadata["generation"]["prompt_tokens"]]))
+    assert sinks == [0]  # the BOS token
+    first = attended_earlier(run.attentions[4], steps[0]["position"], top=3, skip=sinks)
     assert rows["attends most to"].iloc[0] == ", ".join(f"{run.tokens[k]!r} {w:.2f}" for k, w in first)
 
 

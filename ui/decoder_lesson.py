@@ -10,6 +10,7 @@ over one layer's heads: ``walkthrough.attended_earlier``). Settings in the addre
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -63,7 +64,7 @@ def _vote_and_distribution(ask, prompt: str, table: pd.DataFrame) -> None:
         )
 
     ask(
-        f"Which word will {MODEL} put after **{messages.md_escape(prompt)}**?",
+        f"Which word will SmolLM2 put after **{messages.md_escape(prompt)}**?",
         f"**{messages.md_escape(top)}**, with probability {table['probability'].iloc[0]:.2f}. The model gives every "
         "token of its vocabulary a probability; the ten most likely:",
         distribution,
@@ -132,10 +133,11 @@ def _writing(model, prompt: str) -> None:
         default=run.num_layers // 2,
     )
     generation = run.metadata["generation"]
+    sinks = [int(i) for i in np.flatnonzero(run.special_mask[: generation["prompt_tokens"]])]
     rows = []
     for step in generation["steps"]:
         position = step["position"]
-        looked = attended_earlier(run.attentions[layer], position, top=3)
+        looked = attended_earlier(run.attentions[layer], position, top=3, skip=sinks)
         rows.append(
             {
                 "written": _token(model.tokenizer.decode([step["chosen"]])),
@@ -143,12 +145,13 @@ def _writing(model, prompt: str) -> None:
                 "attends most to": ", ".join(f"{_token(run.tokens[key])} {weight:.2f}" for key, weight in looked),
             }
         )
-    st.markdown(
-        f"{messages.md_escape(prompt)} **{messages.md_escape(model.tokenizer.decode(run.metadata['token_ids'][generation['prompt_tokens'] :]))}**"
-    )
+    text = model.tokenizer.decode(run.metadata["token_ids"][generation["prompt_tokens"] :]).replace("\n", " \u23ce ")
+    lead = text[: len(text) - len(text.lstrip())]
+    st.markdown(f"{messages.md_escape(prompt)}{lead}**{messages.md_escape(text.strip())}**" if text.strip() else "")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="cls_dec_written")
     st.caption(
         f"Temperature {temperature:g}, draw {draw}: the same draw writes the same tokens. Each written token's row of "
         f"layer {layer}'s attention, averaged over its {run.num_heads} heads: the three tokens (itself included) it "
-        "attended to most as it was written. Explore shows every head of it (write tokens there with +1)."
+        "attended to most as it was written, the sink (the first, special token, where heads park the attention they "
+        "do not need) left out. Explore shows every head of it (write tokens there with +1)."
     )
