@@ -51,9 +51,12 @@ from .interventions.patching import patch
 # The lab: tiny transformers trained on tasks that grow known heads.
 from .lab import Lab, LabConfig, train_lab
 
-# Model loading and extraction.
+# Model loading and extraction; the model's output (the next-token table, text written token by token with every
+# head's attention kept).
 from .models import DEFAULT_MODEL, EMBEDDED_MODELS, ENGINES, LoadedModel, Seq2SeqModel, load_model
+from .models.generation import generate
 from .models.long import LongRun, run_document, run_long
+from .models.prediction import predict
 
 # Computations that describe themselves (a key, their peak bytes, a work class, run): what the app and the
 # command line run (``mha_core.operations``).
@@ -166,4 +169,7 @@ __all__ = [
     # the views outside the app (notebooks, files)
     "save_html",
     "show",
+    # the model's output
+    "generate",
+    "predict",
 ]

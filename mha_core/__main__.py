@@ -36,18 +36,21 @@ from .interventions.prompts import TASKS_BY_NAME
 from .lab import MAX_SEED, POSITIONS, TASKS, Lab, LabConfig, lab_summary
 from .models import DEFAULT_MODEL, ENGINES, load_model, sources
 from .models.ablation import ABLATIONS, parse_heads
+from .models.generation import MAX_NEW_TOKENS, check_sampling
 from .models.outputs import loss_table
 from .models.tokens import check_text
 from .operations import (
     AblationEffect,
     Attention,
     Attribution,
+    Generation,
     GroupAblation,
     Importance,
     InductionExperiment,
     LabTraining,
     Operation,
     Patching,
+    Prediction,
     Profile,
     prompt,
 )
@@ -862,7 +865,86 @@ def run_render(args) -> int:
     )
 
 
-COMMANDS = [add_extract, add_profile, add_ablate, add_importance, add_lab, add_attribute, add_patch, add_render]
+# ---- predict, generate ----------------------------------------------------------------------------
+def add_predict(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "predict",
+        help="the model's most likely next tokens (decoders) or words at [MASK] (masked language models)",
+        description="The k most likely tokens after --text (a masked model: at its mask token), with their "
+        "probabilities (softmax of the model's logits over the whole vocabulary) and logits.",
+    )
+    parser.add_argument(
+        "--model", default="smollm2", help="a model with its language-model head (default: %(default)s)"
+    )
+    parser.add_argument("--text", required=True, help="the text whose next token (or mask) is predicted")
+    parser.add_argument("--k", type=whole_number(1, 1000), default=10, help="how many tokens (default: %(default)s)")
+    parser.add_argument("--out", default=None, help="also write the table (.csv or .parquet)")
+    parser.set_defaults(handler=run_predict)
+
+
+def run_predict(args) -> int:
+    check_text(args.text, "text")
+    out = check_output(args.out, "--out", TABLE_SUFFIXES)
+
+    def write(table: pd.DataFrame) -> None:
+        for row in table.itertuples():
+            print(f"{row.rank:>4}  {row.probability:.4f}  {row.logit:8.3f}  {row.token!r}")
+        if out is not None:
+            print(f"wrote {write_table(table, out)}")
+
+    return load_compute_write(args.model, lambda model: Prediction.of(model, args.text, k=args.k), write)
+
+
+def add_generate(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "generate",
+        help="a decoder writes after a prompt, every head's attention kept (saved as .npz)",
+        description="Write up to --tokens tokens after --prompt with the key/value cache; the run over prompt and "
+        "written tokens (with each step's distribution in its metadata) is what one pass over them gives.",
+    )
+    parser.add_argument("--model", default="smollm2", help="a decoder with its head (default: %(default)s)")
+    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument("--tokens", type=whole_number(0, MAX_NEW_TOKENS), default=20, help="at most this many")
+    parser.add_argument("--temperature", type=float, default=1.0, help="0: greedy (default: %(default)s)")
+    parser.add_argument("--top-k", type=whole_number(1, 10**6), default=None, help="draw from the k most likely")
+    parser.add_argument("--top-p", type=float, default=None, help="draw from the most likely summing to p")
+    parser.add_argument("--seed", type=whole_number(0, 2**31 - 1), default=0, help="(default: %(default)s)")
+    parser.add_argument("--out", default=None, help="where to save the run (.npz); omit to print the text only")
+    parser.set_defaults(handler=run_generate)
+
+
+def run_generate(args) -> int:
+    check_text(args.prompt, "prompt")
+    check_sampling(args.temperature, args.top_k, args.top_p)
+    out = check_output(args.out, "--out")
+
+    def build(model) -> Generation:
+        settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        return Generation.of(model, args.prompt, max_new_tokens=args.tokens, **settings)
+
+    def write(run) -> None:
+        start = run.metadata["generation"]["prompt_tokens"]
+        print(run.text)
+        print(f"{run.num_tokens - start} tokens written ({run.metadata['generation']['stopped']})")
+        if out is not None:
+            write_output(out, run.save)
+            print(f"wrote {out}")
+
+    return load_compute_write(args.model, build, write)
+
+
+COMMANDS = [
+    add_extract,
+    add_profile,
+    add_ablate,
+    add_importance,
+    add_lab,
+    add_attribute,
+    add_patch,
+    add_predict,
+    add_generate,
+    add_render,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

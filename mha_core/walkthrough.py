@@ -456,3 +456,30 @@ def softmax_saturation(
                 )
             )
     return pd.DataFrame(rows, columns=["d_k", "score", "max_weight", "entropy", "entropy_fraction"])
+
+
+# ---- the decoder lesson: the model's choice of the next word ------------------------------------------------
+def temperature_probabilities(logits, temperature: float) -> np.ndarray:
+    """softmax(logits / temperature) over the tokens given (float64); temperature 0: all of it on the largest
+    logit (greedy). How a temperature spreads the choice: below 1 it sharpens the distribution, above 1 flattens
+    it. Raises ``ValueError`` for a negative temperature."""
+    logits = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if not temperature >= 0:
+        raise ValueError(f"The temperature must be 0 or more, got {temperature}.")
+    if temperature == 0:
+        chosen = np.zeros_like(logits)
+        chosen[int(np.argmax(logits))] = 1.0
+        return chosen
+    scaled = logits / float(temperature)
+    weights = np.exp(scaled - scaled.max())
+    return weights / weights.sum()
+
+
+def attended_earlier(attentions, position: int, top: int = 3, skip: Sequence[int] = ()) -> list[tuple[int, float]]:
+    """The ``top`` earlier tokens (and the token itself) that the token at ``position`` attends to most, averaged
+    over the heads of one layer: ``attentions`` ``[heads, n, n]``; ``[(key, mean weight), ...]``, most first.
+    ``skip``: keys left out (the attention sink, where heads park what they do not need)."""
+    row = np.asarray(attentions, dtype=np.float64)[:, int(position), : int(position) + 1].mean(axis=0)
+    left_out = set(int(key) for key in skip)
+    order = [int(key) for key in np.argsort(-row, kind="stable") if int(key) not in left_out][: int(top)]
+    return [(key, float(row[key])) for key in order]

@@ -10,7 +10,7 @@ import streamlit as st
 
 from ui import class_questions, encoder_decoder, figures, longdoc, session, shell
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
-from ui.widgets import charts, decomposition, downloads, messages, pickers, sidebar, views
+from ui.widgets import charts, decomposition, downloads, messages, pickers, predict, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -24,7 +24,7 @@ def explore_run(notices: bool = True):
     """The run this page shows: a model trained on the Lab page (when the visitor opened it here), else
     the sidebar's selection (from the shared cache)."""
     lab = session.lab_run()
-    return lab if lab is not None else sidebar.current_run(notices=notices)
+    return lab if lab is not None else predict.grown(sidebar.current_run(notices=notices))  # the written tokens too
 
 
 if session.lab_run() is not None:
@@ -71,6 +71,7 @@ def explore_view() -> None:
         st.caption(" ".join(notes))
     views.sink_note(run)
     view_section(words, hide_special)
+    predict.section(run)  # the next-token table and the model writing (ui/widgets/predict.py)
 
 
 S = ExploreSettings.declarations()

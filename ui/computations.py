@@ -84,7 +84,9 @@ def get_run(model_name: str, engine: str, text: str, text_pair: str | None = Non
             f"{quoted(model_name)} is an encoder-decoder model: Explore and Compare show its encoder, decoder and "
             "cross-attention; this page reads encoder-only and decoder-only models."
         )
-    return compute(remember(Attention.of(model, text, text_pair or None, bos, engine=engine)), model)
+    # A model with a language-model head keeps its prediction from the same pass (Explore's next-token table).
+    predict = model.lm_head_kind is not None
+    return compute(remember(Attention.of(model, text, text_pair or None, bos, engine=engine, predict=predict)), model)
 
 
 def get_ablated_run(

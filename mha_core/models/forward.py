@@ -50,7 +50,8 @@ class ForwardPass:
     layer's input hidden states; ``out``: memory the attentions may reuse (``capture.AttentionBuffer``);
     ``attentions``: capture every layer's attention weights (False: a pass for its output, its cache or the
     hooks' effects only); ``grad``: with autograd, for gradients through the hook functions (otherwise in
-    inference mode).
+    inference mode); ``logits_at``: one position per text whose LM-head logits the pass keeps
+    (``PassResult.logits``: the next-token prediction drawn from the same pass as the attentions).
     """
 
     input_ids: torch.Tensor
@@ -64,11 +65,18 @@ class ForwardPass:
     out: AttentionBuffer | None = None
     attentions: bool = True
     grad: bool = False
+    logits_at: tuple[int, ...] | None = None
 
     @property
     def keeps_output(self) -> bool:
         """Whether anything of the model's output beyond the attentions is kept or changed."""
-        return self.keep_hidden or self.keep_layer_inputs or bool(self.hooks) or self.keep is not None
+        return (
+            self.keep_hidden
+            or self.keep_layer_inputs
+            or bool(self.hooks)
+            or self.keep is not None
+            or self.logits_at is not None
+        )
 
     def part(self, index: int, parts: int) -> ForwardPass:
         """The same pass reporting its progress as part ``index`` of ``parts`` (the core engine runs two)."""
@@ -86,7 +94,8 @@ class PassResult:
     ``attentions`` float32 ``[batch, layers, heads, n, n]`` (None when not captured); ``reference``: transformers'
     attentions when the core engine ran (it reports its difference from them), else None; ``hidden``: the final
     hidden states when kept; ``layer_inputs``: each layer's input ``[batch, n, d]`` when kept; ``cache``: the
-    tensors of the kept names (``{name: tensor}``).
+    tensors of the kept names (``{name: tensor}``); ``logits``: float32 ``[batch, vocab]``, the LM head at each
+    text's ``logits_at`` position (None when not asked for).
     """
 
     attentions: torch.Tensor | None
@@ -94,3 +103,4 @@ class PassResult:
     hidden: torch.Tensor | None = None
     layer_inputs: list | None = None
     cache: dict = field(default_factory=dict)
+    logits: torch.Tensor | None = None

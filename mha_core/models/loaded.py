@@ -24,6 +24,7 @@ from .forward import AttentionBuffer, ForwardPass, PassResult
 from .norms import norm_based_attention
 from .outputs import losses_wanted, padded, run_outputs
 from .points import module_points, point_names
+from .prediction import prediction_position, prediction_record
 from .tokens import EncodedText, TextEncoder, TokenDisplay
 
 if TYPE_CHECKING:
@@ -234,6 +235,8 @@ class LoadedModel:
             raise EngineNotSupported(f"Unknown engine {quoted(engine)}: use one of {', '.join(ENGINES)}.")
         if forward.hooks:
             check_names(forward.hooks, self._hook_names)
+        if forward.logits_at is not None:
+            return self._pass_with_logits(forward, engine)
         if engine == "transformers":
             return self._transformers_pass(forward)
         if not forward.attentions:
@@ -250,6 +253,22 @@ class LoadedModel:
                 f"transformers {tuple(reference.shape)}."
             )
         result.attentions, result.reference = result.attentions.to(torch.float32), reference
+        return result
+
+    def _pass_with_logits(self, forward: ForwardPass, engine: str) -> PassResult:
+        """``forward``'s pass with the LM head's logits at each text's ``logits_at`` position (``PassResult.logits``),
+        from the final hidden states of the same pass (kept in the result only when ``forward`` asks for them)."""
+        positions = torch.as_tensor(forward.logits_at, dtype=torch.long).reshape(-1)
+        if positions.numel() != forward.input_ids.shape[0]:
+            raise HeadscopeError(
+                f"logits_at gives {positions.numel()} positions for {forward.input_ids.shape[0]} texts."
+            )
+        result = self.run_pass(forward.with_changes(logits_at=None, keep_hidden=True), engine)
+        rows = torch.arange(positions.numel())
+        with torch.enable_grad() if forward.grad else torch.inference_mode():
+            result.logits = self.logits(result.hidden[rows, positions])
+        if not forward.keep_hidden:
+            result.hidden = None
         return result
 
     def _transformers_attentions(self, input_ids) -> torch.Tensor:
@@ -366,6 +385,11 @@ class LoadedModel:
             ),
         )
 
+    def attention_run(self, encoded: EncodedText, attentions: torch.Tensor, **metadata) -> AttentionRun:
+        """The run of ``encoded`` from attentions ``[L, H, n, n]`` computed elsewhere (token by token, as
+        ``models.generation.generate`` does); ``metadata`` goes into the run's."""
+        return self._make_run(encoded, attentions, "transformers", None, metadata_extra=metadata)
+
     # ---- public API ----
     def run(
         self,
@@ -380,6 +404,7 @@ class LoadedModel:
         out: AttentionBuffer | None = None,
         losses: bool | None = None,
         hooks: Mapping[str, HookFunction] | None = None,
+        predict: bool = False,
     ) -> AttentionRun:
         """Attention of every layer and head for one text (or a list of pre-split words).
 
@@ -398,10 +423,14 @@ class LoadedModel:
         ``out``: an ``AttentionBuffer`` the run's attentions may live in, for a caller that is done with
         one run before the next (the next run with the same buffer overwrites them); saves faulting in
         fresh memory for every long run.
+        ``predict``: the run carries the model's prediction from the same pass (a decoder's next token, a masked
+        model's word at its first mask token; nothing for a model without a language-model head) in
+        ``metadata["prediction"]`` (``models.prediction``: ``run_prediction`` makes it a table).
         In the core engine the transformers pass it is checked against runs the same hook functions.
         """
         encoded = self.encode(text_or_words, text_pair, bos)
         settings = dict(ablate=ablate, ablation=ablation, norms=norms, out=out, losses=losses, hooks=hooks)
+        settings["predict"] = predict
         return self._run_encoded(encoded, engine, progress, **settings)[0]
 
     def run_with_cache(
@@ -454,9 +483,12 @@ class LoadedModel:
         losses: bool | None = None,
         hooks: Mapping | None = None,
         keep=None,
+        predict: bool = False,
         **metadata,
     ) -> tuple[AttentionRun, dict]:
         functions = self._pass_hooks(ablate, ablation, hooks)
+        # The prediction is read from this pass's own final hidden states: no second pass.
+        position = prediction_position(self, encoded) if predict and self.lm_head_kind is not None else None
         forward = ForwardPass(
             torch.tensor([encoded.input_ids]),
             token_type_ids=torch.tensor([encoded.token_type_ids]) if encoded.token_type_ids is not None else None,
@@ -468,6 +500,7 @@ class LoadedModel:
             keep_hidden=losses_wanted(self, losses, functions),
             keep_layer_inputs=norms,
             out=out,
+            logits_at=None if position is None else (position,),
         )
         result = self.run_pass(forward, engine)
         attentions, reference = result.attentions, result.reference
@@ -476,6 +509,8 @@ class LoadedModel:
         described = self._ablation_metadata(ablate, ablation)
         if hooks:
             described.setdefault("metadata_extra", {})["hooks"] = sorted(hooks)
+        if result.logits is not None:
+            described.setdefault("metadata_extra", {})["prediction"] = prediction_record(result.logits[0], position)
         run = self._make_run(encoded, attentions[0], engine, max_abs_diff, **extra[0], **described, **metadata)
         if norms:
             by_norm, value_norms, output_norms = norm_based_attention(self.hf_model, attentions, result.layer_inputs)

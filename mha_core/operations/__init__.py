@@ -4,7 +4,8 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
 (ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens),
-``decomposition`` (one score split by source), ``lab`` (the Lab's training, ablation and example) and ``derived``
+``decomposition`` (one score split by source), ``output`` (the next-token prediction, a generation),
+``lab`` (the Lab's training, ablation and example) and ``derived``
 (what is computed from a run without a model: a view of it, its metrics, head distances, semantic scores, rollout
 and flow; run on the run itself).
 
@@ -23,6 +24,7 @@ from .corpus import Coreference, Profile, SearchIndex
 from .decomposition import Decomposition
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
 from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
+from .output import Generation, Prediction
 from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "Coreference",
     "DecoderScores",
     "Decomposition",
+    "Generation",
     "GroupAblation",
     "Importance",
     "InductionExperiment",
@@ -46,6 +49,7 @@ __all__ = [
     "Neurons",
     "Operation",
     "Patching",
+    "Prediction",
     "Profile",
     "RoleAblation",
     "SearchIndex",

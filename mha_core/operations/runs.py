@@ -19,7 +19,8 @@ class Attention(Operation):
 
     ``ablate``: heads ``((layer, head), ...)`` zeroed (``ablation="zero"``) or replaced by their mean (``"mean"``);
     ``losses``: the run carries its per-token losses (None: for ablated runs only); ``norms``: norm-based
-    attention beside the weights."""
+    attention beside the weights; ``predict``: the model's prediction from the same pass in
+    ``metadata["prediction"]`` (``models.prediction``)."""
 
     work_class = LIGHT
     model: str
@@ -28,6 +29,7 @@ class Attention(Operation):
     ablate: tuple[tuple[int, int], ...] = ()
     ablation: str = "zero"
     losses: bool | None = None
+    predict: bool = False
     norms: bool = False
 
     def __post_init__(self):
@@ -53,6 +55,7 @@ class Attention(Operation):
             ablation=self.ablation,
             norms=self.norms,
             losses=self.losses,
+            predict=self.predict,
         )
         run.metadata["cache_key"] = self.key
         return run

@@ -1,0 +1,95 @@
+"""Explore's output section under AppTest (``ui/widgets/predict.py``): the next-token table read from the run's own
+pass, the model writing with its settings in the address, the head view grown by the written tokens (marked), a
+written token's distribution, and bad values in a link."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mha_core as mc
+from tests.conftest import ATTENTION_ATOL
+from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
+from tests.page_helpers import head_view_data, open_app, rerun
+from ui.headview import LEVELS
+from ui.widgets import predict as predict_widget
+
+TEXT = "the cat sat on the mat"
+HEAD_VIEW_ATOL = 0.5 / LEVELS + ATTENTION_ATOL
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gpt2_path(tmp_path_factory):
+    return str(build_tiny_gpt2(tmp_path_factory.mktemp("gpt2"), head=True, randomised=True))
+
+
+def frame(app, key: str):
+    (element,) = [e for e in app.dataframe if e.proto.id.endswith(key) or getattr(e, "key", None) == key] or [None]
+    assert element is not None, f"no table {key!r}"
+    return element.value
+
+
+def tables(app) -> list:
+    return [e.value for e in app.dataframe]
+
+
+def test_the_next_token_table_is_the_models_prediction(gpt2_path):
+    app = open_app("explore", {"model": gpt2_path, "text": TEXT})
+    model = mc.load_model(gpt2_path)
+    expected = mc.predict(model, TEXT, k=10)
+    (table,) = [t for t in tables(app) if "probability" in t.columns and "rank" in t.columns]
+    assert table["id"].tolist() == expected["id"].tolist()
+    np.testing.assert_allclose(table["probability"], expected["probability"], rtol=1e-5)
+    assert table["token"].tolist() == [repr(t) for t in expected["token"]]
+
+
+def test_written_tokens_grow_the_head_view(gpt2_path):
+    model = mc.load_model(gpt2_path)
+    written = mc.generate(model, TEXT, 3, temperature=0.0, stop=None)
+    app = open_app("explore", {"model": gpt2_path, "text": TEXT, "gen": "3", "temp": "0.0"})
+    data = head_view_data(app)
+    n = written.num_tokens
+    assert len(data["tokens"]) == n
+    generated = written.metadata["generation"]["generated"]
+    assert [i for i, token in enumerate(data["tokens"]) if token.startswith(predict_widget.MARK)] == generated
+    np.testing.assert_allclose(
+        data["enlarged_head"], written.attentions[data["layer"], data["head"]], rtol=0, atol=HEAD_VIEW_ATOL
+    )
+    # the last written token's distribution: the step of the library's run
+    step = written.metadata["generation"]["steps"][-1]
+    (table,) = [t for t in tables(app) if "drawn with" in t.columns]
+    np.testing.assert_allclose(table["model probability"], step["probabilities"], rtol=1e-6)
+    assert table["chosen"].tolist() == [i == step["chosen"] for i in step["ids"]]
+    # one more token: the address follows, the view grows by one
+    next(b for b in app.button if b.key == "gen_write_1").click()
+    rerun(app)
+    assert app.query_params["gen"] == ["4"] or app.query_params["gen"] == "4"
+    assert (
+        len(head_view_data(app)["tokens"]) == min(n + 1, model.max_tokens)
+        or written.metadata["generation"]["stopped"] == "stop token"
+    )
+
+
+def test_bad_settings_in_the_link_get_a_notice(gpt2_path):
+    app = open_app("explore", {"model": gpt2_path, "text": TEXT, "gen": "x", "temp": "9", "topk": "-1"})
+    warnings = " ".join(w.value for w in app.warning).replace("\\", "")  # markdown escapes
+    assert "gen=x" in warnings and "temp=9" in warnings and "topk=-1" in warnings
+    assert len(head_view_data(app)["tokens"]) == len(mc.load_model(gpt2_path).encode(TEXT))
+
+
+def test_a_masked_model_predicts_its_mask(tmp_path):
+    path = str(build_tiny_bert(tmp_path / "bert", head=True, randomised=True))
+    model = mc.load_model(path)
+    text = f"the cat {model.tokenizer.mask_token} on the mat"
+    app = open_app("explore", {"model": path, "text": text})
+    (table,) = [t for t in tables(app) if "rank" in t.columns]
+    assert table["id"].tolist() == mc.predict(model, text, k=10)["id"].tolist()
+    assert not [b for b in app.button if b.key == "gen_write_1"]  # an encoder does not write
+
+
+def test_a_sentence_encoder_shows_no_prediction():
+    app = open_app("explore", {"model": "minilm", "text": TEXT})
+    assert not [t for t in tables(app) if "rank" in t.columns]
+    assert not [b for b in app.button if b.key == "gen_write_1"]

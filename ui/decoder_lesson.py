@@ -1,0 +1,157 @@
+"""The Classroom's decoder lesson, after the attention steps: a real decoder (SmolLM2) predicts the next word.
+
+The class votes on the next word first (``ask``: the page's predict-then-reveal, a class vote on a class server),
+then sees the model's distribution (``mha_core.operations.Prediction`` through ``ui.compute``), moves the
+temperature and watches the choice spread (``walkthrough.temperature_probabilities`` over the kept tokens), and
+lets the model write a few tokens (``Generation``), each with the earlier tokens it attended to most (averaged
+over one layer's heads: ``walkthrough.attended_earlier``). Settings in the address: ``dprompt``, ``dtemp``,
+``dlayer``, ``dwrite``, ``ddraw`` (the random generator's seed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from mha_core.models.prediction import PREDICTION_KEPT
+from mha_core.operations import Generation, Prediction
+from mha_core.walkthrough import attended_earlier, temperature_probabilities
+from ui import compute
+from ui.widgets import messages, pickers
+from ui.widgets.predict import TEMPERATURES
+
+MODEL = "smollm2"
+PROMPTS = ("The cat sat on the", "The capital of France is", "Once upon a time, there was a")
+OPTIONS = 4  # words offered in the vote
+WRITTEN = 5  # tokens the model writes
+SHOWN = 10
+
+
+def _token(text: str) -> str:
+    return repr(text)
+
+
+def step_decoder(ask) -> None:
+    """The lesson's one screen. ``ask(question, answer, shows_answer, options, correct)``: the page's
+    predict-then-reveal question (a class vote on a class server)."""
+    messages.explain(
+        "A decoder such as GPT or SmolLM2 reads a sentence with the same attention heads, then turns the last "
+        "token's vector into a score for every word of its vocabulary (the logits); softmax makes them "
+        "probabilities. It writes by drawing the next token from them, then reads the longer sentence again."
+    )
+    with messages.error_display():
+        model = compute.get_model(MODEL)
+        prompt = pickers.url_select(st.selectbox, "Sentence", PROMPTS, key="cls_dec_prompt", url_key="dprompt")
+        table = compute.compute(Prediction.of(model, prompt, k=PREDICTION_KEPT))
+        _vote_and_distribution(ask, prompt, table)
+        _temperature(table)
+        _writing(model, prompt)
+
+
+def _vote_and_distribution(ask, prompt: str, table: pd.DataFrame) -> None:
+    offered = table.head(OPTIONS)
+    labels = sorted(_token(token) for token in offered["token"])  # alphabetical: the order gives nothing away
+    top = _token(table["token"].iloc[0])
+
+    def distribution() -> None:
+        shown = table.head(SHOWN).assign(token=table["token"].head(SHOWN).map(_token))
+        st.dataframe(
+            shown[["rank", "token", "probability", "logit"]],
+            hide_index=True,
+            key="cls_dec_table",
+            column_config={"probability": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f")},
+        )
+
+    ask(
+        f"Which word will SmolLM2 put after **{messages.md_escape(prompt)}**?",
+        f"**{messages.md_escape(top)}**, with probability {table['probability'].iloc[0]:.2f}. The model gives every "
+        "token of its vocabulary a probability; the ten most likely:",
+        distribution,
+        options=labels,
+        correct=labels.index(top),
+    )
+
+
+def _temperature(table: pd.DataFrame) -> None:
+    st.markdown("**Temperature: how the choice spreads**")
+    temperature = pickers.url_select(
+        st.select_slider,
+        "Temperature",
+        TEMPERATURES,
+        key="cls_dec_temperature",
+        url_key="dtemp",
+        default=1.0,
+        help="The logits are divided by the temperature before softmax.",
+    )
+    spread = temperature_probabilities(table["logit"].to_numpy(), temperature)
+    shown = pd.DataFrame({"token": table["token"].map(_token), "at temperature 1": table["probability"]})
+    shown[f"at temperature {temperature:g}"] = (
+        spread * float(table["probability"].sum()) if temperature == 1 else spread
+    )
+    st.dataframe(
+        shown.head(SHOWN),
+        hide_index=True,
+        key="cls_dec_spread",
+        column_config={
+            column: st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f")
+            for column in shown.columns[1:]
+        },
+    )
+    st.caption(
+        f"At temperature {temperature:g}, among the {len(table)} most likely tokens (they hold "
+        f"{float(table['probability'].sum()):.0%} of the probability at temperature 1). 0 always takes the most "
+        "likely token; below 1 the most likely gains, above 1 the choice spreads over more tokens."
+    )
+
+
+def _writing(model, prompt: str) -> None:
+    st.markdown("**The model writes**")
+    if not pickers.url_toggle(f"Let the model write {WRITTEN} tokens", key="cls_dec_write", url_key="dwrite"):
+        return
+    temperature = st.session_state.get("cls_dec_temperature", 1.0)
+    draw = pickers.url_number(
+        st.number_input,
+        "Draw",
+        0,
+        999,
+        key="cls_dec_draw",
+        url_key="ddraw",
+        default=0,
+        help="Another draw, other tokens.",
+    )
+    run = compute.compute(
+        Generation.of(model, prompt, max_new_tokens=WRITTEN, temperature=float(temperature), seed=int(draw))
+    )
+    layer = pickers.url_number(
+        st.slider,
+        "Layer whose heads are averaged",
+        0,
+        run.num_layers - 1,
+        key="cls_dec_layer",
+        url_key="dlayer",
+        default=run.num_layers // 2,
+    )
+    generation = run.metadata["generation"]
+    sinks = [int(i) for i in np.flatnonzero(run.special_mask[: generation["prompt_tokens"]])]
+    rows = []
+    for step in generation["steps"]:
+        position = step["position"]
+        looked = attended_earlier(run.attentions[layer], position, top=3, skip=sinks)
+        rows.append(
+            {
+                "written": _token(model.tokenizer.decode([step["chosen"]])),
+                "drawn with probability": step["chosen_sampling_probability"],
+                "attends most to": ", ".join(f"{_token(run.tokens[key])} {weight:.2f}" for key, weight in looked),
+            }
+        )
+    text = model.tokenizer.decode(run.metadata["token_ids"][generation["prompt_tokens"] :]).replace("\n", " \u23ce ")
+    lead = text[: len(text) - len(text.lstrip())]
+    st.markdown(f"{messages.md_escape(prompt)}{lead}**{messages.md_escape(text.strip())}**" if text.strip() else "")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="cls_dec_written")
+    st.caption(
+        f"Temperature {temperature:g}, draw {draw}: the same draw writes the same tokens. Each written token's row of "
+        f"layer {layer}'s attention, averaged over its {run.num_heads} heads: the three tokens (itself included) it "
+        "attended to most as it was written, the sink (the first, special token, where heads park the attention they "
+        "do not need) left out. Explore shows every head of it (write tokens there with +1)."
+    )

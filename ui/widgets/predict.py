@@ -1,0 +1,247 @@
+"""Explore's output section: what the model predicts next, and the model writing token by token.
+
+``grown(run)`` is the run Explore draws: the sidebar's run, or, once the visitor has had the model write
+(``?gen=`` tokens), the run over the sentence and the written tokens (``mha_core.operations.Generation`` through
+``ui.compute.compute``), the written tokens marked. ``section(run)`` draws the next-token table (read from the
+run itself: the run's own pass kept its last position's logits, no second pass), the writing controls (all in
+the address: ``gen``, ``temp``, ``topk``, ``topp``, ``seed``) and, for a written token, the distribution it was
+drawn from. A masked language model shows its prediction at the text's mask token."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import streamlit as st
+
+from mha_core.models.generation import MAX_NEW_TOKENS
+from mha_core.models.prediction import run_prediction
+from mha_core.operations import Generation
+from ui import address, compute, session
+from ui.widgets import pickers
+
+SHOWN = 10  # rows of the next-token table
+MARK = "\u25b8"  # before a written token in the head view
+TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5, 2.0)
+TOP_KS = (0, 1, 5, 10, 50)  # 0: no top-k
+TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)  # 1.0: no top-p
+WRITE_COUNTS = (1, 5, 10)
+DEFAULTS = {"gen_count": 0, "gen_temperature": 1.0, "gen_top_k": 0, "gen_top_p": 1.0, "gen_seed": 0}
+URL_KEYS = {"gen_count": "gen", "gen_temperature": "temp", "gen_top_k": "topk", "gen_top_p": "topp", "gen_seed": "seed"}
+PARSERS = {
+    "gen_count": address.number(0, MAX_NEW_TOKENS),
+    "gen_temperature": address.choice(TEMPERATURES),
+    "gen_top_k": address.choice(TOP_KS),
+    "gen_top_p": address.choice(TOP_PS),
+    "gen_seed": address.number(0, 2**31 - 1),
+}
+
+
+def _settings() -> dict:
+    """The writing settings, each from this session, else the link (checked, a notice for a bad value), else
+    its default."""
+    for key, default in DEFAULTS.items():
+        pickers.url_setting(key, URL_KEYS[key], default, PARSERS[key])
+    return {key: st.session_state[key] for key in DEFAULTS}
+
+
+def _keep_settings() -> None:
+    for key, default in DEFAULTS.items():
+        pickers.keep_in_url(key, URL_KEYS[key], default)
+
+
+def writes(run) -> bool:
+    """Whether the run's model writes text (a decoder with its language-model head)."""
+    return bool(run.is_causal) and run.metadata.get("prediction") is not None
+
+
+def generation_operation(run, count: int, settings: dict) -> Generation:
+    """The operation writing ``count`` tokens after the run's sentence with ``settings``."""
+    selection = session.selection()
+    model = compute.get_model(run.model_name)
+    return Generation.of(
+        model,
+        selection.text,
+        bos=selection.bos,
+        max_new_tokens=int(count),
+        temperature=float(settings["gen_temperature"]),
+        top_k=int(settings["gen_top_k"]) or None,
+        top_p=None if settings["gen_top_p"] >= 1.0 else float(settings["gen_top_p"]),
+        seed=int(settings["gen_seed"]),
+    )
+
+
+def marked(run):
+    """A copy of a written run whose written tokens (and words) begin with ``MARK``, for the head view."""
+    written = set(run.metadata.get("generation", {}).get("generated", ()))
+    if not written:
+        return run
+    tokens = [f"{MARK}{token}" if i in written else token for i, token in enumerate(run.tokens)]
+    words = list(run.words)
+    for i in written:
+        word = int(run.word_ids[i])
+        if 0 <= word < len(words) and not words[word].startswith(MARK):
+            words[word] = f"{MARK}{words[word]}"
+    return dataclasses.replace(run, tokens=tokens, words=words)
+
+
+def grown(run):
+    """The run Explore draws: ``run`` itself, or, after the visitor had the model write, the written run (marked)."""
+    if run is None or not writes(run):
+        return run
+    settings = _settings()
+    if settings["gen_count"] <= 0:
+        return run
+    return marked(compute.compute(generation_operation(run, settings["gen_count"], settings)))
+
+
+def _write(count: int) -> None:
+    st.session_state["gen_count"] = min(int(st.session_state.get("gen_count", 0)) + count, MAX_NEW_TOKENS)
+
+
+def _clear() -> None:
+    st.session_state["gen_count"] = 0
+
+
+def prediction_table(frame: pd.DataFrame, key: str) -> None:
+    """The k most likely tokens with their probabilities (a bar in each row)."""
+    shown = frame.assign(token=frame["token"].map(repr))[["rank", "token", "probability", "logit", "id"]]
+    st.dataframe(
+        shown,
+        hide_index=True,
+        key=key,
+        column_config={
+            "probability": st.column_config.ProgressColumn("probability", min_value=0.0, max_value=1.0, format="%.3f"),
+            "logit": st.column_config.NumberColumn("logit", format="%.2f"),
+        },
+    )
+
+
+def step_frame(step: dict, tokenizer) -> pd.DataFrame:
+    """One written token's distribution: its most likely tokens with the model's probability and the probability
+    it was drawn with (after temperature, top-k, top-p), the chosen one marked."""
+    return pd.DataFrame(
+        {
+            "token": [repr(tokenizer.decode([i])) for i in step["ids"]],
+            "model probability": step["probabilities"],
+            "drawn with": step["sampling"],
+            "chosen": [i == step["chosen"] for i in step["ids"]],
+        }
+    )
+
+
+def section(run) -> None:
+    """The prediction of the run's pass, the writing controls and a written token's distribution (see the module)."""
+    generation = None if run is None else run.metadata.get("generation")
+    if run is None or (run.metadata.get("prediction") is None and generation is None):
+        return
+    model = compute.get_model(run.model_name)
+    st.subheader("What the model predicts")
+    if not run.is_causal:
+        record = run.metadata["prediction"]
+        st.caption(
+            f"The masked language model's guesses for the mask token at position {record['position']} "
+            "(probabilities: softmax of its logits over the whole vocabulary; the same pass as the heads above)."
+        )
+        prediction_table(run_prediction(run, model.tokenizer, SHOWN), "predict_table")
+        return
+    table, controls = st.columns([3, 2])
+    with table:
+        if generation is None:
+            st.caption(
+                "The next token after the sentence: the model's ten most likely, with their probabilities (softmax of "
+                "its logits over the whole vocabulary), read from the same forward pass as the heads above."
+            )
+            prediction_table(run_prediction(run, model.tokenizer, SHOWN), "predict_table")
+        else:
+            written_token(run, generation, model.tokenizer)
+    with controls:
+        write_controls(run, generation)
+
+
+def write_controls(run, generation: dict | None) -> None:
+    """Write one token or several (temperature, top-k, top-p, seed: all kept in the address)."""
+    _settings()
+    st.markdown("**Let the model write**")
+    st.select_slider(
+        "Temperature",
+        TEMPERATURES,
+        key="gen_temperature",
+        help="0 takes the most likely token every time (greedy); higher spreads the choice.",
+    )
+    left, right = st.columns(2)
+    left.selectbox(
+        "Top-k",
+        TOP_KS,
+        key="gen_top_k",
+        format_func=lambda k: "all" if k == 0 else str(k),
+        help="Draw only from the k most likely tokens.",
+    )
+    right.selectbox(
+        "Top-p",
+        TOP_PS,
+        key="gen_top_p",
+        format_func=lambda p: "off" if p >= 1.0 else str(p),
+        help="Draw only from the most likely tokens whose probabilities add up to p.",
+    )
+    st.number_input("Seed", 0, 2**31 - 1, key="gen_seed", step=1, help="The same seed writes the same tokens.")
+    count = st.session_state["gen_count"]
+    buttons = st.columns(len(WRITE_COUNTS) + 1)
+    for column, n in zip(buttons, WRITE_COUNTS):
+        column.button(
+            f"+{n}",
+            key=f"gen_write_{n}",
+            on_click=_write,
+            args=(n,),
+            disabled=count >= MAX_NEW_TOKENS,
+            help=f"Write {n} more token{'s' if n > 1 else ''}.",
+        )
+    buttons[-1].button("Clear", key="gen_clear", on_click=_clear, disabled=count == 0, help="Back to the sentence.")
+    if generation is not None:
+        written = len(generation["generated"])
+        note = f"{written} token{'s' if written != 1 else ''} written ({MARK} in the head view)"
+        if generation["stopped"] == "stop token":
+            note += "; the model ended the text"
+        elif generation["stopped"] == "length":
+            note += "; the model's token limit is reached"
+        st.caption(note + ".")
+    _keep_settings()
+
+
+def written_token(run, generation: dict, tokenizer) -> None:
+    """Choose a written token: the distribution it was drawn from."""
+    steps = generation["steps"]
+    if not steps:
+        st.caption("No token written yet.")
+        return
+    positions = [step["position"] for step in steps]
+    tokens = list(run.tokens)
+    by_position = {step["position"]: step for step in steps}
+    position = pickers.url_select(
+        st.selectbox,
+        "Written token",
+        positions,
+        key="gen_token",
+        url_key="gtok",
+        default=positions[-1],
+        format_func=lambda i: f"{i}: {tokens[i]}",
+        help="Each written token was drawn from the distribution below.",
+    )
+    step = by_position[position]
+    st.caption(
+        f"Token {position} was drawn with probability {step['chosen_sampling_probability']:.3f} "
+        f"(the model's own: {step['chosen_probability']:.3f}); temperature {generation['temperature']:g}. "
+        "The ten most likely tokens at that step:"
+    )
+    st.dataframe(
+        step_frame(step, tokenizer),
+        hide_index=True,
+        key="gen_step_table",
+        column_config={
+            "model probability": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
+            "drawn with": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
+        },
+    )
+    st.caption(
+        "In the head view, the written token's row shows which earlier tokens each head attended to as it wrote it."
+    )
