@@ -3,7 +3,8 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
-(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens) and
+(ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens), ``qkov`` (OV/QK circuits, copying, composition, path
+patching) and
 ``lab`` (the Lab's training, ablation and example).
 
     op = Attention.of(model, "The cat sat on the mat.")      # tokenized once, here
@@ -20,6 +21,7 @@ from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
 from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
+from .qkov import Composition, CopyingScores, OVCircuit, PathPatching, QKCircuit
 from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "AblationEffect",
     "Attention",
     "Attribution",
+    "Composition",
+    "CopyingScores",
     "Coreference",
     "DecoderScores",
     "GroupAblation",
@@ -40,9 +44,12 @@ __all__ = [
     "LongAttention",
     "NeedleTest",
     "Neurons",
+    "OVCircuit",
     "Operation",
+    "PathPatching",
     "Patching",
     "Profile",
+    "QKCircuit",
     "RoleAblation",
     "SearchIndex",
     "SearchVector",
