@@ -11,7 +11,7 @@ import streamlit as st
 from mha_core.interventions.attribution import head_grid
 from mha_core.interventions.patching import PATCH_METHODS
 from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
-from ui import address, circuits, computations, session, shell
+from ui import address, circuits, computations, heads_circuits, session, shell
 from ui.figures.causal import head_score_map
 from ui.figures.circuits import estimate_against_exact, logit_lens_table
 from ui.widgets import charts, downloads, messages, pickers, sidebar
@@ -123,6 +123,16 @@ with messages.error_display():
         )
     with st.expander("The tokens of both prompts", expanded=not same_length):
         st.dataframe(circuits.token_table(tokens["clean"], tokens["corrupted"]), hide_index=True, width="stretch")
+
+    # How heads work together (ui/heads_circuits.py): weight circuits and path patching, each behind a toggle.
+    def open_head(layer: int, head: int) -> None:
+        switch_to_explore(layer, head, clean)
+
+    heads_circuits.weights_section(selection.model, model, open_head)
+    if same_length:
+        heads_circuits.path_patching_section(
+            selection.model, model, prompts=prompts, answer=answer, foil=foil, open_head=open_head
+        )
     method = pickers.url_select(
         st.radio,
         "Patching",

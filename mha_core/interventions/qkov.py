@@ -39,9 +39,10 @@ import pandas as pd
 import torch
 
 from ..engine import registry as families
+from ..engine.blocks import rotary_angles, rotate
 from ..engine.core import core_model
 from ..errors import HeadscopeError, quoted
-from ..progress import Progress, report
+from ..progress import Progress, progress_part, report
 
 if TYPE_CHECKING:
     from ..models.loaded import LoadedModel
@@ -145,16 +146,16 @@ def head_weights(model: LoadedModel) -> HeadWeights:
     positions = None if position_module is None else position_module.weight.detach().float()
     rope = core_model(model.hf_model).rope if family.name == "llama" else None  # the engine's rotary table
     return HeadWeights(
-        torch.stack(w_q),
-        torch.stack(w_k),
-        torch.stack(w_v),
-        torch.stack(w_o),
-        embedding,
-        unembedding,
-        positions,
-        rope,
-        bool(model.is_causal),
-        decoder,
+        w_q=torch.stack(w_q),
+        w_k=torch.stack(w_k),
+        w_v=torch.stack(w_v),
+        w_o=torch.stack(w_o),
+        embedding=embedding,
+        unembedding=unembedding,
+        positions=positions,
+        rope=rope,
+        causal=bool(model.is_causal),
+        decoder=decoder,
     )
 
 
@@ -294,8 +295,6 @@ def previous_token_scores(weights: HeadWeights, length: int = POSITIONAL_LENGTH)
     """Per head ``[L, H]``: the attention its QK circuit alone puts on the previous position, averaged over query
     positions 1..length-1, when every position holds the same content (the position vectors for absolute models;
     the mean token vector, rotated by position, for rotary ones): 1 for a pure previous-token head."""
-    from ..engine.blocks import rotary_angles, rotate  # the engine's rotation
-
     inputs, rope = positional_inputs(weights, length)
     n = inputs.shape[0]
     with torch.inference_mode():
@@ -405,7 +404,18 @@ def composition_baseline(d_model: int, d_head: int, mode: str, draws: int = BASE
     # A two-layer stack of ``draws`` heads a layer, every matrix drawn on its own: head 0-i into head 1-i.
     w_q, w_k, w_v = (torch.randn(2, draws, d_model, d_head, generator=generator, dtype=torch.float64) for _ in range(3))
     w_o = torch.randn(2, draws, d_head, d_model, generator=generator, dtype=torch.float64)
-    chance = HeadWeights(w_q, w_k, w_v, w_o, torch.zeros(1, d_model), torch.zeros(d_model, 1), None, None, True, True)
+    chance = HeadWeights(
+        w_q=w_q,
+        w_k=w_k,
+        w_v=w_v,
+        w_o=w_o,
+        embedding=torch.zeros(1, d_model),
+        unembedding=torch.zeros(d_model, 1),
+        positions=None,
+        rope=None,
+        causal=True,
+        decoder=True,
+    )
     sender, receiver = composition_factors(chance, mode, torch.float64)
     sender, receiver = sender[:draws], receiver[draws:]
     product = (sender @ receiver).pow(2).sum(dim=(-1, -2)).sqrt()
@@ -417,8 +427,6 @@ def composition(model: LoadedModel, progress: Progress | None = None) -> pd.Data
     """Q-, K- and V-composition scores for every pair of heads in different layers (sender layer < receiver layer):
     columns sender_layer, sender_head, receiver_layer, receiver_head, q, k, v, and each minus the baseline of random
     matrices of the same shapes (q_excess, k_excess, v_excess); the baselines in ``attrs["baseline"]``."""
-    from ..progress import progress_part
-
     weights = _weights(model)
     d_model, d_head = weights.w_q.shape[2], weights.d_head
     columns = {}
