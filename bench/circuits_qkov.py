@@ -1,6 +1,6 @@
 """Benchmark: what heads' weights do and how they compose, on SmolLM2 (mha_core.interventions.qkov, path_patching).
 
-Each measurement is timed against one plain forward pass of the induction prompt (24 tokens) in the same run,
+Each measurement is timed against one plain forward pass of the induction prompt (14 tokens) in the same run,
 interleaved (forward, measurement, forward, ...; the unit is the median of the forward passes around them): the
 machine is shared, ratios travel, absolute seconds do not.
 
