@@ -15,7 +15,7 @@ import streamlit as st
 
 from mha_core.errors import quoted
 from mha_core.interventions.path_patching import PATH_VIA
-from mha_core.interventions.qkov import DEFAULT_TEXT, circuit_tokens
+from mha_core.interventions.qkov import DEFAULT_TEXT
 from mha_core.interventions.readout import CircuitError
 from mha_core.operations import Composition, CopyingScores, OVCircuit, PathPatching, QKCircuit
 from ui import compute
@@ -182,9 +182,8 @@ def head_tokens(model_name: str, model) -> None:
         "Tokens", key="qkov_tokens", url_key="qktokens", default=DEFAULT_TEXT, what="tokens", container=cols[2]
     )
     with messages.error_display():
-        ids = tuple(circuit_tokens(model, text)[:16])
-        ov = compute.compute(OVCircuit(model_name, layer, head, ids, TOP_K), model)
-        qk = compute.compute(QKCircuit(model_name, layer, head, ids, TOP_K), model)
+        ov = compute.compute(OVCircuit(model_name, layer, head, text, TOP_K), model)
+        qk = compute.compute(QKCircuit(model_name, layer, head, text, TOP_K), model)
         left, right = st.columns(2)
         left.markdown(f"**OV: what {layer}-{head} writes** when it attends to each token (top {TOP_K} logits raised)")
         left.dataframe(summary(ov, "output_token"), hide_index=True, width="stretch")

@@ -32,16 +32,20 @@ class OVCircuit(Operation):
     model: str
     layer: int
     head: int
-    tokens: tuple = ()  # token ids; () the default sentence's
+    tokens: tuple | str = ()  # token ids, or a text (its tokens); () the default sentence's
     k: int = 10
 
     def peak_bytes(self, model) -> int:
-        """The weights, one head's ``[e, vocab]`` right factor and a chunk of scores per token."""
+        """The weights, one head's ``[e, vocab]`` right factor and a chunk of scores per token (a text has at most
+        as many tokens as characters)."""
         rows = max(len(self.tokens), 16)
         return head_weights_bytes(model) + FLOAT_BYTES * (128 * _vocabulary(model) + 2 * rows * VOCAB_CHUNK)
 
     def run(self, model, progress: Progress | None = None):
-        return ov_circuit(model, self.layer, self.head, k=self.k, tokens=list(self.tokens) or None)
+        return ov_circuit(model, self.layer, self.head, k=self.k, tokens=self.token_input())
+
+    def token_input(self):
+        return self.tokens if isinstance(self.tokens, str) else (list(self.tokens) or None)
 
 
 @operation
@@ -51,7 +55,7 @@ class QKCircuit(OVCircuit):
     work_class = LIGHT
 
     def run(self, model, progress: Progress | None = None):
-        return qk_circuit(model, self.layer, self.head, k=self.k, tokens=list(self.tokens) or None)
+        return qk_circuit(model, self.layer, self.head, k=self.k, tokens=self.token_input())
 
 
 @operation
