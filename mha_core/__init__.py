@@ -47,6 +47,10 @@ from .interventions.importance import head_importance, pruning_curve
 from .interventions.logit_lens import logit_lens
 from .interventions.neuron_view import NeuronView, neuron_view
 from .interventions.patching import patch
+from .interventions.path_patching import path_patch
+
+# What heads' weights do and how heads compose: OV/QK circuits, copying, composition (Elhage et al. 2021).
+from .interventions.qkov import composition, copying_scores, ov_circuit, qk_circuit
 
 # The lab: tiny transformers trained on tasks that grow known heads.
 from .lab import Lab, LabConfig, train_lab
@@ -137,10 +141,15 @@ __all__ = [
     "zero_heads",
     # circuits
     "ScoreDecomposition",
+    "composition",
+    "copying_scores",
     "logit_attribution",
     "logit_lens",
+    "ov_circuit",
     "patch",
     "score_decomposition",
+    "path_patch",
+    "qk_circuit",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",

@@ -10,7 +10,7 @@ import streamlit as st
 
 from mha_core.interventions.attribution import head_grid
 from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
-from ui import address, circuits, computations, page_circuits, page_state, session, shell
+from ui import address, circuits, computations, heads_circuits, page_circuits, page_state, session, shell
 from ui.figures.causal import head_score_map
 from ui.figures.circuits import estimate_against_exact, logit_lens_table
 from ui.page_circuits import CircuitsSettings
@@ -96,6 +96,16 @@ with messages.error_display():
         )
     with st.expander("The tokens of both prompts", expanded=not same_length):
         st.dataframe(circuits.token_table(tokens["clean"], tokens["corrupted"]), hide_index=True, width="stretch")
+
+    # How heads work together (ui/heads_circuits.py): weight circuits and path patching, each behind a toggle.
+    def open_head(layer: int, head: int) -> None:
+        switch_to_explore(layer, head, clean)
+
+    heads_circuits.weights_section(selection.model, model, open_head)
+    if same_length:
+        heads_circuits.path_patching_section(
+            selection.model, model, prompts=prompts, answer=answer, foil=foil, open_head=open_head
+        )
     method = S["method"].select(st.radio, horizontal=True)
     messages.explain(
         "Patching asks: if this one head computed what it computes on the clean prompt, while everything else runs "

@@ -65,6 +65,25 @@ def smollm2_decoder_heads() -> None:
     write_table(scores, FINDINGS / "smollm2_decoder_heads.csv")
 
 
+# Composition pairs kept in the findings' table: a Q-, K- or V-score at least this many times the random baseline.
+COMPOSITION_KEPT_RATIO = 2.0
+
+
+def smollm2_circuits() -> None:
+    import mha_core as mc
+    from mha_core.corpus.tables import write_table
+
+    model = mc.load_model("smollm2")
+    write_table(mc.copying_scores(model), FINDINGS / "smollm2_copying.csv")
+    table = mc.composition(model)
+    baseline = table.attrs["baseline"]
+    kept = (table["q"] >= COMPOSITION_KEPT_RATIO * baseline["q"]) | (
+        table["k"] >= COMPOSITION_KEPT_RATIO * baseline["k"]
+    )
+    kept |= table["v"] >= COMPOSITION_KEPT_RATIO * baseline["v"]
+    write_table(table[kept].round(5), FINDINGS / "smollm2_composition.csv")
+
+
 # The held-out test's false-positive rate on shuffled trees: MiniLM's heads on the first n dev sentences, each
 # sentence's tree shuffled this many times (docs/metrics.md, "The held-out test of a syntactic role").
 SHUFFLED_SIZES = {50: 200, 100: 200, 400: 100}
@@ -381,6 +400,12 @@ TARGETS: dict[str, Target] = {
         call=minilm_syntax_decomposition,
         call_text="mc.score_decomposition(minilm, UD sentence, layer, head, dependent, parent) for the named syntactic "
         "heads -> 'docs/findings/minilm_syntax_decomposition.csv'",
+    ),
+    "smollm2-circuits": Target(
+        writes=("smollm2_copying.csv", "smollm2_composition.csv"),
+        call=smollm2_circuits,
+        call_text="write_table(mc.copying_scores(model), 'docs/findings/smollm2_copying.csv'); mc.composition(model) "
+        "-> the pairs at 2x the random baseline or more, 'docs/findings/smollm2_composition.csv'",
     ),
     "smollm2-importance": Target(
         writes=("smollm2_importance.csv", "smollm2_pruning.csv"),

@@ -4,7 +4,8 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
 (ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens),
-``decomposition`` (one score split by source), ``output`` (the next-token prediction, a generation),
+``decomposition`` (one score split by source), ``output`` (the next-token prediction, a generation), ``qkov`` (OV/QK circuits, copying,
+composition, path patching),
 ``lab`` (the Lab's training, ablation and example) and ``derived``
 (what is computed from a run without a model: a view of it, its metrics, head distances, semantic scores, rollout
 and flow; run on the run itself).
@@ -25,6 +26,7 @@ from .decomposition import Decomposition
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
 from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
 from .output import Generation, Prediction
+from .qkov import Composition, CopyingScores, OVCircuit, PathPatching, QKCircuit
 from .runs import Attention, Neurons, SearchVector, Seq2SeqAttention
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "AblationEffect",
     "Attention",
     "Attribution",
+    "Composition",
+    "CopyingScores",
     "Coreference",
     "DecoderScores",
     "Decomposition",
@@ -47,10 +51,13 @@ __all__ = [
     "LongAttention",
     "NeedleTest",
     "Neurons",
+    "OVCircuit",
     "Operation",
+    "PathPatching",
     "Patching",
     "Prediction",
     "Profile",
+    "QKCircuit",
     "RoleAblation",
     "SearchIndex",
     "SearchVector",

@@ -1,0 +1,70 @@
+"""The Circuits page's weight circuits and path patching (``ui/heads_circuits.py``) under AppTest: the maps, the
+composition graph and the path-patching map carry exactly the library's numbers; a bad receiver list gets a clear
+message; every setting is in the page address."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mha_core as mc
+from mha_core.interventions.readout import CircuitError
+from tests.page_helpers import open_app, plotly_elements
+from tests.test_circuits import CLEAN, CORRUPTED, build_decoder, one_token_words
+from ui.heads_circuits import grid, head_pairs, strongest_edges
+
+PAGE = "circuits"
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory):
+    return str(build_decoder(tmp_path_factory.mktemp("tiny-gpt2-heads"), "gpt2"))
+
+
+def query(path: str, answer: str, foil: str, **extra) -> dict:
+    base = {"model": path, "task": "custom", "clean": CLEAN, "corrupted": CORRUPTED, "answer": answer, "foil": foil}
+    return {**base, "qkov": "1", "paths": "1", **extra}
+
+
+def test_weight_maps_composition_graph_and_path_patching_are_the_librarys(tiny_gpt2):
+    model = mc.load_model(tiny_gpt2)
+    answer, foil = one_token_words(model)
+    app = open_app(PAGE, query(tiny_gpt2, answer, foil, recv="1-1", via="v", cmode="q", cmin="1"))
+    assert not app.error, [e.value for e in app.error]
+    charts = plotly_elements(app)
+    scores = mc.copying_scores(model)
+    for key, column in (("qkov_copying", "copying"), ("qkov_previous", "previous_token")):
+        np.testing.assert_allclose(
+            charts[key]["data"][0]["z"], grid(scores, column, model.num_layers, model.num_heads), rtol=1e-6
+        )
+    composition = mc.composition(model)
+    edges, _ = strongest_edges(composition, "q", 1.0)
+    graph = charts["qkov_graph"]["data"]
+    drawn = sum(len([x for x in trace["x"] if x is not None]) // 2 for trace in graph[:-1])
+    assert drawn == len(edges) > 0
+    assert [int(v) for v in graph[-1]["customdata"][model.num_heads + 2][:2]] == [1, 2]  # click targets
+    table = mc.path_patch(model, CLEAN, CORRUPTED, answer, foil, receivers=[(1, 1)], via="v")
+    np.testing.assert_allclose(
+        charts["qkov_path_map"]["data"][0]["z"],
+        grid(table, "score", model.num_layers, model.num_heads),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    markdown = " ".join(m.value for m in app.markdown)
+    assert "what 0-0 writes" in markdown and "which keys 0-0 prefers" in markdown
+
+
+def test_bad_receivers_get_a_message(tiny_gpt2):
+    model = mc.load_model(tiny_gpt2)
+    answer, foil = one_token_words(model)
+    app = open_app(PAGE, query(tiny_gpt2, answer, foil, qkov="0", recv="9-0, <b>"))
+    assert any("outside this model" in e.value for e in app.error), [e.value for e in app.error]
+    assert "qkov_path_map" not in plotly_elements(app)
+
+
+def test_head_pairs_parse_and_refuse():
+    assert head_pairs("17-3, 18-6;17-3", 30, 9) == [(17, 3), (18, 6)]
+    with pytest.raises(CircuitError, match="not a head"):
+        head_pairs("17", 30, 9)
+    with pytest.raises(CircuitError, match="outside"):
+        head_pairs("30-0", 30, 9)

@@ -1,0 +1,265 @@
+"""The Circuits page's weight circuits and path patching (``mha_core.interventions.qkov``, ``path_patching``):
+every head's copying and previous-token scores as maps, the composition graph filtered by strength, one head's OV
+and QK top tokens, and path patching from every sender into a chosen receiver set as a layers x heads map.
+
+Each computation is an operation of ``mha_core.operations.qkov`` run by ``ui.compute.compute``; every setting is in
+the page's address (``pickers.url_*``). The page calls ``weights_section`` and ``path_patching_section``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import streamlit as st
+
+from mha_core.errors import quoted
+from mha_core.interventions.path_patching import PATH_VIA
+from mha_core.interventions.qkov import DEFAULT_TEXT
+from mha_core.interventions.readout import CircuitError
+from mha_core.operations import Composition, CopyingScores, OVCircuit, PathPatching, QKCircuit
+from ui import compute
+from ui.figures.causal import head_score_map
+from ui.figures.qkov import composition_graph, edge_list
+from ui.widgets import charts, messages, pickers
+
+MODE_LABELS = {"k": "K-composition (keys)", "q": "Q-composition (queries)", "v": "V-composition (values)"}
+VIA_LABELS = {"k": "keys (K)", "q": "queries (Q)", "v": "values (V)"}
+DEFAULT_RECEIVERS = {"smollm2": "17-3, 17-4, 18-6, 18-7"}  # SmolLM2's induction heads (docs/findings.md, section 3)
+MAX_EDGES = 400  # the graph draws at most this many of the strongest edges
+TOP_K = 8
+GRAPH_KEY, COPY_KEY, PREV_KEY, PATH_KEY = "qkov_graph", "qkov_copying", "qkov_previous", "qkov_path_map"
+CLICKED = "_qkov_open_explore"
+
+
+def head_pairs(text: str, num_layers: int, num_heads: int) -> list[tuple[int, int]]:
+    """``"17-3, 18-6"`` -> ``[(17, 3), (18, 6)]``; a ``CircuitError`` naming the first head that is not one (the
+    page's ``error_display`` shows it, escaped)."""
+    pairs = []
+    for part in (piece.strip() for piece in text.replace(";", ",").split(",")):
+        if not part:
+            continue
+        layer, _, head = part.partition("-")
+        if not (layer.strip().isdigit() and head.strip().isdigit()):
+            raise CircuitError(f"{quoted(part, 20)} is not a head: write layer-head, e.g. 18-6.")
+        pair = (int(layer), int(head))
+        if not (pair[0] < num_layers and pair[1] < num_heads):
+            raise CircuitError(f"Head {pair[0]}-{pair[1]} is outside this model's {num_layers} x {num_heads} heads.")
+        pairs.append(pair)
+    if not pairs:
+        raise CircuitError("Name at least one receiver head, e.g. 18-6.")
+    return list(dict.fromkeys(pairs))
+
+
+def strongest_edges(table, mode: str, threshold: float, limit: int = MAX_EDGES):
+    """The pairs whose ``mode`` score is at least ``threshold`` times the random baseline, strongest first (at
+    most ``limit``): (edges ``[m, 4]``, their scores)."""
+    baseline = table.attrs["baseline"][mode]
+    kept = table[table[mode] >= threshold * baseline].nlargest(limit, mode)
+    columns = ["sender_layer", "sender_head", "receiver_layer", "receiver_head"]
+    return edge_list(kept[columns].itertuples(index=False, name=None)), kept[mode].to_numpy()
+
+
+def grid(table, column: str, num_layers: int, num_heads: int) -> np.ndarray:
+    """A per-head column as ``[layers, heads]`` (NaN where the table has no row)."""
+    values = np.full((num_layers, num_heads), np.nan)
+    values[table["layer"].to_numpy(), table["head"].to_numpy()] = table[column].to_numpy()
+    return values
+
+
+def remember_click(chart_key: str):
+    def callback() -> None:
+        clicked = pickers.clicked_head(chart_key)
+        if clicked is not None and clicked[0] is not None:
+            st.session_state[CLICKED] = clicked
+
+    return callback
+
+
+def open_clicked(open_head: Callable[[int, int], None]) -> None:
+    """A head clicked on one of this section's charts opens in Explore (``open_head``)."""
+    clicked = st.session_state.pop(CLICKED, None)
+    if clicked is not None:
+        open_head(*clicked)
+
+
+def weights_section(model_name: str, model, open_head: Callable[[int, int], None]) -> None:
+    """Copying and previous-token maps, the composition graph, and one head's OV/QK top tokens."""
+    st.subheader("What the heads' weights do")
+    if not pickers.url_toggle("Show the heads' circuits from their weights", key="qkov_show", url_key="qkov"):
+        st.caption(
+            "Copying and previous-token scores of every head, the composition of every pair of heads (Elhage et al. "
+            "2021) and each head's OV and QK top tokens, read from the weights alone: no prompt needed."
+        )
+        return
+    messages.explain(
+        "A head's OV circuit (W_V W_O through the embedding and unembedding) is what it writes for a token it attends "
+        "to; its copying score is +1 when it raises the logit of the token it reads, -1 when it suppresses it. Its QK "
+        "circuit (W_Q W_K^T) is which keys a query prefers; the previous-token score is the attention its QK circuit "
+        "alone puts on the previous position. Composition: how much of what an earlier head writes a later head "
+        "reads through its queries, keys or values, against random matrices of the same shapes (1x)."
+    )
+    scores = compute.compute(CopyingScores(model_name), model)
+    cols = st.columns(2)
+    for col, (column, key, label, title, signed) in zip(
+        cols,
+        (
+            ("copying", COPY_KEY, "copying score", "Copying score (OV circuit's eigenvalues)", True),
+            ("previous_token", PREV_KEY, "previous-token", "Previous-token score (QK circuit on positions)", False),
+        ),
+    ):
+        with col:
+            charts.show_chart(
+                head_score_map(
+                    grid(scores, column, model.num_layers, model.num_heads), label=label, title=title, signed=signed
+                ),
+                key=key,
+                filename=f"headscope-{key.replace('_', '-')}",
+                on_select=remember_click(key),
+                selection_mode="points",
+            )
+    mode = pickers.url_select(
+        st.radio,
+        "Composition",
+        list(MODE_LABELS),
+        key="qkov_mode",
+        url_key="cmode",
+        format_func=MODE_LABELS.get,
+        horizontal=True,
+    )
+    threshold = pickers.url_widget(
+        st.slider,
+        "Show pairs at least this many times the random baseline",
+        1.0,
+        6.0,
+        key="qkov_threshold",
+        url_key="cmin",
+        default=3.0,
+        step=0.5,
+        parse=lambda raw: min(max(float(raw), 1.0), 6.0),
+    )
+    if pickers.start_button(
+        "Compute the composition of every pair of heads",
+        key="qkov_composition",
+        ready=compute.ready(Composition(model_name)),
+    ):
+        table = compute.compute(Composition(model_name), model)
+        edges, strengths = strongest_edges(table, mode, threshold)
+        charts.show_chart(
+            composition_graph(
+                edges,
+                strengths,
+                model.num_layers,
+                model.num_heads,
+                title=f"{MODE_LABELS[mode]}: {len(edges)} pairs at {threshold:g}x the baseline or more",
+            ),
+            key=GRAPH_KEY,
+            filename="headscope-composition",
+            on_select=remember_click(GRAPH_KEY),
+            selection_mode="points",
+        )
+        st.caption(
+            f"Random matrices of these shapes score {table.attrs['baseline'][mode]:.4f} (1x). Edges go from an "
+            f"earlier head (lower layer) to a later one; at most the {MAX_EDGES} strongest are drawn. Click a head "
+            "to open it in Explore."
+        )
+        with st.expander("The strongest pairs"):
+            st.dataframe(table.nlargest(50, mode), hide_index=True, width="stretch")
+    head_tokens(model_name, model)
+    open_clicked(open_head)
+
+
+def head_tokens(model_name: str, model) -> None:
+    """One head's OV and QK top tokens at the tokens of a text."""
+    cols = st.columns(3)
+    layer = pickers.url_number(
+        cols[0].number_input, "Layer", 0, model.num_layers - 1, key="qkov_layer", url_key="qklayer", default=0
+    )
+    head = pickers.url_number(
+        cols[1].number_input, "Head", 0, model.num_heads - 1, key="qkov_head", url_key="qkhead", default=0
+    )
+    text = pickers.url_text(
+        "Tokens", key="qkov_tokens", url_key="qktokens", default=DEFAULT_TEXT, what="tokens", container=cols[2]
+    )
+    with messages.error_display():
+        ov = compute.compute(OVCircuit(model_name, layer, head, text, TOP_K), model)
+        qk = compute.compute(QKCircuit(model_name, layer, head, text, TOP_K), model)
+        left, right = st.columns(2)
+        left.markdown(f"**OV: what {layer}-{head} writes** when it attends to each token (top {TOP_K} logits raised)")
+        left.dataframe(summary(ov, "output_token"), hide_index=True, width="stretch")
+        right.markdown(f"**QK: which keys {layer}-{head} prefers** for a query at each token (top {TOP_K})")
+        right.dataframe(summary(qk, "key_token"), hide_index=True, width="stretch")
+
+
+def summary(table, column: str):
+    """One row per token: its top tokens joined, and (OV) the rank of the token itself among the outputs."""
+    rows = table.groupby(["token_id", "token"], sort=False)[column].apply(lambda tokens: " | ".join(map(repr, tokens)))
+    frame = rows.reset_index().drop(columns="token_id")
+    frame["token"] = frame["token"].map(repr)
+    ranks = table.attrs.get("self_rank")
+    if ranks is not None:
+        frame["own rank"] = [ranks[token] for token in dict.fromkeys(table["token_id"])]
+    return frame.rename(columns={column: "top tokens"})
+
+
+def path_patching_section(model_name: str, model, prompts, answer, foil, open_head: Callable[[int, int], None]) -> None:
+    """Path patching from every sender into a receiver set, through one input, as a layers x heads map."""
+    st.subheader("Path patching: through which input does a head reach others?")
+    if not pickers.url_toggle("Path-patch every sender into chosen receivers", key="qkov_paths", url_key="paths"):
+        return
+    messages.explain(
+        "Each sender head's output on the corrupted prompt is patched into the clean run, reaching the logits only "
+        "through the receivers' queries, keys or values (every other head's and MLP's output frozen at the clean "
+        "run). -1: the whole difference between the prompts goes that way; 0: none of it."
+    )
+    cols = st.columns([2, 1])
+    receivers_text = pickers.url_text(
+        "Receivers (layer-head, separated by commas)",
+        key="qkov_receivers",
+        url_key="recv",
+        default=DEFAULT_RECEIVERS.get(model_name, f"{model.num_layers - 1}-0"),
+        what="receivers",
+        container=cols[0],
+    )
+    via = pickers.url_select(
+        cols[1].radio,
+        "Through their",
+        list(PATH_VIA),
+        key="qkov_via",
+        url_key="via",
+        default="k",
+        format_func=VIA_LABELS.get,
+        horizontal=True,
+    )
+    with messages.error_display():
+        receivers = tuple(head_pairs(receivers_text, model.num_layers, model.num_heads))
+        operation = PathPatching(model_name, prompts[0], prompts[1], answer, foil=foil, receivers=receivers, via=via)
+        if not pickers.start_button("Path-patch every sender", key="qkov_path_patch", ready=compute.ready(operation)):
+            return
+        table = compute.compute(operation, model)
+        charts.show_chart(
+            head_score_map(
+                grid(table, "score", model.num_layers, model.num_heads),
+                selected=receivers,
+                label="path score",
+                title=f"Senders into {len(receivers)} receivers (x) through their {VIA_LABELS[via]}",
+                signed=True,
+            ),
+            key=PATH_KEY,
+            filename="headscope-path-patching",
+            on_select=remember_click(PATH_KEY),
+            selection_mode="points",
+        )
+        kv = table.attrs["kv_heads"]
+        st.caption(
+            "Blank: heads in no layer before a receiver's (they cannot reach it). Click a head to open it in Explore."
+            + (
+                f" Keys and values are per KV head: the patched KV heads ({', '.join(f'{l}-{h}' for l, h in kv)}) "
+                "also serve the other query heads of their group."
+                if kv
+                else ""
+            )
+        )
+        with st.expander("Path patching scores"):
+            st.dataframe(table.dropna().sort_values("score"), hide_index=True, width="stretch")
+    open_clicked(open_head)
