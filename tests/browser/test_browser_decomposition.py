@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import mha_core as mc
+from tests.browser.test_browser_circuits import drawn
 from tests.conftest import require
-from tests.test_browser_circuits import drawn
 from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
 from ui.widgets.decomposition import TOP_SOURCES
 

@@ -9,8 +9,8 @@ import pytest
 
 import mha_core as mc
 from mha_core.interventions.readout import CircuitError
+from tests.mha_core.interventions.test_circuits import CLEAN, CORRUPTED, build_decoder, one_token_words
 from tests.page_helpers import open_app, plotly_elements
-from tests.test_circuits import CLEAN, CORRUPTED, build_decoder, one_token_words
 from ui.heads_circuits import grid, head_pairs, strongest_edges
 
 PAGE = "circuits"
