@@ -42,10 +42,14 @@ from .interventions.attribution import logit_attribution
 
 # Causal evidence: head ablation, importance (Michel et al. 2019), pruning curves.
 from .interventions.experiments import decoder_head_scores, induction_experiment
+
+# Which input tokens a prediction depends on: token attribution, its faithfulness and agreement (issue 33).
+from .interventions.faithfulness import explain, faithfulness, head_agreement, method_agreement
 from .interventions.importance import head_importance, pruning_curve
 from .interventions.logit_lens import logit_lens
 from .interventions.neuron_view import NeuronView, neuron_view
 from .interventions.patching import patch
+from .interventions.token_attribution import TokenAttribution, token_attribution
 
 # The lab: tiny transformers trained on tasks that grow known heads.
 from .lab import Lab, LabConfig, train_lab
@@ -132,6 +136,13 @@ __all__ = [
     "logit_attribution",
     "logit_lens",
     "patch",
+    # which tokens a prediction depends on
+    "TokenAttribution",
+    "explain",
+    "faithfulness",
+    "head_agreement",
+    "method_agreement",
+    "token_attribution",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",

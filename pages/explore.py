@@ -8,7 +8,7 @@ and pushes the view down."""
 
 import streamlit as st
 
-from ui import address, class_questions, encoder_decoder, figures, headview, longdoc, session, shell
+from ui import address, attribution_view, class_questions, encoder_decoder, figures, headview, longdoc, session, shell
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
@@ -155,3 +155,5 @@ def lines_view(view, layer: int, head: int) -> None:
 explore_body(session.sentence_slot())
 st.divider()
 longdoc.section()
+st.divider()
+attribution_view.section()  # "What does the prediction depend on?" (ui/attribution_view.py)

@@ -13,6 +13,8 @@ markdown that docs/findings.md quotes.
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -164,12 +166,83 @@ def smollm2_needle() -> None:
         write_table(done, path)
 
 
+# ---- which tokens a prediction depends on (issue 33) -------------------------------------------------------------
+ATTRIBUTION_TEXTS = int(os.environ.get("HEADSCOPE_ATTRIBUTION_TEXTS", "200"))  # fewer where time is short
+
+
+def treebank_texts(count: int, min_words: int = 6, max_words: int = 20) -> list[list[str]]:
+    """The first ``count`` sentences of the UD EWT dev split with ``min_words`` to ``max_words`` words."""
+    from mha_core.analysis.syntax import ud_ewt_dev
+
+    chosen = [s.words for s in ud_ewt_dev() if min_words <= len(s.words) <= max_words]
+    return chosen[:count]
+
+
+def attribution_findings(name: str, items: list) -> None:
+    """``attribution_study`` of ``items`` on the model ``name``: the per-text table, its summary and the heads'."""
+    import numpy as np
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.corpus.tables import write_table
+    from mha_core.interventions.attribution_study import REFERENCES, attribution_study, study_summary
+
+    model = mc.load_model(name)
+    per_text, heads = attribution_study(
+        model, items, progress=lambda done, total, _: print(f"  {done}/{total}", flush=True)
+    )
+    write_table(per_text, FINDINGS / f"{name}_token_attribution.csv")
+    write_table(study_summary(per_text), FINDINGS / f"{name}_token_attribution_summary.csv")
+    layers, head_ids = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
+    table = pd.DataFrame(
+        {"layer": layers, "head": head_ids} | {f"vs_{r}": heads[i].ravel() for i, r in enumerate(REFERENCES)}
+    )
+    write_table(table, FINDINGS / f"{name}_token_attribution_heads.csv")
+
+
+def smollm2_token_attribution() -> None:
+    """The shipped circuit prompts (their answers explained), then treebank sentences cut before their last word
+    (the model's own next token explained)."""
+    from mha_core.interventions.prompts import CIRCUIT_TASKS
+
+    items = [(task.clean, task.answer) for task in CIRCUIT_TASKS]
+    for words in treebank_texts(ATTRIBUTION_TEXTS - len(items)):
+        items.append((" ".join(words[:-1]), None))
+    attribution_findings("smollm2", items)
+
+
+def minilm_token_attribution() -> None:
+    """Consecutive treebank sentences as pairs: the similarity of each sentence with the next one explained."""
+    texts = [" ".join(words) for words in treebank_texts(ATTRIBUTION_TEXTS + 1)]
+    attribution_findings("minilm", list(itertools.pairwise(texts)))
+
+
 def cli(line: str) -> tuple[str, ...]:
     """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
     return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
 
 
 TARGETS: dict[str, Target] = {
+    "smollm2-token-attribution": Target(
+        writes=(
+            "smollm2_token_attribution.csv",
+            "smollm2_token_attribution_summary.csv",
+            "smollm2_token_attribution_heads.csv",
+        ),
+        call=smollm2_token_attribution,
+        call_text="attribution_study(mc.load_model('smollm2'), circuit prompts + treebank prefixes) "
+        "-> 'docs/findings/smollm2_token_attribution*.csv'",
+    ),
+    "minilm-token-attribution": Target(
+        writes=(
+            "minilm_token_attribution.csv",
+            "minilm_token_attribution_summary.csv",
+            "minilm_token_attribution_heads.csv",
+        ),
+        call=minilm_token_attribution,
+        call_text="attribution_study(mc.load_model('minilm'), consecutive treebank sentences as pairs) "
+        "-> 'docs/findings/minilm_token_attribution*.csv'",
+    ),
     "minilm-profile": Target(
         writes=("minilm_ud_ewt_dev_heads.csv", "minilm_ud_ewt_dev_heads.dependency.csv"),
         command=cli("profile --model minilm --corpus ud-ewt-dev --batch-size 16 --out {minilm_ud_ewt_dev_heads.csv}"),
