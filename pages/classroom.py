@@ -14,7 +14,7 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import address, class_questions, computations, follow, shell
+from ui import address, attribution_view, class_questions, computations, follow, shell
 from ui.figures import teaching
 from ui.widgets import charts, messages, pickers
 
@@ -466,6 +466,7 @@ STEPS = [
     ("Step 6. Concatenate the heads and mix them", step_output),
     ("Step 7. Shapes and multiplications", step_shapes_and_counts),
     ("Step 8. Why divide by the square root of d_k?", step_scaling),
+    ("Step 9. Is attention explanation?", lambda: attribution_view.classroom_step(ask)),  # ui/attribution_view.py
 ]
 
 # ---- one step per screen -----------------------------------------------------------------------------------

@@ -62,19 +62,55 @@ def test_removal_curves_draw_each_order_and_the_mean_of_random_seeds():
     np.testing.assert_allclose(decode(inserted[0]["y"]), [0.0, 1.0, 3.0])
 
 
-@pytest.mark.slow
-def test_explore_section_on_smollm2_shows_the_scores_the_library_computes():
-    import mha_core as mc
-    from tests.page_helpers import figure_spec, run_page
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    from tests.model_fixtures import build_tiny_llama
 
-    text = "When Mary and John went to the store, John gave a drink to"
-    app = run_page("explore", {"model": "smollm2", "text": text, "amethods": "occlusion,attention"})
-    assert not app.exception
+    path = build_tiny_llama(
+        tmp_path_factory.mktemp("llama-attr"), head=True, randomised=True, tie_word_embeddings=False
+    )
+    return str(path)
+
+
+TEXT = "The cat sat on the mat and the dog"
+
+
+def test_explore_section_shows_the_scores_the_library_computes(tiny_llama):
+    import mha_core as mc
+    from mha_core.interventions.faithfulness import head_agreement
+    from tests.page_helpers import open_app, plotly_elements
+
+    app = open_app("explore", {"model": tiny_llama, "text": TEXT, "amethods": "occlusion,attention", "layer": 1})
+    assert not app.exception and not app.error, [e.value for e in app.error]
     assert any(s.value == "What does the prediction depend on?" for s in app.subheader)
-    charts = [figure_spec(e) for e in app.get("plotly_chart")]
-    scores = next(c for c in charts if c["data"][0].get("customdata") is not None and len(c["data"][0]["y"]) >= 2)
-    model = mc.load_model("smollm2")
-    expected = mc.token_attribution(model, text, methods=("occlusion", "attention"))
-    raw = np.array(decode(scores["data"][0]["customdata"]), dtype=float)
-    np.testing.assert_allclose(raw[0], expected.method_scores("occlusion"), rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(raw[1], expected.method_scores("attention"), rtol=1e-4, atol=1e-6)
+    charts = plotly_elements(app)
+    model = mc.load_model(tiny_llama)
+    expected = mc.token_attribution(model, TEXT, methods=("occlusion", "attention"))
+    tokens = charts["attr_tokens"]["data"][0]
+    raw = np.array(decode(tokens["customdata"]), dtype=float)
+    np.testing.assert_allclose(raw[0], expected.method_scores("occlusion"), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(raw[1], expected.method_scores("attention"), rtol=1e-5, atol=1e-7)
+    head = int(app.session_state["head"]) if "head" in app.session_state else 0
+    np.testing.assert_allclose(raw[2], expected.head_rows[1, head, expected.ordinary], rtol=1e-5, atol=1e-7)
+    heads = np.array(decode(charts["attr_heads"]["data"][0]["z"]), dtype=float)
+    np.testing.assert_allclose(heads, np.nan_to_num(head_agreement(expected, "occlusion")), atol=1e-9)
+    assert {"attr_agreement", "attr_deletion", "attr_insertion"} <= set(charts)
+
+
+def test_classroom_closing_step_reveals_the_measured_agreement(tiny_llama, monkeypatch):
+    import mha_core as mc
+    from mha_core.interventions.faithfulness import method_agreement
+    from tests.page_helpers import open_app, rerun
+    from ui import attribution_view
+
+    monkeypatch.setattr(attribution_view, "classroom_models", lambda: [tiny_llama])  # the embedded ones: slow
+    app = open_app("classroom", {"atext": TEXT, "step": 9})
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert any("Is attention explanation?" in h.value for h in app.header)
+    assert any("Are the tokens the last layer attends to most" in m.value for m in app.markdown)
+    next(t for t in app.toggle if t.label == "Reveal the answer").set_value(True)
+    rerun(app)
+    answer = next(m.value for m in app.markdown if m.value.startswith("**Answer:**")).replace("\\", "")
+    expected = method_agreement(mc.token_attribution(mc.load_model(tiny_llama), TEXT))
+    assert f"{expected.loc['attention', 'integrated_gradients']:+.2f}" in answer
+    assert f"{expected.loc['occlusion', 'integrated_gradients']:+.2f}" in answer

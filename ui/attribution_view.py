@@ -15,9 +15,12 @@ from mha_core.operations.attribution import TokenAttribution
 from ui import compute, session
 from ui.figures.attribution import agreement_matrix, removal_curves, token_scores
 from ui.figures.causal import head_score_map
+from ui.settings import model_choices
 from ui.widgets import charts, messages, pickers
 
 DEFAULT_PAIR = "A dog sat on a mat."
+CLASS_SENTENCE = "When Mary and John went to the store, John gave a drink to"
+CLASS_MODELS = ("smollm2", "minilm", "mpnet")  # the Classroom's choice: a decoder first, then sentence encoders
 REFERENCES = ("integrated_gradients", "occlusion", "gradient_x_input")  # what the heads are compared with
 
 
@@ -165,3 +168,80 @@ def show(explained, model) -> None:
         )
     if not any(m in attribution.methods for m in GRADIENT_METHODS):
         st.caption("Add integrated gradients or gradient x input to compare attention with the gradients.")
+
+
+# ---- the Classroom's closing step --------------------------------------------------------------------------
+def agreement_words(value: float) -> str:
+    """A Spearman correlation in words for the class."""
+    if value != value:
+        return "not measurable here"
+    if value >= 0.7:
+        return "strong"
+    if value >= 0.3:
+        return "moderate"
+    if value >= 0.1:
+        return "weak"
+    return "none or negative"
+
+
+def classroom_models() -> list[str]:
+    """The models the closing step offers: the embedded ones this server allows."""
+    offered = model_choices()
+    return [name for name in CLASS_MODELS if name in offered]
+
+
+def classroom_step(ask) -> None:
+    """ "Is attention explanation?": on the sidebar's sentence and model, the class predicts whether the tokens
+    attention favours are the tokens the prediction depends on, then sees the measured agreement. ``ask`` is the
+    Classroom's predict-then-reveal question."""
+    messages.explain(
+        "Attention says where a head looks. Does it say why the model predicts what it does? Jain and Wallace "
+        "(2019) found raw attention agrees poorly with gradient-based importance; Wiegreffe and Pinter (2019) "
+        "answered that it depends on the test. Measure it on the class's sentence: integrated gradients and "
+        "occlusion change the input and watch the prediction; attention and rollout only read the weights."
+    )
+    with messages.error_display():
+        choices = classroom_models()
+        name = pickers.url_select(st.selectbox, "Model", choices, key="cls_attr_model", url_key="amodel")
+        text = pickers.url_text(
+            "The class's sentence", key="cls_attr_text", url_key="atext", default=CLASS_SENTENCE, what="sentence"
+        )
+        model = compute.get_model(name)
+        target = None if model.lm_head_kind == "causal" else DEFAULT_PAIR
+        if target is not None:
+            st.caption(messages.md_escape(f"A sentence encoder: its similarity with {DEFAULT_PAIR!r} is explained."))
+        selection = session.Selection(model=name, engine="transformers", text=text, text_pair=None)
+        op = operation(model, selection, target, METHODS)
+        if not pickers.start_button("Measure it on this sentence", key="cls_attribution", ready=compute.ready(op)):
+            return
+        closing_question(ask, compute.compute(op, model))
+
+
+def closing_question(ask, explained) -> None:
+    """The question of ``classroom_step`` and its answer, measured."""
+    agreement = explained.agreement
+    reference = "integrated_gradients"
+    lines = [
+        f"{METHOD_LABELS[m]}: Spearman {agreement.loc[m, reference]:+.2f} ({agreement_words(agreement.loc[m, reference])})"
+        for m in ("attention", "rollout", "attention_norms", "occlusion")
+    ]
+
+    measured = agreement.loc["attention", reference]
+    correct = 0 if measured >= 0.7 else 1 if measured >= 0.3 else 2  # agreement_words' strong, moderate, weak
+
+    def evidence() -> None:
+        attribution = explained.attribution
+        tokens = [attribution.tokens[p] for p in attribution.ordinary]
+        rows = {METHOD_LABELS[m]: attribution.method_scores(m) for m in attribution.methods}
+        charts.show_chart(token_scores(tokens, rows), key="cls_attr_tokens")
+
+    ask(
+        "Are the tokens the last layer attends to most the tokens the prediction depends on most?",
+        "Measured against integrated gradients on this sentence: "
+        + "; ".join(messages.md_escape(line) for line in lines)
+        + ". The published finding: raw attention agrees poorly, norm- and rollout-based scores somewhat better "
+        "(docs/findings.md measures it over many sentences).",
+        evidence,
+        options=["Yes, the same tokens", "Partly", "No, different tokens"],
+        correct=correct,
+    )
