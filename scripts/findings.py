@@ -179,7 +179,8 @@ def treebank_texts(count: int, min_words: int = 6, max_words: int = 20) -> list[
 
 
 def attribution_findings(name: str, items: list) -> None:
-    """``attribution_study`` of ``items`` on the model ``name``: the per-text table, its summary and the heads'."""
+    """``attribution_study`` of ``items`` on the model ``name``: the per-text table, its summary and the heads',
+    written again after every text (a run cut short leaves the texts it finished, and says how many)."""
     import numpy as np
     import pandas as pd
 
@@ -188,16 +189,22 @@ def attribution_findings(name: str, items: list) -> None:
     from mha_core.interventions.attribution_study import REFERENCES, attribution_study, study_summary
 
     model = mc.load_model(name)
-    per_text, heads = attribution_study(
-        model, items, progress=lambda done, total, _: print(f"  {done}/{total}", flush=True)
-    )
-    write_table(per_text, FINDINGS / f"{name}_token_attribution.csv")
-    write_table(study_summary(per_text), FINDINGS / f"{name}_token_attribution_summary.csv")
     layers, head_ids = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
-    table = pd.DataFrame(
-        {"layer": layers, "head": head_ids} | {f"vs_{r}": heads[i].ravel() for i, r in enumerate(REFERENCES)}
-    )
-    write_table(table, FINDINGS / f"{name}_token_attribution_heads.csv")
+    tables, heads = [], []
+    for index, item in enumerate(items):
+        per_text, text_heads = attribution_study(model, [item])
+        tables.append(per_text.assign(text=index))
+        heads.append(text_heads)
+        done = pd.concat(tables, ignore_index=True)
+        write_table(done, FINDINGS / f"{name}_token_attribution.csv")
+        write_table(study_summary(done), FINDINGS / f"{name}_token_attribution_summary.csv")
+        mean = np.nanmean(np.array(heads), axis=0)
+        columns = {f"vs_{reference}": mean[i].ravel() for i, reference in enumerate(REFERENCES)}
+        write_table(
+            pd.DataFrame({"layer": layers, "head": head_ids} | columns),
+            FINDINGS / f"{name}_token_attribution_heads.csv",
+        )
+        print(f"  {index + 1}/{len(items)} texts", flush=True)
 
 
 def smollm2_token_attribution() -> None:
