@@ -7,11 +7,11 @@ variants interleaved round by round (the machine is shared: ratios travel, absol
   ig             integrated gradients, 32 steps (batches of 8 points, forward and backward)   goal <= 40 passes
   occlusion      leave each ordinary token out (n - 1 sequences, one batched pass) + the whole  goal <= n + 1
   gxi            gradient x input (one forward and backward pass)
-  curves         deletion and insertion curves of six methods and three random orders
+  curves         (--curves) deletion and insertion curves of six methods and three random orders
 
 Prints a markdown table (median seconds, ratio to one forward pass, the goal, and the number of model passes each
 one makes) and the 1-minute load average before and after.
-Usage: python -m bench.attribution [--threads T] [--rounds R]
+Usage: python -m bench.attribution [--threads T] [--rounds R] [--curves]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--curves", action="store_true", help="also time the deletion and insertion curves")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -47,14 +48,15 @@ def main() -> None:
         with torch.inference_mode():
             model.lm_model(input_ids=ids)
 
-    attribution = mc.token_attribution(model, PROMPT)  # every method: the curves' orders
     variants = {
         "forward": forward,
         "ig": lambda: mc.token_attribution(model, PROMPT, methods=("integrated_gradients",), steps=DEFAULT_STEPS),
         "occlusion": lambda: mc.token_attribution(model, PROMPT, methods=("occlusion",)),
         "gxi": lambda: mc.token_attribution(model, PROMPT, methods=("gradient_x_input",)),
-        "curves": lambda: faithfulness(model, PROMPT, attribution, seeds=3),
     }
+    if args.curves:
+        attribution = mc.token_attribution(model, PROMPT)  # every method: the curves' orders
+        variants["curves"] = lambda: faithfulness(model, PROMPT, attribution, seeds=3)
     for function in variants.values():  # warm-up
         function()
     times: dict[str, list[float]] = {name: [] for name in variants}

@@ -474,6 +474,39 @@ def layer_table(heads) -> str:
     return markdown(["layer", *(str(layer) for layer in by_layer.index)], rows)
 
 
+def attribution_table(summary) -> str:
+    """docs/findings.md's table of one model's token attribution: per method, the median agreement with integrated
+    gradients and with occlusion and the median AOPC, each with its 95% interval, over the texts."""
+    from mha_core.interventions.token_attribution import METHOD_LABELS
+
+    def cell(row, column: str) -> str:
+        median, low, high = row[column], row[f"{column}_low"], row[f"{column}_high"]
+        return "-" if median != median else f"{median:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+    rows = [
+        [
+            METHOD_LABELS.get(row["method"], "random order"),
+            cell(row, "vs_integrated_gradients"),
+            cell(row, "vs_occlusion"),
+            cell(row, "deletion_aopc"),
+            cell(row, "insertion_aopc"),
+        ]
+        for _, row in summary.iterrows()
+    ]
+    header = ["method", "Spearman with IG", "Spearman with occlusion", "deletion AOPC", "insertion AOPC"]
+    return markdown(header, rows)
+
+
+def attribution_heads(heads, top: int = 5) -> str:
+    """The ``top`` heads whose attention row agrees best with integrated gradients and with occlusion."""
+    rows = []
+    for column in ("vs_integrated_gradients", "vs_occlusion"):
+        best = heads.sort_values(column, ascending=False).head(top)
+        named = [f"{int(row['layer'])}.{int(row['head'])} ({row[column]:+.2f})" for _, row in best.iterrows()]
+        rows.append([column[3:].replace("_", " "), ", ".join(named)])
+    return markdown(["reference", f"the {top} heads that agree best (mean Spearman over the texts)"], rows, 2)
+
+
 def report() -> None:
     import pandas as pd
 
@@ -579,6 +612,12 @@ def report() -> None:
         top = importance.sort_values("importance", ascending=False).head(8)
         print("top importance: " + ", ".join(f"{r.layer}-{r.head} {r.importance:.3f}" for r in top.itertuples()))
         print("raw importance by layer: " + ", ".join(f"{v:.2f}" for v in importance.groupby("layer")["raw"].sum()))
+    for name in ("smollm2", "minilm"):
+        summary = pd.read_csv(FINDINGS / f"{name}_token_attribution_summary.csv")
+        print(f"\n## {name} token attribution ({int(summary['texts'].max())} texts)\n")
+        print(attribution_table(summary))
+        print()
+        print(attribution_heads(pd.read_csv(FINDINGS / f"{name}_token_attribution_heads.csv")))
 
 
 def size_table(size) -> str:
