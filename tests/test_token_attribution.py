@@ -271,3 +271,35 @@ def test_smollm2_and_minilm(tmp_path: Path):
     minilm = mc.load_model("minilm")
     similar = mc.token_attribution(minilm, "A man is playing a guitar.", target="Someone plays an instrument.")
     assert 0 < similar.prediction <= 1
+
+
+def test_median_interval_takes_the_order_statistics():
+    from mha_core.analysis.stats import median_interval
+
+    values = np.arange(100.0)
+    median, low, high = median_interval(np.append(values, np.nan))
+    assert median == 49.5
+    half = 1.959963984540054 * 10 / 2  # 1.96 sqrt(n) / 2 order statistics either side of n/2
+    assert (low, high) == (values[int(np.floor(50 - half))], values[int(np.ceil(50 + half)) - 1])
+    assert np.isnan(median_interval([np.nan])[0])
+
+
+def test_attribution_study_rows_are_each_texts_agreement_and_aopc(decoder):
+    from mha_core.interventions.attribution_study import attribution_study, study_summary
+
+    items = [(TEXT, None), ("The dog sat on the mat", None)]
+    per_text, heads = attribution_study(decoder, items, steps=4, seeds=1)
+    assert len(per_text) == 2 * 7 and heads.shape == (2, decoder.num_layers, decoder.num_heads)
+    first = mc.token_attribution(decoder, TEXT, steps=4)
+    agreement = method_agreement(first)
+    rows = per_text[per_text["text"] == 0].set_index("method")
+    for method in first.methods:
+        assert rows.loc[method, "vs_occlusion"] == pytest.approx(agreement.loc[method, "occlusion"], abs=1e-6)
+    aopc = mc.faithfulness(decoder, TEXT, first, seeds=1).aopc.set_index("method")
+    assert rows.loc["random", "deletion_aopc"] == pytest.approx(aopc.loc["random", "deletion_aopc"], **APPROX)
+    second = mc.token_attribution(decoder, "The dog sat on the mat", steps=4)
+    expected = (head_agreement(first, "occlusion") + head_agreement(second, "occlusion")) / 2
+    np.testing.assert_allclose(heads[1], expected, atol=1e-9)
+    summary = study_summary(per_text).set_index("method")
+    assert summary.loc["occlusion", "vs_occlusion"] == pytest.approx(1.0)
+    assert summary.loc["attention", "texts"] == 2
