@@ -107,6 +107,9 @@ def test_classroom_closing_step_reveals_the_measured_agreement(tiny_llama, monke
     app = open_app("classroom", {"atext": TEXT, "step": 9})
     assert not app.exception and not app.error, [e.value for e in app.error]
     assert any("Is attention explanation?" in h.value for h in app.header)
+    assert not [t for t in app.toggle if t.label == "Reveal the answer"]  # nothing computed before the click
+    app.button(key="cls_attr_go").click()
+    rerun(app)
     assert any("Are the tokens the last layer attends to most" in m.value for m in app.markdown)
     next(t for t in app.toggle if t.label == "Reveal the answer").set_value(True)
     rerun(app)

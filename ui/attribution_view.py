@@ -20,6 +20,7 @@ from ui.widgets import charts, messages, pickers
 
 DEFAULT_PAIR = "A dog sat on a mat."
 CLASS_SENTENCE = "When Mary and John went to the store, John gave a drink to"
+CLASS_STARTED = "_cls_attribution_started"
 CLASS_MODELS = ("smollm2", "minilm", "mpnet")  # the Classroom's choice: a decoder first, then sentence encoders
 REFERENCES = ("integrated_gradients", "occlusion", "gradient_x_input")  # what the heads are compared with
 
@@ -206,14 +207,17 @@ def classroom_step(ask) -> None:
         text = pickers.url_text(
             "The class's sentence", key="cls_attr_text", url_key="atext", default=CLASS_SENTENCE, what="sentence"
         )
+        # Heavy work on a click only (also on the one page of every step): nothing loads before it.
+        if st.button("Measure it on this sentence", key="cls_attr_go", type="primary"):
+            st.session_state[CLASS_STARTED] = True
+        if not st.session_state.get(CLASS_STARTED):
+            return
         model = compute.get_model(name)
         target = None if model.lm_head_kind == "causal" else DEFAULT_PAIR
         if target is not None:
             st.caption(messages.md_escape(f"A sentence encoder: its similarity with {DEFAULT_PAIR!r} is explained."))
         selection = session.Selection(model=name, engine="transformers", text=text, text_pair=None)
         op = operation(model, selection, target, METHODS)
-        if not pickers.start_button("Measure it on this sentence", key="cls_attribution", ready=compute.ready(op)):
-            return
         closing_question(ask, compute.compute(op, model))
 
 
