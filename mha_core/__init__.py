@@ -43,6 +43,9 @@ from .interventions.decomposition import ScoreDecomposition, score_decomposition
 
 # Causal evidence: head ablation, importance (Michel et al. 2019), pruning curves.
 from .interventions.experiments import decoder_head_scores, induction_experiment
+
+# Which input tokens a prediction depends on: token attribution, its faithfulness and agreement (issue 33).
+from .interventions.faithfulness import explain, faithfulness, head_agreement, method_agreement
 from .interventions.importance import head_importance, pruning_curve
 from .interventions.logit_lens import logit_lens
 from .interventions.neuron_view import NeuronView, neuron_view
@@ -51,6 +54,7 @@ from .interventions.path_patching import path_patch
 
 # What heads' weights do and how heads compose: OV/QK circuits, copying, composition (Elhage et al. 2021).
 from .interventions.qkov import composition, copying_scores, ov_circuit, qk_circuit
+from .interventions.token_attribution import TokenAttribution, token_attribution
 
 # The lab: tiny transformers trained on tasks that grow known heads.
 from .lab import Lab, LabConfig, train_lab
@@ -150,6 +154,13 @@ __all__ = [
     "score_decomposition",
     "path_patch",
     "qk_circuit",
+    # which tokens a prediction depends on
+    "TokenAttribution",
+    "explain",
+    "faithfulness",
+    "head_agreement",
+    "method_agreement",
+    "token_attribution",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",

@@ -11,7 +11,7 @@ import streamlit as st
 
 import mha_core as mc
 from mha_core import walkthrough
-from ui import address, class_questions, computations, decoder_lesson, follow, shell
+from ui import address, attribution_view, class_questions, computations, decoder_lesson, follow, shell
 from ui import page_classroom as page
 from ui.figures import teaching
 from ui.page_classroom import ClassroomSettings
@@ -404,7 +404,7 @@ STEPS = [
     ("Step 8. Why divide by the square root of d_k?", step_scaling),
     # The decoder lesson (ui/decoder_lesson.py): a real decoder predicts and writes the next word.
     ("Step 9. A decoder predicts the next word", lambda: decoder_lesson.step_decoder(ask)),
-    # The closing step "Is attention explanation?" follows here.
+    ("Step 10. Is attention explanation?", lambda: attribution_view.classroom_step(ask)),  # ui/attribution_view.py
 ]
 
 # ---- one step per screen -----------------------------------------------------------------------------------

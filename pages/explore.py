@@ -8,7 +8,7 @@ and pushes the view down."""
 
 import streamlit as st
 
-from ui import class_questions, encoder_decoder, figures, longdoc, session, shell
+from ui import attribution_view, class_questions, encoder_decoder, figures, longdoc, session, shell
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.widgets import charts, decomposition, downloads, messages, pickers, predict, sidebar, views
 
@@ -155,3 +155,5 @@ def lines_view(view, layer: int, head: int) -> None:
 explore_body(session.sentence_slot())
 st.divider()
 longdoc.section()
+st.divider()
+attribution_view.section()  # "What does the prediction depend on?" (ui/attribution_view.py)

@@ -13,6 +13,8 @@ markdown that docs/findings.md quotes.
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -310,12 +312,90 @@ def minilm_syntax_decomposition() -> None:
     print(table.to_string())
 
 
+# ---- which tokens a prediction depends on (issue 33) -------------------------------------------------------------
+ATTRIBUTION_TEXTS = int(os.environ.get("HEADSCOPE_ATTRIBUTION_TEXTS", "200"))  # fewer where time is short
+
+
+def treebank_texts(count: int, min_words: int = 6, max_words: int = 20) -> list[list[str]]:
+    """The first ``count`` sentences of the UD EWT dev split with ``min_words`` to ``max_words`` words."""
+    from mha_core.analysis.syntax import ud_ewt_dev
+
+    chosen = [s.words for s in ud_ewt_dev() if min_words <= len(s.words) <= max_words]
+    return chosen[:count]
+
+
+def attribution_findings(name: str, items: list) -> None:
+    """``attribution_study`` of ``items`` on the model ``name``: the per-text table, its summary and the heads',
+    written again after every text (a run cut short leaves the texts it finished, and says how many)."""
+    import numpy as np
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.corpus.tables import write_table
+    from mha_core.interventions.attribution_study import REFERENCES, attribution_study, study_summary
+
+    model = mc.load_model(name)
+    layers, head_ids = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
+    tables, heads = [], []
+    for index, item in enumerate(items):
+        per_text, text_heads = attribution_study(model, [item])
+        tables.append(per_text.assign(text=index))
+        heads.append(text_heads)
+        done = pd.concat(tables, ignore_index=True)
+        write_table(done, FINDINGS / f"{name}_token_attribution.csv")
+        write_table(study_summary(done), FINDINGS / f"{name}_token_attribution_summary.csv")
+        mean = np.nanmean(np.array(heads), axis=0)
+        columns = {f"vs_{reference}": mean[i].ravel() for i, reference in enumerate(REFERENCES)}
+        write_table(
+            pd.DataFrame({"layer": layers, "head": head_ids} | columns),
+            FINDINGS / f"{name}_token_attribution_heads.csv",
+        )
+        print(f"  {index + 1}/{len(items)} texts", flush=True)
+
+
+def smollm2_token_attribution() -> None:
+    """The shipped circuit prompts (their answers explained), then treebank sentences cut before their last word
+    (the model's own next token explained)."""
+    from mha_core.interventions.prompts import CIRCUIT_TASKS
+
+    items = [(task.clean, task.answer) for task in CIRCUIT_TASKS]
+    for words in treebank_texts(ATTRIBUTION_TEXTS - len(items)):
+        items.append((" ".join(words[:-1]), None))
+    attribution_findings("smollm2", items)
+
+
+def minilm_token_attribution() -> None:
+    """Consecutive treebank sentences as pairs: the similarity of each sentence with the next one explained."""
+    texts = [" ".join(words) for words in treebank_texts(ATTRIBUTION_TEXTS + 1)]
+    attribution_findings("minilm", list(itertools.pairwise(texts)))
+
+
 def cli(line: str) -> tuple[str, ...]:
     """The words of a ``python -m mha_core`` command line; ``{name}`` stands for ``docs/findings/name``."""
     return tuple(findings_file(word[1:-1]) if word.startswith("{") else word for word in line.split())
 
 
 TARGETS: dict[str, Target] = {
+    "smollm2-token-attribution": Target(
+        writes=(
+            "smollm2_token_attribution.csv",
+            "smollm2_token_attribution_summary.csv",
+            "smollm2_token_attribution_heads.csv",
+        ),
+        call=smollm2_token_attribution,
+        call_text="attribution_study(mc.load_model('smollm2'), circuit prompts + treebank prefixes) "
+        "-> 'docs/findings/smollm2_token_attribution*.csv'",
+    ),
+    "minilm-token-attribution": Target(
+        writes=(
+            "minilm_token_attribution.csv",
+            "minilm_token_attribution_summary.csv",
+            "minilm_token_attribution_heads.csv",
+        ),
+        call=minilm_token_attribution,
+        call_text="attribution_study(mc.load_model('minilm'), consecutive treebank sentences as pairs) "
+        "-> 'docs/findings/minilm_token_attribution*.csv'",
+    ),
     "minilm-profile": Target(
         writes=("minilm_ud_ewt_dev_heads.csv", "minilm_ud_ewt_dev_heads.dependency.csv"),
         command=cli("profile --model minilm --corpus ud-ewt-dev --batch-size 16 --out {minilm_ud_ewt_dev_heads.csv}"),
@@ -579,6 +659,39 @@ def layer_table(heads) -> str:
     return markdown(["layer", *(str(layer) for layer in by_layer.index)], rows)
 
 
+def attribution_table(summary) -> str:
+    """docs/findings.md's table of one model's token attribution: per method, the median agreement with integrated
+    gradients and with occlusion and the median AOPC, each with its 95% interval, over the texts."""
+    from mha_core.interventions.token_attribution import METHOD_LABELS
+
+    def cell(row, column: str) -> str:
+        median, low, high = row[column], row[f"{column}_low"], row[f"{column}_high"]
+        return "-" if median != median else f"{median:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+    rows = [
+        [
+            METHOD_LABELS.get(row["method"], "random order"),
+            cell(row, "vs_integrated_gradients"),
+            cell(row, "vs_occlusion"),
+            cell(row, "deletion_aopc"),
+            cell(row, "insertion_aopc"),
+        ]
+        for _, row in summary.iterrows()
+    ]
+    header = ["method", "Spearman with IG", "Spearman with occlusion", "deletion AOPC", "insertion AOPC"]
+    return markdown(header, rows)
+
+
+def attribution_heads(heads, top: int = 5) -> str:
+    """The ``top`` heads whose attention row agrees best with integrated gradients and with occlusion."""
+    rows = []
+    for column in ("vs_integrated_gradients", "vs_occlusion"):
+        best = heads.sort_values(column, ascending=False).head(top)
+        named = [f"{int(row['layer'])}.{int(row['head'])} ({row[column]:+.2f})" for _, row in best.iterrows()]
+        rows.append([column[3:].replace("_", " "), ", ".join(named)])
+    return markdown(["reference", f"the {top} heads that agree best (mean Spearman over the texts)"], rows, 2)
+
+
 def report() -> None:
     import pandas as pd
 
@@ -684,6 +797,12 @@ def report() -> None:
         top = importance.sort_values("importance", ascending=False).head(8)
         print("top importance: " + ", ".join(f"{r.layer}-{r.head} {r.importance:.3f}" for r in top.itertuples()))
         print("raw importance by layer: " + ", ".join(f"{v:.2f}" for v in importance.groupby("layer")["raw"].sum()))
+    for name in ("smollm2", "minilm"):
+        summary = pd.read_csv(FINDINGS / f"{name}_token_attribution_summary.csv")
+        print(f"\n## {name} token attribution ({int(summary['texts'].max())} texts)\n")
+        print(attribution_table(summary))
+        print()
+        print(attribution_heads(pd.read_csv(FINDINGS / f"{name}_token_attribution_heads.csv")))
 
 
 def size_table(size) -> str:

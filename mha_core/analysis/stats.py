@@ -155,3 +155,16 @@ def margin_test_size(clusters: int, simulations: int = 20_000, alpha: float = 0.
         "rate_normal": float(np.mean(normal_upper_p(statistic) <= alpha)),
         "monte_carlo_se": math.sqrt(alpha * (1 - alpha) / simulations),
     }
+
+
+def median_interval(values) -> tuple[float, float, float]:
+    """(median, low, high): the median of ``values`` (NaN left out) with its distribution-free 95% interval, the
+    order statistics n/2 -+ 1.96 sqrt(n)/2 (the binomial's normal approximation); NaN for no values."""
+    ordered = np.sort(np.asarray(values, dtype=float)[~np.isnan(np.asarray(values, dtype=float))])
+    n = len(ordered)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    half = Z_95 * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return float(np.median(ordered)), float(ordered[low]), float(ordered[high])
