@@ -20,7 +20,7 @@ SOURCES = {
     "tutorial": "A popular tutorial's worked example",
     "random": "Random numbers, any size",
 }
-STEP_COUNT = 8  # the steps of pages/classroom.py's STEPS
+STEP_COUNT = 10  # the steps of pages/classroom.py's STEPS (tests/pages/test_page_classroom.py checks it)
 REVEAL_URL_KEY = "reveal"
 REVEAL_LINK = re.compile(r"[0-9a-f]{12}(,[0-9a-f]{12}){0,15}")
 

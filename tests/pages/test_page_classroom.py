@@ -80,6 +80,10 @@ def test_one_step_per_screen_with_next_and_back():
     assert steps_shown(run_page(PAGE, {"step": "8"})) == ["Step 8. Why divide by the square root of d_k?"]
     wrong = run_page(PAGE, {"step": "99"})
     assert steps_shown(wrong) == ["Step 1. The input and the weights"] and wrong.warning
+    # The last step is reachable by its link (the step setting's range is the page's steps).
+    assert steps_shown(run_page(PAGE, {"step": str(page_classroom.STEP_COUNT)})) == [
+        "Step 10. Is attention explanation?"
+    ]
 
 
 def test_tutorial_example_step_by_step():
