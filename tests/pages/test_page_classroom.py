@@ -7,6 +7,7 @@ import numpy as np
 import mha_core as mc
 from mha_core import walkthrough as seed_example
 from tests.page_helpers import plotly_elements, rerun, run_page
+from ui import page_classroom
 
 PAGE = "classroom"
 REVEAL = "Reveal the answer"
