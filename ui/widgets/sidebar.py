@@ -132,6 +132,13 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
     choices = model_choices()
     bos_slot = None
     with st.sidebar:
+        # Above the inputs: drawn before the sentence boxes' slot, so nothing under that slot waits for it.
+        url_toggle(
+            "High contrast",
+            "contrast",
+            "contrast",
+            help="Black text and thicker lines for a washed-out projector; the link keeps it on too.",
+        )
         if inputs:
             st.header("Input")
         if MODEL in inputs:
@@ -191,12 +198,6 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
             "present",
             "present",
             help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
-        )
-        url_toggle(
-            "High contrast",
-            "contrast",
-            "contrast",
-            help="Black text and thicker lines for a washed-out projector; the link keeps it on too.",
         )
 
     if error is not None:
