@@ -251,7 +251,7 @@ LINKS = [
             Setting("follow", "2", "cls_head", 2, "Head to follow", "head 3", 0),
             Setting("step", "3", "cls_step", 3, None, None, 1),
         ),
-        shows=("Step 3 of 8",),
+        shows=("Step 3 of 10",),
     ),
     PageLink(
         "classroom-tutorial",

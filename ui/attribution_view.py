@@ -62,6 +62,17 @@ def _target(model):
 def section() -> None:
     """The section, drawn under Explore's views."""
     st.subheader("What does the prediction depend on?")
+    # Opt-in: scoring the tokens takes dozens of forward passes (integrated gradients' steps, occlusion, the deletion
+    # and insertion curves), too many to run under every sentence Explore shows.
+    if not pickers.url_toggle(
+        "Score the tokens the prediction depends on",
+        key="attr_on",
+        url_key="attr",
+        help="Integrated gradients, gradient x input, occlusion, attention norms, rollout and attention, with "
+        "their agreement and deletion curves: dozens of forward passes.",
+    ):
+        st.caption("Switch it on to measure which input tokens the model's prediction depends on.")
+        return
     with messages.error_display():
         selection = session.selection()
         model = compute.get_model(selection.model)

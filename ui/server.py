@@ -18,8 +18,7 @@ _HEAD = b"<head>"
 
 # Every page, from its first paint (so before the script's first run draws anything): captions dark enough for WCAG
 # AA (Streamlit draws them at 60 % opacity, 3.9:1 on white; here 6:1), the labels of disabled widgets as readable,
-# and a visible keyboard focus on every control. app.py also draws it (``charts.presentation_styles``) for a server
-# started without this middleware (``streamlit run app.py``).
+# and a visible keyboard focus on every control.
 PAGE_CSS = """
   [data-testid="stCaptionContainer"] { opacity: 1 !important; }
   [data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] p { color: #5c636a !important; }

@@ -80,7 +80,9 @@ def test_explore_section_shows_the_scores_the_library_computes(tiny_llama):
     from mha_core.interventions.faithfulness import head_agreement
     from tests.page_helpers import open_app, plotly_elements
 
-    app = open_app("explore", {"model": tiny_llama, "text": TEXT, "amethods": "occlusion,attention", "layer": 1})
+    app = open_app(
+        "explore", {"model": tiny_llama, "text": TEXT, "attr": "1", "amethods": "occlusion,attention", "layer": 1}
+    )
     assert not app.exception and not app.error, [e.value for e in app.error]
     assert any(s.value == "What does the prediction depend on?" for s in app.subheader)
     charts = plotly_elements(app)
@@ -104,7 +106,7 @@ def test_classroom_closing_step_reveals_the_measured_agreement(tiny_llama, monke
     from ui import attribution_view
 
     monkeypatch.setattr(attribution_view, "classroom_models", lambda: [tiny_llama])  # the embedded ones: slow
-    app = open_app("classroom", {"atext": TEXT, "step": 9})
+    app = open_app("classroom", {"atext": TEXT, "step": 10})
     assert not app.exception and not app.error, [e.value for e in app.error]
     assert any("Is attention explanation?" in h.value for h in app.header)
     assert not [t for t in app.toggle if t.label == "Reveal the answer"]  # nothing computed before the click

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import figures, server
+from ui import figures
 
 
 def chart_config(filename: str) -> dict:
@@ -43,9 +43,6 @@ PRESENTATION_CSS = """<style>
 </style>"""
 
 
-# Every page's base style (ui/server.py puts it in the page's head; drawn here too for ``streamlit run app.py``).
-BASE_CSS = f"<style>{server.PAGE_CSS}</style>"
-
 # The projector theme (sidebar switch, ``?contrast=1``): black text, thicker rules and frames, the views' labels
 # black; the data's colours stay the one colour scale.
 HIGH_CONTRAST_CSS = """<style>
@@ -65,9 +62,9 @@ def high_contrast() -> bool:
 
 
 def presentation_styles() -> None:
-    """The page's style sheets (fixed texts: no user text reaches them): readable captions and visible focus on every
-    page, larger text in presentation mode, the high-contrast theme when it is on."""
-    st.html(BASE_CSS)
+    """The page's style sheets (fixed texts: no user text reaches them): larger text in presentation mode, the
+    high-contrast theme when it is on. Every page's base style (readable captions, visible focus) is in the page's
+    head from its first paint (``ui.server.PAGE_CSS``, put there by serve.py's middleware)."""
     if presenting():
         st.html(PRESENTATION_CSS)
     if high_contrast():
