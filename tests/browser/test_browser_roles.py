@@ -42,8 +42,11 @@ def test_role_map_and_held_out_table_after_a_profile(artifacts_dir):
         wait_for_app(page, 600_000)
         role_map = page.evaluate(ROLE_MAP_JS)
         assert role_map is not None
-        assert "sink" in role_map["text"] and "syn" in role_map["text"] and "s" not in role_map["text"]
-        assert "triangle-up" in role_map["symbols"]  # the syntactic and coreference heads: corpus evidence
+        assert "sink" in role_map["text"] and "s" not in role_map["text"]
+        # With the word-type control, MiniLM's 400 sentences name no syntactic head (docs/findings.md section 1); a
+        # head named from corpus evidence (syntactic, coreference) is drawn as a triangle.
+        if "syn" in role_map["text"]:
+            assert "triangle-up" in role_map["symbols"]
         page.get_by_text("Role of every head").first.scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir / "page-roles-map.png"))
         # The grid draws its header cells once it is in view.
