@@ -135,6 +135,29 @@ def _sig(run) -> str:
     return digest.hexdigest()[:16]
 
 
+def _grid_data(run, zoom: Zoom, view: str, grid: tuple) -> dict:
+    """What both views' data hold: the run's shape, the zoom, and the overview grid (``grid``: its packed bytes,
+    each image's largest value, its cells a side)."""
+    packed, tops, size = grid
+    return {
+        "sig": _sig(run),
+        "view": view,
+        "n": run.num_tokens,
+        "num_layers": run.num_layers,
+        "num_heads": run.num_heads,
+        "causal": bool(run.is_causal),
+        "layer": zoom.layer,
+        "head": zoom.head,
+        "reduce": zoom.reduce,
+        "colour": zoom.colour,
+        "region": [zoom.r0, zoom.r1, zoom.c0, zoom.c1],
+        "grid": packed,
+        "grid_size": size,
+        "grid_edges": [int(v) for v in bin_edges(0, run.num_tokens, size)],
+        "grid_tops": tops,
+    }
+
+
 def pack_layer(run, zoom: Zoom, text_scale: float = 1.0) -> dict:
     """The head view's data: every head's overview of ``zoom.layer`` and the zoomed region of ``zoom.head``
     (``zoom`` as ``checked`` makes it)."""
@@ -151,21 +174,7 @@ def pack_layer(run, zoom: Zoom, text_scale: float = 1.0) -> dict:
         values = run.attention_overview(zoom.layer, zoom.head, ZOOM_SIZE, zoom.reduce, rows=rows, cols=cols)
         row_edges, col_edges = bin_edges_pair(rows, cols)
     return {
-        "sig": _sig(run),
-        "view": "head",
-        "n": n,
-        "num_layers": run.num_layers,
-        "num_heads": run.num_heads,
-        "causal": bool(run.is_causal),
-        "layer": zoom.layer,
-        "head": zoom.head,
-        "reduce": zoom.reduce,
-        "colour": zoom.colour,
-        "region": [zoom.r0, zoom.r1, zoom.c0, zoom.c1],
-        "grid": grid,
-        "grid_size": int(overviews.shape[-1]),
-        "grid_edges": [int(v) for v in bin_edges(0, n, overviews.shape[-1])],
-        "grid_tops": grid_tops,
+        **_grid_data(run, zoom, "head", (grid, grid_tops, int(overviews.shape[-1]))),
         "values": packing.float32_base64(values),
         "row_edges": [int(v) for v in row_edges],
         "col_edges": [int(v) for v in col_edges],
@@ -188,21 +197,7 @@ def pack_model(run, zoom: Zoom) -> dict:
     layers, heads = overviews.shape[:2]
     grid, tops = packing.scaled_bytes(overviews.reshape(layers * heads, *overviews.shape[2:]))
     return {
-        "sig": _sig(run),
-        "view": "model",
-        "n": run.num_tokens,
-        "num_layers": layers,
-        "num_heads": heads,
-        "causal": bool(run.is_causal),
-        "layer": zoom.layer,
-        "head": zoom.head,
-        "reduce": zoom.reduce,
-        "colour": zoom.colour,
-        "region": [zoom.r0, zoom.r1, zoom.c0, zoom.c1],
-        "grid": grid,
-        "grid_size": int(overviews.shape[-1]),
-        "grid_edges": [int(v) for v in bin_edges(0, run.num_tokens, overviews.shape[-1])],
-        "grid_tops": tops,
+        **_grid_data(run, zoom, "model", (grid, tops, int(overviews.shape[-1]))),
         "text_scale": 1.0,
         **palette.palette(),
     }
