@@ -25,6 +25,7 @@ class Setting:
     label: str | None  # the widget's label on the page (None: drawn without a widget of its own)
     shown: str | None  # what the browser shows for it
     default: object  # its value when the link gives none (or a bad one)
+    shown_after: str | None = None  # drawn only when this other setting (its address key) has the link's value
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,29 @@ LINKS = [
             Setting("words", "1", "words", True, "Words instead of tokens", "on", False),
             Setting("hide", "1", "hide_special", True, "Hide special tokens", "on", False),
             Setting("focus", "2", "focus_token", 2, "Focus on query token", "2: barked", -1),
+            # "Why does this head look there?" (14 tokens with the pair): the query's default is the last token,
+            # the key's the one the head looks at most (layer 0, head 0 when the link's layer and head are refused
+            # as well: the last [SEP]).
+            Setting("decompose", "1", "decompose_on", True, "Split a score into its sources", "on", False),
+            Setting("score_query", "3", "decompose_query", 3, "Query (the token looking)", "3: barked", 13),
+            Setting("score_key", "2", "decompose_key", 2, "Key (the token looked at)", "2: dog  (9%)", 13),
         ),
         shows=("Layer 3, head 7",),
+    ),
+    PageLink(
+        "explore-writing",
+        "explore",
+        "Explore",
+        (
+            Setting("gen", "2", "gen_count", 2, None, None, 0),
+            Setting("temp", "0.0", "gen_temperature", 0.0, "Temperature", "0.0", 1.0),
+            Setting("topk", "5", "gen_top_k", 5, "Top-k", "5", 0),
+            Setting("topp", "0.9", "gen_top_p", 0.9, "Top-p", "0.9", 1.0),
+            Setting("seed", "7", "gen_seed", 7, "Seed", "7", 0),
+            # The written tokens are at positions 4 and 5 (SmolLM2 writes " on the" after the sentence, greedy).
+            Setting("gtok", "4", "gen_token", 4, "Written token", "4: \u25b8on", 5, shown_after="gen"),
+        ),
+        query={"model": "smollm2", "text": "The cat sat"},
     ),
     PageLink(
         "compare-layers",

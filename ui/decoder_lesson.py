@@ -18,8 +18,8 @@ from mha_core.models.prediction import PREDICTION_KEPT
 from mha_core.operations import Generation, Prediction
 from mha_core.walkthrough import attended_earlier, temperature_probabilities
 from ui import compute
+from ui.page_explore import TEMPERATURES
 from ui.widgets import messages, pickers
-from ui.widgets.predict import TEMPERATURES
 
 MODEL = "smollm2"
 PROMPTS = ("The cat sat on the", "The capital of France is", "Once upon a time, there was a")

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mha_core.models.generation import MAX_NEW_TOKENS
 from ui import headview
 from ui.page_settings import PageSettings, setting
 
 ALL_TOKENS = -1  # the lines' focus on every query token (a selectbox shows None as no choice at all)
+TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5, 2.0)
+TOP_KS = (0, 1, 5, 10, 50)  # 0: no top-k
+TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)  # 1.0: no top-p
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,58 @@ class ExploreSettings(PageSettings):
     view: str = setting("explore_view", "view", "choice", "head", options={v: v for v in headview.VIEWS})
     shape: str = setting("head_shape", "shape", "choice", "heatmap", options={s: s for s in headview.SHAPES})
     focus: int = setting("focus_token", "focus", "choice", ALL_TOKENS, label="Focus on query token")
+    # "Why does this head look there?" (ui/widgets/decomposition.py): the query and the key follow the sentence
+    # (the key starts as the one the head looks at most).
+    decompose: bool = setting("decompose_on", "decompose", "flag", False, label="Split a score into its sources")
+    score_query: int | None = setting("decompose_query", "score_query", "choice", label="Query (the token looking)")
+    score_key: int | None = setting("decompose_key", "score_key", "choice", label="Key (the token looked at)")
+    # The model writing (ui/widgets/predict.py): how many tokens it wrote (the +n buttons), how it draws them,
+    # and the written token whose distribution is shown (one of the written tokens' positions).
+    gen_count: int = setting("gen_count", "gen", "number", 0, minimum=0, maximum=MAX_NEW_TOKENS)
+    temperature: float = setting(
+        "gen_temperature",
+        "temp",
+        "choice",
+        1.0,
+        label="Temperature",
+        help="0 takes the most likely token every time (greedy); higher spreads the choice.",
+        options={t: str(t) for t in TEMPERATURES},
+    )
+    top_k: int = setting(
+        "gen_top_k",
+        "topk",
+        "choice",
+        0,
+        label="Top-k",
+        help="Draw only from the k most likely tokens.",
+        options={k: "all" if k == 0 else str(k) for k in TOP_KS},
+    )
+    top_p: float = setting(
+        "gen_top_p",
+        "topp",
+        "choice",
+        1.0,
+        label="Top-p",
+        help="Draw only from the most likely tokens whose probabilities add up to p.",
+        options={p: "off" if p >= 1.0 else str(p) for p in TOP_PS},
+    )
+    seed: int = setting(
+        "gen_seed",
+        "seed",
+        "number",
+        0,
+        label="Seed",
+        help="The same seed writes the same tokens.",
+        minimum=0,
+        maximum=2**31 - 1,
+    )
+    written: int | None = setting(
+        "gen_token",
+        "gtok",
+        "choice",
+        label="Written token",
+        help="Each written token was drawn from the distribution below.",
+    )
 
 
 def focus_choices(tokens) -> dict[int, str]:

@@ -46,7 +46,15 @@ PAGES = {
             },
         },
     ),
-    "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
+    "explore": (
+        ExploreSettings,
+        {
+            "focus": address.choice(range(ALL_TOKENS, 12)),
+            "score_query": address.choice(range(14)),  # the link's sentence and pair: 14 tokens
+            "score_key": address.choice(range(14)),
+            "written": address.choice([4, 5]),  # the positions SmolLM2 writes (the link explore-writing)
+        },
+    ),
     "deeper": (
         DeeperSettings,
         {
