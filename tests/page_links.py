@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION
 from ui.address import DEFAULT_TEXT
 from ui.settings import PROFILE_SENTENCES
 
@@ -107,6 +108,37 @@ LINKS = [
             Setting("gtok", "4", "gen_token", 4, "Written token", "4: \u25b8on", 5, shown_after="gen"),
         ),
         query={"model": "smollm2", "text": "The cat sat"},
+    ),
+    PageLink(
+        "explore-needle",
+        "explore",
+        "Explore",
+        (
+            Setting(
+                "long", "needle", "long_doc", "needle", "Long document", "Needle in a haystack (retrieval heads)", "0"
+            ),
+            Setting(
+                "needle",
+                "The code word is maple.",
+                "long_needle",
+                "The code word is maple.",
+                "Needle",
+                "The code word is maple.",
+                NEEDLE,
+            ),
+            Setting(
+                "nq",
+                "What is the code word?",
+                "long_question",
+                "What is the code word?",
+                "Question (the model answers it)",
+                "What is the code word?",
+                NEEDLE_QUESTION,
+            ),
+            Setting("nlen", "512", "long_needle_tokens", 512, "Tokens", "512", 4096),  # SmolLM2 reads 8,192
+            Setting("ndepth", "40", "long_needle_depth", 40, "Needle depth (% of the haystack before it)", "40", 50),
+        ),
+        query={"model": "smollm2"},
     ),
     PageLink(
         "compare-layers",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mha_core.models.generation import MAX_NEW_TOKENS
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION
 from ui import headview
 from ui.page_settings import PageSettings, setting
 
@@ -15,6 +16,7 @@ ALL_TOKENS = -1  # the lines' focus on every query token (a selectbox shows None
 TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5, 2.0)
 TOP_KS = (0, 1, 5, 10, 50)  # 0: no top-k
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)  # 1.0: no top-p
+NEEDLE_MIN_TOKENS = 256  # the shortest needle test
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,25 @@ class ExploreSettings(PageSettings):
         "choice",
         label="Written token",
         help="Each written token was drawn from the distribution below.",
+    )
+    # The long document (ui/longdoc.py): an example, a pasted document or, with a decoder, a needle test (the
+    # choices and the needle test's largest length follow the model).
+    long_doc: str = setting("long_doc", "long", "choice", "0", label="Long document")
+    needle: str = setting("long_needle", "needle", "sentence", NEEDLE, label="Needle")
+    needle_question: str = setting(
+        "long_question", "nq", "sentence", NEEDLE_QUESTION, label="Question (the model answers it)"
+    )
+    needle_tokens: int | None = setting(
+        "long_needle_tokens", "nlen", "number", label="Tokens", minimum=NEEDLE_MIN_TOKENS
+    )
+    needle_depth: int = setting(
+        "long_needle_depth",
+        "ndepth",
+        "number",
+        50,
+        label="Needle depth (% of the haystack before it)",
+        minimum=0,
+        maximum=100,
     )
 
 

@@ -28,7 +28,8 @@ class Declared:
     """One setting of a page: its widget's session ``key``, its address key ``url_key``, ``default``, the bounds
     of a number (``minimum``, ``maximum``) or the ``options`` of a choice (value -> the words shown), and the
     widget's ``label`` and ``help``. ``kind`` is how the address writes it: "choice", "choices", "heads",
-    "layer", "head", "number", "flag" or "text". A bound or an option list that follows the model is given
+    "layer", "head", "number", "flag", "text" or "sentence" (a short text with something
+    visible in it, ``address.sentence``). A bound or an option list that follows the model is given
     where the widget is drawn (``None`` here); the declaration's are used otherwise."""
 
     key: str
@@ -66,6 +67,8 @@ class Declared:
             return address.flag
         if self.kind == "text":
             return lambda raw: raw[: address.MAX_TEXT_CHARS]
+        if self.kind == "sentence":
+            return address.sentence()
         raise ValueError(f"a setting of kind {self.kind!r} is parsed where it is drawn")
 
     def format(self, value) -> str:
@@ -117,6 +120,22 @@ class Declared:
             url_key=self.url_key,
             default=list((self.default if default is None else default) or []),
             container=container,
+            **self._help(kwargs),
+        )
+
+    def widget(self, draw, *args, default=None, fit=None, **kwargs):
+        """Any other widget ``draw`` (``st.text_input``, ...) over the declaration's parser and link text
+        (``pickers.url_widget``); ``default``: the declaration's unless given (it follows the model)."""
+        return pickers.url_widget(
+            draw,
+            self.label,
+            *args,
+            key=self.key,
+            url_key=self.url_key,
+            default=self.default if default is None else default,
+            parse=self.parser(),
+            format=self.format,
+            fit=fit,
             **self._help(kwargs),
         )
 

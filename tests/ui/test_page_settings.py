@@ -53,6 +53,8 @@ PAGES = {
             "score_query": address.choice(range(14)),  # the link's sentence and pair: 14 tokens
             "score_key": address.choice(range(14)),
             "written": address.choice([4, 5]),  # the positions SmolLM2 writes (the link explore-writing)
+            "long_doc": address.choice(["0", "1", "2", "paste", "needle"]),  # SmolLM2, a decoder: the needle test
+            "needle_tokens": address.number(256, 8192),  # up to SmolLM2's context
         },
     ),
     "deeper": (
