@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from mha_core.models.generation import MAX_NEW_TOKENS
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION
+from mha_core.models.seq2seq import DEFAULT_MAX_NEW_TOKENS
 from ui import headview
 from ui.page_settings import PageSettings, setting
 
@@ -17,6 +18,12 @@ TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5, 2.0)
 TOP_KS = (0, 1, 5, 10, 50)  # 0: no top-k
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)  # 1.0: no top-p
 NEEDLE_MIN_TOKENS = 256  # the shortest needle test
+KIND_LABELS = {  # an encoder-decoder model's three attentions
+    "cross": "Cross-attention (target → source)",
+    "encoder": "Encoder self-attention",
+    "decoder": "Decoder self-attention",
+}
+DEFAULT_SOURCE = "The cat sat on the mat because it was tired."
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,19 @@ class ExploreSettings(PageSettings):
         minimum=0,
         maximum=100,
     )
+    # An encoder-decoder model (ui/encoder_decoder.py): its source and target (or the model writes the target:
+    # the default when it can) and which of its attentions. Its words and special-token toggles share the
+    # address keys of the app's shared ones (``words``, ``hide``: ``ui.widgets.pickers``), declared there.
+    source: str = setting("s2s_source", "source", "text", DEFAULT_SOURCE, label="Source text")
+    write: bool | None = setting(
+        "s2s_write",
+        "write",
+        "flag",
+        label="Let the model write the target",
+        help=f"Greedy decoding: the model's most likely next token each time, up to {DEFAULT_MAX_NEW_TOKENS} tokens.",
+    )
+    target: str = setting("s2s_target", "target", "text", "", label="Target text")
+    kind: str = setting("s2s_kind", "kind", "choice", "cross", label="Attention", options=KIND_LABELS)
 
 
 def focus_choices(tokens) -> dict[int, str]:

@@ -264,6 +264,31 @@ def test_explore_focus_names_every_token_by_position():
     assert focus_choices(["[CLS]", "a", "cat"]) == {ALL_TOKENS: "all tokens", 0: "0: [CLS]", 1: "1: a", 2: "2: cat"}
 
 
+def test_explore_encoder_decoder_settings_read_a_link_and_refuse_bad_values():
+    """An encoder-decoder model's source, target, writing switch and attention (tests/page_links.py has no link
+    with an encoder-decoder model: its checkpoints are built by the tests)."""
+    query = {"source": "Hallo Welt.", "target": "Hello world.", "write": "0", "kind": "decoder"}
+    chosen, notices = ExploreSettings.from_address(query)
+    assert notices == []
+    assert (chosen.source, chosen.target, chosen.write, chosen.kind) == (
+        "Hallo Welt.",
+        "Hello world.",
+        False,
+        "decoder",
+    )
+    assert chosen.to_address() == query
+    chosen, notices = ExploreSettings.from_address({"kind": "self", "write": "yes", "temp": "0.3", "ndepth": "101"})
+    assert (chosen.kind, chosen.write, chosen.temperature, chosen.needle_depth) == ("cross", None, 1.0, 50)
+    assert [notice.split(" is not ")[0] for notice in notices] == [
+        "The link's temp=0.3",
+        "The link's ndepth=101",
+        "The link's write=yes",
+        "The link's kind=self",
+    ]
+    long = "x" * (address.MAX_TEXT_CHARS + 5)
+    assert ExploreSettings.from_address({"source": long})[0].source == long[: address.MAX_TEXT_CHARS]
+
+
 # ---- Classroom ------------------------------------------------------------------------------------------------
 def test_classroom_reveals_steps_and_question_names():
     digest = page_classroom.question_digest("Which token?", "sat")
