@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
+from mha_core.interventions.token_attribution import METHODS
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION
 from ui.address import DEFAULT_TEXT
 from ui.settings import PROFILE_SENTENCES
@@ -91,6 +92,25 @@ LINKS = [
             Setting("decompose", "1", "decompose_on", True, "Split a score into its sources", "on", False),
             Setting("score_query", "3", "decompose_query", 3, "Query (the token looking)", "3: barked", 13),
             Setting("score_key", "2", "decompose_key", 2, "Key (the token looked at)", "2: dog  (9%)", 13),
+            # "What does the prediction depend on?" (a sentence encoder: the second sentence and the methods).
+            Setting(
+                "apair",
+                "A bird sang.",
+                "attr_pair",
+                "A bird sang.",
+                "Second sentence: the prediction explained is its similarity with the sidebar's sentence",
+                "A bird sang.",
+                "A dog sat on a mat.",
+            ),
+            Setting(
+                "amethods",
+                "occlusion,attention",
+                "attr_methods",
+                ["occlusion", "attention"],
+                "Methods",
+                "Occlusion (leave one out), Attention (last layer, mean of heads)",
+                list(METHODS),
+            ),
         ),
         shows=("Layer 3, head 7",),
     ),
@@ -323,6 +343,17 @@ LINKS = [
             ),
             Setting("all", "1", "cls_all", True, "All steps on one page", "on", False),
             Setting("printed", "V1", "cls_printed", "V1", "Matrix", "V1", "Q1"),
+            # Step 10 ("Is attention explanation?"), on the one page of every step.
+            Setting("amodel", "minilm", "cls_attr_model", "minilm", "Model", "minilm", "smollm2"),
+            Setting(
+                "atext",
+                "The dog ran home.",
+                "cls_attr_text",
+                "The dog ran home.",
+                "The class's sentence",
+                "The dog ran home.",
+                "When Mary and John went to the store, John gave a drink to",
+            ),
         ),
         shows=("Step 8. Why divide by the square root of d_k?",),
     ),

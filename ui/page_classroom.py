@@ -21,6 +21,7 @@ SOURCES = {
     "random": "Random numbers, any size",
 }
 STEP_COUNT = 10  # the steps of pages/classroom.py's STEPS (tests/pages/test_page_classroom.py checks it)
+CLASS_SENTENCE = "When Mary and John went to the store, John gave a drink to"  # step 10's sentence
 REVEAL_URL_KEY = "reveal"
 REVEAL_LINK = re.compile(r"[0-9a-f]{12}(,[0-9a-f]{12}){0,15}")
 
@@ -66,6 +67,10 @@ class ClassroomSettings(PageSettings):
         options={name: name for name in walkthrough.TUTORIAL_PRINTED},
     )
     step: int = setting("cls_step", "step", "number", 1, minimum=1, maximum=STEP_COUNT)
+    # Step 10, "Is attention explanation?" (ui/attribution_view.py): the model (one of the embedded ones this
+    # server offers) and the class's sentence.
+    attr_model: str | None = setting("cls_attr_model", "amodel", "choice", label="Model")
+    attr_text: str = setting("cls_attr_text", "atext", "text", CLASS_SENTENCE, label="The class's sentence")
 
 
 def head_choices(num_heads: int) -> dict[int, str]:

@@ -5,8 +5,10 @@ the layer and head, and the word and special-token toggles are the app's shared 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mha_core.interventions.token_attribution import METHOD_LABELS, METHODS
 from mha_core.models.generation import MAX_NEW_TOKENS
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION
 from mha_core.models.seq2seq import DEFAULT_MAX_NEW_TOKENS
@@ -24,6 +26,7 @@ KIND_LABELS = {  # an encoder-decoder model's three attentions
     "decoder": "Decoder self-attention",
 }
 DEFAULT_SOURCE = "The cat sat on the mat because it was tired."
+DEFAULT_PAIR = "A dog sat on a mat."  # the second sentence a sentence encoder's similarity is explained with
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,32 @@ class ExploreSettings(PageSettings):
     )
     target: str = setting("s2s_target", "target", "text", "", label="Target text")
     kind: str = setting("s2s_kind", "kind", "choice", "cross", label="Attention", options=KIND_LABELS)
+    # "What does the prediction depend on?" (ui/attribution_view.py): a decoder's next token to explain or a
+    # sentence encoder's second sentence, the methods, and the method the heads are compared with (one of the
+    # chosen reference methods).
+    attr_target: str = setting(
+        "attr_target",
+        "atarget",
+        "text",
+        "",
+        label="Next token to explain (empty: the model's own top prediction; mind the leading space)",
+    )
+    attr_pair: str = setting(
+        "attr_pair",
+        "apair",
+        "text",
+        DEFAULT_PAIR,
+        label="Second sentence: the prediction explained is its similarity with the sidebar's sentence",
+    )
+    attr_methods: Sequence[str] = setting(
+        "attr_methods",
+        "amethods",
+        "choices",
+        list(METHODS),
+        label="Methods",
+        options={method: METHOD_LABELS[method] for method in METHODS},
+    )
+    attr_reference: str | None = setting("attr_reference", "aref", "choice", label="Heads compared with")
 
 
 def focus_choices(tokens) -> dict[int, str]:

@@ -159,14 +159,15 @@ class Declared:
         """A head selector of its own (``pickers.select_head``)."""
         return pickers.select_head(num_heads, label=self.label, key=self.key, url_key=self.url_key, container=container)
 
-    def text(self, *, container=None, **kwargs) -> str:
-        """A text box cut to ``address.MAX_TEXT_CHARS`` with a notice naming it by its label."""
+    def text(self, *, container=None, what: str | None = None, **kwargs) -> str:
+        """A text box cut to ``address.MAX_TEXT_CHARS`` with a notice naming it by its label (or ``what``: the
+        words that name it when its label is a long sentence)."""
         return pickers.url_text(
             self.label,
             key=self.key,
             url_key=self.url_key,
             default=self.default,
-            what=self.label.lower(),
+            what=self.label.lower() if what is None else what,
             container=container,
             **self._help(kwargs),
         )

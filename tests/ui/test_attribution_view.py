@@ -104,7 +104,7 @@ def test_classroom_closing_step_reveals_the_measured_agreement(tiny_llama, monke
     from ui import attribution_view
 
     monkeypatch.setattr(attribution_view, "classroom_models", lambda: [tiny_llama])  # the embedded ones: slow
-    app = open_app("classroom", {"atext": TEXT, "step": 9})
+    app = open_app("classroom", {"atext": TEXT, "step": 10})
     assert not app.exception and not app.error, [e.value for e in app.error]
     assert any("Is attention explanation?" in h.value for h in app.header)
     assert not [t for t in app.toggle if t.label == "Reveal the answer"]  # nothing computed before the click

@@ -35,7 +35,10 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
     "circuits": (CircuitsSettings, {}),
-    "classroom": (ClassroomSettings, {"head": address.choice(range(3))}),
+    "classroom": (
+        ClassroomSettings,
+        {"head": address.choice(range(3)), "attr_model": address.choice(["smollm2", "minilm", "mpnet"])},
+    ),
     "compare": (
         CompareSettings,
         {
@@ -55,6 +58,7 @@ PAGES = {
             "written": address.choice([4, 5]),  # the positions SmolLM2 writes (the link explore-writing)
             "long_doc": address.choice(["0", "1", "2", "paste", "needle"]),  # SmolLM2, a decoder: the needle test
             "needle_tokens": address.number(256, 8192),  # up to SmolLM2's context
+            "attr_reference": address.choice(["integrated_gradients", "occlusion", "gradient_x_input"]),
         },
     ),
     "deeper": (
