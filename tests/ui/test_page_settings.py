@@ -215,6 +215,42 @@ def test_circuits_prompts_are_the_tasks_or_the_visitors_own():
     assert own.prompts() == ("A b", "A c", " d", " e")
 
 
+def test_circuits_heads_settings_read_a_link_and_refuse_bad_values():
+    """The weight circuits' and path patching's settings (tests/pages/test_page_heads_circuits.py opens such links
+    on a tiny GPT-2; the link tests' SmolLM2 would compute every head's circuits on opening)."""
+    query = {
+        "qkov": "1",
+        "cmode": "q",
+        "cmin": "4.5",
+        "qklayer": "2",
+        "qkhead": "3",
+        "qktokens": "a b c",
+        "paths": "1",
+        "recv": "1-1, 2-0",
+        "via": "v",
+    }
+    chosen, notices = CircuitsSettings.from_address(query)
+    assert notices == []
+    assert (chosen.weights, chosen.composition, chosen.threshold, chosen.circuit_layer, chosen.circuit_head) == (
+        True,
+        "q",
+        4.5,
+        2,
+        3,
+    )
+    assert (chosen.circuit_tokens, chosen.paths, chosen.receivers, chosen.via) == ("a b c", True, "1-1, 2-0", "v")
+    assert chosen.to_address() == query
+    assert CircuitsSettings.from_address({"cmin": "9"})[0].threshold == 6.0  # brought into 1 to 6, as the slider
+    chosen, notices = CircuitsSettings.from_address({"cmode": "x", "cmin": "many", "qklayer": "-1", "via": "z"})
+    assert (chosen.composition, chosen.threshold, chosen.circuit_layer, chosen.via) == ("k", 3.0, 0, "k")
+    assert [notice.split(" is not ")[0] for notice in notices] == [
+        "The link's cmode=x",
+        "The link's cmin=many",
+        "The link's qklayer=-1",
+        "The link's via=z",
+    ]
+
+
 def test_circuits_lens_view_keeps_the_last_positions_top_tokens():
     positions = page_circuits.LENS_POSITIONS + 3
     rows = [
