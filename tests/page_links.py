@@ -343,6 +343,20 @@ LINKS = [
             ),
             Setting("all", "1", "cls_all", True, "All steps on one page", "on", False),
             Setting("printed", "V1", "cls_printed", "V1", "Matrix", "V1", "Q1"),
+            # Step 9 (SmolLM2 predicting and writing; its 30 layers: the middle one, 15, by default).
+            Setting(
+                "dprompt",
+                "The capital of France is",
+                "cls_dec_prompt",
+                "The capital of France is",
+                "Sentence",
+                "The capital of France is",
+                "The cat sat on the",
+            ),
+            Setting("dtemp", "0.5", "cls_dec_temperature", 0.5, "Temperature", "0.5", 1.0),
+            Setting("dwrite", "1", "cls_dec_write", True, "Let the model write 5 tokens", "on", False),
+            Setting("ddraw", "3", "cls_dec_draw", 3, "Draw", "3", 0),
+            Setting("dlayer", "4", "cls_dec_layer", 4, "Layer whose heads are averaged", "4", 15),
             # Step 10 ("Is attention explanation?"), on the one page of every step.
             Setting("amodel", "minilm", "cls_attr_model", "minilm", "Model", "minilm", "smollm2"),
             Setting(

@@ -37,7 +37,11 @@ PAGES = {
     "circuits": (CircuitsSettings, {}),
     "classroom": (
         ClassroomSettings,
-        {"head": address.choice(range(3)), "attr_model": address.choice(["smollm2", "minilm", "mpnet"])},
+        {
+            "head": address.choice(range(3)),
+            "attr_model": address.choice(["smollm2", "minilm", "mpnet"]),
+            "dec_layer": address.number(0, 29),  # SmolLM2's layers
+        },
     ),
     "compare": (
         CompareSettings,
