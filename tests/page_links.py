@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
+from mha_core.interventions.token_attribution import METHODS
+from mha_core.models.long import NEEDLE, NEEDLE_QUESTION
 from ui.address import DEFAULT_TEXT
 from ui.settings import PROFILE_SENTENCES
 
@@ -25,6 +27,7 @@ class Setting:
     label: str | None  # the widget's label on the page (None: drawn without a widget of its own)
     shown: str | None  # what the browser shows for it
     default: object  # its value when the link gives none (or a bad one)
+    shown_after: str | None = None  # drawn only when this other setting (its address key) has the link's value
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,79 @@ LINKS = [
             Setting("words", "1", "words", True, "Words instead of tokens", "on", False),
             Setting("hide", "1", "hide_special", True, "Hide special tokens", "on", False),
             Setting("focus", "2", "focus_token", 2, "Focus on query token", "2: barked", -1),
+            # "Why does this head look there?" (14 tokens with the pair): the query's default is the last token,
+            # the key's the one the head looks at most (layer 0, head 0 when the link's layer and head are refused
+            # as well: the last [SEP]).
+            Setting("decompose", "1", "decompose_on", True, "Split a score into its sources", "on", False),
+            Setting("score_query", "3", "decompose_query", 3, "Query (the token looking)", "3: barked", 13),
+            Setting("score_key", "2", "decompose_key", 2, "Key (the token looked at)", "2: dog  (9%)", 13),
+            # "What does the prediction depend on?" (a sentence encoder: the second sentence and the methods).
+            Setting(
+                "apair",
+                "A bird sang.",
+                "attr_pair",
+                "A bird sang.",
+                "Second sentence: the prediction explained is its similarity with the sidebar's sentence",
+                "A bird sang.",
+                "A dog sat on a mat.",
+            ),
+            Setting(
+                "amethods",
+                "occlusion,attention",
+                "attr_methods",
+                ["occlusion", "attention"],
+                "Methods",
+                "Occlusion (leave one out), Attention (last layer, mean of heads)",
+                list(METHODS),
+            ),
         ),
         shows=("Layer 3, head 7",),
+    ),
+    PageLink(
+        "explore-writing",
+        "explore",
+        "Explore",
+        (
+            Setting("gen", "2", "gen_count", 2, None, None, 0),
+            Setting("temp", "0.0", "gen_temperature", 0.0, "Temperature", "0.0", 1.0),
+            Setting("topk", "5", "gen_top_k", 5, "Top-k", "5", 0),
+            Setting("topp", "0.9", "gen_top_p", 0.9, "Top-p", "0.9", 1.0),
+            Setting("seed", "7", "gen_seed", 7, "Seed", "7", 0),
+            # The written tokens are at positions 4 and 5 (SmolLM2 writes " on the" after the sentence, greedy).
+            Setting("gtok", "4", "gen_token", 4, "Written token", "4: \u25b8on", 5, shown_after="gen"),
+        ),
+        query={"model": "smollm2", "text": "The cat sat"},
+    ),
+    PageLink(
+        "explore-needle",
+        "explore",
+        "Explore",
+        (
+            Setting(
+                "long", "needle", "long_doc", "needle", "Long document", "Needle in a haystack (retrieval heads)", "0"
+            ),
+            Setting(
+                "needle",
+                "The code word is maple.",
+                "long_needle",
+                "The code word is maple.",
+                "Needle",
+                "The code word is maple.",
+                NEEDLE,
+            ),
+            Setting(
+                "nq",
+                "What is the code word?",
+                "long_question",
+                "What is the code word?",
+                "Question (the model answers it)",
+                "What is the code word?",
+                NEEDLE_QUESTION,
+            ),
+            Setting("nlen", "512", "long_needle_tokens", 512, "Tokens", "512", 4096),  # SmolLM2 reads 8,192
+            Setting("ndepth", "40", "long_needle_depth", 40, "Needle depth (% of the haystack before it)", "40", 50),
+        ),
+        query={"model": "smollm2"},
     ),
     PageLink(
         "compare-layers",
@@ -269,6 +343,31 @@ LINKS = [
             ),
             Setting("all", "1", "cls_all", True, "All steps on one page", "on", False),
             Setting("printed", "V1", "cls_printed", "V1", "Matrix", "V1", "Q1"),
+            # Step 9 (SmolLM2 predicting and writing; its 30 layers: the middle one, 15, by default).
+            Setting(
+                "dprompt",
+                "The capital of France is",
+                "cls_dec_prompt",
+                "The capital of France is",
+                "Sentence",
+                "The capital of France is",
+                "The cat sat on the",
+            ),
+            Setting("dtemp", "0.5", "cls_dec_temperature", 0.5, "Temperature", "0.5", 1.0),
+            Setting("dwrite", "1", "cls_dec_write", True, "Let the model write 5 tokens", "on", False),
+            Setting("ddraw", "3", "cls_dec_draw", 3, "Draw", "3", 0),
+            Setting("dlayer", "4", "cls_dec_layer", 4, "Layer whose heads are averaged", "4", 15),
+            # Step 10 ("Is attention explanation?"), on the one page of every step.
+            Setting("amodel", "minilm", "cls_attr_model", "minilm", "Model", "minilm", "smollm2"),
+            Setting(
+                "atext",
+                "The dog ran home.",
+                "cls_attr_text",
+                "The dog ran home.",
+                "The class's sentence",
+                "The dog ran home.",
+                "When Mary and John went to the store, John gave a drink to",
+            ),
         ),
         shows=("Step 8. Why divide by the square root of d_k?",),
     ),

@@ -15,11 +15,12 @@ from mha_core.operations.attribution import TokenAttribution
 from ui import compute, session
 from ui.figures.attribution import agreement_matrix, removal_curves, token_scores
 from ui.figures.causal import head_score_map
+from ui.page_classroom import ClassroomSettings
+from ui.page_explore import DEFAULT_PAIR, ExploreSettings
 from ui.settings import model_choices
 from ui.widgets import charts, messages, pickers
 
-DEFAULT_PAIR = "A dog sat on a mat."
-CLASS_SENTENCE = "When Mary and John went to the store, John gave a drink to"
+S = ExploreSettings.declarations()
 CLASS_STARTED = "_cls_attribution_started"
 CLASS_MODELS = ("smollm2", "minilm", "mpnet")  # the Classroom's choice: a decoder first, then sentence encoders
 REFERENCES = ("integrated_gradients", "occlusion", "gradient_x_input")  # what the heads are compared with
@@ -35,22 +36,10 @@ def _target(model):
     """What is explained: the next token (empty: the model's top one) or, for a sentence encoder, a second
     sentence; None when this model has neither (a notice says so)."""
     if model.lm_head_kind == "causal":
-        typed = pickers.url_text(
-            "Next token to explain (empty: the model's own top prediction; mind the leading space)",
-            key="attr_target",
-            url_key="atarget",
-            default="",
-            what="token",
-        )
+        typed = S["attr_target"].text(what="token")
         return typed or None
     if not model.is_causal:
-        return pickers.url_text(
-            "Second sentence: the prediction explained is its similarity with the sidebar's sentence",
-            key="attr_pair",
-            url_key="apair",
-            default=DEFAULT_PAIR,
-            what="second sentence",
-        )
+        return S["attr_pair"].text(what="second sentence")
     st.info(
         f"{messages.md_escape(model.name)} has {model.head_description}: token attribution explains a decoder's "
         "next token or a sentence encoder's similarity of two sentences.",
@@ -87,10 +76,7 @@ def section() -> None:
         target = _target(model)
         if target is None and model.lm_head_kind != "causal":
             return
-        methods = pickers.url_multiselect(
-            "Methods", METHODS, key="attr_methods", url_key="amethods", default=list(METHODS),
-            format_func=METHOD_LABELS.get,
-        )  # fmt: skip
+        methods = S["attr_methods"].multiselect(list(METHODS), format_func=METHOD_LABELS.get)
         if not methods:
             st.info("Pick at least one method.")
             return
@@ -146,10 +132,7 @@ def show(explained, model) -> None:
     references = [m for m in REFERENCES if m in attribution.methods]
     with right:
         if references:
-            reference = pickers.url_select(
-                st.selectbox, "Heads compared with", references, key="attr_reference", url_key="aref",
-                format_func=METHOD_LABELS.get,
-            )  # fmt: skip
+            reference = S["attr_reference"].select(st.selectbox, references, format_func=METHOD_LABELS.get)
             agreement = head_agreement(attribution, reference)
             charts.show_chart(
                 head_score_map(np.nan_to_num(agreement), [(layer, head)], label="Spearman", signed=True),
@@ -213,11 +196,8 @@ def classroom_step(ask) -> None:
         "occlusion change the input and watch the prediction; attention and rollout only read the weights."
     )
     with messages.error_display():
-        choices = classroom_models()
-        name = pickers.url_select(st.selectbox, "Model", choices, key="cls_attr_model", url_key="amodel")
-        text = pickers.url_text(
-            "The class's sentence", key="cls_attr_text", url_key="atext", default=CLASS_SENTENCE, what="sentence"
-        )
+        name = ClassroomSettings.declared("attr_model").select(st.selectbox, classroom_models())
+        text = ClassroomSettings.declared("attr_text").text(what="sentence")
         # Heavy work on a click only (also on the one page of every step): nothing loads before it.
         if st.button("Measure it on this sentence", key="cls_attr_go", type="primary"):
             st.session_state[CLASS_STARTED] = True

@@ -18,13 +18,12 @@ from mha_core.models.prediction import PREDICTION_KEPT
 from mha_core.operations import Generation, Prediction
 from mha_core.walkthrough import attended_earlier, temperature_probabilities
 from ui import compute
-from ui.widgets import messages, pickers
-from ui.widgets.predict import TEMPERATURES
+from ui.page_classroom import WRITTEN, ClassroomSettings
+from ui.widgets import messages
 
 MODEL = "smollm2"
-PROMPTS = ("The cat sat on the", "The capital of France is", "Once upon a time, there was a")
 OPTIONS = 4  # words offered in the vote
-WRITTEN = 5  # tokens the model writes
+S = ClassroomSettings.declarations()
 SHOWN = 10
 
 
@@ -42,7 +41,7 @@ def step_decoder(ask) -> None:
     )
     with messages.error_display():
         model = compute.get_model(MODEL)
-        prompt = pickers.url_select(st.selectbox, "Sentence", PROMPTS, key="cls_dec_prompt", url_key="dprompt")
+        prompt = S["dec_prompt"].select(st.selectbox)
         table = compute.compute(Prediction.of(model, prompt, k=PREDICTION_KEPT))
         _vote_and_distribution(ask, prompt, table)
         _temperature(table)
@@ -75,15 +74,7 @@ def _vote_and_distribution(ask, prompt: str, table: pd.DataFrame) -> None:
 
 def _temperature(table: pd.DataFrame) -> None:
     st.markdown("**Temperature: how the choice spreads**")
-    temperature = pickers.url_select(
-        st.select_slider,
-        "Temperature",
-        TEMPERATURES,
-        key="cls_dec_temperature",
-        url_key="dtemp",
-        default=1.0,
-        help="The logits are divided by the temperature before softmax.",
-    )
+    temperature = S["dec_temperature"].select(st.select_slider)
     spread = temperature_probabilities(table["logit"].to_numpy(), temperature)
     shown = pd.DataFrame({"token": table["token"].map(_token), "at temperature 1": table["probability"]})
     shown[f"at temperature {temperature:g}"] = (
@@ -107,31 +98,14 @@ def _temperature(table: pd.DataFrame) -> None:
 
 def _writing(model, prompt: str) -> None:
     st.markdown("**The model writes**")
-    if not pickers.url_toggle(f"Let the model write {WRITTEN} tokens", key="cls_dec_write", url_key="dwrite"):
+    if not S["dec_write"].toggle():
         return
-    temperature = st.session_state.get("cls_dec_temperature", 1.0)
-    draw = pickers.url_number(
-        st.number_input,
-        "Draw",
-        0,
-        999,
-        key="cls_dec_draw",
-        url_key="ddraw",
-        default=0,
-        help="Another draw, other tokens.",
-    )
+    temperature = st.session_state.get(S["dec_temperature"].key, S["dec_temperature"].default)
+    draw = S["dec_draw"].number(st.number_input)
     run = compute.compute(
         Generation.of(model, prompt, max_new_tokens=WRITTEN, temperature=float(temperature), seed=int(draw))
     )
-    layer = pickers.url_number(
-        st.slider,
-        "Layer whose heads are averaged",
-        0,
-        run.num_layers - 1,
-        key="cls_dec_layer",
-        url_key="dlayer",
-        default=run.num_layers // 2,
-    )
+    layer = S["dec_layer"].number(st.slider, maximum=run.num_layers - 1, default=run.num_layers // 2)
     generation = run.metadata["generation"]
     sinks = [int(i) for i in np.flatnonzero(run.special_mask[: generation["prompt_tokens"]])]
     rows = []

@@ -23,18 +23,13 @@ import numpy as np
 import streamlit as st
 
 from mha_core.errors import EngineNotSupported, HeadscopeError
-from mha_core.models.seq2seq import DEFAULT_MAX_NEW_TOKENS
 from ui import class_questions, computations, compute, figures, headview
-from ui.page_explore import ExploreSettings
+from ui.page_compare import CompareSettings
+from ui.page_explore import KIND_LABELS, ExploreSettings
 from ui.widgets import charts, downloads, messages, pickers, views
 
-EXPLORE_VIEW = ExploreSettings.declared("view")
-KIND_LABELS = {
-    "cross": "Cross-attention (target → source)",
-    "encoder": "Encoder self-attention",
-    "decoder": "Decoder self-attention",
-}
-DEFAULT_SOURCE = "The cat sat on the mat because it was tired."
+S = ExploreSettings.declarations()
+EXPLORE_VIEW = S["view"]
 KIND_NOTES = {
     "cross": "Each row is a target token (what the decoder is writing), each column a source token (what the "
     "encoder read): where the decoder looks in the source as it writes each token.",
@@ -66,25 +61,10 @@ def run_or_fallback(model_name: str, engine: str, source: str, target: str | Non
 def texts(model) -> tuple[str, str | None] | None:
     """The source box and the target box (or "let the model write it"); None (after a note) when the source
     is empty."""
-    source = pickers.url_text(
-        "Source text", key="s2s_source", url_key="source", default=DEFAULT_SOURCE, what="source text"
-    )
-    write = pickers.url_toggle(
-        "Let the model write the target",
-        "s2s_write",
-        "write",
-        default=model.can_write,
-        help=f"Greedy decoding: the model's most likely next token each time, up to {DEFAULT_MAX_NEW_TOKENS} tokens.",
-        disabled=not model.can_write,
-    )
-    target = pickers.url_text(
-        "Target text",
-        key="s2s_target",
-        url_key="target",
-        default="",
-        what="target text",
-        disabled=write and model.can_write,
-        placeholder="The translation or summary the decoder reads",
+    source = S["source"].text()
+    write = S["write"].widget(st.toggle, default=model.can_write, disabled=not model.can_write)
+    target = S["target"].text(
+        disabled=write and model.can_write, placeholder="The translation or summary the decoder reads"
     )
     if not source.strip():
         st.info("Type a source text and press Enter.")
@@ -96,7 +76,7 @@ def texts(model) -> tuple[str, str | None] | None:
 
 
 def kind_switch() -> str:
-    return pickers.url_choice("Attention", KIND_LABELS, key="s2s_kind", url_key="kind")
+    return S["kind"].segmented()
 
 
 def shown(run, words: bool, hide_special: bool = False):
@@ -106,7 +86,8 @@ def shown(run, words: bool, hide_special: bool = False):
 
 
 def toggles(run) -> tuple[bool, bool]:
-    """The words and hide-special toggles (``?words=`` and ``?hide=``, as for single-stack models)."""
+    """The words and hide-special toggles (``?words=`` and ``?hide=``, as for single-stack models: the address
+    keys of the app's shared toggles, under this view's own session keys)."""
     left, right = st.columns(2)
     words = pickers.url_toggle(
         "Words, not tokens", "s2s_words", "words", help="Attention between whole words.", container=left
@@ -280,12 +261,13 @@ def compare(model_name: str, engine: str) -> None:
         default=view.num_layers - 1,
     )
     head = pickers.select_head(view.num_heads, draw=False)
-    difference = pickers.url_toggle(
-        "Show the difference (left − right)",
-        "s2s_compare_difference",
-        "diff",
-        help="Below the two layers, one map of left minus right: red where the left layer attends more, blue where "
-        "the right one does (the same tokens on both sides).",
+    difference = (
+        CompareSettings.declared("difference")
+        .keyed(view="s2s_compare")
+        .toggle(
+            help="Below the two layers, one map of left minus right: red where the left layer attends more, blue "
+            "where the right one does (the same tokens on both sides)."
+        )
     )
     noun = {"cross": "Decoder layer {}: cross-attention", "encoder": "Encoder layer {}", "decoder": "Decoder layer {}"}
     for column, layer, side in ((columns[0], left, "left"), (columns[1], right, "right")):

@@ -14,17 +14,15 @@ import numpy as np
 import streamlit as st
 
 from mha_core.errors import quoted
-from mha_core.interventions.path_patching import PATH_VIA
-from mha_core.interventions.qkov import DEFAULT_TEXT
 from mha_core.interventions.readout import CircuitError
 from mha_core.operations import Composition, CopyingScores, OVCircuit, PathPatching, QKCircuit
 from ui import compute
 from ui.figures.causal import head_score_map
 from ui.figures.qkov import composition_graph, edge_list
+from ui.page_circuits import MODE_LABELS, VIA_LABELS, CircuitsSettings
 from ui.widgets import charts, messages, pickers
 
-MODE_LABELS = {"k": "K-composition (keys)", "q": "Q-composition (queries)", "v": "V-composition (values)"}
-VIA_LABELS = {"k": "keys (K)", "q": "queries (Q)", "v": "values (V)"}
+S = CircuitsSettings.declarations()
 DEFAULT_RECEIVERS = {"smollm2": "17-3, 17-4, 18-6, 18-7"}  # SmolLM2's induction heads (docs/findings.md, section 3)
 MAX_EDGES = 400  # the graph draws at most this many of the strongest edges
 TOP_K = 8
@@ -86,7 +84,7 @@ def open_clicked(open_head: Callable[[int, int], None]) -> None:
 def weights_section(model_name: str, model, open_head: Callable[[int, int], None]) -> None:
     """Copying and previous-token maps, the composition graph, and one head's OV/QK top tokens."""
     st.subheader("What the heads' weights do")
-    if not pickers.url_toggle("Show the heads' circuits from their weights", key="qkov_show", url_key="qkov"):
+    if not S["weights"].toggle():
         st.caption(
             "Copying and previous-token scores of every head, the composition of every pair of heads (Elhage et al. "
             "2021) and each head's OV and QK top tokens, read from the weights alone: no prompt needed."
@@ -118,26 +116,8 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
                 on_select=remember_click(key),
                 selection_mode="points",
             )
-    mode = pickers.url_select(
-        st.radio,
-        "Composition",
-        list(MODE_LABELS),
-        key="qkov_mode",
-        url_key="cmode",
-        format_func=MODE_LABELS.get,
-        horizontal=True,
-    )
-    threshold = pickers.url_widget(
-        st.slider,
-        "Show pairs at least this many times the random baseline",
-        1.0,
-        6.0,
-        key="qkov_threshold",
-        url_key="cmin",
-        default=3.0,
-        step=0.5,
-        parse=lambda raw: min(max(float(raw), 1.0), 6.0),
-    )
+    mode = S["composition"].select(st.radio, horizontal=True)
+    threshold = S["threshold"].widget(st.slider, 1.0, 6.0, step=0.5)
     if pickers.start_button(
         "Compute the composition of every pair of heads",
         key="qkov_composition",
@@ -172,15 +152,9 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
 def head_tokens(model_name: str, model) -> None:
     """One head's OV and QK top tokens at the tokens of a text."""
     cols = st.columns(3)
-    layer = pickers.url_number(
-        cols[0].number_input, "Layer", 0, model.num_layers - 1, key="qkov_layer", url_key="qklayer", default=0
-    )
-    head = pickers.url_number(
-        cols[1].number_input, "Head", 0, model.num_heads - 1, key="qkov_head", url_key="qkhead", default=0
-    )
-    text = pickers.url_text(
-        "Tokens", key="qkov_tokens", url_key="qktokens", default=DEFAULT_TEXT, what="tokens", container=cols[2]
-    )
+    layer = S["circuit_layer"].number(cols[0].number_input, maximum=model.num_layers - 1)
+    head = S["circuit_head"].number(cols[1].number_input, maximum=model.num_heads - 1)
+    text = S["circuit_tokens"].text(container=cols[2])
     with messages.error_display():
         ov = compute.compute(OVCircuit(model_name, layer, head, text, TOP_K), model)
         qk = compute.compute(QKCircuit(model_name, layer, head, text, TOP_K), model)
@@ -205,7 +179,7 @@ def summary(table, column: str):
 def path_patching_section(model_name: str, model, prompts, answer, foil, open_head: Callable[[int, int], None]) -> None:
     """Path patching from every sender into a receiver set, through one input, as a layers x heads map."""
     st.subheader("Path patching: through which input does a head reach others?")
-    if not pickers.url_toggle("Path-patch every sender into chosen receivers", key="qkov_paths", url_key="paths"):
+    if not S["paths"].toggle():
         return
     messages.explain(
         "Each sender head's output on the corrupted prompt is patched into the clean run, reaching the logits only "
@@ -213,24 +187,10 @@ def path_patching_section(model_name: str, model, prompts, answer, foil, open_he
         "run). -1: the whole difference between the prompts goes that way; 0: none of it."
     )
     cols = st.columns([2, 1])
-    receivers_text = pickers.url_text(
-        "Receivers (layer-head, separated by commas)",
-        key="qkov_receivers",
-        url_key="recv",
-        default=DEFAULT_RECEIVERS.get(model_name, f"{model.num_layers - 1}-0"),
-        what="receivers",
-        container=cols[0],
+    receivers_text = S["receivers"].text(
+        what="receivers", default=DEFAULT_RECEIVERS.get(model_name, f"{model.num_layers - 1}-0"), container=cols[0]
     )
-    via = pickers.url_select(
-        cols[1].radio,
-        "Through their",
-        list(PATH_VIA),
-        key="qkov_via",
-        url_key="via",
-        default="k",
-        format_func=VIA_LABELS.get,
-        horizontal=True,
-    )
+    via = S["via"].select(cols[1].radio, horizontal=True)
     with messages.error_display():
         receivers = tuple(head_pairs(receivers_text, model.num_layers, model.num_heads))
         operation = PathPatching(model_name, prompts[0], prompts[1], answer, foil=foil, receivers=receivers, via=via)

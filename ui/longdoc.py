@@ -22,14 +22,15 @@ import weakref
 
 import streamlit as st
 
-from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, NeedlePrompt, haystack, long_documents, needle_question
+from mha_core.models.long import NeedlePrompt, haystack, long_documents, needle_question
 from ui import address, computations, compute, longview, session
+from ui.page_explore import ExploreSettings
 from ui.widgets import downloads, messages, pickers
 
 MAX_LONG_CHARS = 120_000  # more than any model's context: 8,192 tokens are about 36,000 characters
 PASTE = "paste"
 NEEDLE_TEST = "needle"  # a needle-in-a-haystack prompt (decoders): the retrieval heads
-NEEDLE_MIN_TOKENS = 256
+S = ExploreSettings.declarations()
 EVIDENCE_MARGIN = 3  # tokens shown around the needle and its copy when a retrieval head's evidence is opened
 
 
@@ -97,11 +98,8 @@ def _document(model, model_name: str, bos: bool | None) -> Document:
     if model.is_causal:
         options.append(NEEDLE_TEST)
         names[NEEDLE_TEST] = "Needle in a haystack (retrieval heads)"
-    pickers.url_setting("long_doc", "long", "0", address.choice(options))
-    if st.session_state["long_doc"] not in options:  # a needle test chosen with a decoder, now an encoder
-        st.session_state["long_doc"] = "0"
-    choice = st.selectbox("Long document", options, key="long_doc", format_func=names.get)
-    pickers.keep_in_url("long_doc", "long", "0")
+    # A needle test chosen with a decoder, now an encoder: the first example.
+    choice = S["long_doc"].select(st.selectbox, options, format_func=names.get)
     if choice == PASTE:
         text = st.text_area("Your document", key="long_text", max_chars=MAX_LONG_CHARS, height=160)
         return Document(choice, text)
@@ -119,41 +117,11 @@ def _needle_test(model) -> Document:
     """A needle-in-a-haystack prompt (Wu et al. 2024): the long examples cut to length, the needle sentence at a
     depth, then the question, which the model answers; the retrieval heads are scored on its answer."""
     limit = model.context_length
-    needle = pickers.url_widget(
-        st.text_input, "Needle", key="long_needle", url_key="needle", default=NEEDLE, parse=address.sentence()
-    )
-    question = pickers.url_widget(
-        st.text_input,
-        "Question (the model answers it)",
-        key="long_question",
-        url_key="nq",
-        default=NEEDLE_QUESTION,
-        parse=address.sentence(),
-    )
+    needle = S["needle"].widget(st.text_input)
+    question = S["needle_question"].widget(st.text_input)
     left, right = st.columns(2)
-    tokens = pickers.url_widget(
-        left.number_input,
-        "Tokens",
-        key="long_needle_tokens",
-        url_key="nlen",
-        default=min(4096, limit),
-        parse=address.number(NEEDLE_MIN_TOKENS, limit),
-        fit=lambda value: min(max(int(value), NEEDLE_MIN_TOKENS), limit),
-        min_value=NEEDLE_MIN_TOKENS,
-        max_value=limit,
-        step=256,
-    )
-    depth = pickers.url_widget(
-        right.slider,
-        "Needle depth (% of the haystack before it)",
-        key="long_needle_depth",
-        url_key="ndepth",
-        default=50,
-        parse=address.number(0, 100),
-        min_value=0,
-        max_value=100,
-        step=5,
-    )
+    tokens = S["needle_tokens"].number(left.number_input, maximum=limit, default=min(4096, limit), step=256)
+    depth = S["needle_depth"].number(right.slider, step=5)
     prompt = needle_question(model, haystack(), needle, question, depth=depth / 100, num_tokens=int(tokens))
     st.caption(
         f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(prompt.token_ids):,} tokens with "

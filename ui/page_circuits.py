@@ -9,7 +9,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from mha_core.interventions.patching import PATCH_METHODS
+from mha_core.interventions.path_patching import PATH_VIA
 from mha_core.interventions.prompts import TASKS_BY_NAME
+from mha_core.interventions.qkov import DEFAULT_TEXT
 from ui.page_settings import PageSettings, setting
 
 CUSTOM = "custom"
@@ -18,6 +20,8 @@ METHOD_LABELS = {
     "attribution": "attribution patching (fast estimate, top heads exact)",
     "exact": "exact activation patching (every head)",
 }
+MODE_LABELS = {"k": "K-composition (keys)", "q": "Q-composition (queries)", "v": "V-composition (values)"}
+VIA_LABELS = {"k": "keys (K)", "q": "queries (Q)", "v": "values (V)"}
 LENS_POSITIONS = 16  # the logit lens shows the last this many positions
 _IOI = TASKS_BY_NAME["ioi"]
 
@@ -41,6 +45,31 @@ class CircuitsSettings(PageSettings):
         PATCH_METHODS[::-1][0],
         label="Patching",
         options={name: METHOD_LABELS[name] for name in PATCH_METHODS[::-1]},
+    )
+
+    # How heads work together (ui/heads_circuits.py): the weight circuits (the composition shown and its least
+    # strength, one head's OV and QK top tokens at some tokens) and path patching (the receivers, which follow
+    # the model, and the input they are reached through), each behind a toggle.
+    weights: bool = setting("qkov_show", "qkov", "flag", False, label="Show the heads' circuits from their weights")
+    composition: str = setting("qkov_mode", "cmode", "choice", "k", label="Composition", options=MODE_LABELS)
+    threshold: float = setting(
+        "qkov_threshold",
+        "cmin",
+        "decimal",
+        3.0,
+        label="Show pairs at least this many times the random baseline",
+        minimum=1.0,
+        maximum=6.0,
+    )
+    circuit_layer: int = setting("qkov_layer", "qklayer", "number", 0, label="Layer", minimum=0)
+    circuit_head: int = setting("qkov_head", "qkhead", "number", 0, label="Head", minimum=0)
+    circuit_tokens: str = setting("qkov_tokens", "qktokens", "text", DEFAULT_TEXT, label="Tokens")
+    paths: bool = setting("qkov_paths", "paths", "flag", False, label="Path-patch every sender into chosen receivers")
+    receivers: str | None = setting(
+        "qkov_receivers", "recv", "text", label="Receivers (layer-head, separated by commas)"
+    )
+    via: str = setting(
+        "qkov_via", "via", "choice", "k", label="Through their", options={v: VIA_LABELS[v] for v in PATH_VIA}
     )
 
     def prompts(self) -> tuple[str, str, str, str]:

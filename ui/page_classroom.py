@@ -13,6 +13,7 @@ import streamlit as st
 import mha_core as mc
 from mha_core import walkthrough
 from ui.figures import teaching
+from ui.page_explore import TEMPERATURES
 from ui.page_settings import PageSettings, setting
 
 SOURCES = {
@@ -21,6 +22,9 @@ SOURCES = {
     "random": "Random numbers, any size",
 }
 STEP_COUNT = 10  # the steps of pages/classroom.py's STEPS (tests/pages/test_page_classroom.py checks it)
+CLASS_SENTENCE = "When Mary and John went to the store, John gave a drink to"  # step 10's sentence
+DECODER_PROMPTS = ("The cat sat on the", "The capital of France is", "Once upon a time, there was a")  # step 9
+WRITTEN = 5  # tokens the model writes in step 9
 REVEAL_URL_KEY = "reveal"
 REVEAL_LINK = re.compile(r"[0-9a-f]{12}(,[0-9a-f]{12}){0,15}")
 
@@ -66,6 +70,36 @@ class ClassroomSettings(PageSettings):
         options={name: name for name in walkthrough.TUTORIAL_PRINTED},
     )
     step: int = setting("cls_step", "step", "number", 1, minimum=1, maximum=STEP_COUNT)
+    # Step 10, "Is attention explanation?" (ui/attribution_view.py): the model (one of the embedded ones this
+    # server offers) and the class's sentence.
+    attr_model: str | None = setting("cls_attr_model", "amodel", "choice", label="Model")
+    attr_text: str = setting("cls_attr_text", "atext", "text", CLASS_SENTENCE, label="The class's sentence")
+    # Step 9, a decoder predicting and writing (ui/decoder_lesson.py): the sentence, the temperature, the switch
+    # that lets it write, the draw, and the layer whose heads are averaged (its range and default follow the model).
+    dec_prompt: str = setting(
+        "cls_dec_prompt",
+        "dprompt",
+        "choice",
+        DECODER_PROMPTS[0],
+        label="Sentence",
+        options={p: p for p in DECODER_PROMPTS},
+    )
+    dec_temperature: float = setting(
+        "cls_dec_temperature",
+        "dtemp",
+        "choice",
+        1.0,
+        label="Temperature",
+        help="The logits are divided by the temperature before softmax.",
+        options={t: str(t) for t in TEMPERATURES},
+    )
+    dec_write: bool = setting("cls_dec_write", "dwrite", "flag", False, label=f"Let the model write {WRITTEN} tokens")
+    dec_draw: int = setting(
+        "cls_dec_draw", "ddraw", "number", 0, label="Draw", help="Another draw, other tokens.", minimum=0, maximum=999
+    )
+    dec_layer: int | None = setting(
+        "cls_dec_layer", "dlayer", "number", label="Layer whose heads are averaged", minimum=0
+    )
 
 
 def head_choices(num_heads: int) -> dict[int, str]:

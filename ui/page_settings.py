@@ -28,7 +28,8 @@ class Declared:
     """One setting of a page: its widget's session ``key``, its address key ``url_key``, ``default``, the bounds
     of a number (``minimum``, ``maximum``) or the ``options`` of a choice (value -> the words shown), and the
     widget's ``label`` and ``help``. ``kind`` is how the address writes it: "choice", "choices", "heads",
-    "layer", "head", "number", "flag" or "text". A bound or an option list that follows the model is given
+    "layer", "head", "number", "decimal" (a decimal number brought into its bounds), "flag",
+    "text" or "sentence" (a short text with something visible in it, ``address.sentence``). A bound or an option list that follows the model is given
     where the widget is drawn (``None`` here); the declaration's are used otherwise."""
 
     key: str
@@ -64,8 +65,14 @@ class Declared:
             return address.number(low, address.LARGEST if high is None else high)
         if self.kind == "flag":
             return address.flag
+        if self.kind == "decimal":
+            low = self.minimum if minimum is None else minimum
+            high = self.maximum if maximum is None else maximum
+            return lambda raw: min(max(float(raw), low), high)
         if self.kind == "text":
             return lambda raw: raw[: address.MAX_TEXT_CHARS]
+        if self.kind == "sentence":
+            return address.sentence()
         raise ValueError(f"a setting of kind {self.kind!r} is parsed where it is drawn")
 
     def format(self, value) -> str:
@@ -120,6 +127,22 @@ class Declared:
             **self._help(kwargs),
         )
 
+    def widget(self, draw, *args, default=None, fit=None, **kwargs):
+        """Any other widget ``draw`` (``st.text_input``, ...) over the declaration's parser and link text
+        (``pickers.url_widget``); ``default``: the declaration's unless given (it follows the model)."""
+        return pickers.url_widget(
+            draw,
+            self.label,
+            *args,
+            key=self.key,
+            url_key=self.url_key,
+            default=self.default if default is None else default,
+            parse=self.parser(),
+            format=self.format,
+            fit=fit,
+            **self._help(kwargs),
+        )
+
     def toggle(self, *, container=None, **kwargs) -> bool:
         return pickers.url_toggle(
             self.label, self.key, self.url_key, bool(self.default), container=container, **self._help(kwargs)
@@ -140,14 +163,15 @@ class Declared:
         """A head selector of its own (``pickers.select_head``)."""
         return pickers.select_head(num_heads, label=self.label, key=self.key, url_key=self.url_key, container=container)
 
-    def text(self, *, container=None, **kwargs) -> str:
-        """A text box cut to ``address.MAX_TEXT_CHARS`` with a notice naming it by its label."""
+    def text(self, *, container=None, what: str | None = None, default: str | None = None, **kwargs) -> str:
+        """A text box cut to ``address.MAX_TEXT_CHARS`` with a notice naming it by its label (or ``what``: the
+        words that name it when its label is a long sentence); ``default``: the declaration's unless given."""
         return pickers.url_text(
             self.label,
             key=self.key,
             url_key=self.url_key,
-            default=self.default,
-            what=self.label.lower(),
+            default=self.default if default is None else default,
+            what=self.label.lower() if what is None else what,
             container=container,
             **self._help(kwargs),
         )

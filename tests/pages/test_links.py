@@ -35,7 +35,10 @@ def warnings(app) -> list[str]:
 
 
 def numeric_settings(link: PageLink) -> list:
-    return [s for s in link.settings if isinstance(s.value, int) and not isinstance(s.value, bool)]
+    """The link's numeric settings (those drawn only after another setting's value: when that one is numeric too)."""
+    numeric = [s for s in link.settings if isinstance(s.value, int) and not isinstance(s.value, bool)]
+    refused = {s.url_key for s in numeric}
+    return [s for s in numeric if s.shown_after not in refused]
 
 
 def test_the_links_set_every_setting_to_a_value_other_than_its_default():

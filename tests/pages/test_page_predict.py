@@ -93,3 +93,15 @@ def test_a_sentence_encoder_shows_no_prediction():
     app = open_app("explore", {"model": "minilm", "text": TEXT})
     assert not [t for t in tables(app) if "rank" in t.columns]
     assert not [b for b in app.button if b.key == "gen_write_1"]
+
+
+def test_a_written_token_comes_from_the_link_and_a_bad_one_gets_a_notice(gpt2_path):
+    query = {"model": gpt2_path, "text": TEXT, "gen": "3", "temp": "0.0"}
+    written = mc.generate(mc.load_model(gpt2_path), TEXT, 3, temperature=0.0, stop=None)
+    positions = [step["position"] for step in written.metadata["generation"]["steps"]]
+    app = open_app("explore", {**query, "gtok": str(positions[0])})
+    assert app.session_state["gen_token"] == positions[0] and not app.warning
+    app = open_app("explore", {**query, "gtok": "99"})
+    warnings = " ".join(w.value for w in app.warning).replace("\\", "")
+    assert "gtok=99" in warnings and "using the default" in warnings
+    assert app.session_state["gen_token"] == positions[-1]  # the last written token

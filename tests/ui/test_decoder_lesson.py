@@ -11,7 +11,7 @@ import torch
 import mha_core as mc
 from mha_core.walkthrough import attended_earlier, temperature_probabilities
 from tests.page_helpers import rerun, run_page
-from ui.decoder_lesson import PROMPTS
+from ui.page_classroom import DECODER_PROMPTS as PROMPTS
 
 REVEAL = "Reveal the answer"
 

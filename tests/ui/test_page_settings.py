@@ -35,7 +35,14 @@ from ui.widgets.pickers import SHARED_INDEX_KEYS
 PAGES = {
     "ablate": (AblateSettings, {"heads": address.head_names(6, 12), "later_layer": address.number(1, 5)}),
     "circuits": (CircuitsSettings, {}),
-    "classroom": (ClassroomSettings, {"head": address.choice(range(3))}),
+    "classroom": (
+        ClassroomSettings,
+        {
+            "head": address.choice(range(3)),
+            "attr_model": address.choice(["smollm2", "minilm", "mpnet"]),
+            "dec_layer": address.number(0, 29),  # SmolLM2's layers
+        },
+    ),
     "compare": (
         CompareSettings,
         {
@@ -46,7 +53,18 @@ PAGES = {
             },
         },
     ),
-    "explore": (ExploreSettings, {"focus": address.choice(range(ALL_TOKENS, 12))}),
+    "explore": (
+        ExploreSettings,
+        {
+            "focus": address.choice(range(ALL_TOKENS, 12)),
+            "score_query": address.choice(range(14)),  # the link's sentence and pair: 14 tokens
+            "score_key": address.choice(range(14)),
+            "written": address.choice([4, 5]),  # the positions SmolLM2 writes (the link explore-writing)
+            "long_doc": address.choice(["0", "1", "2", "paste", "needle"]),  # SmolLM2, a decoder: the needle test
+            "needle_tokens": address.number(256, 8192),  # up to SmolLM2's context
+            "attr_reference": address.choice(["integrated_gradients", "occlusion", "gradient_x_input"]),
+        },
+    ),
     "deeper": (
         DeeperSettings,
         {
@@ -201,6 +219,42 @@ def test_circuits_prompts_are_the_tasks_or_the_visitors_own():
     assert own.prompts() == ("A b", "A c", " d", " e")
 
 
+def test_circuits_heads_settings_read_a_link_and_refuse_bad_values():
+    """The weight circuits' and path patching's settings (tests/pages/test_page_heads_circuits.py opens such links
+    on a tiny GPT-2; the link tests' SmolLM2 would compute every head's circuits on opening)."""
+    query = {
+        "qkov": "1",
+        "cmode": "q",
+        "cmin": "4.5",
+        "qklayer": "2",
+        "qkhead": "3",
+        "qktokens": "a b c",
+        "paths": "1",
+        "recv": "1-1, 2-0",
+        "via": "v",
+    }
+    chosen, notices = CircuitsSettings.from_address(query)
+    assert notices == []
+    assert (chosen.weights, chosen.composition, chosen.threshold, chosen.circuit_layer, chosen.circuit_head) == (
+        True,
+        "q",
+        4.5,
+        2,
+        3,
+    )
+    assert (chosen.circuit_tokens, chosen.paths, chosen.receivers, chosen.via) == ("a b c", True, "1-1, 2-0", "v")
+    assert chosen.to_address() == query
+    assert CircuitsSettings.from_address({"cmin": "9"})[0].threshold == 6.0  # brought into 1 to 6, as the slider
+    chosen, notices = CircuitsSettings.from_address({"cmode": "x", "cmin": "many", "qklayer": "-1", "via": "z"})
+    assert (chosen.composition, chosen.threshold, chosen.circuit_layer, chosen.via) == ("k", 3.0, 0, "k")
+    assert [notice.split(" is not ")[0] for notice in notices] == [
+        "The link's cmode=x",
+        "The link's cmin=many",
+        "The link's qklayer=-1",
+        "The link's via=z",
+    ]
+
+
 def test_circuits_lens_view_keeps_the_last_positions_top_tokens():
     positions = page_circuits.LENS_POSITIONS + 3
     rows = [
@@ -252,6 +306,31 @@ def test_positions_default_dimensions_are_the_first_pair_a_quarter_half_and_the_
 # ---- Explore --------------------------------------------------------------------------------------------------
 def test_explore_focus_names_every_token_by_position():
     assert focus_choices(["[CLS]", "a", "cat"]) == {ALL_TOKENS: "all tokens", 0: "0: [CLS]", 1: "1: a", 2: "2: cat"}
+
+
+def test_explore_encoder_decoder_settings_read_a_link_and_refuse_bad_values():
+    """An encoder-decoder model's source, target, writing switch and attention (tests/page_links.py has no link
+    with an encoder-decoder model: its checkpoints are built by the tests)."""
+    query = {"source": "Hallo Welt.", "target": "Hello world.", "write": "0", "kind": "decoder"}
+    chosen, notices = ExploreSettings.from_address(query)
+    assert notices == []
+    assert (chosen.source, chosen.target, chosen.write, chosen.kind) == (
+        "Hallo Welt.",
+        "Hello world.",
+        False,
+        "decoder",
+    )
+    assert chosen.to_address() == query
+    chosen, notices = ExploreSettings.from_address({"kind": "self", "write": "yes", "temp": "0.3", "ndepth": "101"})
+    assert (chosen.kind, chosen.write, chosen.temperature, chosen.needle_depth) == ("cross", None, 1.0, 50)
+    assert [notice.split(" is not ")[0] for notice in notices] == [
+        "The link's temp=0.3",
+        "The link's ndepth=101",
+        "The link's write=yes",
+        "The link's kind=self",
+    ]
+    long = "x" * (address.MAX_TEXT_CHARS + 5)
+    assert ExploreSettings.from_address({"source": long})[0].source == long[: address.MAX_TEXT_CHARS]
 
 
 # ---- Classroom ------------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from mha_core.interventions.decomposition import FAMILIES, ScoreDecomposition
 from mha_core.operations import Decomposition
 from ui.compute import compute, get_model
 from ui.figures.decomposition import decomposition_heatmap
-from ui.widgets import charts, messages, pickers
+from ui.page_explore import ExploreSettings
+from ui.widgets import charts, messages
 
 TOP_SOURCES = 10  # sources per side in the heatmap (the rest summed as "other sources")
 RANKED_ROWS = 12  # pairs in the ranked list
@@ -34,30 +35,24 @@ def section(run, layer: int, head: int, model_name: str, engine: str) -> None:
             "SmolLM2); this model is not one of them."
         )
         return
-    shown = pickers.url_toggle("Split a score into its sources", key="decompose_on", url_key="decompose")
+    shown = ExploreSettings.declared("decompose").toggle()
     if not shown:
         st.caption(ABOUT + " Switch it on to choose a query and a key.")
         return
     names = list(run.tokens)
     n = len(names)
     query_column, key_column = st.columns(2)
-    query = pickers.url_select(
+    query = ExploreSettings.declared("score_query").select(
         query_column.selectbox,
-        "Query (the token looking)",
         range(n),
-        key="decompose_query",
-        url_key="score_query",
         default=n - 1,
         format_func=lambda i: f"{i}: {names[i]}",
     )
     keys = range(query + 1) if run.is_causal else range(n)
     row = np.asarray(run.attentions[layer, head, query][: len(keys)])
-    key = pickers.url_select(
+    key = ExploreSettings.declared("score_key").select(
         key_column.selectbox,
-        "Key (the token looked at)",
         keys,
-        key="decompose_key",
-        url_key="score_key",
         default=int(row.argmax()),  # the key the head looks at most
         format_func=lambda i: f"{i}: {names[i]}  ({row[i]:.0%})",
     )

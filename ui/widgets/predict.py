@@ -17,37 +17,20 @@ import streamlit as st
 from mha_core.models.generation import MAX_NEW_TOKENS
 from mha_core.models.prediction import run_prediction
 from mha_core.operations import Generation
-from ui import address, compute, session
-from ui.widgets import pickers
+from ui import compute, session
+from ui.page_explore import ExploreSettings
 
 SHOWN = 10  # rows of the next-token table
 MARK = "\u25b8"  # before a written token in the head view
-TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5, 2.0)
-TOP_KS = (0, 1, 5, 10, 50)  # 0: no top-k
-TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)  # 1.0: no top-p
 WRITE_COUNTS = (1, 5, 10)
-DEFAULTS = {"gen_count": 0, "gen_temperature": 1.0, "gen_top_k": 0, "gen_top_p": 1.0, "gen_seed": 0}
-URL_KEYS = {"gen_count": "gen", "gen_temperature": "temp", "gen_top_k": "topk", "gen_top_p": "topp", "gen_seed": "seed"}
-PARSERS = {
-    "gen_count": address.number(0, MAX_NEW_TOKENS),
-    "gen_temperature": address.choice(TEMPERATURES),
-    "gen_top_k": address.choice(TOP_KS),
-    "gen_top_p": address.choice(TOP_PS),
-    "gen_seed": address.number(0, 2**31 - 1),
-}
+S = ExploreSettings.declarations()
+WRITING = ("gen_count", "temperature", "top_k", "top_p", "seed")  # the writing settings (ExploreSettings' fields)
 
 
 def _settings() -> dict:
     """The writing settings, each from this session, else the link (checked, a notice for a bad value), else
     its default."""
-    for key, default in DEFAULTS.items():
-        pickers.url_setting(key, URL_KEYS[key], default, PARSERS[key])
-    return {key: st.session_state[key] for key in DEFAULTS}
-
-
-def _keep_settings() -> None:
-    for key, default in DEFAULTS.items():
-        pickers.keep_in_url(key, URL_KEYS[key], default)
+    return {name: S[name].start() for name in WRITING}
 
 
 def writes(run) -> bool:
@@ -64,10 +47,10 @@ def generation_operation(run, count: int, settings: dict) -> Generation:
         selection.text,
         bos=selection.bos,
         max_new_tokens=int(count),
-        temperature=float(settings["gen_temperature"]),
-        top_k=int(settings["gen_top_k"]) or None,
-        top_p=None if settings["gen_top_p"] >= 1.0 else float(settings["gen_top_p"]),
-        seed=int(settings["gen_seed"]),
+        temperature=float(settings["temperature"]),
+        top_k=int(settings["top_k"]) or None,
+        top_p=None if settings["top_p"] >= 1.0 else float(settings["top_p"]),
+        seed=int(settings["seed"]),
     )
 
 
@@ -96,11 +79,11 @@ def grown(run):
 
 
 def _write(count: int) -> None:
-    st.session_state["gen_count"] = min(int(st.session_state.get("gen_count", 0)) + count, MAX_NEW_TOKENS)
+    S["gen_count"].set(min(int(st.session_state.get(S["gen_count"].key, 0)) + count, MAX_NEW_TOKENS))
 
 
 def _clear() -> None:
-    st.session_state["gen_count"] = 0
+    S["gen_count"].set(0)
 
 
 def prediction_table(frame: pd.DataFrame, key: str) -> None:
@@ -163,29 +146,12 @@ def write_controls(run, generation: dict | None) -> None:
     """Write one token or several (temperature, top-k, top-p, seed: all kept in the address)."""
     _settings()
     st.markdown("**Let the model write**")
-    st.select_slider(
-        "Temperature",
-        TEMPERATURES,
-        key="gen_temperature",
-        help="0 takes the most likely token every time (greedy); higher spreads the choice.",
-    )
+    S["temperature"].select(st.select_slider)
     left, right = st.columns(2)
-    left.selectbox(
-        "Top-k",
-        TOP_KS,
-        key="gen_top_k",
-        format_func=lambda k: "all" if k == 0 else str(k),
-        help="Draw only from the k most likely tokens.",
-    )
-    right.selectbox(
-        "Top-p",
-        TOP_PS,
-        key="gen_top_p",
-        format_func=lambda p: "off" if p >= 1.0 else str(p),
-        help="Draw only from the most likely tokens whose probabilities add up to p.",
-    )
-    st.number_input("Seed", 0, 2**31 - 1, key="gen_seed", step=1, help="The same seed writes the same tokens.")
-    count = st.session_state["gen_count"]
+    S["top_k"].select(left.selectbox)
+    S["top_p"].select(right.selectbox)
+    S["seed"].number(st.number_input, step=1)
+    count = st.session_state[S["gen_count"].key]
     buttons = st.columns(len(WRITE_COUNTS) + 1)
     for column, n in zip(buttons, WRITE_COUNTS):
         column.button(
@@ -205,7 +171,7 @@ def write_controls(run, generation: dict | None) -> None:
         elif generation["stopped"] == "length":
             note += "; the model's token limit is reached"
         st.caption(note + ".")
-    _keep_settings()
+    S["gen_count"].keep()
 
 
 def written_token(run, generation: dict, tokenizer) -> None:
@@ -217,15 +183,8 @@ def written_token(run, generation: dict, tokenizer) -> None:
     positions = [step["position"] for step in steps]
     tokens = list(run.tokens)
     by_position = {step["position"]: step for step in steps}
-    position = pickers.url_select(
-        st.selectbox,
-        "Written token",
-        positions,
-        key="gen_token",
-        url_key="gtok",
-        default=positions[-1],
-        format_func=lambda i: f"{i}: {tokens[i]}",
-        help="Each written token was drawn from the distribution below.",
+    position = S["written"].select(
+        st.selectbox, positions, default=positions[-1], format_func=lambda i: f"{i}: {tokens[i]}"
     )
     step = by_position[position]
     st.caption(
