@@ -93,6 +93,7 @@ LINKS = [
             Setting("score_query", "3", "decompose_query", 3, "Query (the token looking)", "3: barked", 13),
             Setting("score_key", "2", "decompose_key", 2, "Key (the token looked at)", "2: dog  (9%)", 13),
             # "What does the prediction depend on?" (a sentence encoder: the second sentence and the methods).
+            Setting("attr", "1", "attr_on", True, "Score the tokens the prediction depends on", "on", False),
             Setting(
                 "apair",
                 "A bird sang.",

@@ -53,10 +53,7 @@ def section() -> None:
     st.subheader("What does the prediction depend on?")
     # Opt-in: scoring the tokens takes dozens of forward passes (integrated gradients' steps, occlusion, the deletion
     # and insertion curves), too many to run under every sentence Explore shows.
-    if not pickers.url_toggle(
-        "Score the tokens the prediction depends on",
-        key="attr_on",
-        url_key="attr",
+    if not ExploreSettings.declared("attr_on").toggle(
         help="Integrated gradients, gradient x input, occlusion, attention norms, rollout and attention, with "
         "their agreement and deletion curves: dozens of forward passes.",
     ):

@@ -123,6 +123,7 @@ class ExploreSettings(PageSettings):
     # "What does the prediction depend on?" (ui/attribution_view.py): a decoder's next token to explain or a
     # sentence encoder's second sentence, the methods, and the method the heads are compared with (one of the
     # chosen reference methods).
+    attr_on: bool = setting("attr_on", "attr", "flag", False, label="Score the tokens the prediction depends on")
     attr_target: str = setting(
         "attr_target",
         "atarget",
