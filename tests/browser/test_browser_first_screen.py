@@ -2,7 +2,7 @@
 
 A first visit to a sentence not computed yet (so the page's fragment takes a moment: the forward pass, the
 head measurements) is watched frame by frame (a ``requestAnimationFrame`` loop started before the page's own script):
-the top of the sidebar's sentence box and of the controls under it ('Presentation mode'), and of the head view,
+the top of the sidebar's sentence box and of the display switch above it ('Presentation mode'), and of the head view,
 from the frame each first appears. The sentence boxes are drawn by the page's fragment before its forward pass, and the notes above the view, the attention-sink note too,
 are drawn before the view: none of them moves afterwards. (Before, the boxes came after the whole view, seconds
 later on a loaded machine, and pushed 'Presentation mode' down by 189 px.)"""
@@ -65,8 +65,10 @@ def test_nothing_pushes_the_first_screen_down(artifacts_dir):
             moves = page.evaluate("() => window.__moves")
             page.screenshot(path=str(artifacts_dir / f"first-screen-{visit}.png"))
             assert {"sentence", "presentation", "view"} <= set(moves), moves
-            # The boxes are there when the sidebar's controls under them first are, and nothing moves after.
-            assert moves["sentence"]["frame"] <= moves["presentation"]["frame"], moves
+            # The display's switches are drawn above the boxes' slot, before the page's fragment fills it, and
+            # nothing moves after.
+            assert moves["presentation"]["frame"] <= moves["sentence"]["frame"], moves
+            assert moves["presentation"]["top"] < moves["sentence"]["top"], moves
             assert moves["presentation"]["moved"] == 0 and moves["sentence"]["moved"] == 0, moves
             # The notes above the view (the sink note when shown) are there before it, and the view never moves.
             if "sink" in moves:

@@ -132,7 +132,14 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
     choices = model_choices()
     bos_slot = None
     with st.sidebar:
-        # Above the inputs: drawn before the sentence boxes' slot, so nothing under that slot waits for it.
+        # The display's switches sit above the inputs: drawn before the sentence boxes' slot, which the page's
+        # fragment fills later, so that nothing drawn under that slot moves when the boxes arrive.
+        url_toggle(
+            "Presentation mode",
+            "present",
+            "present",
+            help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
+        )
         url_toggle(
             "High contrast",
             "contrast",
@@ -193,12 +200,6 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
             bos_slot = st.empty()  # filled once the model is known: only decoders with a BOS token have the choice
         else:
             session.set_sentence_slot(None)
-        url_toggle(
-            "Presentation mode",
-            "present",
-            "present",
-            help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
-        )
 
     if error is not None:
         message = public_message(error, wanted)
