@@ -65,7 +65,7 @@ def decomposition(model_name: str, engine: str, run, cell: tuple) -> ScoreDecomp
     model = get_model(model_name)
     encoded = model.encode(run.text, run.text_pair, bos=run.metadata.get("bos"))
     layer, head, query, key = cell
-    operation = Decomposition(model.name, encoded, layer=layer, head=head, query=query, key=key, engine=engine)
+    operation = Decomposition(model.name, encoded, layer=layer, head=head, query=query, key_position=key, engine=engine)
     return compute(operation, model)
 
 

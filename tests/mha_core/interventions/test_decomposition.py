@@ -9,6 +9,8 @@ vectors and biases set to zero) must put the whole score on the (token embedding
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -211,10 +213,13 @@ def test_bad_cells_are_clear_errors(tmp_path):
 
 def test_the_operation_runs_the_library_function(model):
     encoded = model.encode(TEXT)
-    op = Decomposition(model=model.name, text=encoded, layer=1, head=0, query=len(encoded) - 1, key=0)
-    assert (
-        op.key == Decomposition(model=model.name, text=model.encode(TEXT), layer=1, head=0, query=op.query, key=0).key
-    )
+    op = Decomposition(model=model.name, text=encoded, layer=1, head=0, query=len(encoded) - 1, key_position=0)
+    same = Decomposition(model=model.name, text=model.encode(TEXT), layer=1, head=0, query=op.query, key_position=0)
+    assert op.key == same.key
+    # Every field names the value: another layer, head, query or key is another cache entry.
+    for change in ({"layer": 0}, {"head": 1}, {"query": op.query - 1}, {"key_position": 1}):
+        other = dataclasses.replace(op, **change)
+        assert other.key != op.key and other != op, change
     assert op.work_class is mc.operations.LIGHT
     assert op.peak_bytes(model) > 0
     value = op.run(model)
