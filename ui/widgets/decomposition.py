@@ -1,7 +1,8 @@
 """Explore's "Why does this head look there?": one cell of the enlarged head (a query and a key) split into the parts
 its score gets from each pair of sources (``mha_core.score_decomposition``), as a sentence for a class, a sentence
 per side, a (query source x key source) heatmap and a ranked list. The query and the key are kept in the address
-(``score_query``, ``score_key``) beside the switch that shows the section (``decompose``)."""
+(``score_query``, ``score_key``) beside the switch that shows the section (``decompose``); a cell clicked on the
+head view (or Enter on the keyboard's cell) sets all three (``take_cell``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ui.widgets import charts, messages
 
 TOP_SOURCES = 10  # sources per side in the heatmap (the rest summed as "other sources")
 RANKED_ROWS = 12  # pairs in the ranked list
+S = ExploreSettings.declarations()
 
 ABOUT = (
     "A head's score for a key is its query (from the token looking) times its key (from the token looked at). "
@@ -35,14 +37,14 @@ def section(run, layer: int, head: int, model_name: str, engine: str) -> None:
             "SmolLM2); this model is not one of them."
         )
         return
-    shown = ExploreSettings.declared("decompose").toggle()
+    shown = S["decompose"].toggle()
     if not shown:
         st.caption(ABOUT + " Switch it on to choose a query and a key.")
         return
     names = list(run.tokens)
     n = len(names)
     query_column, key_column = st.columns(2)
-    query = ExploreSettings.declared("score_query").select(
+    query = S["score_query"].select(
         query_column.selectbox,
         range(n),
         default=n - 1,
@@ -50,7 +52,7 @@ def section(run, layer: int, head: int, model_name: str, engine: str) -> None:
     )
     keys = range(query + 1) if run.is_causal else range(n)
     row = np.asarray(run.attentions[layer, head, query][: len(keys)])
-    key = ExploreSettings.declared("score_key").select(
+    key = S["score_key"].select(
         key_column.selectbox,
         keys,
         default=int(row.argmax()),  # the key the head looks at most
@@ -60,13 +62,59 @@ def section(run, layer: int, head: int, model_name: str, engine: str) -> None:
     show(parts)
 
 
+def take_cell(run, words: bool, hide_special: bool, cell: tuple) -> None:
+    """A cell ``(layer, head, row, column)`` picked on the head view (positions of the view the toggles make of
+    ``run``) opens its decomposition on the next run: the switch on, the query and the key set (the address
+    follows). A cell with no score of its own (outside the view, or hidden by the causal mask) changes nothing."""
+    positions = run_cell(run, words, hide_special, cell)
+    if positions is None:
+        return
+    S["decompose"].set(True)
+    S["score_query"].set(positions[0])
+    S["score_key"].set(positions[1])
+
+
+def view_units(run, words: bool, hide_special: bool) -> list[np.ndarray]:
+    """The run's token positions behind each position of the view the toggles make (``ui.widgets.views.shaped_run``:
+    word level first, then without the special units)."""
+    if words and run.level != "word":
+        unit_of_token, _, special, _ = run.word_groups()
+        units = [np.flatnonzero(unit_of_token == unit) for unit in range(len(special))]
+    else:
+        units, special = [np.array([i]) for i in range(run.num_tokens)], np.asarray(run.special_mask)
+    if hide_special and np.any(special):
+        units = [unit for unit, is_special in zip(units, special, strict=True) if not is_special]
+    return units
+
+
+def run_cell(run, words: bool, hide_special: bool, cell: tuple) -> tuple[int, int] | None:
+    """The ``(query, key)`` token positions of ``run`` behind a view's cell ``(layer, head, row, column)``: a word's
+    last token as the query (in a decoder it has read the whole word) and, of the key word's tokens that query
+    sees, the one the head gives the most weight; None for a cell outside the view or with no key the query sees."""
+    layer, head, row, column = cell
+    units = view_units(run, words, hide_special)
+    if not (0 <= row < len(units) and 0 <= column < len(units)):
+        return None
+    query = int(units[row][-1])
+    keys = units[column][units[column] <= query] if run.is_causal else units[column]
+    if len(keys) == 0:
+        return None
+    weights = np.asarray(run.attentions[layer, head, query])[keys]
+    return query, int(keys[int(weights.argmax())])
+
+
 def decomposition(model_name: str, engine: str, run, cell: tuple) -> ScoreDecomposition:
     """The decomposition of ``cell`` ``(layer, head, query, key)`` of ``run``'s text, through ``ui.compute``."""
     model = get_model(model_name)
-    encoded = model.encode(run.text, run.text_pair, bos=run.metadata.get("bos"))
+    encoded = encoded_text(model, run)
     layer, head, query, key = cell
     operation = Decomposition(model.name, encoded, layer=layer, head=head, query=query, key_position=key, engine=engine)
     return compute(operation, model)
+
+
+def encoded_text(model, run):
+    """``run``'s text as the model reads it (the decomposition's token positions are its)."""
+    return model.encode(run.text, run.text_pair, bos=run.metadata.get("bos"))
 
 
 def show(parts: ScoreDecomposition) -> None:
