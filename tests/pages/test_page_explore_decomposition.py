@@ -1,11 +1,12 @@
 """Explore's "Why does this head look there?" under AppTest: the sentence, the heatmap and the ranked list carry
 exactly the library's decomposition of the chosen cell; the query and the key are in the address; a decoder offers
-only the keys its query sees; a cell picked on the head view (the component's pick) opens the section on that
-cell."""
+only the keys its query sees; a cell picked on the head view (the component's pick) opens the section on that cell;
+the sentence for a class carries the ranked list's numbers; the head's OV/QK summary is the library's."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 import mha_core as mc
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
 from tests.page_helpers import open_app, plotly_elements, rerun, widget
-from ui.widgets.decomposition import RANKED_ROWS, TOP_SOURCES
+from ui.widgets.decomposition import OV_TOP, RANKED_ROWS, TOP_SOURCES
 
 TEXT = "The cat sat on the mat."
 
@@ -114,7 +115,7 @@ def test_a_picked_cell_opens_its_decomposition(tiny_bert, monkeypatch):
     parts = mc.score_decomposition(mc.load_model(tiny_bert), TEXT, 1, 2, 5, 2)
     drawn = plotly_elements(app)["decomposition_map"]["data"][0]
     np.testing.assert_allclose(np.asarray(drawn["z"], dtype=np.float64), parts.grouped(TOP_SOURCES)[0], rtol=1e-9)
-    assert parts.why() in page_text(app).replace("\\", "")
+    assert parts.question().replace("'", "") in page_text(app).replace("\\", "").replace("'", "")
 
 
 def test_a_cell_picked_without_the_special_tokens_is_the_runs_own(tiny_bert, monkeypatch):
@@ -134,3 +135,47 @@ def test_a_cell_picked_without_the_special_tokens_is_the_runs_own(tiny_bert, mon
     pick_in_the_view(app, monkeypatch, {"layer": 0, "head": 3, "view": "head", "shape": "heatmap"})
     assert (app.session_state["decompose_query"], app.session_state["decompose_key"]) == (5, 2)
     assert app.session_state["head"] == 3
+
+
+def test_the_sentence_for_a_class_carries_the_ranked_lists_numbers(tiny_bert):
+    app = open_app(
+        "explore",
+        {
+            "model": tiny_bert,
+            "text": TEXT,
+            "layer": "1",
+            "head": "0",
+            "decompose": "1",
+            "score_query": "3",
+            "score_key": "1",
+        },
+    )
+    assert not app.error, [e.value for e in app.error]
+    parts = mc.score_decomposition(mc.load_model(tiny_bert), TEXT, 1, 0, 3, 1)
+    sentence = next(line for line in page_text(app).replace("\\", "").split("\n") if "mostly because" in line)
+    # The two largest pairs, found here from the matrix itself (largest magnitude first).
+    flat = parts.matrix.reshape(-1)
+    first, second = np.argsort(-np.abs(flat), kind="stable")[:2]
+    count = len(parts.labels)
+    top = [(parts.labels[i // count], parts.labels[i % count], flat[i]) for i in (first, second)]
+    found = re.search(r"\(([+-]\d+\.\d\d) of its score (-?\d+\.\d\d)\); next comes .* \(([+-]\d+\.\d\d)\)\.$", sentence)
+    assert found, sentence
+    assert float(found.group(1)) == pytest.approx(top[0][2], abs=0.005)
+    assert float(found.group(2)) == pytest.approx(parts.score, abs=0.005)
+    assert float(found.group(3)) == pytest.approx(top[1][2], abs=0.005)
+    # The same two pairs head the ranked list on the page, with the same parts.
+    table = app.dataframe[0].value
+    shown = list(zip(table["query side"][:2], table["key side"][:2], table["part of the score"][:2], strict=True))
+    for (query_source, key_source, value), (got_query, got_key, got_value) in zip(top, shown, strict=True):
+        assert (got_query, got_key) == (query_source, key_source)
+        assert got_value == pytest.approx(value, rel=1e-9)
+        assert f"{value:+.2f}" in sentence
+    # The head's OV/QK summary: the library's copying and previous-token scores, its OV circuit at the key's token.
+    model = mc.load_model(tiny_bert)
+    scores = mc.copying_scores(model).set_index(["layer", "head"]).loc[(1, 0)]
+    token_id = int(model.encode(TEXT).input_ids[1])
+    outputs = mc.ov_circuit(model, 1, 0, k=OV_TOP, tokens=[token_id])["output_token"]
+    text = page_text(app).replace("\\", "")
+    assert f"copying score is {scores['copying']:+.2f}" in text
+    assert f"puts {scores['previous_token']:.0%} of its attention on the previous position" in text
+    assert "raises the logits of " + ", ".join(repr(token).replace("\\", "") for token in outputs) in text

@@ -1,16 +1,17 @@
 """Explore's "Why does this head look there?": one cell of the enlarged head (a query and a key) split into the parts
-its score gets from each pair of sources (``mha_core.score_decomposition``), as a sentence for a class, a sentence
-per side, a (query source x key source) heatmap and a ranked list. The query and the key are kept in the address
-(``score_query``, ``score_key``) beside the switch that shows the section (``decompose``); a cell clicked on the
-head view (or Enter on the keyboard's cell) sets all three (``take_cell``)."""
+its score gets from each pair of sources (``mha_core.score_decomposition``), as a question and its one-sentence
+answer for a class, a sentence per side, a (query source x key source) heatmap and a ranked list, with the head's
+OV/QK summary (``mha_core.ov_circuit`` at the key's token, ``mha_core.copying_scores``). The query and the key are
+kept in the address (``score_query``, ``score_key``) beside the switch that shows the section (``decompose``); a cell
+clicked on the head view (or Enter on the keyboard's cell) sets all three (``take_cell``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from mha_core.interventions.decomposition import FAMILIES, ScoreDecomposition
-from mha_core.operations import Decomposition
+from mha_core.interventions.decomposition import FAMILIES, ScoreDecomposition, quote_token
+from mha_core.operations import CopyingScores, Decomposition, OVCircuit
 from ui.compute import compute, get_model
 from ui.figures.decomposition import decomposition_heatmap
 from ui.page_explore import ExploreSettings
@@ -18,6 +19,7 @@ from ui.widgets import charts, messages
 
 TOP_SOURCES = 10  # sources per side in the heatmap (the rest summed as "other sources")
 RANKED_ROWS = 12  # pairs in the ranked list
+OV_TOP = 5  # output tokens of the head's OV circuit at the key's token
 S = ExploreSettings.declarations()
 
 ABOUT = (
@@ -60,6 +62,8 @@ def section(run, layer: int, head: int, model_name: str, engine: str) -> None:
     )
     parts = decomposition(model_name, engine, run, (layer, head, query, key))
     show(parts)
+    with messages.error_display():
+        circuit_summary(model_name, run, parts)
 
 
 def take_cell(run, words: bool, hide_special: bool, cell: tuple) -> None:
@@ -118,8 +122,9 @@ def encoded_text(model, run):
 
 
 def show(parts: ScoreDecomposition) -> None:
-    """The decomposition in words, as a heatmap and as a ranked list."""
-    st.markdown("**" + messages.md_escape(parts.why()) + "**")
+    """The decomposition in words (a question and its answer), as a heatmap and as a ranked list."""
+    st.markdown("**" + messages.md_escape(parts.question()) + "**")
+    st.markdown(messages.md_escape(parts.why()))
     st.markdown("\n".join("- " + messages.md_escape(sentence) for sentence in parts.summary()))
     matrix, rows, columns = parts.grouped(TOP_SOURCES)
     title = f"Head {parts.layer}-{parts.head}: its score {parts.score:.2f} by query source x key source"
@@ -142,3 +147,28 @@ def show(parts: ScoreDecomposition) -> None:
     table = parts.table().head(RANKED_ROWS)
     table.columns = ["query side", "key side", "part of the score"]
     st.dataframe(table, hide_index=True, width="stretch")
+
+
+def circuit_summary(model_name: str, run, parts: ScoreDecomposition) -> None:
+    """The head's weights in a few lines: its copying score and previous-token score (``mc.copying_scores``, once
+    per model) and what its OV circuit writes when it attends to the key's token (``mc.ov_circuit``)."""
+    model = get_model(model_name)
+    scores = compute(CopyingScores(model.name), model)
+    row = scores[(scores["layer"] == parts.layer) & (scores["head"] == parts.head)].iloc[0]
+    token_id = int(encoded_text(model, run).input_ids[parts.key])
+    ov = compute(OVCircuit(model.name, parts.layer, parts.head, (token_id,), OV_TOP), model)
+    st.markdown(messages.md_escape(circuit_words(parts, row, ov)))
+
+
+def circuit_words(parts: ScoreDecomposition, row, ov) -> str:
+    """The head's OV/QK summary in words, from its row of ``copying_scores`` and ``ov_circuit`` at the key's token."""
+    name = f"{parts.layer}-{parts.head}"
+    key_token = quote_token(parts.tokens[parts.key])
+    outputs = ", ".join(repr(token) for token in ov["output_token"])
+    own_rank = next(iter(ov.attrs["self_rank"].values()))
+    return (
+        f"What {name} writes (its OV circuit, from the weights alone): attending to {key_token} it raises the "
+        f"logits of {outputs} most; {key_token} itself ranks {own_rank}. Its copying score is "
+        f"{row['copying']:+.2f} (+1 copies what it reads, -1 suppresses it) and its QK circuit alone puts "
+        f"{row['previous_token']:.0%} of its attention on the previous position."
+    )
