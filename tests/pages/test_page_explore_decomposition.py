@@ -152,16 +152,19 @@ def test_the_sentence_for_a_class_carries_the_ranked_lists_numbers(tiny_bert):
     )
     assert not app.error, [e.value for e in app.error]
     parts = mc.score_decomposition(mc.load_model(tiny_bert), TEXT, 1, 0, 3, 1)
-    sentence = next(line for line in page_text(app).replace("\\", "").split("\n") if "mostly because" in line)
+    sentence = next(line for line in page_text(app).replace("\\", "").split("\n") if "the largest part is" in line)
     # The two largest pairs, found here from the matrix itself (largest magnitude first).
     flat = parts.matrix.reshape(-1)
     first, second = np.argsort(-np.abs(flat), kind="stable")[:2]
     count = len(parts.labels)
     top = [(parts.labels[i // count], parts.labels[i % count], flat[i]) for i in (first, second)]
-    found = re.search(r"\(([+-]\d+\.\d\d) of its score (-?\d+\.\d\d)\); next comes .* \(([+-]\d+\.\d\d)\)\.$", sentence)
+    found = re.search(
+        r"of its score (-?\d+\.\d\d), the largest part is .* \(([+-]\d+\.\d\d)\), the next .* \(([+-]\d+\.\d\d)\)\.$",
+        sentence,
+    )
     assert found, sentence
-    assert float(found.group(1)) == pytest.approx(top[0][2], abs=0.005)
-    assert float(found.group(2)) == pytest.approx(parts.score, abs=0.005)
+    assert float(found.group(1)) == pytest.approx(parts.score, abs=0.005)
+    assert float(found.group(2)) == pytest.approx(top[0][2], abs=0.005)
     assert float(found.group(3)) == pytest.approx(top[1][2], abs=0.005)
     # The same two pairs head the ranked list on the page, with the same parts.
     table = app.dataframe[0].value

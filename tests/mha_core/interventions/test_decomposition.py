@@ -219,14 +219,14 @@ def test_the_sentence_for_a_class_names_the_two_largest_pairs(model):
         query_words = "{}'s output" if query_source.startswith("MLP") else phrase[query_source[0].isdigit()]
         key_words = "{}'s output" if key_source.startswith("MLP") else phrase[key_source[0].isdigit()]
         return (
-            f"{query_words.format(query_source)} at '{tokens[query].strip()}' matches "
+            f"{query_words.format(query_source)} at '{tokens[query].strip()}' meeting "
             f"{key_words.format(key_source)} at '{tokens[key].strip()}'"
         )
 
     assert parts.why() == (
         f"Head {layer}-0 looks from '{tokens[query].strip()}' at '{tokens[key].strip()}' ({parts.weight:.0%} of its "
-        f"attention) mostly because {words(first)} ({values[first]:+.2f} of its score {parts.score:.2f}); next comes "
-        f"{words(second)} ({values[second]:+.2f})."
+        f"attention): of its score {parts.score:.2f}, the largest part is {words(first)} ({values[first]:+.2f}), "
+        f"the next {words(second)} ({values[second]:+.2f})."
     )
 
 
