@@ -179,6 +179,13 @@ def test_the_sentence_for_a_class_carries_the_ranked_lists_numbers(tiny_bert):
     token_id = int(model.encode(TEXT).input_ids[1])
     outputs = mc.ov_circuit(model, 1, 0, k=OV_TOP, tokens=[token_id])["output_token"]
     text = page_text(app).replace("\\", "")
+    assert "raises the logits of " + ", ".join(repr(token).replace("\\", "") for token in outputs) in text
+    # The copying scores (every head's at once) come on a click, unless the server has them already.
+    buttons = [button for button in app.button if button.key == "decompose_copying"]
+    if buttons:
+        assert "copying score is" not in text
+        buttons[0].click()
+        rerun(app)
+        text = page_text(app).replace("\\", "")
     assert f"copying score is {scores['copying']:+.2f}" in text
     assert f"puts {scores['previous_token']:.0%} of its attention on the previous position" in text
-    assert "raises the logits of " + ", ".join(repr(token).replace("\\", "") for token in outputs) in text

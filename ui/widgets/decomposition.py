@@ -12,7 +12,7 @@ import streamlit as st
 
 from mha_core.interventions.decomposition import FAMILIES, ScoreDecomposition, quote_token
 from mha_core.operations import CopyingScores, Decomposition, OVCircuit
-from ui.compute import compute, get_model
+from ui.compute import compute, get_model, ready
 from ui.figures.decomposition import decomposition_heatmap
 from ui.page_explore import ExploreSettings
 from ui.widgets import charts, messages
@@ -150,25 +150,38 @@ def show(parts: ScoreDecomposition) -> None:
 
 
 def circuit_summary(model_name: str, run, parts: ScoreDecomposition) -> None:
-    """The head's weights in a few lines: its copying score and previous-token score (``mc.copying_scores``, once
-    per model) and what its OV circuit writes when it attends to the key's token (``mc.ov_circuit``)."""
+    """The head's weights in a few lines: what its OV circuit writes when it attends to the key's token
+    (``mc.ov_circuit``), and its copying and previous-token scores (``mc.copying_scores``: every head's at once,
+    tens of seconds for a deep model, so computed on a click unless the server has them already)."""
     model = get_model(model_name)
-    scores = compute(CopyingScores(model.name), model)
-    row = scores[(scores["layer"] == parts.layer) & (scores["head"] == parts.head)].iloc[0]
     token_id = int(encoded_text(model, run).input_ids[parts.key])
     ov = compute(OVCircuit(model.name, parts.layer, parts.head, (token_id,), OV_TOP), model)
-    st.markdown(messages.md_escape(circuit_words(parts, row, ov)))
+    st.markdown(messages.md_escape(ov_words(parts, ov)))
+    every_head = CopyingScores(model.name)
+    if not (
+        ready(every_head)
+        or st.button("Its copying and previous-token scores (every head's, once per model)", key="decompose_copying")
+    ):
+        return
+    scores = compute(every_head, model)
+    row = scores[(scores["layer"] == parts.layer) & (scores["head"] == parts.head)].iloc[0]
+    st.markdown(messages.md_escape(score_words(parts, row)))
 
 
-def circuit_words(parts: ScoreDecomposition, row, ov) -> str:
-    """The head's OV/QK summary in words, from its row of ``copying_scores`` and ``ov_circuit`` at the key's token."""
-    name = f"{parts.layer}-{parts.head}"
+def ov_words(parts: ScoreDecomposition, ov) -> str:
+    """What the head's OV circuit writes at the key's token (``ov_circuit``'s table), in words."""
     key_token = quote_token(parts.tokens[parts.key])
     outputs = ", ".join(repr(token) for token in ov["output_token"])
     own_rank = next(iter(ov.attrs["self_rank"].values()))
     return (
-        f"What {name} writes (its OV circuit, from the weights alone): attending to {key_token} it raises the "
-        f"logits of {outputs} most; {key_token} itself ranks {own_rank}. Its copying score is "
-        f"{row['copying']:+.2f} (+1 copies what it reads, -1 suppresses it) and its QK circuit alone puts "
-        f"{row['previous_token']:.0%} of its attention on the previous position."
+        f"What {parts.layer}-{parts.head} writes (its OV circuit, from the weights alone): attending to {key_token} it "
+        f"raises the logits of {outputs} most; {key_token} itself ranks {own_rank}."
+    )
+
+
+def score_words(parts: ScoreDecomposition, row) -> str:
+    """The head's row of ``copying_scores`` in words."""
+    return (
+        f"Its copying score is {row['copying']:+.2f} (+1 copies what it reads, -1 suppresses it) and its QK circuit "
+        f"alone puts {row['previous_token']:.0%} of its attention on the previous position."
     )
