@@ -73,6 +73,7 @@ def test_off_by_default_and_a_decoder_offers_only_earlier_keys(tiny_gpt2):
     rerun(app)
     assert len(widget(app, "decompose_key").options) == 4  # keys 0-3: the query 3 sees no later key
     assert "decomposition_map" in plotly_elements(app)
+    assert "it raises the logits of " in page_text(app)  # a decoder's OV circuit ends in its unembedding
     assert not app.error, [e.value for e in app.error]
 
 
@@ -179,7 +180,8 @@ def test_the_sentence_for_a_class_carries_the_ranked_lists_numbers(tiny_bert):
     token_id = int(model.encode(TEXT).input_ids[1])
     outputs = mc.ov_circuit(model, 1, 0, k=OV_TOP, tokens=[token_id])["output_token"]
     text = page_text(app).replace("\\", "")
-    assert "raises the logits of " + ", ".join(repr(token).replace("\\", "") for token in outputs) in text
+    # An encoder's OV circuit ends in its embedding matrix, not in logits.
+    assert "writes most along the embeddings of " + ", ".join(repr(t).replace("\\", "") for t in outputs) in text
     # The copying scores (every head's at once) come on a click, unless the server has them already.
     buttons = [button for button in app.button if button.key == "decompose_copying"]
     if buttons:

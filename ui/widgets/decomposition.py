@@ -20,6 +20,7 @@ from ui.widgets import charts, messages
 TOP_SOURCES = 10  # sources per side in the heatmap (the rest summed as "other sources")
 RANKED_ROWS = 12  # pairs in the ranked list
 OV_TOP = 5  # output tokens of the head's OV circuit at the key's token
+DECODER_FAMILIES = ("gpt2", "llama")  # of the decomposition's FAMILIES: the OV circuit ends in the unembedding
 S = ExploreSettings.declarations()
 
 ABOUT = (
@@ -169,13 +170,15 @@ def circuit_summary(model_name: str, run, parts: ScoreDecomposition) -> None:
 
 
 def ov_words(parts: ScoreDecomposition, ov) -> str:
-    """What the head's OV circuit writes at the key's token (``ov_circuit``'s table), in words."""
+    """What the head's OV circuit writes at the key's token (``ov_circuit``'s table), in words: a decoder's through
+    its unembedding (the logits it raises), an encoder's through its embedding matrix (Dar et al. 2022)."""
     key_token = quote_token(parts.tokens[parts.key])
     outputs = ", ".join(repr(token) for token in ov["output_token"])
     own_rank = next(iter(ov.attrs["self_rank"].values()))
+    raises = "raises the logits of" if parts.family in DECODER_FAMILIES else "writes most along the embeddings of"
     return (
         f"What {parts.layer}-{parts.head} writes (its OV circuit, from the weights alone): attending to {key_token} it "
-        f"raises the logits of {outputs} most; {key_token} itself ranks {own_rank}."
+        f"{raises} {outputs}; {key_token} itself ranks {own_rank}."
     )
 
 
