@@ -6,6 +6,8 @@ fragment reruns alone when the visitor switches a layer, a head or the view. The
 toggles above the view (the attention-sink note too) are drawn before it, in their places: nothing arrives later
 and pushes the view down."""
 
+import functools
+
 import streamlit as st
 
 from ui import attribution_view, class_questions, encoder_decoder, figures, longdoc, session, shell
@@ -77,10 +79,15 @@ def explore_view() -> None:
 S = ExploreSettings.declarations()
 
 
-def take_pick(pick: dict) -> None:
-    """The view and the selected head's shape switched in the browser (the component's pick)."""
+def take_pick(pick: dict, words: bool = False, hide_special: bool = False) -> None:
+    """The view and the selected head's shape switched in the browser (the component's pick); a cell picked on
+    the enlarged head opens its score decomposition (positions of the view the toggles ``words`` and
+    ``hide_special`` make)."""
     S["view"].set(pick["view"])
     S["shape"].set(pick["shape"])
+    run = explore_run(notices=False) if "cell" in pick and session.lab_run() is None else None
+    if run is not None:
+        decomposition.take_cell(run, words, hide_special, (pick["layer"], pick["head"], *pick["cell"]))
 
 
 @st.fragment
@@ -100,7 +107,8 @@ def view_section(words: bool, hide_special: bool) -> None:
     head = pickers.select_head(view.num_heads, draw=False)
     if class_questions.explore_question(view, layer, head):  # a class question: the head stays hidden until revealed
         return
-    views.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=take_pick)
+    on_pick = functools.partial(take_pick, words=words, hide_special=hide_special)
+    views.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=on_pick)
     S["view"].keep()
     S["shape"].keep()
     if mode == "model":
@@ -109,6 +117,7 @@ def view_section(words: bool, hide_special: bool) -> None:
         "Move the layer slider or click a head to enlarge it. Rows are queries (the token looking), columns "
         "are keys (the tokens looked at); each row sums to 1. Colours: the scale beside the enlarged head "
         "(white 0, dark blue 1). Hover a cell for its weight."
+        + (" Click it (or Enter on it) to see below why the head looks there." if session.lab_run() is None else "")
         + (" Switch to **Lines** for the BertViz-style view of the head." if shape == "heatmap" else "")
     )
     if shape == "lines":

@@ -186,19 +186,33 @@ class ScoreDecomposition:
             )
         return sentences
 
-    def why(self) -> str:
-        """A sentence for a class: why this head looks at the key, from the largest pair."""
+    def question(self) -> str:
+        """The question ``why`` answers, for a class: "Why does head 3-7 look at 'cat' from 'barked'?"."""
         query_token, key_token = quote_token(self.tokens[self.query]), quote_token(self.tokens[self.key])
-        pair = self.table().iloc[0]
-        share = f"{pair['contribution']:+.2f} of its score {self.score:.2f}"
+        return f"Why does head {self.layer}-{self.head} look at {key_token} from {query_token}?"
+
+    def why(self) -> str:
+        """A sentence for a class: why this head looks at the key, from the largest pair (its part of the score) and
+        the runner-up (the ranked table's first two rows; a part may add to the score or take away from it)."""
+        query_token, key_token = quote_token(self.tokens[self.query]), quote_token(self.tokens[self.key])
+        table = self.table()
+        parts = [f"the largest part is {self._pair_words(table.iloc[0])} ({table.iloc[0]['contribution']:+.2f})"]
+        if len(table) > 1:
+            parts.append(f"the next {self._pair_words(table.iloc[1])} ({table.iloc[1]['contribution']:+.2f})")
+        return (
+            f"Head {self.layer}-{self.head} looks from {query_token} at {key_token} ({self.weight:.0%} of its "
+            f"attention): of its score {self.score:.2f}, " + ", ".join(parts) + "."
+        )
+
+    def _pair_words(self, pair) -> str:
+        """One row of ``table`` in words: a query-side source at the query meeting a key-side source at the key."""
         if pair["query_source"] == POSITION_BIAS:
-            reason = f"mostly because of its learned bias for that distance ({share})"
-        else:
-            reason = (
-                f"mostly because {source_phrase(pair['query_source'])} at {query_token} matches "
-                f"{source_phrase(pair['key_source'])} at {key_token} ({share})"
-            )
-        return f"Head {self.layer}-{self.head} looks from {query_token} at {key_token} ({self.weight:.0%} of its attention) {reason}."
+            return "its learned bias for that distance"
+        query_token, key_token = quote_token(self.tokens[self.query]), quote_token(self.tokens[self.key])
+        return (
+            f"{source_phrase(pair['query_source'])} at {query_token} meeting "
+            f"{source_phrase(pair['key_source'])} at {key_token}"
+        )
 
 
 def source_phrase(label: str) -> str:

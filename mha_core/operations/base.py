@@ -95,8 +95,12 @@ def key_of(value: Any):
 
 
 def operation(cls: type) -> type:
-    """Declare an operation: a frozen dataclass whose equality and hash are its ``key``'s."""
-    return dataclasses.dataclass(frozen=True, eq=False)(cls)
+    """Declare an operation: a frozen dataclass whose equality and hash are its ``key``'s. A field named ``key``
+    would hide that key (every value sharing one cache entry per field value), so it is refused."""
+    declared = dataclasses.dataclass(frozen=True, eq=False)(cls)
+    if any(field.name == "key" for field in dataclasses.fields(declared)):
+        raise TypeError(f"{cls.__name__} has a field named 'key', which would hide its cache key: rename it")
+    return declared
 
 
 class Operation:

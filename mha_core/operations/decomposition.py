@@ -14,8 +14,9 @@ KEPT_PER_LAYER = 5
 
 @operation
 class Decomposition(Operation):
-    """The score head ``(layer, head)`` gives ``key`` from ``query`` in ``text``, split into (query source, key
-    source) parts (a ``ScoreDecomposition``)."""
+    """The score head ``(layer, head)`` gives the key at ``key_position`` from ``query`` in ``text``, split into
+    (query source, key source) parts (a ``ScoreDecomposition``). (Not ``key``: that name is every operation's cache
+    key.)"""
 
     work_class = LIGHT
     model: str
@@ -23,7 +24,7 @@ class Decomposition(Operation):
     layer: int
     head: int
     query: int
-    key: int
+    key_position: int
     engine: str = "transformers"
 
     def peak_bytes(self, model) -> int:
@@ -35,5 +36,5 @@ class Decomposition(Operation):
         return pass_peak_bytes(model.num_layers, model.num_heads, tokens) + kept + sources
 
     def run(self, model, progress: Progress | None = None):
-        cell = dict(layer=self.layer, head=self.head, query=self.query, key=self.key)
+        cell = dict(layer=self.layer, head=self.head, query=self.query, key=self.key_position)
         return score_decomposition(model, self.text, **cell, progress=progress, engine=self.engine)

@@ -98,11 +98,23 @@ def unpack(data: dict) -> dict[int, np.ndarray]:
 
 def parse_pick(raw) -> dict | None:
     """The visitor's pick as the browser sent it (the component's state), checked: ``{"layer": int, "head":
-    int, "view": one of VIEWS, "shape": one of SHAPES}``, or None for anything else."""
+    int, "view": one of VIEWS, "shape": one of SHAPES}``, with ``"cell": (query, key)`` when the visitor picked a
+    cell of the enlarged head (a click, or Enter on the keyboard's cell), or None for anything else (a cell that is
+    not two non-negative integers is left out)."""
     try:
         pick = {"layer": int(raw["layer"]), "head": int(raw["head"]), "view": raw["view"], "shape": raw["shape"]}
     except (KeyError, TypeError, ValueError):
         return None
     if pick["layer"] < 0 or pick["head"] < 0 or pick["view"] not in VIEWS or pick["shape"] not in SHAPES:
         return None
-    return pick
+    cell = picked_cell(raw)
+    return pick if cell is None else {**pick, "cell": cell}
+
+
+def picked_cell(raw: dict) -> tuple[int, int] | None:
+    """The ``(query, key)`` of a pick, or None when it has none (or not two non-negative integers)."""
+    try:
+        query, key = int(raw["query"]), int(raw["key"])  # JSON numbers may come back as text, as the layer's
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (query, key) if query >= 0 and key >= 0 else None

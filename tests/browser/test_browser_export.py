@@ -76,6 +76,14 @@ def test_a_saved_view_draws_the_run_offline_and_switches_in_the_page(minilm_run,
         assert pixels[:2] == [n, n]
         drawn = np.asarray(pixels[2], dtype=float).reshape(n, n, 4)[..., :3]
         np.testing.assert_allclose(drawn, colours_of(run.attentions[2, 5]), atol=2)
+        # A click on a cell (query 3, key 1, its centre from the drawn canvas): no server to open its decomposition,
+        # so the cell is framed and its weight said, and nothing goes wrong.
+        box = page.locator(".hs-big-canvas").bounding_box()
+        page.mouse.click(box["x"] + 1.5 * box["width"] / n, box["y"] + 3.5 * box["height"] / n)
+        assert page.evaluate("() => document.querySelector('.hs-headview').dataset.cursor") == "3,1"
+        said = page.evaluate("() => document.querySelector('.hs-headview .hs-live').textContent")
+        assert said.startswith(f'query 3 "{run.tokens[3]}" -> key 1 "{run.tokens[1]}": ')
+        assert float(said.split(": ", 1)[1][:5]) == pytest.approx(run.attentions[2, 5, 3, 1], abs=STEP + 5e-4)
         # The model view: every layer x head, one click away; a click on a tile opens it in the head view.
         page.get_by_text("Model view", exact=True).click()
         page.wait_for_function("() => document.querySelector('.hs-headview').dataset.drawn.endsWith(':model')")

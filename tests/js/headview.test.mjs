@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { bigLayout, cellIndex, headPixels, modelLayout, pickOf, samePick, weight } from "../../mha_core/views/assets/headview/headview.js";
+import { bigLayout, cellIndex, cellPick, headPixels, modelLayout, pickCell, pickOf, samePick, weight } from "../../mha_core/views/assets/headview/headview.js";
 import { decodeBytes as decode, hexRgb, lookupTable } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 // What ui/headview.pack sends: round(w * 255) per weight, [layers sent, heads, n, n] in C order, base64.
@@ -117,4 +117,31 @@ test("a pick holds the layer, head, view and shape only, and two picks agree on 
   assert.ok(!samePick(pickOf(data), { ...data, head: 4 }));
   assert.ok(!samePick(pickOf(data), { ...data, view: "model" }));
   assert.ok(!samePick(pickOf(data), { ...data, shape: "heatmap" }));
+});
+
+test("a picked cell goes to the server as the pick with its query and key, numbered, and a masked cell not at all", () => {
+  const sent = [];
+  const s = { ...sentence(true), layer: 4, head: 1, view: "head", shape: "heatmap" };
+  s.setStateValue = (name, value) => sent.push([name, value]);
+  // The cell under a click on a 120 x 90 px canvas of 3 x 3 cells (40 px wide, 30 px high) at (10, 90):
+  // x 70 - 10 = 60 -> column 1; y 170 - 90 = 80 -> row 2.
+  const box = { left: 10, top: 90, width: 120, height: 90 };
+  const [i, j] = cellIndex(box, 3, 3, 70, 170);
+  assert.deepEqual([i, j], [2, 1]);
+  assert.deepEqual(pickCell(s, i, j), { layer: 4, head: 1, view: "head", shape: "heatmap", query: 2, key: 1, n: 1 });
+  assert.deepEqual(sent, [["pick", { layer: 4, head: 1, view: "head", shape: "heatmap", query: 2, key: 1, n: 1 }]]);
+  // The pending pick the server has to catch up with is the head's, without the cell (the server's data has none).
+  assert.deepEqual(s.pending, { layer: 4, head: 1, view: "head", shape: "heatmap" });
+  assert.ok(samePick(s.pending, { layer: 4, head: 1, view: "head", shape: "heatmap", sig: "x" }));
+  // The same cell again is a new value (the server sees a change and reopens it).
+  assert.equal(pickCell(s, 2, 1).n, 2);
+  assert.equal(sent.length, 2);
+  assert.notDeepEqual(sent[0][1], sent[1][1]);
+  // Above a causal diagonal: no score to split, nothing sent.
+  assert.equal(cellPick(s, 0, 2), null);
+  assert.equal(pickCell(s, 1, 2), null);
+  assert.equal(sent.length, 2);
+  // A saved file's setStateValue does nothing: a pick there throws nothing.
+  const file = { ...sentence(false), layer: 4, head: 0, view: "head", shape: "heatmap", setStateValue() {} };
+  assert.deepEqual(pickCell(file, 0, 2), { layer: 4, head: 0, view: "head", shape: "heatmap", query: 0, key: 2, n: 1 });
 });

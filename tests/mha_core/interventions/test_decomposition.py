@@ -9,6 +9,8 @@ vectors and biases set to zero) must put the whole score on the (token embedding
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -196,6 +198,38 @@ def test_words(model):
     assert "frozen" in parts.norm_words()
 
 
+def test_the_sentence_for_a_class_names_the_two_largest_pairs(model):
+    n = len(model.encode(TEXT).input_ids)
+    layer, query, key = model.num_layers - 1, n - 1, 1
+    parts = mc.score_decomposition(model, TEXT, layer, 0, query, key)
+    tokens = parts.tokens
+    assert (
+        parts.question() == f"Why does head {layer}-0 look at '{tokens[key].strip()}' from '{tokens[query].strip()}'?"
+    )
+    # The two largest parts in magnitude, found here from the matrix and the position bias (MPNet's), not the table.
+    values = np.append(parts.matrix.reshape(-1), parts.position_bias if parts.family == "mpnet" else [])
+    first, second = np.argsort(-np.abs(values), kind="stable")[:2]
+    count = len(parts.labels)
+
+    def words(index: int) -> str:
+        if index == count * count:
+            return "its learned bias for that distance"
+        query_source, key_source = parts.labels[index // count], parts.labels[index % count]
+        phrase = {True: "head {}'s output", False: "the {}"}
+        query_words = "{}'s output" if query_source.startswith("MLP") else phrase[query_source[0].isdigit()]
+        key_words = "{}'s output" if key_source.startswith("MLP") else phrase[key_source[0].isdigit()]
+        return (
+            f"{query_words.format(query_source)} at '{tokens[query].strip()}' meeting "
+            f"{key_words.format(key_source)} at '{tokens[key].strip()}'"
+        )
+
+    assert parts.why() == (
+        f"Head {layer}-0 looks from '{tokens[query].strip()}' at '{tokens[key].strip()}' ({parts.weight:.0%} of its "
+        f"attention): of its score {parts.score:.2f}, the largest part is {words(first)} ({values[first]:+.2f}), "
+        f"the next {words(second)} ({values[second]:+.2f})."
+    )
+
+
 def test_bad_cells_are_clear_errors(tmp_path):
     decoder = build("gpt2", tmp_path)
     n = len(decoder.encode(TEXT).input_ids)
@@ -211,10 +245,13 @@ def test_bad_cells_are_clear_errors(tmp_path):
 
 def test_the_operation_runs_the_library_function(model):
     encoded = model.encode(TEXT)
-    op = Decomposition(model=model.name, text=encoded, layer=1, head=0, query=len(encoded) - 1, key=0)
-    assert (
-        op.key == Decomposition(model=model.name, text=model.encode(TEXT), layer=1, head=0, query=op.query, key=0).key
-    )
+    op = Decomposition(model=model.name, text=encoded, layer=1, head=0, query=len(encoded) - 1, key_position=0)
+    same = Decomposition(model=model.name, text=model.encode(TEXT), layer=1, head=0, query=op.query, key_position=0)
+    assert op.key == same.key
+    # Every field names the value: another layer, head, query or key is another cache entry.
+    for change in ({"layer": 0}, {"head": 1}, {"query": op.query - 1}, {"key_position": 1}):
+        other = dataclasses.replace(op, **change)
+        assert other.key != op.key and other != op, change
     assert op.work_class is mc.operations.LIGHT
     assert op.peak_bytes(model) > 0
     value = op.run(model)

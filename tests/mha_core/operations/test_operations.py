@@ -96,6 +96,18 @@ def test_an_operation_declares_its_work_class_in_its_own_body():
     assert Light(1).work_class is LIGHT and Light(1).work_class.share is None and HEAVY.share == "heavy"
 
 
+def test_a_field_may_not_hide_the_cache_key():
+    # A field named ``key`` would be the instance's ``key``: two operations differing in every other field would
+    # share one cache entry.
+    with pytest.raises(TypeError, match="field named 'key'"):
+
+        @operation
+        class Keyed(Operation):
+            work_class = LIGHT
+            layer: int
+            key: int
+
+
 def test_a_run_is_tokenized_once_for_its_estimate_and_its_run(decoder, calls):
     made = Attention.of(decoder, TEXT)
     n = len(made.encoded)

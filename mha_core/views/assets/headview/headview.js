@@ -1,7 +1,8 @@
 // Headscope's attention views (ui/headview/), drawn on canvases. The head view: a layer's heads as small
 // canvases and one head enlarged; the model view: every layer x head at once. The data holds every layer of
 // the sentence (one byte a weight), so the layer slider, a click on a head and the switch between the two
-// views redraw here at once; the choice goes back to the server as component state ("pick", for the link).
+// views redraw here at once; the choice goes back to the server as component state ("pick", for the link). A cell
+// of the enlarged head picked (a click, or Enter on the keyboard's cell) goes back in the pick with its query and key.
 // Tokens are user text: they only ever go into textContent, attributes or canvas pixels, never HTML.
 // Queries are the rows (s.tokens, s.nq of them) and keys the columns (s.keyTokens, s.nk): the same tokens for
 // self-attention, another text's for cross-attention (target tokens down the side, source tokens along the top).
@@ -183,6 +184,25 @@ function sendPick(s) {
   s.setStateValue("pick", s.pending);
 }
 
+// A cell of the enlarged head picked (a click on it, or Enter on the keyboard's cell): the pick with the cell's
+// query row and key column, numbered so that the same cell picked again is still a change the server sees; null
+// for a cell the causal mask hides (it has no score).
+function cellPick(s, i, j) {
+  if (s.causal && j > i) return null;
+  s.cellPicks = (s.cellPicks || 0) + 1;
+  return { ...pickOf(s), query: i, key: j, n: s.cellPicks };
+}
+
+// Send a picked cell to the server (Explore opens its score decomposition); a saved file's setStateValue does
+// nothing, so there the cell's weight in the live region is all a pick shows.
+function pickCell(s, i, j) {
+  const pick = cellPick(s, i, j);
+  if (!pick) return null;
+  s.pending = pickOf(s);
+  s.setStateValue("pick", pick);
+  return pick;
+}
+
 // A row of buttons, one per [value, label], that sets s[name] to its value, redraws here and tells the server.
 function tabGroup(s, name, choices, label) {
   const group = el("div", "hs-tabs");
@@ -362,7 +382,7 @@ function layoutBig(s) {
   s.bigCanvas.setAttribute(
     "aria-label",
     `The selected head, ${s.nq} ${s.queryNoun} rows by ${s.nk} ${s.keyNoun} columns: arrow keys move between cells, ` +
-      "Enter reads the row's top tokens, Escape goes back to the heads.",
+      "Enter reads the row's top tokens and picks the cell, Escape goes back to the heads.",
   );
   s.bigCanvas.addEventListener("focus", () => {
     if (!s.cursor) s.cursor = [0, 0];
@@ -380,6 +400,7 @@ function layoutBig(s) {
     if (event.key === "Enter") {
       event.preventDefault();
       s.live.textContent = `${rowWords(s, s.layer, s.head, s.cursor[0], 5)}.`;
+      pickCell(s, s.cursor[0], s.cursor[1]);
       return;
     }
     const to = moveCursor(s.cursor[0], s.cursor[1], event.key, s.nq, s.nk);
@@ -416,6 +437,14 @@ function layoutBig(s) {
     showTip(s, event, c && hoverText(s, s.layer, s.head, c[0], c[1]));
     s.rowLabels.forEach((r, i) => r.classList.toggle("hs-hot", !!c && i === c[0]));
     s.colLabels.forEach((k, j) => k.classList.toggle("hs-hot", !!c && j === c[1]));
+  });
+  // A click picks the cell under the pointer: framed as the keyboard's cell, its weight said, sent to the server.
+  s.bigCanvas.addEventListener("click", (event) => {
+    const c = cellAt(s.bigCanvas, s, event);
+    if (!c) return;
+    s.cursor = c;
+    showCursor(s);
+    pickCell(s, c[0], c[1]);
   });
   s.bigCanvas.addEventListener("mouseleave", () => {
     showTip(s, null, null);
@@ -648,4 +677,4 @@ export default function (component) {
   render(s);
 }
 
-export { bigLayout, cellIndex, headPixels, headWords, modelLayout, pickOf, rowWords, samePick, weight };
+export { bigLayout, cellIndex, cellPick, headPixels, headWords, modelLayout, pickCell, pickOf, rowWords, samePick, weight };
