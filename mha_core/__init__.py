@@ -8,6 +8,9 @@ from . import edits, errors, hooks, operations
 # Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
 from .analysis.flow import attention_flow, attention_rollout
 
+# One head's queries and keys over a corpus in one 2-D projection (AttentionViz).
+from .analysis.joint_qk import JointQK, joint_qk
+
 # Head metrics and roles.
 from .analysis.metrics import HeadDistances, classical_mds, head_distances, head_metrics, semantic_scores
 from .analysis.roles import best_heldout_heads, head_roles, primary_roles, syntactic_tests
@@ -114,6 +117,9 @@ __all__ = [
     "primary_roles",
     "semantic_scores",
     "syntactic_tests",
+    # one head's queries and keys in one projection
+    "JointQK",
+    "joint_qk",
     # the lab
     "Lab",
     "LabConfig",
