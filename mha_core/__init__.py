@@ -8,9 +8,6 @@ from . import edits, errors, hooks, operations
 # Beyond raw weights: rollout and flow, norm-based attention, the neuron view.
 from .analysis.flow import attention_flow, attention_rollout
 
-# One head's queries and keys over a corpus in one 2-D projection (AttentionViz).
-from .analysis.joint_qk import JointQK, joint_qk
-
 # Head metrics and roles.
 from .analysis.metrics import HeadDistances, classical_mds, head_distances, head_metrics, semantic_scores
 from .analysis.roles import best_heldout_heads, head_roles, primary_roles, syntactic_tests
@@ -50,6 +47,9 @@ from .interventions.experiments import decoder_head_scores, induction_experiment
 # Which input tokens a prediction depends on: token attribution, its faithfulness and agreement (issue 33).
 from .interventions.faithfulness import explain, faithfulness, head_agreement, method_agreement
 from .interventions.importance import head_importance, pruning_curve
+
+# One head's queries and keys over a corpus in one 2-D projection (AttentionViz).
+from .interventions.joint_qk import JointQK, joint_qk
 from .interventions.logit_lens import logit_lens
 from .interventions.neuron_view import NeuronView, neuron_view
 from .interventions.patching import patch

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 import mha_core
-from mha_core.analysis.joint_qk import METHODS as QK_METHODS
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.analysis.roles import SYNTACTIC_MIN_MARGIN
 from mha_core.errors import HeadscopeError
+from mha_core.interventions.joint_qk import METHODS as QK_METHODS
 from ui import computations, compute, page_state
 from ui.page_settings import PageSettings, setting
 from ui.settings import PROFILE_SENTENCES

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analysis.joint_qk import DEFAULT_MAX_POINTS, CorpusText, encode_corpus, project_texts
+from ..interventions.joint_qk import DEFAULT_MAX_POINTS, CorpusText, encode_corpus, project_texts
 from ..progress import Progress
 from .base import FLOAT_BYTES, LIGHT, Operation, operation, pass_peak_bytes
 

@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from mha_core.analysis.joint_qk import METHODS, JointQK
 from mha_core.analysis.syntax import ud_ewt_dev
+from mha_core.interventions.joint_qk import METHODS, JointQK
 from mha_core.operations import JointQueryKey
 from ui.compute import compute, get_model
 from ui.figures.joint_qk import joint_qk_figure

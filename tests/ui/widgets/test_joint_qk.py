@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pandas as pd
 
-from mha_core.analysis.joint_qk import JointQK
+from mha_core.interventions.joint_qk import JointQK
 from ui.widgets.joint_qk import axis_titles, clicked_row, explore_link, marked_context
 
 

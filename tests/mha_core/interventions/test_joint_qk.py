@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import mha_core as mc
-from mha_core.analysis.joint_qk import JointQKError, encode_corpus, head_vectors, normalized
+from mha_core.interventions.joint_qk import JointQKError, encode_corpus, head_vectors, normalized
 from mha_core.operations import JointQueryKey
 from tests.model_fixtures import CORPUS, build_tiny_bert, build_tiny_gpt2, build_tiny_llama, build_tiny_mpnet
 
