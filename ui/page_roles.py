@@ -61,7 +61,7 @@ class RolesSettings(PageSettings):
     # The joint query-key view of the chosen head (``ui.widgets.joint_qk``).
     joint_qk: bool = setting("roles_joint_qk", "qk", "flag", False, label="Show its queries and keys over a corpus")
     qk_sentences: int = setting(
-        "roles_qk_sentences", "qk_sentences", "number", 40, label="Corpus sentences", minimum=2, maximum=400
+        "roles_qk_sentences", "qk_sentences", "number", 40, label="Corpus sentences", minimum=2, maximum=200
     )
     qk_method: str = setting("roles_qk_method", "qk_method", "choice", "pca", label="Projection", options=QK_METHODS)
     qk_colour: str = setting(

@@ -64,3 +64,17 @@ def test_the_section_draws_the_librarys_projection(tiny_bert):
     figure = plotly_elements(app)[CHART_KEY]
     assert len(drawn_points(figure)) == len(view.table)
     assert figure["layout"]["xaxis"]["title"]["text"] == "t-SNE 1"
+
+
+def test_the_points_cap_cuts_the_corpus_and_says_so(tiny_bert):
+    app = open_app("roles", {"model": tiny_bert, "layer": "0", "head": "0", "qk": "1", "qk_sentences": "200"})
+    assert not app.error, [e.value for e in app.error]
+    model = mc.load_model(tiny_bert)
+    lengths = np.cumsum([len(model.encode(sentence.words)) for sentence in ud_ewt_dev(200)])
+    assert lengths[-1] > APP_MAX_POINTS  # the cap is reached
+    used = int(np.searchsorted(lengths, APP_MAX_POINTS)) + 1  # the sentence the cap falls in is the last, cut
+    assert len(drawn_points(plotly_elements(app)[CHART_KEY])) == 2 * APP_MAX_POINTS
+    assert any(
+        caption.value.startswith(f"The first {used} sentences only: the view keeps at most {APP_MAX_POINTS:,}")
+        for caption in app.caption
+    )

@@ -18,7 +18,8 @@ from ui.page_roles import RolesSettings
 from ui.widgets import charts, messages
 
 CHART_KEY = "roles_joint_qk_map"
-# Queries (and as many keys) the page projects at most: 40 sentences of the dev split are about 700 tokens.
+# Queries (and as many keys) the page projects at most: 40 sentences of the dev split are about 700 tokens. It bounds
+# the passes too (the sentences are read until it is reached), so the view stays light work on a shared server.
 APP_MAX_POINTS = 1500
 
 ABOUT = (
@@ -44,6 +45,11 @@ def section(layer: int, head: int, model_name: str, engine: str) -> None:
     method = RolesSettings.declared("qk_method").select(cols[1].radio, horizontal=True)
     colour = RolesSettings.declared("qk_colour").select(cols[2].radio, horizontal=True)
     view = joint_view(model_name, engine, (layer, head), sentences, method)
+    if len(view.sentence_tokens) < sentences:
+        st.caption(
+            f"The first {len(view.sentence_tokens)} sentences only: the view keeps at most {APP_MAX_POINTS:,} "
+            "queries (and as many keys)."
+        )
     show(view, colour, model_name)
 
 
