@@ -32,6 +32,9 @@ POS_COLOURS = {
     "PART": "#ffbb78",
     "NUM": "#98df8a",
     "PUNCT": "#c5b0d5",
+    "INTJ": "#8c6d31",
+    "SYM": "#637939",
+    "X": "#393b79",
 }
 NO_TAG = "special / untagged"
 UNTAGGED_COLOUR = "#adb5bd"
@@ -95,4 +98,7 @@ def joint_qk_figure(
     fig.update_xaxes(title_text=axis_titles[0], zeroline=False)
     fig.update_yaxes(title_text=axis_titles[1], zeroline=False)
     base_layout(fig, 520, title)
+    if colour_by == "pos":  # up to 18 tags: a column at the right (rows above the plot would cover the title)
+        fig.update_layout(legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
+        return with_axis_room(fig)
     return legend_above(with_axis_room(fig))

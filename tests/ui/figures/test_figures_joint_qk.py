@@ -61,6 +61,7 @@ def test_by_position_one_colour_scale():
 def test_by_pos_tag_one_trace_per_tag_shapes_by_kind():
     fig = joint_qk_figure(TABLE, "pos")
     assert [trace.name for trace in fig.data] == ["NOUN", NO_TAG]
+    assert fig.layout.legend.orientation == "v" and fig.layout.legend.x > 1  # many tags: a column beside the plot
     drawn = points(fig)
     for row, (_, _, symbol, colour, name) in drawn.items():
         assert symbol == SYMBOLS[TABLE["kind"][row]]
