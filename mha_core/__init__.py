@@ -47,6 +47,9 @@ from .interventions.experiments import decoder_head_scores, induction_experiment
 # Which input tokens a prediction depends on: token attribution, its faithfulness and agreement (issue 33).
 from .interventions.faithfulness import explain, faithfulness, head_agreement, method_agreement
 from .interventions.importance import head_importance, pruning_curve
+
+# One head's queries and keys over a corpus in one 2-D projection (AttentionViz).
+from .interventions.joint_qk import JointQK, joint_qk
 from .interventions.logit_lens import logit_lens
 from .interventions.neuron_view import NeuronView, neuron_view
 from .interventions.patching import patch
@@ -114,6 +117,9 @@ __all__ = [
     "primary_roles",
     "semantic_scores",
     "syntactic_tests",
+    # one head's queries and keys in one projection
+    "JointQK",
+    "joint_qk",
     # the lab
     "Lab",
     "LabConfig",

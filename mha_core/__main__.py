@@ -31,6 +31,8 @@ from .corpus.tables import head_table, profile_summary, write_table
 from .errors import HeadscopeError, quoted
 from .interventions.experiments import head_groups, summarize_experiment
 from .interventions.importance import IMPORTANCE_METHODS
+from .interventions.joint_qk import DEFAULT_MAX_POINTS
+from .interventions.joint_qk import METHODS as JOINT_METHODS
 from .interventions.patching import DEFAULT_BATCH_SIZE, DEFAULT_EXACT_TOP, PATCH_METHODS, PATCH_OVER
 from .interventions.prompts import TASKS_BY_NAME
 from .lab import MAX_SEED, POSITIONS, TASKS, Lab, LabConfig, lab_summary
@@ -47,6 +49,7 @@ from .operations import (
     GroupAblation,
     Importance,
     InductionExperiment,
+    JointQueryKey,
     LabTraining,
     Operation,
     Patching,
@@ -933,6 +936,62 @@ def run_generate(args) -> int:
     return load_compute_write(args.model, build, write)
 
 
+# ---- joint-qk ------------------------------------------------------------------------------------
+def add_joint_qk(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "joint-qk",
+        help="one head's queries and keys over a corpus in one 2-D projection (AttentionViz), as a table",
+        description="Read the head's query and key vectors over a corpus (rotated in rotary models), move the keys "
+        "onto the queries' centre and scale both to one mean norm (no attention weight changes), project them "
+        "together and write one row per query and per key: kind, sentence, position, token, POS tag, x, y "
+        "(docs/joint_qk.md).",
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
+    )
+    parser.add_argument("--layer", type=whole_number(0, 10**6), required=True)
+    parser.add_argument("--head", type=whole_number(0, 10**6), required=True)
+    parser.add_argument(
+        "--corpus",
+        default="ud-ewt-dev",
+        help="ud-ewt-dev (with POS tags), a .conllu file, a .csv or .parquet table (see --column), or a text file "
+        "with one sentence per line (default: %(default)s)",
+    )
+    parser.add_argument("--column", default=None, help="the sentences' column of a .csv or .parquet corpus")
+    parser.add_argument(
+        "--max-sentences", type=whole_number(1, 10**6), default=40, help="the first N sentences (default: %(default)s)"
+    )
+    parser.add_argument("--method", choices=list(JOINT_METHODS), default="pca", help="default: %(default)s")
+    parser.add_argument(
+        "--max-points",
+        type=whole_number(2, 10**7),
+        default=DEFAULT_MAX_POINTS,
+        help="at most this many queries, and as many keys (default: %(default)s)",
+    )
+    parser.add_argument("--raw", action="store_true", help="project the vectors as they are (no translation, no scale)")
+    parser.add_argument("--engine", choices=ENGINES, default="transformers", help="default: %(default)s")
+    parser.add_argument("--out", required=True, help="the table (.csv or .parquet)")
+    parser.set_defaults(handler=run_joint_qk)
+
+
+def run_joint_qk(args) -> int:
+    out = check_output(args.out, "--out", TABLE_SUFFIXES)
+    sentences = read_corpus(args.corpus, args.max_sentences, args.column)
+    settings = dict(method=args.method, normalize=not args.raw, max_points=args.max_points, engine=args.engine)
+
+    def build(model) -> JointQueryKey:
+        return JointQueryKey.of(model, sentences, args.layer, args.head, **settings)
+
+    def write(view) -> None:
+        kept = "" if view.explained_variance is None else f"; the axes keep {sum(view.explained_variance):.0%}"
+        print(f"head {view.layer}-{view.head}: {len(view.table) // 2} queries and as many keys by {view.method}{kept}")
+        print(f"wrote {write_table(view.table, out)}")
+
+    return load_compute_write(args.model, build, write)
+
+
 COMMANDS = [
     add_extract,
     add_profile,
@@ -944,6 +1003,7 @@ COMMANDS = [
     add_predict,
     add_generate,
     add_render,
+    add_joint_qk,
 ]
 
 

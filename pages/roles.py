@@ -14,7 +14,7 @@ from ui import page_roles as page
 from ui.figures.roles import SOURCE_KEY, head_layout_map, role_map
 from ui.page_roles import RolesSettings
 from ui.settings import PROFILE_SENTENCES, settings
-from ui.widgets import charts, messages, pickers, sidebar, views
+from ui.widgets import charts, joint_qk, messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
@@ -83,8 +83,9 @@ def source_choice(model_name: str) -> str:
     return declared.select(st.radio, horizontal=True, help=declared.help.format(sentences=sentences))
 
 
-def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
-    """One head: its roles with score, threshold and evidence, its attention, every measurement."""
+def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> tuple[int, int]:
+    """One head: its roles with score, threshold and evidence, its attention, every measurement. Returns the head
+    ``(layer, head)``."""
     st.subheader("Evidence for one head")
     cols = st.columns(2)
     layer = pickers.select_layer(run.num_layers, container=cols[0])
@@ -123,6 +124,7 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> None:
     with right:
         scores = page.head_measurements(metrics, layer, head)
         st.dataframe(scores, hide_index=True, width="stretch")
+    return layer, head
 
 
 # ---- the page -------------------------------------------------------------------------------------------
@@ -255,4 +257,5 @@ with messages.error_display():
         filename=f"headscope-{measure}",
     )
 
-    head_evidence(run, metrics, roles)
+    chosen = head_evidence(run, metrics, roles)
+    joint_qk.section(*chosen, selection.model, selection.engine)  # its queries and keys over a corpus (AttentionViz)

@@ -256,6 +256,13 @@ LINKS = [
             ),
             Setting("layer", "2", "layer", 2, "Layer", "2", 0),
             Setting("head", "5", "head", 5, "Head", "5", 0),
+            # The joint query-key view of the chosen head (ui/widgets/joint_qk.py).
+            Setting("qk", "1", "roles_joint_qk", True, "Show its queries and keys over a corpus", "on", False),
+            Setting("qk_sentences", "5", "roles_qk_sentences", 5, "Corpus sentences", "5", 40, shown_after="qk"),
+            Setting("qk_method", "tsne", "roles_qk_method", "tsne", "Projection", "t-SNE", "pca", shown_after="qk"),
+            Setting(
+                "qk_colour", "pos", "roles_qk_colour", "pos", "Colour points by", "POS tag", "kind", shown_after="qk"
+            ),
         ),
     ),
     PageLink(

@@ -14,6 +14,7 @@ import mha_core
 from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.analysis.roles import SYNTACTIC_MIN_MARGIN
 from mha_core.errors import HeadscopeError
+from mha_core.interventions.joint_qk import METHODS as QK_METHODS
 from ui import computations, compute, page_state
 from ui.page_settings import PageSettings, setting
 from ui.settings import PROFILE_SENTENCES
@@ -21,6 +22,7 @@ from ui.widgets import messages
 
 ROLE_SOURCES = {"sentence": "this sentence", "corpus": "the corpus"}
 COLOUR_BY = {"layer": "layer", "role": "role"}
+QK_COLOURS = {"kind": "query or key", "position": "position", "pos": "POS tag"}
 PROFILE_BUSY = "Another visitor's corpus profile is running on this server. Try again in a minute."
 
 
@@ -56,6 +58,15 @@ class RolesSettings(PageSettings):
     )
     colour_by: str = setting("roles_color_by", "colour_by", "choice", "layer", label="Colour by", options=COLOUR_BY)
     measure: str = setting("roles_measure", "measure", "choice", "normalized_entropy", label="Measurement")
+    # The joint query-key view of the chosen head (``ui.widgets.joint_qk``).
+    joint_qk: bool = setting("roles_joint_qk", "qk", "flag", False, label="Show its queries and keys over a corpus")
+    qk_sentences: int = setting(
+        "roles_qk_sentences", "qk_sentences", "number", 40, label="Corpus sentences", minimum=2, maximum=200
+    )
+    qk_method: str = setting("roles_qk_method", "qk_method", "choice", "pca", label="Projection", options=QK_METHODS)
+    qk_colour: str = setting(
+        "roles_qk_colour", "qk_colour", "choice", "kind", label="Colour points by", options=QK_COLOURS
+    )
 
 
 # ---- the corpus profile -------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
 long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
 (ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens),
-``decomposition`` (one score split by source), ``output`` (the next-token prediction, a generation), ``qkov`` (OV/QK circuits, copying,
+``decomposition`` (one score split by source), ``output`` (the next-token prediction, a generation), ``joint_qk`` (one head's queries and keys projected together), ``qkov`` (OV/QK circuits, copying,
 composition, path patching),
 ``lab`` (the Lab's training, ablation and example) and ``derived``
 (what is computed from a run without a model: a view of it, its metrics, head distances, semantic scores, rollout
@@ -23,6 +23,7 @@ from .causal import AblationEffect, DecoderScores, GroupAblation, Importance, In
 from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
 from .decomposition import Decomposition
+from .joint_qk import JointQueryKey
 from .lab import LabAblation, LabExample, LabTraining, training_step_bytes
 from .long import LongAttention, NeedleTest, long_run_bytes, most_tokens_within, needle_run_bytes
 from .output import Generation, Prediction
@@ -44,6 +45,7 @@ __all__ = [
     "GroupAblation",
     "Importance",
     "InductionExperiment",
+    "JointQueryKey",
     "LabAblation",
     "LabExample",
     "LabTraining",
