@@ -73,6 +73,7 @@ def test_roles_by_name_group_or_part():
     assert heads(search_cards(cards, "syntactic")) == [(1, 1), (1, 2)]  # 3.0 before 1.5
     found = search_cards(cards, "positional:previous")
     assert heads(found) == [(0, 1)] and found["value"].tolist() == pytest.approx([0.95])
+    assert search_cards(cards, "coreference").empty  # a role no head holds here
     with pytest.raises(CardSearchError, match="No head has a role 'banana'"):
         search_cards(cards, "banana")
     with pytest.raises(CardSearchError, match="Type a search"):
