@@ -21,6 +21,7 @@ import re
 
 import pandas as pd
 
+from ..analysis.roles import ROLE_GROUPS
 from ..errors import HeadscopeError
 from .cards import CardsError, HeadCards
 
@@ -72,7 +73,7 @@ def _ranked(rows: list, matched: str, threshold: float) -> pd.DataFrame:
 
 def _by_role(cards: HeadCards, text: str) -> pd.DataFrame:
     wanted = text.removeprefix("heads that are ").removeprefix("heads ").strip()
-    known: set[str] = set()
+    known: set[str] = set(ROLE_GROUPS)  # a role group no head holds finds no head; a word no role has is refused
     rows = []
     for card in cards.cards:
         best = None
