@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from mha_core.operations import Cards
+from mha_core.operations import Cards, Composition
 from ui import address, compute, page_heads, session
 from ui.computations import PROFILE_BATCH, get_model
 from ui.page_heads import HeadsSettings
@@ -96,7 +96,14 @@ def show() -> None:
         cards = compute.compute(operation, get_model(selection.model))
         st.caption(f"Cards over {cards.num_sentences} sentences.")
         query = S["search"].text(what="search")
-        found, refused = page_heads.search_rows(cards, query)
+        composition = None
+        if page_heads.wants_composition(query):
+            operation = Composition(selection.model)
+            if pickers.start_button(
+                "Compute the composition", key=f"heads_composition_{selection.model}", ready=compute.ready(operation)
+            ):
+                composition = compute.compute(operation, get_model(selection.model))
+        found, refused = page_heads.search_rows(cards, query, composition)
         if refused is not None:
             st.warning(messages.md_escape(refused))
         else:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from mha_core.corpus.card_search import CardSearchError, search_cards
+from mha_core.corpus.card_search import CardSearchError, needs_composition, search_cards
 from mha_core.corpus.cards import CardContext, HeadCard, HeadCards
 from ui.escape import md_escape
 from ui.page_settings import PageSettings, setting
@@ -37,15 +37,22 @@ class HeadsSettings(PageSettings):
 
 
 # ---- what the page shows -------------------------------------------------------------------------------------
-def search_rows(cards: HeadCards, query: str | None) -> tuple[pd.DataFrame, str | None]:
-    """(the heads the search finds, the search's refusal in words or None); every head without a search."""
+def search_rows(
+    cards: HeadCards, query: str | None, composition: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, str | None]:
+    """(the heads the search finds, the search's refusal in words or None); every head without a search.
+    ``composition``: ``mc.composition``'s table, for a search of whose key / query / value side comes from a head."""
     if not query or not query.strip():
         table = cards.table()[["layer", "head", "primary_role", "copying", "previous_token", "prev_token_mass"]]
         return table, None
     try:
-        return search_cards(cards, query), None
+        return search_cards(cards, query, composition=composition), None
     except CardSearchError as error:
         return pd.DataFrame(), str(error)
+
+
+def wants_composition(query: str | None) -> bool:
+    return bool(query) and needs_composition(query)
 
 
 def marked_tokens(context: CardContext) -> str:

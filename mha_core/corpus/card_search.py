@@ -41,6 +41,12 @@ class CardSearchError(HeadscopeError, ValueError):
     """A query the card search does not understand, or one that needs what was not given (the composition)."""
 
 
+def needs_composition(query: str) -> bool:
+    """Whether ``query`` asks whose key, query or value side comes from a head (``search_cards`` then needs the
+    composition)."""
+    return isinstance(query, str) and _SIDE.search(" ".join(query.lower().split())) is not None
+
+
 def search_cards(cards: HeadCards, query: str, composition: pd.DataFrame | None = None) -> pd.DataFrame:
     """The heads ``query`` finds in ``cards``, ranked: columns layer, head, matched (the number's name), value,
     threshold (what the value had to pass) and primary_role. The module's docstring gives the query language."""

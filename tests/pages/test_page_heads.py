@@ -62,3 +62,16 @@ def test_marked_tokens_escape_and_mark():
     context = mc.CardContext(0, "a *b* c", ("a", "*b*", "[c]"), query=1, key=2, weight=0.5, value=0.5)
     shown = marked_tokens(context)
     assert shown == f"a :blue-background[**{md_escape('*b*')}**] :orange-background[**{md_escape('[c]')}**]"
+
+
+def test_key_side_search_reads_the_composition(minilm, cards):
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "find": "key side from 0-3"})
+    assert not app.error, [e.value for e in app.error]
+    found = mc.search_cards(cards, "key side from 0-3", composition=mc.composition(minilm))
+    shown = app.dataframe[0].value
+    # the same heads with the same numbers (to float32 rounding, which thread counts change), largest first
+    assert len(found) and set(zip(shown["layer"], shown["head"])) == set(zip(found["layer"], found["head"]))
+    expected = {(l, h): v for l, h, v in zip(found["layer"], found["head"], found["value"])}
+    for l, h, v in zip(shown["layer"], shown["head"], shown["value"]):
+        assert v == pytest.approx(expected[l, h], rel=1e-4, abs=1e-6)
+    assert shown["value"].is_monotonic_decreasing

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mha_core.corpus.card_search import COPYING_MIN, PREVIOUS_MIN_MASS, CardSearchError, search_cards
+from mha_core.corpus.card_search import (
+    COPYING_MIN,
+    PREVIOUS_MIN_MASS,
+    CardSearchError,
+    needs_composition,
+    search_cards,
+)
 from mha_core.corpus.cards import CARD_METRICS, HeadCard, HeadCards
 
 
@@ -96,6 +102,7 @@ def test_key_side_reads_the_composition():
     assert heads(found) == [(1, 1), (1, 0)]
     assert found["value"].tolist() == pytest.approx([0.30, 0.05])
     assert heads(search_cards(cards, "query side from 0.2", composition=composition)) == [(1, 0), (1, 2)]
+    assert needs_composition("Heads whose KEY side comes from 17-3") and not needs_composition("heads that copy")
     with pytest.raises(CardSearchError, match="composition of every pair"):
         search_cards(cards, "key side from 0-2")
     with pytest.raises(CardSearchError, match="layer must be a whole number from 0 to 1"):
