@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from mha_core.operations import Cards, Composition
@@ -40,12 +41,7 @@ def show_context(cards, card, context, kind: str, *, index: int, selection) -> N
 
 def show_card(cards, card, selection) -> None:
     st.subheader(f"Head {card.layer}-{card.head}")
-    st.table(
-        {
-            "": [name for name, _ in page_heads.card_numbers(card)],
-            "value": [v for _, v in page_heads.card_numbers(card)],
-        }
-    )
+    st.table(pd.DataFrame(page_heads.card_numbers(card), columns=["number", "value"]).set_index("number"))
     st.caption(
         f"Tokens: the query on :{page_heads.QUERY_MARK}-background[blue], the key on "
         f":{page_heads.KEY_MARK}-background[orange]."
