@@ -350,10 +350,13 @@ def build_cards(
     batch_size: int = 16,
     progress: Progress | None = None,
     cache: bool = True,
+    executor: dict | None = None,
 ) -> HeadCards:
-    """The cards, computed (``head_cards`` without the cards' own cache)."""
+    """The cards, computed (``head_cards`` without the cards' own cache); ``executor``: ``profile``'s executor
+    settings (``{"executor": "ray", "workers": 4}``) for the profile underneath."""
     texts = [sentence_text(sentence) for sentence in sentences]
-    profiled = profile(model, sentences, batch_size=batch_size, progress=progress_part(progress, 0, 3), cache=cache)
+    settings = dict(batch_size=batch_size, progress=progress_part(progress, 0, 3), cache=cache, **(executor or {}))
+    profiled = profile(model, sentences, **settings)
     roles = head_roles(None, metrics=profiled.metrics, dependency=profiled.dependency)
     primary = primary_roles(roles, model.num_layers, model.num_heads)
     attention, output, encoded = card_contexts(model, texts, top, batch_size, progress_part(progress, 1, 3))
@@ -438,10 +441,13 @@ def head_cards(
     batch_size: int = 16,
     progress: Progress | None = None,
     cache: bool = True,
+    executor: dict | None = None,
 ) -> HeadCards:
     """Every head's card over ``sentences`` (UD trees or strings): the module's docstring says what a card holds.
 
-    ``top``: contexts kept per head and kind; ``cache``: read and write the cards (and the profile's) cache."""
+    ``top``: contexts kept per head and kind; ``cache``: read and write the cards (and the profile's) cache;
+    ``executor``: where the profile underneath runs, as ``profile`` takes it (``{"executor": "ray", "workers": 4,
+    "address": ...}``; the contexts' pass runs here)."""
     sentences = list(sentences)
     if not sentences:
         raise CardsError("head cards need at least one sentence")
@@ -454,7 +460,9 @@ def head_cards(
         if cached is not None:
             report(progress, 1, 1, "cards from the cache")
             return cached
-    cards = build_cards(model, sentences, top=top, batch_size=batch_size, progress=progress, cache=cache)
+    cards = build_cards(
+        model, sentences, top=top, batch_size=batch_size, progress=progress, cache=cache, executor=executor
+    )
     if key is not None:
         store_cards(key, cards)
     return cards

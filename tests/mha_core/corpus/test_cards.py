@@ -143,6 +143,8 @@ def test_explore_query_and_bad_input(tiny, cache_dir):
         head_cards(tiny, CORPUS[:2], top=0, cache=False)
     with pytest.raises(CardsError, match="non-empty string"):
         head_cards(tiny, ["  "], cache=False)
+    with pytest.raises(mc.errors.HeadscopeError, match="executor must be one of local, ray"):  # the profile's
+        head_cards(tiny, CORPUS[:2], cache=False, executor={"executor": "threads"})
 
 
 def test_sentence_text_of_a_tree():
