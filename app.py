@@ -39,6 +39,7 @@ PAGES = [
     ("pages/lab.py", "Lab", ":material/science:", "lab", ()),  # a model it trains
     ("pages/deeper.py", "Deeper", ":material/layers:", "deeper", (MODEL, ENGINE, SENTENCE)),
     ("pages/circuits.py", "Circuits", ":material/account_tree:", "circuits", (MODEL,)),  # its own prompts
+    ("pages/heads.py", "Heads", ":material/style:", "heads", (MODEL, ENGINE)),  # cards over the UD dev sentences
 ]
 PAGE_GUIDE = (
     "- **Explore**: every head of a layer, one head enlarged, the whole model at once.\n"
@@ -50,6 +51,7 @@ PAGE_GUIDE = (
     "- **Lab**: train a tiny transformer and watch its heads specialise.\n\n"
     "- **Deeper**: attention rollout and flow, weights against norms, the neuron view.\n\n"
     "- **Circuits** (decoders): what each head writes towards an answer, patching, the logit lens.\n\n"
+    "- **Heads**: a card for every head over many sentences, searchable, each sentence one click from Explore.\n\n"
     "Everything you choose is in the page address: copy it to share this exact view."
 )
 

@@ -25,7 +25,9 @@ from .attention import (
     scaled_dot_product_attention,
 )
 
-# Many sentences at once: corpus profiling, coreference.
+# Many sentences at once: corpus profiling, coreference, head cards and their search.
+from .corpus.card_search import search_cards
+from .corpus.cards import CardContext, HeadCard, HeadCards, head_cards
 from .corpus.coreference import coreference_scores, load_coreference
 from .corpus.profiling import ProfileResult, profile
 from .corpus.reading import open_corpus, read_corpus
@@ -179,18 +181,23 @@ __all__ = [
     "families",
     "load_model",
     # syntax and corpora
+    "CardContext",
+    "HeadCard",
+    "HeadCards",
     "ProfileResult",
     "Sentence",
     "best_dependency_heads",
     "best_heldout_heads",
     "coreference_scores",
     "dependency_scores",
+    "head_cards",
     "load_conllu",
     "load_coreference",
     "open_corpus",
     "parse_text",
     "profile",
     "read_corpus",
+    "search_cards",
     "ud_ewt_dev",
     # the views outside the app (notebooks, files)
     "save_html",

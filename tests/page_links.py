@@ -15,6 +15,7 @@ from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.interventions.token_attribution import METHODS
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION
 from ui.address import DEFAULT_TEXT
+from ui.page_heads import CARD_SENTENCES
 from ui.settings import PROFILE_SENTENCES
 
 
@@ -469,5 +470,16 @@ LINKS = [
         "Positions",
         (Setting("p", "9", "pe_p", 9, "Position p", "9", 5),),
         root=True,
+    ),
+    PageLink(
+        "heads",
+        "heads",
+        "Heads",
+        (
+            Setting("hsent", "12", "heads_sentences", 12, "UD dev sentences", "12", CARD_SENTENCES),
+            Setting("find", "sink", "heads_search", "sink", "Search the heads", "sink", None),
+            Setting("hlayer", "2", "heads_layer", 2, "Layer", "2", 0),
+            Setting("hhead", "3", "heads_head", 3, "Head", "3", 0),
+        ),
     ),
 ]

@@ -2,7 +2,7 @@
 object with its ``key``, ``peak_bytes(model)``, ``work_class`` and ``run(model, progress)`` (``base``).
 
 By idea: ``runs`` (one text: its attention, an encoder-decoder's, the neuron view, a search vector), ``long`` (a
-long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``causal``
+long document, a needle test the model answers), ``corpus`` (a profile, coreference, a search index), ``cards`` (every head's card over a corpus), ``causal``
 (ablation, the induction experiment, head importance), ``circuits`` (attribution, patching, the logit lens),
 ``decomposition`` (one score split by source), ``output`` (the next-token prediction, a generation), ``joint_qk`` (one head's queries and keys projected together), ``qkov`` (OV/QK circuits, copying,
 composition, path patching),
@@ -19,6 +19,7 @@ through ``mha_core.__main__.load_compute_write``.
 """
 
 from .base import HEAVY, LIGHT, Operation, WorkClass, key_of, operation
+from .cards import Cards
 from .causal import AblationEffect, DecoderScores, GroupAblation, Importance, InductionExperiment, RoleAblation
 from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
@@ -36,6 +37,7 @@ __all__ = [
     "AblationEffect",
     "Attention",
     "Attribution",
+    "Cards",
     "Composition",
     "CopyingScores",
     "Coreference",

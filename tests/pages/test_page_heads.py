@@ -1,0 +1,77 @@
+"""The Heads page under AppTest: the cards it shows are the library's, the search finds the library's heads, a
+card's contexts show their tokens escaped with the query and key marked, a bad search gets a message, and
+"Open in Explore" opens the context there."""
+
+from __future__ import annotations
+
+import pytest
+
+import mha_core as mc
+from mha_core.analysis.syntax import ud_ewt_dev
+from tests.page_helpers import open_app, rerun
+from ui.escape import md_escape
+from ui.page_heads import marked_tokens
+
+PAGE = "heads"
+SENTENCES = 10
+
+
+@pytest.fixture(scope="module")
+def cards(minilm, tmp_path_factory):
+    """MiniLM's cards over the first UD dev sentences, in a cache of the module's own (the page reads it too)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("cards-cache")))
+        yield mc.head_cards(minilm, ud_ewt_dev(SENTENCES), batch_size=16)
+
+
+def test_card_search_and_contexts_are_the_librarys(cards):
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "hlayer": "1", "hhead": "2"})
+    assert not app.error, [e.value for e in app.error]
+    table = app.dataframe[0].value
+    assert list(zip(table["layer"], table["head"])) == [(c.layer, c.head) for c in cards.cards]
+    assert table["primary_role"].tolist() == [c.primary_role for c in cards.cards]
+    card = cards.card(1, 2)
+    markdown = [m.value for m in app.markdown]
+    for context in card.attention[:5] + card.output[:5]:
+        assert marked_tokens(context) in markdown
+    assert any("Head 1-2" in h.value for h in app.subheader)
+    # the search: the library's heads in its order
+    role = "sink"
+    app.text_input(key="heads_search").set_value(role)
+    rerun(app)
+    found = mc.search_cards(cards, role)
+    assert len(found)
+    shown = app.dataframe[0].value
+    assert list(zip(shown["layer"], shown["head"])) == list(zip(found["layer"], found["head"]))
+    app.text_input(key="heads_search").set_value("<b>banana</b>")
+    rerun(app)
+    assert any("No head has a role" in w.value and "<b>" not in w.value for w in app.warning)
+
+
+def test_open_in_explore_carries_the_context(cards):
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "hlayer": "0", "hhead": "1"})
+    context = cards.card(0, 1).attention[0]
+    app.button(key="heads_open_attention_0").click()
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert app.session_state["text"] == context.text
+    assert app.query_params.get("focus") in (str(context.query), [str(context.query)])
+
+
+def test_marked_tokens_escape_and_mark():
+    context = mc.CardContext(0, "a *b* c", ("a", "*b*", "[c]"), query=1, key=2, weight=0.5, value=0.5)
+    shown = marked_tokens(context)
+    assert shown == f"a :blue-background[**{md_escape('*b*')}**] :orange-background[**{md_escape('[c]')}**]"
+
+
+def test_key_side_search_reads_the_composition(minilm, cards):
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "find": "key side from 0-3"})
+    assert not app.error, [e.value for e in app.error]
+    found = mc.search_cards(cards, "key side from 0-3", composition=mc.composition(minilm))
+    shown = app.dataframe[0].value
+    # the same heads with the same numbers (to float32 rounding, which thread counts change), largest first
+    assert len(found) and set(zip(shown["layer"], shown["head"])) == set(zip(found["layer"], found["head"]))
+    expected = {(l, h): v for l, h, v in zip(found["layer"], found["head"], found["value"])}
+    for l, h, v in zip(shown["layer"], shown["head"], shown["value"]):
+        assert v == pytest.approx(expected[l, h], rel=1e-4, abs=1e-6)
+    assert shown["value"].is_monotonic_decreasing

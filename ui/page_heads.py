@@ -1,0 +1,99 @@
+"""The Heads page's settings (``HeadsSettings``, declared once: ``ui.page_settings``) and its logic: the search's
+rows, a context's tokens with its query and key marked, the Explore address of a
+context. ``pages/heads.py`` draws them (through ``ui.heads_page``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from mha_core.corpus.card_search import CardSearchError, needs_composition, search_cards
+from mha_core.corpus.cards import CardContext, HeadCard, HeadCards
+from ui.escape import md_escape
+from ui.page_settings import PageSettings, setting
+
+CARD_SENTENCES = 100  # UD EWT dev sentences the cards read by default (the whole split: 2,002)
+SEARCH_EXAMPLES = ("heads that copy", "previous token", "sink", "nsubj")
+QUERY_MARK, KEY_MARK = "blue", "orange"  # the colours that mark a context's query and key tokens
+
+
+@dataclass(frozen=True)
+class HeadsSettings(PageSettings):
+    """Every setting of the Heads page: how many UD dev sentences the cards read, the search, the chosen head."""
+
+    sentences: int = setting(
+        "heads_sentences", "hsent", "number", CARD_SENTENCES, label="UD dev sentences", minimum=10, maximum=2002
+    )
+    search: str | None = setting(
+        "heads_search",
+        "find",
+        "text",
+        label="Search the heads",
+        help='"heads that copy", "previous token", "key side from 3-4", or a role such as "sink" or "nsubj".',
+    )
+    layer: int = setting("heads_layer", "hlayer", "number", 0, label="Layer", minimum=0)
+    head: int = setting("heads_head", "hhead", "number", 0, label="Head", minimum=0)
+
+
+# ---- what the page shows -------------------------------------------------------------------------------------
+def search_rows(
+    cards: HeadCards, query: str | None, composition: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, str | None]:
+    """(the heads the search finds, the search's refusal in words or None); every head without a search.
+    ``composition``: ``mc.composition``'s table, for a search of whose key / query / value side comes from a head."""
+    if not query or not query.strip():
+        table = cards.table()[["layer", "head", "primary_role", "copying", "previous_token", "prev_token_mass"]]
+        return table, None
+    try:
+        return search_cards(cards, query, composition=composition), None
+    except CardSearchError as error:
+        return pd.DataFrame(), str(error)
+
+
+def wants_composition(query: str | None) -> bool:
+    return bool(query) and needs_composition(query)
+
+
+def marked_tokens(context: CardContext) -> str:
+    """The context's tokens as markdown, each escaped (``md_escape``), the query on a blue background and the key on
+    an orange one (one token both: the query's colour, the key's in words after it)."""
+    shown = []
+    for position, token in enumerate(context.tokens):
+        text = md_escape(token)
+        if position == context.query:
+            text = f":{QUERY_MARK}-background[**{text}**]"
+        elif position == context.key:
+            text = f":{KEY_MARK}-background[**{text}**]"
+        shown.append(text)
+    return " ".join(shown)
+
+
+def context_caption(context: CardContext, kind: str) -> str:
+    """What a context's numbers say, in words."""
+    query, key = md_escape(context.tokens[context.query]), md_escape(context.tokens[context.key])
+    if kind == "attention":
+        return f"query {context.query} ({query}) puts {context.weight:.0%} on key {context.key} ({key})"
+    return (
+        f"output norm {context.value:.3g} at {context.query} ({query}), which looks most at {context.key} ({key}, "
+        f"{context.weight:.0%})"
+    )
+
+
+def card_numbers(card: HeadCard) -> list[tuple[str, str]]:
+    """(name, value in words) of the card's numbers, for its table."""
+    rows = [("primary role", card.primary_role)]
+    for role in card.roles:
+        rows.append((f"role {role['role']}", f"{role['score']:.3g} (threshold {role['threshold']:.3g})"))
+    if card.copying is not None:
+        rows.append(("copying score (OV circuit)", f"{card.copying:.3f}"))
+        rows.append(("previous-token score (QK circuit)", f"{card.previous_token:.3f}"))
+    for name, value in card.metrics.items():
+        rows.append((name, f"{value:.3f}"))
+    return rows
+
+
+def explore_link(cards: HeadCards, card: HeadCard, context: CardContext, model: str, engine: str) -> dict[str, str]:
+    """The Explore address of ``context``: the library's query with the sidebar's model (as the sidebar names it)
+    and engine."""
+    return {**cards.explore_query(card, context), "model": model, "engine": engine}
