@@ -13,6 +13,7 @@ import streamlit as st
 import mha_core as mc
 from mha_core import walkthrough
 from ui.figures import teaching
+from ui.i18n import t
 from ui.page_explore import TEMPERATURES
 from ui.page_settings import PageSettings, setting
 
@@ -104,7 +105,7 @@ class ClassroomSettings(PageSettings):
 
 def head_choices(num_heads: int) -> dict[int, str]:
     """The heads to follow as the page names them (from 1)."""
-    return {i: f"head {i + 1}" for i in range(num_heads)}
+    return {i: t("head {n}", n=i + 1) for i in range(num_heads)}
 
 
 def question_digest(question: str, answer: str) -> str:
