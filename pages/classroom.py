@@ -442,7 +442,7 @@ def step_shapes_and_counts() -> None:
             "costly part.",
             steps=functools.reduce(
                 lambda first, second: tt("{first} and {second}", first=first, second=second),
-                [f"**{step.replace('_', ' ')}**" for step in most["step"]],
+                [tt("**{step}**", step=tt(step.replace("_", " "))) for step in most["step"]],
             ),
             count=int(most["multiplications"].iloc[0]),
             total=total,

@@ -94,14 +94,15 @@ class Declared:
     def shown_label(self) -> str:
         return t(self.label)
 
-    def shown_option(self, value) -> str:
-        return t(self.options[value])
+    def shown_options(self) -> dict:
+        """The choices' words, value -> words (a dict made at draw time: its ``get`` is the widget's format)."""
+        return {value: t(words) for value, words in self.options.items()}
 
     def select(self, draw, options=None, *, default=None, **kwargs):
         """A selectbox, radio or select slider over ``options`` (default: the declaration's, shown by their words)."""
         if options is None:
             options = self.options
-            kwargs.setdefault("format_func", self.shown_option)
+            kwargs.setdefault("format_func", self.shown_options().get)
         return pickers.url_select(
             draw,
             self.shown_label,
@@ -191,7 +192,7 @@ class Declared:
     def segmented(self, *, container=None, **kwargs) -> str:
         return pickers.url_choice(
             self.shown_label,
-            {value: self.shown_option(value) for value in self.options},
+            self.shown_options(),
             key=self.key,
             url_key=self.url_key,
             container=container,

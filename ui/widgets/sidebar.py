@@ -185,7 +185,7 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
                 t("Engine"),
                 list(ENGINES),
                 key="engine",
-                format_func=lambda engine: t(ENGINE_LABELS[engine]),
+                format_func={engine: t(words) for engine, words in ENGINE_LABELS.items()}.get,
                 horizontal=True,
                 help=t(
                     "From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "

