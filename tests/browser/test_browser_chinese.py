@@ -1,0 +1,53 @@
+"""The interface in Chinese in Debian Chromium (``lang=zh``): the page says it is Chinese (``<html lang="zh-CN">``,
+from its first paint and after the sidebar's switch), the translated pages have no serious or critical axe-core
+violation in Chinese, and the Classroom's screenshot (tests/artifacts) shows CJK glyphs from the font
+scripts/setup.sh --test installs (fonts-noto-cjk)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.browser.test_browser_a11y import requirements, serious_violations
+from tests.conftest import require
+from tools.browser import chromium_page, streamlit_server, wait_for_app
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+HTML_LANG_JS = "() => document.documentElement.lang"
+# The translated pages: the Classroom whole, and the shared chrome (navigation, sidebar, messages) on every page.
+TRANSLATED = ["classroom"]
+
+
+def cjk_font_installed() -> bool:
+    fonts = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True, check=False).stdout
+    return "Noto Sans CJK" in fonts
+
+
+def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artifacts_dir):
+    requirements()
+    require(cjk_font_installed(), "Debian's fonts-noto-cjk (bash scripts/setup.sh --test)")
+    report = {}
+    with streamlit_server() as url, chromium_page(1400, 1000) as page:
+        for path in TRANSLATED:
+            page.goto(f"{url}/{path}?lang=zh")
+            assert page.evaluate(HTML_LANG_JS) == "zh-CN"  # the server's page, before any script ran
+            wait_for_app(page, timeout_ms=300_000)
+            page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
+            page.get_by_text("第 1 步：输入和权重").wait_for(timeout=60_000)
+            report[path] = serious_violations(page)
+            assert page.evaluate(HTML_LANG_JS) == "zh-CN"
+            page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"))
+        # The switch: English, and the page says so; the link drops lang.
+        page.get_by_text("English", exact=True).click()
+        page.get_by_text("Classroom: multi-head attention by hand").wait_for(timeout=60_000)
+        page.wait_for_function("() => document.documentElement.lang === 'en'", timeout=60_000)
+        page.wait_for_function("() => !window.location.search.includes('lang=')", timeout=60_000)
+        page.get_by_text("中文", exact=True).click()
+        page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
+        page.wait_for_function("() => document.documentElement.lang === 'zh-CN'", timeout=60_000)
+        assert "lang=zh" in page.url
+    (artifacts_dir / "zh-axe.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    assert not any(report.values()), report
