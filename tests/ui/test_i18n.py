@@ -26,6 +26,7 @@ TRANSLATED_FILES = [
     "ui/page_classroom.py",
     "ui/class_questions.py",
     "ui/decoder_lesson.py",
+    "pages/explore.py",  # its headings and captions (its views and settings: not yet)
 ]
 # Streamlit calls that draw text, and the keywords that carry text (st.latex, st.code, st.html are not text to read).
 DRAWS_TEXT = {
@@ -154,3 +155,72 @@ def test_the_server_serves_a_chinese_link_as_chinese():
     assert asks_chinese({"query_string": b"page=classroom&lang=zh"})
     assert not asks_chinese({"query_string": b"lang=zhx"}) and not asks_chinese({"query_string": b"lang=en"})
     assert not asks_chinese({})
+
+
+def constant(path: Path, name: str):
+    """A module-level constant of a file, read from its syntax tree (app.py cannot be imported outside a run)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == name for target in node.targets):
+            return ast.literal_eval(node.value)
+    raise KeyError(name)
+
+
+def test_the_texts_kept_in_constants_and_the_classrooms_settings_are_in_the_catalog():
+    """What the translated files hand t() by name (a constant, a declaration's words) has its entry: an English
+    text edited without its translation shows in English, and this fails."""
+    from mha_core import walkthrough
+    from ui import class_questions, page_classroom
+    from ui.figures import teaching
+    from ui.page_classroom import ClassroomSettings
+    from ui.settings import ENGINE_LABELS
+    from ui.widgets import messages, sidebar
+
+    texts = [
+        messages.INTRO,
+        messages.FIRST_TEN_MINUTES,
+        constant(ROOT / "app.py", "PAGE_GUIDE"),
+        *page_titles(),
+        sidebar.EMPTY_TEXT_NOTICE,
+        sidebar.SENTENCE_LABEL,
+        ENGINE_LABELS["core"],
+        walkthrough.CHOSEN_MATRICES_REASON,
+        *class_questions.MESSAGES.values(),
+        class_questions.NO_IDENTITY_NOTE,
+        class_questions.BUSY_NOTE,
+        *teaching.SCORE_LABELS.values(),
+        *(title for title in page_classroom_step_titles()),
+    ]
+    for declared in ClassroomSettings.declarations().values():
+        texts += [declared.label, declared.help or ""]
+        texts += [words for words in (declared.options or {}).values() if isinstance(words, str)]
+    texts += [page_classroom.CLASS_SENTENCE]  # an example sentence: stays English, no entry wanted
+    catalog = i18n.catalog("zh")
+    wanted = [text for text in texts if LATIN_WORD.search(text) and text not in NOT_TRANSLATED]
+    assert [text[:60] for text in wanted if text not in catalog] == []
+
+
+# English on purpose: example sentences and the decoder lesson's prompts (the models read English), names.
+NOT_TRANSLATED = {
+    "When Mary and John went to the store, John gave a drink to",
+    "The cat sat on the",
+    "The capital of France is",
+    "Once upon a time, there was a",
+    "d_model",
+    "Q1",
+    "K1",
+    "V1",
+}
+
+
+def page_titles() -> list[str]:
+    """The navigation's titles, from app.py's PAGES."""
+    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
+    pages = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "PAGES")
+    return [element.elts[1].value for element in pages.value.elts]
+
+
+def page_classroom_step_titles() -> list[str]:
+    """The Classroom's step titles, from pages/classroom.py's STEPS."""
+    tree = ast.parse((ROOT / "pages" / "classroom.py").read_text(encoding="utf-8"))
+    steps = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "STEPS")
+    return [element.elts[0].value for element in steps.value.elts]
