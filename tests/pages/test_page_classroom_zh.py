@@ -29,7 +29,7 @@ ALLOWED = {
     "one", "hot", "logits", "smollm", "gpt", "minilm", "spearman", "rollout", "batch", "reshape", "query", "key",
     "value", "multiheadattention", "bos", "csv", "cookie", "english", "language", "concat", "jain", "wallace",
     "wiegreffe", "pinter", "docs", "findings", "md", "hugging", "face", "hub", "attention", "sink", "weights",
-    "multihead", "logit", "sat", "cat", "the", "down", "mpnet",
+    "multihead", "logit", "sat", "cat", "the", "down", "mpnet", "all", "base",
 }  # fmt: skip
 ICON = re.compile(r":material/[a-z_]+:")
 CODE = re.compile(r"`[^`]*`")
@@ -131,3 +131,22 @@ def test_a_bad_language_in_the_link_gives_a_notice_and_english():
     assert app.session_state["lang"] == "en" and "lang" not in app.query_params
     assert any("lang=fr" in warning.value for warning in app.warning)
     assert app.title[0].value == "Classroom: multi-head attention by hand"
+
+
+def test_the_sidebar_in_chinese_with_every_input():
+    """Explore's sidebar (model, engine, sentence, examples) in Chinese: the example sentences' names stay English
+    (they are English sentences), everything else is Chinese."""
+    from ui import session
+
+    app = open_app("explore", {"lang": "zh", "model": "minilm"})
+    assert not app.exception
+    texts = [str(element.value) for kind in TEXT_KINDS for element in app.sidebar.get(kind)]
+    for kind in WIDGET_KINDS:
+        for element in app.sidebar.get(kind):
+            texts += [element.label, getattr(element, "help", None) or ""]
+            texts += [str(option) for option in (getattr(element, "options", None) or [])]
+    labels = {element.label for element in app.sidebar.get("selectbox")} | {e.label for e in app.sidebar.radio}
+    assert {"模型", "引擎", "示例句子（英文：模型读的是英文）", "Language / 语言"} <= labels
+    examples = [example["label"] for example in session.load_examples()]
+    sentence = app.sidebar.text_input(key="text").value
+    assert english_words([text for text in texts if text], sentences=(*examples, sentence)) == []

@@ -37,6 +37,9 @@ def _heartbeat() -> None:
     session.presence().beat()
 
 
+_LEFT_ENGLISH = "_lang_switched"  # this session has shown another language: the page's lang follows it since
+
+
 def language_switch() -> str:
     """The interface's language (``ui.i18n``): a radio "English / 中文" kept in the address (``lang=zh``), and the
     page's ``<html lang>`` set to match, so that a screen reader speaks Chinese as Chinese. Returns the language."""
@@ -50,8 +53,13 @@ def language_switch() -> str:
         horizontal=True,
     )
     # A fixed script (no user text): the server sets the first paint's lang from the link (``ui.server``); this
-    # keeps it right after a switch, which does not reload the page.
-    st.html(f"<script>document.documentElement.lang='{i18n.HTML_LANG[lang]}'</script>", unsafe_allow_javascript=True)
+    # keeps it right after a switch, which does not reload the page. A session that never left English has the
+    # page's own lang, and no script.
+    if lang != "en" or st.session_state.get(_LEFT_ENGLISH):
+        st.session_state[_LEFT_ENGLISH] = True
+        st.html(
+            f"<script>document.documentElement.lang='{i18n.HTML_LANG[lang]}'</script>", unsafe_allow_javascript=True
+        )
     return lang
 
 
@@ -162,7 +170,8 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
         if inputs:
             st.header(t("Input"))
         if MODEL in inputs:
-            st.selectbox(t("Model"), list(choices), key="model_choice", format_func=choices.get)
+            shown = {name: t(words) for name, words in choices.items()}
+            st.selectbox(t("Model"), list(choices), key="model_choice", format_func=shown.get)
             if st.session_state["model_choice"] == OTHER_MODEL:
                 where = (
                     t("Loaded from the local Hugging Face cache, a folder, or downloaded from the hub.")
