@@ -156,6 +156,14 @@ def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols:
     )
 
 
+def table(frame, key: str, words=()) -> None:
+    """A table with its column names, and the cells of the ``words`` columns, in the screen's language (the
+    catalog's words; the data, formulas and numbers as they are)."""
+    shown = frame.assign(**{column: frame[column].map(lambda cell: t(str(cell))) for column in words})
+    labels = {column: st.column_config.Column(t(column)) for column in frame.columns}
+    st.dataframe(shown, hide_index=True, key=key, column_config=labels)
+
+
 # ---- the steps ---------------------------------------------------------------------------------------------
 def step_inputs() -> None:
     messages.explain(
@@ -394,14 +402,14 @@ def step_shapes_and_counts() -> None:
         "grow with d_model squared, the scores and the weighted values with the sequence length squared."
     )
     trace = example.dimension_trace.assign(shape=example.dimension_trace["shape"].map(str))
-    st.dataframe(trace, hide_index=True, key="cls_trace")
+    table(trace, "cls_trace", words=("step", "tensor"))
     counts = example.operation_counts
-    st.dataframe(counts[["step", "formula", "kind", "count_formula"]], hide_index=True, key="cls_count_formulas")
+    table(counts[["step", "formula", "kind", "count_formula"]], "cls_count_formulas", words=("step", "formula", "kind"))
     total = example.total_matmul_multiplications
     most = counts[counts["multiplications"] == counts["multiplications"].max()]
 
     def counted() -> None:
-        st.dataframe(counts, hide_index=True, key="cls_counts")
+        table(counts, "cls_counts", words=("step", "formula", "kind"))
         st.latex(teaching.matmul_total_latex(counts, total))
         if example.from_tutorial:
             st.warning(

@@ -50,6 +50,9 @@ def visible_texts(app) -> list[str]:
         for element in app.get(kind):
             texts += [element.label, getattr(element, "help", None) or ""]
             texts += [str(option) for option in (getattr(element, "options", None) or [])]
+    for frame in app.dataframe:  # the tables' words (their formulas and numbers stay as they are)
+        data = frame.value
+        texts += [str(cell) for column in ("step", "kind") if column in data.columns for cell in data[column]]
     return [text for text in texts if text]
 
 
