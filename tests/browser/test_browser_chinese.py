@@ -10,15 +10,16 @@ import subprocess
 
 import pytest
 
-from tests.browser.test_browser_a11y import requirements, serious_violations
+from tests.browser.test_browser_a11y import HEAD_DRAWN_JS, requirements, serious_violations
 from tests.conftest import require
 from tools.browser import chromium_page, streamlit_server, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 HTML_LANG_JS = "() => document.documentElement.lang"
-# The translated pages: the Classroom whole, and the shared chrome (navigation, sidebar, messages) on every page.
-TRANSLATED = ["classroom"]
+# The translated pages and a heading each shows in Chinese: the Classroom whole, Explore's headings and captions
+# (and the shared chrome, navigation, sidebar and messages, on both).
+TRANSLATED = {"explore": "我在看什么？", "classroom": "第 1 步：输入和权重"}
 
 
 def cjk_font_installed() -> bool:
@@ -31,15 +32,17 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
     require(cjk_font_installed(), "Debian's fonts-noto-cjk (bash scripts/setup.sh --test)")
     report = {}
     with streamlit_server() as url, chromium_page(1400, 1000) as page:
-        for path in TRANSLATED:
+        for path, heading in TRANSLATED.items():
             page.goto(f"{url}/{path}?lang=zh")
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"  # the server's page, before any script ran
             wait_for_app(page, timeout_ms=300_000)
-            page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
-            page.get_by_text("第 1 步：输入和权重").wait_for(timeout=60_000)
+            page.get_by_text(heading, exact=True).first.wait_for(timeout=120_000)
+            if path == "explore":
+                page.wait_for_function(HEAD_DRAWN_JS, timeout=300_000)
             report[path] = serious_violations(page)
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"
             page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"))
+        page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
         # The switch: English, and the page says so; the link drops lang.
         page.get_by_text("English", exact=True).click()
         page.get_by_text("Classroom: multi-head attention by hand").wait_for(timeout=60_000)
