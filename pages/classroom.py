@@ -423,12 +423,15 @@ def step_shapes_and_counts() -> None:
             st.caption(t(counts.attrs.get("causal_note", "")))
         if example.from_tutorial:  # the tutorial's own counts are among its discrepancies: they tell the answer
             st.subheader(t("Where the tutorial's numbers disagree with the arithmetic"))
-            st.dataframe(walkthrough.discrepancy_summary(), hide_index=True, key="cls_discrepancy_summary")
+            table(walkthrough.discrepancy_summary(), "cls_discrepancy_summary", words=("quantity",))
             discrepancies = example.discrepancies
-            st.dataframe(
-                discrepancies.assign(index=discrepancies["index"].map(lambda i: "" if i is None else str(i))),
-                hide_index=True,
-                key="cls_discrepancies",
+            table(
+                discrepancies.assign(
+                    index=discrepancies["index"].map(lambda i: "" if i is None else str(i)),
+                    note=discrepancies["note"].map(page.entry_note),
+                ),
+                "cls_discrepancies",
+                words=("quantity",),
             )
 
     ask(

@@ -108,6 +108,21 @@ def head_choices(num_heads: int) -> dict[int, str]:
     return {i: t("head {n}", n=i + 1) for i in range(num_heads)}
 
 
+# The walkthrough's note on one printed entry of a matrix (``mha_core.walkthrough``): "Q1 = X @ W_1^Q: row 1 of X
+# times column 2 of W_1^Q".
+ENTRY_NOTE = re.compile(
+    r"(?P<name>\S+) = X @ (?P<weights>\S+): row (?P<row>\d+) of X times column (?P<column>\d+) of \S+"
+)
+
+
+def entry_note(note: str) -> str:
+    """A discrepancy's note in the screen's language: a matrix entry's note by its pattern, the others whole."""
+    match = ENTRY_NOTE.fullmatch(note)
+    if match is None:
+        return t(note)
+    return t("{name} = X @ {weights}: row {row} of X times column {column} of {weights}", **match.groupdict())
+
+
 def question_digest(question: str, answer: str) -> str:
     """A question's name in the address (``reveal=``): the same question with the same answer, the same name."""
     return hashlib.sha1(f"{question}\n{answer}".encode()).hexdigest()[:12]

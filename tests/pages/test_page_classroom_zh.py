@@ -30,8 +30,10 @@ ALLOWED = {
     "value", "multiheadattention", "bos", "csv", "cookie", "english", "language", "concat", "jain", "wallace",
     "wiegreffe", "pinter", "docs", "findings", "md", "hugging", "face", "hub", "attention", "sink", "weights",
     "multihead", "logit", "sat", "cat", "the", "down", "mpnet", "all", "base",
+    "scores",  # the tutorial's own variable, quoted in its formula (scores1 = Q1 @ K1^T / sqrt(d_k))
 }  # fmt: skip
 ICON = re.compile(r":material/[a-z_]+:")
+TABLE_WORDS = ("step", "kind", "quantity", "note")  # the tables' columns of words (the others: formulas, numbers)
 CODE = re.compile(r"`[^`]*`")
 QUOTED_TOKEN = re.compile(r"'[^'\n]*'")  # a model's token as the decoder lesson shows it (its repr)
 WORD = re.compile(r"[A-Za-z_]{2,}")
@@ -52,7 +54,7 @@ def visible_texts(app) -> list[str]:
             texts += [str(option) for option in (getattr(element, "options", None) or [])]
     for frame in app.dataframe:  # the tables' words (their formulas and numbers stay as they are)
         data = frame.value
-        texts += [str(cell) for column in ("step", "kind") if column in data.columns for cell in data[column]]
+        texts += [str(cell) for column in TABLE_WORDS if column in data.columns for cell in data[column]]
     return [text for text in texts if text]
 
 
