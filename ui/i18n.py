@@ -10,6 +10,7 @@ changes in ``{fields}`` and keep the key fixed. Values are not escaped here: esc
 from __future__ import annotations
 
 import json
+import re
 import string
 from dataclasses import dataclass, field
 from functools import cache
@@ -89,3 +90,40 @@ def joined(parts, separator: str) -> Text:
     """``parts`` (texts or ``Text``) joined by ``separator``, each shown in the session's language."""
     names = [f"part{i}" for i in range(len(parts))]
     return Text(separator.join(f"{{{name}}}" for name in names), dict(zip(names, parts, strict=True)))
+
+
+NUMBERED = re.compile(r"(?P<words>[A-Za-z][A-Za-z ]*?) (?P<number>\d+)")  # "head 2": words, then a number
+
+
+def shown(text: str | None) -> str | None:
+    """A figure's text in the session's language: its catalog entry, else (a numbered name, "head 2") its words'
+    entry and the number; else as it is."""
+    if not text:
+        return text
+    translated = t(text)
+    if translated != text:
+        return translated
+    numbered = NUMBERED.fullmatch(text)
+    if numbered is not None and (words := t(numbered["words"])) != numbered["words"]:
+        return f"{words} {numbered['number']}"
+    return text
+
+
+def translate_figure(fig):
+    """A Plotly figure's words (its title, subplot titles, axis titles, trace names) in the session's language,
+    in place; English: unchanged. ``ui.figures`` stays pure Plotly: the app translates what it shows."""
+    if not chinese():
+        return fig
+    layout = fig.layout
+    if layout.title and layout.title.text:
+        layout.title.text = shown(layout.title.text)
+    for annotation in layout.annotations or ():
+        annotation.text = shown(annotation.text)
+    for name in [name for name in layout if name.startswith(("xaxis", "yaxis"))]:
+        axis = layout[name]
+        if axis.title and axis.title.text:
+            axis.title.text = shown(axis.title.text)
+    for trace in fig.data:
+        if getattr(trace, "name", None):
+            trace.name = shown(trace.name)
+    return fig

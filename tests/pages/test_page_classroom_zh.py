@@ -30,13 +30,15 @@ ALLOWED = {
     "value", "multiheadattention", "bos", "csv", "cookie", "english", "language", "concat", "jain", "wallace",
     "wiegreffe", "pinter", "docs", "findings", "md", "hugging", "face", "hub", "attention", "sink", "weights",
     "multihead", "logit", "sat", "cat", "the", "down", "mpnet", "all", "base",
+    "log", "exp",
     "scores",  # the tutorial's own variable, quoted in its formula (scores1 = Q1 @ K1^T / sqrt(d_k))
 }  # fmt: skip
 ICON = re.compile(r":material/[a-z_]+:")
 TABLE_WORDS = ("step", "kind", "quantity", "note")  # the tables' columns of words (the others: formulas, numbers)
 CODE = re.compile(r"`[^`]*`")
 QUOTED_TOKEN = re.compile(r"'[^'\n]*'")  # a model's token as the decoder lesson shows it (its repr)
-WORD = re.compile(r"[A-Za-z_]{2,}")
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+TAG = re.compile(r"<br>")  # a figure's line break
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,6 +54,12 @@ def visible_texts(app) -> list[str]:
         for element in app.get(kind):
             texts += [element.label, getattr(element, "help", None) or ""]
             texts += [str(option) for option in (getattr(element, "options", None) or [])]
+    for spec in plotly_elements(app).values():  # the figures' words: titles, subplot and axis titles, trace names
+        layout = spec.get("layout", {})
+        texts.append(str(layout.get("title", {}).get("text", "")))
+        texts += [str(annotation.get("text", "")) for annotation in layout.get("annotations", [])]
+        texts += [str(axis.get("title", {}).get("text", "")) for name, axis in layout.items() if name[1:5] == "axis"]
+        texts += [str(trace.get("name", "")) for trace in spec.get("data", [])]
     for frame in app.dataframe:  # the tables' words (their formulas and numbers stay as they are)
         data = frame.value
         texts += [str(cell) for column in TABLE_WORDS if column in data.columns for cell in data[column]]
@@ -62,11 +70,11 @@ def english_words(texts: list[str], sentences=()) -> list[str]:
     """The Latin words of ``texts`` that are not allowed English (example sentences and tokens removed first)."""
     found = []
     for text in texts:
-        text = QUOTED_TOKEN.sub("", CODE.sub("", ICON.sub("", text)))
-        for sentence in sentences:
-            text = text.replace(sentence, "")
-        words = [word.strip("_") for word in WORD.findall(text)]
-        found += [word for word in words if len(word) > 1 and word.lower() not in ALLOWED and not word.isupper()]
+        text = TAG.sub(" ", QUOTED_TOKEN.sub("", CODE.sub("", ICON.sub("", text))))
+        for sentence in sentences:  # whole words only ("cat" is not in "Concat")
+            text = re.sub(rf"(?<![A-Za-z]){re.escape(sentence)}(?![A-Za-z])", "", text)
+        words = WORD.findall(text)  # a word with a digit or an underscore is a symbol: d_model, head_1, W_1, scores1
+        found += [w for w in words if len(w) > 1 and w.isalpha() and w.lower() not in ALLOWED and not w.isupper()]
     return found
 
 

@@ -224,3 +224,27 @@ def page_classroom_step_titles() -> list[str]:
     tree = ast.parse((ROOT / "pages" / "classroom.py").read_text(encoding="utf-8"))
     steps = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "STEPS")
     return [element.elts[0].value for element in steps.value.elts]
+
+
+def test_a_figures_words_are_translated_in_chinese_only(monkeypatch):
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    def figure():
+        fig = make_subplots(rows=1, cols=2, subplot_titles=["head 1", "head 12"])
+        fig.add_trace(go.Heatmap(z=[[1]], name="head 1"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=[1], y=[1], name="scaled dot product"), row=1, col=2)
+        fig.update_xaxes(title="d_k (dimensions per head)")
+        fig.update_layout(title="Attention weights A_i = softmax(scores): each row sums to 1")
+        return fig
+
+    monkeypatch.setattr(i18n, "language", lambda: "en")
+    english = figure()
+    assert i18n.translate_figure(english).to_dict() == figure().to_dict()  # English: unchanged
+    monkeypatch.setattr(i18n, "language", lambda: "zh")
+    fig = i18n.translate_figure(figure())
+    assert [a.text for a in fig.layout.annotations] == ["头 1", "头 12"]
+    assert [trace.name for trace in fig.data] == ["头 1", "缩放点积"]
+    assert fig.layout.xaxis.title.text == fig.layout.xaxis2.title.text == "d_k（每个头的维数）"
+    assert fig.layout.title.text == "注意力权重 A_i = softmax(scores)：每行之和为 1"
+    assert i18n.shown("layer 3") == "layer 3" and i18n.shown("") == ""  # no entry: as it is
