@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.browser.test_browser_a11y import HEAD_DRAWN_JS, requirements, serious_violations
+from tests.browser.test_browser_a11y import AT_REST_JS, HEAD_DRAWN_JS, requirements, serious_violations
 from tests.conftest import require
 from tools.browser import chromium_page, streamlit_server, wait_for_app
 
@@ -43,6 +43,16 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"
             page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"))
         page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
+        # A step with a figure, its answer revealed: its words in Chinese too (a screenshot to look at).
+        page.goto(f"{url}/classroom?lang=zh&step=4")
+        wait_for_app(page, timeout_ms=300_000)
+        page.get_by_text("揭晓答案").first.click()
+        page.get_by_text("**答案：**".strip("*")).first.wait_for(timeout=60_000)
+        page.wait_for_function(AT_REST_JS, timeout=60_000)
+        page.screenshot(path=str(artifacts_dir / "zh-classroom-step4.png"), full_page=True)
+        assert "注意力权重" in page.evaluate(
+            "() => document.body.innerText + [...document.querySelectorAll('svg text')].map(t => t.textContent).join(' ')"
+        )
         # The switch: English, and the page says so; the link drops lang.
         page.get_by_text("English", exact=True).click()
         page.get_by_text("Classroom: multi-head attention by hand").wait_for(timeout=60_000)
