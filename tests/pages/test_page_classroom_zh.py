@@ -13,6 +13,7 @@ import pytest
 from mha_core.walkthrough import readable_example, worked_example
 from tests.conftest import require
 from tests.page_helpers import open_app, plotly_elements
+from tests.pages.test_page_class import TOKEN, classroom, sidebar_text  # noqa: F401 (classroom: a fixture)
 from ui.page_classroom import CLASS_SENTENCE, DECODER_PROMPTS
 
 pytestmark = pytest.mark.slow
@@ -165,43 +166,28 @@ def test_the_sidebar_in_chinese_with_every_input():
     assert english_words([text for text in texts if text], sentences=(*examples, sentence)) == []
 
 
-def test_a_class_whose_screens_read_different_languages_answers_one_question(monkeypatch, tmp_path):
+@pytest.mark.usefixtures("classroom")
+def test_a_class_whose_screens_read_different_languages_answers_one_question():
     """The teacher leads in Chinese, a student follows in English: the student's screen moves to the teacher's step
     and keeps its own language; both screens ask the same question (its name is its English), the student's
     answer counts on the teacher's screen, whose choices read in Chinese."""
-    from tests.pages.test_page_class import TOKEN, sidebar_text
-    from ui import class_session, compute, follow
+    from ui import class_session
 
-    monkeypatch.setenv("HEADSCOPE_CLASSROOM", "1")
-    monkeypatch.setenv("HEADSCOPE_TEACHER_TOKEN", TOKEN)
-    monkeypatch.setenv("HEADSCOPE_CLASS_DB", str(tmp_path / "class.sqlite3"))
-    monkeypatch.delenv("HEADSCOPE_PUBLIC_URL", raising=False)
-    cookie = class_session.signed_student(TOKEN)
-    monkeypatch.setattr(follow, "browser_cookie", lambda name: cookie if name == follow.STUDENT_COOKIE else "")
-    compute.reset_server_state()
-    follow.forget_store()
-    try:
-        teacher = open_app("classroom", {"teacher": TOKEN, "step": "4", "lang": "zh"})
-        assert "你在带领这堂课" in sidebar_text(teacher)
-        assert (
-            "lang"
-            not in class_session.ClassStore(class_session.default_path()).view(class_session.class_id(TOKEN)).params
-        )  # each screen's language is its own, not the class's view
-        student = open_app()
-        assert student.query_params["step"] == "4" and "lang" not in student.query_params
-        assert student.title[0].value == "Classroom: multi-head attention by hand"
-        assert "Following the teacher" in sidebar_text(student)
-        (pills,) = [group for group in student.get("button_group") if group.key.startswith("class_pick_")]
-        assert list(pills.options) == ["More", "Less"]  # the class's words, in English on this screen
-        digest = pills.key.removeprefix("class_pick_")
-        pills.set_value(0).run()
-        store = class_session.ClassStore(class_session.default_path())
-        session = class_session.class_id(TOKEN)
-        assert store.counts(session, digest) == [1, 0]  # the student's answer, on the teacher's question
-        teacher.run()
-        assert teacher.title[0].value == "课堂：手算多头注意力"
-        live = plotly_elements(teacher)[f"class_live_{digest}"]
-        assert "多于一半" in str(live["data"]) and "少于一半" in str(live["data"])  # the teacher's screen: Chinese
-    finally:
-        compute.reset_server_state()
-        follow.forget_store()
+    teacher = open_app("classroom", {"teacher": TOKEN, "step": "4", "lang": "zh"})
+    assert "你在带领这堂课" in sidebar_text(teacher)
+    store = class_session.ClassStore(class_session.default_path())
+    session = class_session.class_id(TOKEN)
+    assert "lang" not in store.view(session).params  # each screen's language is its own, not the class's view
+    student = open_app()
+    assert student.query_params["step"] == "4" and "lang" not in student.query_params
+    assert student.title[0].value == "Classroom: multi-head attention by hand"
+    assert "Following the teacher" in sidebar_text(student)
+    (pills,) = [group for group in student.get("button_group") if group.key.startswith("class_pick_")]
+    assert list(pills.options) == ["More", "Less"]  # the class's words, in English on this screen
+    digest = pills.key.removeprefix("class_pick_")
+    pills.set_value(0).run()
+    assert store.counts(session, digest) == [1, 0]  # the student's answer, on the teacher's question
+    teacher.run()
+    assert teacher.title[0].value == "课堂：手算多头注意力"
+    live = plotly_elements(teacher)[f"class_live_{digest}"]
+    assert "多于一半" in str(live["data"]) and "少于一半" in str(live["data"])  # the teacher's screen: Chinese
