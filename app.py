@@ -10,6 +10,7 @@ import streamlit as st
 
 from mha_core.errors import quoted
 from ui import address, follow, session, shell
+from ui.i18n import t
 from ui.settings import configure_process, settings
 from ui.widgets import charts, messages, sidebar
 
@@ -62,7 +63,10 @@ available = [p for p in PAGES if (ROOT / p[0]).exists()]
 # Every page has its own address (/compare?...), which a visitor can bookmark, share or reload. The root
 # address is not a page: it opens the page ?page= names (links made before pages had addresses), else
 # the first, at that page's own address, with the rest of the link.
-pages = {path: st.Page(ROOT / file, title=title, icon=icon, url_path=path) for file, title, icon, path, _ in available}
+# Titles in the session's language (``ui.i18n``: the sidebar's switch, ``lang=zh``); the addresses stay English.
+pages = {
+    path: st.Page(ROOT / file, title=t(title), icon=icon, url_path=path) for file, title, icon, path, _ in available
+}
 inputs = {path: reads for _, _, _, path, reads in available}
 # Never run (app.py switches away from it first); a function page needs a url_path of its own.
 root = st.Page(lambda: None, title="Headscope", url_path="start", default=True, visibility="hidden")
@@ -72,7 +76,9 @@ navigation = st.navigation([root, *pages.values()], position="hidden")
 if navigation is root:
     wanted_page = address.query_value("page")
     if wanted_page is not None and wanted_page not in pages:
-        address.link_notice(f"there is no page {quoted(wanted_page)}; showing {available[0][3]}.")
+        address.link_notice(
+            t("there is no page {page}; showing {shown}.", page=quoted(wanted_page), shown=available[0][3])
+        )
     link = {key: st.query_params.get_all(key) for key in st.query_params if key != "page"}
     st.switch_page(pages.get(wanted_page, pages[available[0][3]]), query_params=link)
 follow.start(pages, navigation.url_path)  # a class: who leads; a follower moves to the teacher's view
@@ -90,8 +96,8 @@ if not session.has_selection():  # the sidebar failed (its message is shown): no
 if settings().classroom:
     sidebar.join_class_panel()
     follow.class_panel()
-with st.sidebar.expander("About Headscope"):
-    st.markdown(messages.INTRO + "\n\n" + PAGE_GUIDE)
+with st.sidebar.expander(t("About Headscope")):
+    st.markdown(t(messages.INTRO) + "\n\n" + t(PAGE_GUIDE))
 
 address.write_query(page=navigation.url_path)
 messages.show_link_notices()

@@ -6,6 +6,8 @@ asks the class to predict something before it reveals the answer, computed from 
 answers are revealed is in the address (``reveal=``), so a copied link opens them revealed.
 """
 
+import functools
+
 import numpy as np
 import streamlit as st
 
@@ -14,13 +16,15 @@ from mha_core import walkthrough
 from ui import address, attribution_view, class_questions, computations, decoder_lesson, follow, shell
 from ui import page_classroom as page
 from ui.figures import teaching
+from ui.i18n import Text, t
+from ui.i18n import text as tt
 from ui.page_classroom import ClassroomSettings
 from ui.widgets import charts, messages
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 S = ClassroomSettings.declarations()
 
-st.title("Classroom: multi-head attention by hand")
+st.title(t("Classroom: multi-head attention by hand"))
 
 
 # ---- the numbers --------------------------------------------------------------------------------------
@@ -36,10 +40,10 @@ def numbers(source: str, seq_len: int, d_model: int, num_heads: int, seed: int, 
 
 # In presentation mode this folds away, so the step itself fills the screen.
 with st.expander(
-    "The numbers, the head to follow, the settings", expanded=not charts.presenting(), icon=":material/tune:"
+    t("The numbers, the head to follow, the settings"), expanded=not charts.presenting(), icon=":material/tune:"
 ):
     source = S["source"].segmented()
-    st.markdown("**Sizes, score function, causal mask**")
+    st.markdown(t("**Sizes, score function, causal mask**"))
     cols = st.columns(4)
     random_numbers = source == "random"
     seq_len = S["seq_len"].number(cols[0].slider, disabled=not random_numbers)
@@ -50,22 +54,28 @@ with st.expander(
     score = S["score"].select(cols[0].radio, horizontal=True)
     causal = S["causal"].toggle(container=cols[1])
     st.caption(
-        {
-            "words": "Each word is a vector of 8 numbers you can name: what kind of word it is (dimensions 1-4) and "
-            "where it stands (5-8). Head 1 asks 'who does it?' (a verb looks for a noun); head 2 asks 'what came "
-            "just before?'.",
-            "tutorial": "The numbers of a widely read tutorial's worked example (4 tokens, d_model 8, 2 heads). Its "
-            "printed inputs are so large that softmax puts all the weight on one token; and where its printed "
-            "results differ from the arithmetic, both are shown and the arithmetic wins.",
-            "random": "Random inputs and weights of any size: try a large d_model without scaling to see softmax saturate.",
-        }[source]
+        t(
+            {
+                "words": "Each word is a vector of 8 numbers you can name: what kind of word it is (dimensions 1-4) and "
+                "where it stands (5-8). Head 1 asks 'who does it?' (a verb looks for a noun); head 2 asks 'what came "
+                "just before?'.",
+                "tutorial": "The numbers of a widely read tutorial's worked example (4 tokens, d_model 8, 2 heads). Its "
+                "printed inputs are so large that softmax puts all the weight on one token; and where its printed "
+                "results differ from the arithmetic, both are shown and the arithmetic wins.",
+                "random": "Random inputs and weights of any size: try a large d_model without scaling to see softmax "
+                "saturate.",
+            }[source]
+        )
     )
 
     try:
         example = numbers(source, seq_len, d_model, num_heads, int(seed), score, causal)
     except ValueError as error:
         st.error(
-            f"These settings do not work: {messages.md_escape(error)}. Pick a number of heads that divides d_model."
+            t(
+                "These settings do not work: {reason}. Pick a number of heads that divides d_model.",
+                reason=messages.md_escape(error),
+            )
         )
         st.stop()
 
@@ -91,8 +101,12 @@ def revealed_in_link() -> set[str]:
         return page.revealed_in(raw)
     except ValueError as error:
         st.warning(
-            f"The link's {page.REVEAL_URL_KEY}={messages.md_escape(raw[:40])} is not {messages.md_escape(error)}; "
-            "nothing is revealed."
+            t(
+                "The link's {key}={value} is not {reason}; nothing is revealed.",
+                key=page.REVEAL_URL_KEY,
+                value=messages.md_escape(raw[:40]),
+                reason=messages.md_escape(error),
+            )
         )
         return set()
 
@@ -101,22 +115,25 @@ def keep_reveals_in_url() -> None:
     address.write_query(**{page.REVEAL_URL_KEY: ",".join(revealed_now) or None})
 
 
-def ask(question: str, answer: str, shows_answer=None, options=None, correct: int | None = None) -> None:
+def ask(question: Text | str, answer: Text | str, shows_answer=None, options=None, correct: int | None = None) -> None:
     """A question to answer before looking; its answer, and ``shows_answer()`` (what would give the answer
     away: the matrix, table or chart that holds it), drawn only once "Reveal the answer" is switched on.
     Nothing of them reaches the browser before (a collapsed expander would send them, hidden). The switch
     belongs to this question and these numbers: another step, head or setting asks again, unrevealed; it starts
     as the link says (``reveal=``) and is kept there. ``options`` (with the ``correct`` one): in a class, every
-    screen answers by a click and the teacher reveals (``ui.class_questions``)."""
-    st.markdown(f"**Predict:** {question}")
-    digest = page.question_digest(question, answer)
+    screen answers by a click and the teacher reveals (``ui.class_questions``). A question and its answer are
+    ``ui.i18n.Text``: shown in the screen's language, named (``reveal=``, the class's question) by their English,
+    so that every screen of a class asks the same question whatever its language."""
+    question_md, answer_md = str(question), str(answer)
+    st.markdown(t("**Predict:** {question}", question=question_md))
+    digest = page.question_digest(*(x.english() if isinstance(x, Text) else x for x in (question, answer)))
     if options is not None and class_questions.classroom_question(
-        digest, question, options, correct, answer, shows_answer
+        digest, question_md, options, correct, answer_md, shows_answer
     ):
         return
-    if st.toggle("Reveal the answer", key=page.start_reveal(digest, revealed_in_link)):
+    if st.toggle(t("Reveal the answer"), key=page.start_reveal(digest, revealed_in_link)):
         revealed_now.append(digest)
-        st.markdown(f"**Answer:** {answer}")
+        st.markdown(t("**Answer:** {answer}", answer=answer_md))
         if shows_answer is not None:
             shows_answer()
 
@@ -128,15 +145,23 @@ def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols:
     charts.show_chart(
         teaching.matrix_figure(
             values,
-            title,
+            t(title),
             row_names=row_names,
             col_names=col_names,
-            row_label="in" if rows == "in" else "token",
-            col_label="out" if cols == "out" else "dim",
+            row_label=t("in") if rows == "in" else "token",
+            col_label=t("out") if cols == "out" else t("dim"),
             **kwargs,
         ),
         key=key,
     )
+
+
+def table(frame, key: str, words=()) -> None:
+    """A table with its column names, and the cells of the ``words`` columns, in the screen's language (the
+    catalog's words; the data, formulas and numbers as they are)."""
+    shown = frame.assign(**{column: frame[column].map(lambda cell: t(str(cell))) for column in words})
+    labels = {column: st.column_config.Column(t(column)) for column in frame.columns}
+    st.dataframe(shown, hide_index=True, key=key, column_config=labels)
 
 
 # ---- the steps ---------------------------------------------------------------------------------------------
@@ -169,12 +194,20 @@ def step_inputs() -> None:
             )
     matrix(example.w_o, "W^O", "cls_w_o", rows="in", cols="features" if features else "out")
     if example.from_tutorial:
-        st.caption("W_2^K and W_2^V are not printed in the tutorial. " + walkthrough.CHOSEN_MATRICES_REASON)
+        st.caption(t("W_2^K and W_2^V are not printed in the tutorial.") + " " + t(walkthrough.CHOSEN_MATRICES_REASON))
     ask(
-        f"X has {example.seq_len} rows and {example.d_model} columns. How many numbers does one head's query "
-        f"matrix Q_{h} = X W_{h}^Q hold?",
-        f"{example.seq_len} x {example.d_k} = **{example.seq_len * example.d_k}**: one row per token, d_k = "
-        f"{example.d_k} columns per head.",
+        tt(
+            "X has {n} rows and {d_model} columns. How many numbers does one head's query matrix Q_{h} = X W_{h}^Q hold?",
+            n=example.seq_len,
+            d_model=example.d_model,
+            h=h,
+        ),
+        tt(
+            "{n} x {d_k} = **{count}**: one row per token, d_k = {d_k} columns per head.",
+            n=example.seq_len,
+            d_k=example.d_k,
+            count=example.seq_len * example.d_k,
+        ),
     )
 
 
@@ -193,25 +226,33 @@ def step_projections() -> None:
         with col:
             matrix(values[head], f"{name}_{h}", f"cls_{name.lower()}")
     if example.from_tutorial and head == 0:
-        st.subheader("What the tutorial prints for head 1")
+        st.subheader(t("What the tutorial prints for head 1"))
         printed_name = S["printed"].select(st.radio, horizontal=True)
         printed = walkthrough.TUTORIAL_PRINTED[printed_name]
         true = {"Q1": example.q, "K1": example.k, "V1": example.v}[printed_name][0]
         cols = st.columns(3)
         with cols[0]:
-            matrix(printed, f"{printed_name} as the tutorial prints it", "cls_tutorial_printed", digits=1)
+            matrix(printed, t("{name} as the tutorial prints it", name=printed_name), "cls_tutorial_printed", digits=1)
         with cols[1]:
-            matrix(true, f"{printed_name} computed", "cls_tutorial_true", digits=1)
+            matrix(true, t("{name} computed", name=printed_name), "cls_tutorial_true", digits=1)
         with cols[2]:
             matrix(true - printed, "computed minus printed", "cls_tutorial_difference", digits=1)
         st.caption(
-            f"Row 1 of X times column 1 of W_1^{printed_name[0]}: the tutorial prints {printed[0, 0]:g}, "
-            f"the arithmetic gives {true[0, 0]:.4g}."
+            t(
+                "Row 1 of X times column 1 of W_1^{name}: the tutorial prints {printed}, the arithmetic gives {true}.",
+                name=printed_name[0],
+                printed=f"{printed[0, 0]:g}",
+                true=f"{true[0, 0]:.4g}",
+            )
         )
     top = int(np.argmax(np.linalg.norm(example.q[head], axis=1)))
     ask(
-        f"Which token's query in head {h} is the longest vector (asks the loudest question)?",
-        f"**{messages.md_escape(names[top])}**, length {np.linalg.norm(example.q[head, top]):.3g}.",
+        tt("Which token's query in head {h} is the longest vector (asks the loudest question)?", h=h),
+        tt(
+            "**{token}**, length {length}.",
+            token=messages.md_escape(names[top]),
+            length=f"{np.linalg.norm(example.q[head, top]):.3g}",
+        ),
         options=names,
         correct=top,
     )
@@ -245,19 +286,23 @@ def step_scores() -> None:
     def scores_matrix() -> None:
         matrix(
             example.scores[head],
-            f"scores of head {h} (row = query, column = key)",
+            t("scores of head {h} (row = query, column = key)", h=h),
             "cls_scores",
             cols="tokens",
             masked=masked,
         )
         if causal:
             st.caption(
-                "Cells marked 'masked' are future tokens: the causal mask sets their score to -inf before softmax."
+                t("Cells marked 'masked' are future tokens: the causal mask sets their score to -inf before softmax.")
             )
 
     ask(
-        f"In head {h}, which key will **{messages.md_escape(names[focus])}** score highest?",
-        f"**{messages.md_escape(names[best])}**, with score {example.scores[head, focus, best]:.3g}.",
+        tt("In head {h}, which key will **{token}** score highest?", h=h, token=messages.md_escape(names[focus])),
+        tt(
+            "**{token}**, with score {score}.",
+            token=messages.md_escape(names[best]),
+            score=f"{example.scores[head, focus, best]:.3g}",
+        ),
         scores_matrix,
         options=[names[key] for key in visible_keys],
         correct=int(np.flatnonzero(visible_keys == best)[0]),
@@ -276,17 +321,27 @@ def step_softmax() -> None:
         charts.show_chart(teaching.weights_figure(example.weights, example.keep_mask, names=names), key="cls_weights")
         if example.is_one_hot:
             st.warning(
-                "Every row is (almost) one-hot: the scores differ by far more than 1, so softmax gives nearly all "
-                "the weight to one key. That is what large scores do; see the last step."
+                t(
+                    "Every row is (almost) one-hot: the scores differ by far more than 1, so softmax gives nearly all "
+                    "the weight to one key. That is what large scores do; see the last step."
+                )
             )
 
     ask(
-        f"Will **{messages.md_escape(names[focus])}** give its top key in head {h} more or less than half of its "
-        "attention?",
-        f"**{'More' if top > 0.5 else 'Less'}**: {top:.2f} of it. The rest is spread over the other "
-        f"{len(visible_keys) - 1} visible tokens.",
+        tt(
+            "Will **{token}** give its top key in head {h} more or less than half of its attention?",
+            token=messages.md_escape(names[focus]),
+            h=h,
+        ),
+        tt(
+            "**More**: {top} of it. The rest is spread over the other {others} visible tokens."
+            if top > 0.5
+            else "**Less**: {top} of it. The rest is spread over the other {others} visible tokens.",
+            top=f"{top:.2f}",
+            others=len(visible_keys) - 1,
+        ),
         weights_figure,
-        options=["More", "Less"],
+        options=["More", "Less"],  # kept in English by the class; each screen shows its own words
         correct=0 if top > 0.5 else 1,
     )
 
@@ -299,9 +354,16 @@ def step_weighted_values() -> None:
     )
     source_token = int(np.argmax(example.weights[head, focus]))
     ask(
-        f"Whose value vector contributes most to **{messages.md_escape(names[focus])}**'s new vector in head {h}?",
-        f"**{messages.md_escape(names[source_token])}**'s: it carries weight "
-        f"{example.weights[head, focus, source_token]:.2f}.",
+        tt(
+            "Whose value vector contributes most to **{token}**'s new vector in head {h}?",
+            token=messages.md_escape(names[focus]),
+            h=h,
+        ),
+        tt(
+            "**{token}**'s: it carries weight {weight}.",
+            token=messages.md_escape(names[source_token]),
+            weight=f"{example.weights[head, focus, source_token]:.2f}",
+        ),
         lambda: matrix(example.heads[head], f"head_{h}", "cls_head_output"),
         options=[names[key] for key in visible_keys],
         correct=int(np.flatnonzero(visible_keys == source_token)[0]),
@@ -321,12 +383,15 @@ def step_output() -> None:
     matrix(example.concat, "Concat(heads)", "cls_concat")
     matrix(example.output, "output", "cls_output", cols="features" if features else "dims")
     st.success(
-        f"Headscope's MultiHeadAttention module, run in one call with these weights, gives the same output "
-        f"(largest difference {example.module_max_abs_diff:.1e})."
+        t(
+            "Headscope's MultiHeadAttention module, run in one call with these weights, gives the same output "
+            "(largest difference {diff}).",
+            diff=f"{example.module_max_abs_diff:.1e}",
+        )
     )
     ask(
-        "The output has the same shape as X. Why does that matter?",
-        "Because the next layer takes the same shape in: layers can be stacked, dozens of them.",
+        tt("The output has the same shape as X. Why does that matter?"),
+        tt("Because the next layer takes the same shape in: layers can be stacked, dozens of them."),
     )
 
 
@@ -337,40 +402,62 @@ def step_shapes_and_counts() -> None:
         "grow with d_model squared, the scores and the weighted values with the sequence length squared."
     )
     trace = example.dimension_trace.assign(shape=example.dimension_trace["shape"].map(str))
-    st.dataframe(trace, hide_index=True, key="cls_trace")
+    table(trace, "cls_trace", words=("step", "tensor"))
     counts = example.operation_counts
-    st.dataframe(counts[["step", "formula", "kind", "count_formula"]], hide_index=True, key="cls_count_formulas")
+    table(counts[["step", "formula", "kind", "count_formula"]], "cls_count_formulas", words=("step", "formula", "kind"))
     total = example.total_matmul_multiplications
     most = counts[counts["multiplications"] == counts["multiplications"].max()]
 
     def counted() -> None:
-        st.dataframe(counts, hide_index=True, key="cls_counts")
+        table(counts, "cls_counts", words=("step", "formula", "kind"))
         st.latex(teaching.matmul_total_latex(counts, total))
         if example.from_tutorial:
             st.warning(
-                f"The tutorial counts 768 + 128 + 256 = 1152 multiplications: it leaves out the weights @ V step, "
-                f"which costs as much as the scores. The matrix products need {total}."
+                t(
+                    "The tutorial counts 768 + 128 + 256 = 1152 multiplications: it leaves out the weights @ V step, "
+                    "which costs as much as the scores. The matrix products need {total}.",
+                    total=total,
+                )
             )
         if causal:
-            st.caption(counts.attrs.get("causal_note", ""))
+            st.caption(t(counts.attrs.get("causal_note", "")))
         if example.from_tutorial:  # the tutorial's own counts are among its discrepancies: they tell the answer
-            st.subheader("Where the tutorial's numbers disagree with the arithmetic")
-            st.dataframe(walkthrough.discrepancy_summary(), hide_index=True, key="cls_discrepancy_summary")
+            st.subheader(t("Where the tutorial's numbers disagree with the arithmetic"))
+            table(walkthrough.discrepancy_summary(), "cls_discrepancy_summary", words=("quantity",))
             discrepancies = example.discrepancies
-            st.dataframe(
-                discrepancies.assign(index=discrepancies["index"].map(lambda i: "" if i is None else str(i))),
-                hide_index=True,
-                key="cls_discrepancies",
+            table(
+                discrepancies.assign(
+                    index=discrepancies["index"].map(lambda i: "" if i is None else str(i)),
+                    note=discrepancies["note"].map(page.entry_note),
+                ),
+                "cls_discrepancies",
+                words=("quantity",),
             )
 
     ask(
-        f"With n = {example.seq_len} tokens, d_model = {example.d_model} and {example.num_heads} heads (d_k = "
-        f"{example.d_k}), which step needs the most multiplications? Use the count formulas above.",
-        " and ".join(f"**{step.replace('_', ' ')}**" for step in most["step"])
-        + f": {int(most['multiplications'].iloc[0])} multiplications"
-        + (" each" if len(most) > 1 else "")
-        + f", of {total} in all the matrix products. The projections grow with d_model squared, the scores and "
-        "the weighted values with n squared: long texts make the scores the costly part.",
+        tt(
+            "With n = {n} tokens, d_model = {d_model} and {heads} heads (d_k = {d_k}), which step needs the most "
+            "multiplications? Use the count formulas above.",
+            n=example.seq_len,
+            d_model=example.d_model,
+            heads=example.num_heads,
+            d_k=example.d_k,
+        ),
+        tt(
+            "{steps}: {count} multiplications each, of {total} in all the matrix products. The projections grow with "
+            "d_model squared, the scores and the weighted values with n squared: long texts make the scores the "
+            "costly part."
+            if len(most) > 1
+            else "{steps}: {count} multiplications, of {total} in all the matrix products. The projections grow with "
+            "d_model squared, the scores and the weighted values with n squared: long texts make the scores the "
+            "costly part.",
+            steps=functools.reduce(
+                lambda first, second: tt("{first} and {second}", first=first, second=second),
+                [tt("**{step}**", step=tt(step.replace("_", " "))) for step in most["step"]],
+            ),
+            count=int(most["multiplications"].iloc[0]),
+            total=total,
+        ),
         counted,
         options=[step.replace("_", " ") for step in counts["step"]],
         correct=int(np.flatnonzero(counts["multiplications"].to_numpy() == counts["multiplications"].max())[0]),
@@ -387,8 +474,11 @@ def step_scaling() -> None:
     table = computations.saturation_table(16)
     unscaled = table[(table["score"] == "dot") & (table["d_k"] == table["d_k"].max())]["max_weight"].iloc[0]
     ask(
-        f"Without dividing by sqrt(d_k), how large is the biggest weight of a row at d_k = {table['d_k'].max()}?",
-        f"About **{unscaled:.2f}**: nearly one-hot. With the scaling it stays far below that.",
+        tt(
+            "Without dividing by sqrt(d_k), how large is the biggest weight of a row at d_k = {d_k}?",
+            d_k=table["d_k"].max(),
+        ),
+        tt("About **{weight}**: nearly one-hot. With the scaling it stays far below that.", weight=f"{unscaled:.2f}"),
         lambda: charts.show_chart(teaching.saturation_figure(table, 16), key="cls_saturation"),
     )
 
@@ -410,7 +500,7 @@ STEPS = [
 # ---- one step per screen -----------------------------------------------------------------------------------
 if all_steps:
     for title, draw in STEPS:
-        st.header(title)
+        st.header(t(title))
         draw()
     keep_reveals_in_url()
     st.stop()
@@ -427,20 +517,23 @@ def move(by: int) -> None:
     STEP.set(step)
     if follow.following_student():
         follow.leave(
-            f"You moved to step {step} yourself, so this screen no longer follows the "
-            "teacher. **Follow the teacher** in the sidebar brings it back to the teacher's step."
+            t(
+                "You moved to step {step} yourself, so this screen no longer follows the teacher. **Follow the "
+                "teacher** in the sidebar brings it back to the teacher's step.",
+                step=step,
+            )
         )
 
 
 number = ClassroomSettings.from_session().step
 back, progress, forward = st.columns([1, 4, 1])
-back.button("Back", key="cls_back", on_click=move, args=(-1,), disabled=number == 1, icon=":material/arrow_back:")
-progress.progress(number / len(STEPS), text=f"Step {number} of {len(STEPS)}")
+back.button(t("Back"), key="cls_back", on_click=move, args=(-1,), disabled=number == 1, icon=":material/arrow_back:")
+progress.progress(number / len(STEPS), text=t("Step {number} of {count}", number=number, count=len(STEPS)))
 forward.button(
-    "Next", key="cls_next", on_click=move, args=(1,), disabled=number == len(STEPS), icon=":material/arrow_forward:"
+    t("Next"), key="cls_next", on_click=move, args=(1,), disabled=number == len(STEPS), icon=":material/arrow_forward:"
 )
 STEP.keep()
 title, draw = STEPS[number - 1]
-st.header(title)
+st.header(t(title))
 draw()
 keep_reveals_in_url()

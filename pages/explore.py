@@ -11,15 +11,16 @@ import functools
 import streamlit as st
 
 from ui import attribution_view, class_questions, encoder_decoder, figures, longdoc, session, shell
+from ui.i18n import t
 from ui.page_explore import ALL_TOKENS, ExploreSettings, focus_choices
 from ui.widgets import charts, decomposition, downloads, messages, pickers, predict, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
-st.title("Explore")
-st.markdown(messages.INTRO)
-with st.expander("What am I looking at?", icon=":material/help:"):
-    st.markdown(messages.FIRST_TEN_MINUTES)
+st.title(t("Explore"))
+st.markdown(t(messages.INTRO))
+with st.expander(t("What am I looking at?"), icon=":material/help:"):
+    st.markdown(t(messages.FIRST_TEN_MINUTES))
 
 
 def explore_run(notices: bool = True):
@@ -31,11 +32,13 @@ def explore_run(notices: bool = True):
 
 if session.lab_run() is not None:
     st.info(
-        "Showing the model you trained on the Lab page, on its fixed example (tokens are numbers). "
-        "The sidebar's model and sentence come back with the button below.",
+        t(
+            "Showing the model you trained on the Lab page, on its fixed example (tokens are numbers). "
+            "The sidebar's model and sentence come back with the button below."
+        ),
         icon=":material/science:",
     )
-    st.button("Back to the sidebar's model", on_click=session.close_lab_run, key="explore_close_lab")
+    st.button(t("Back to the sidebar's model"), on_click=session.close_lab_run, key="explore_close_lab")
 
 
 @st.fragment
@@ -66,9 +69,9 @@ def explore_view() -> None:
     view = views.shaped_run(run, words, hide_special)
     notes = []
     if view.is_causal:
-        notes.append("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it).")
+        notes.append(t("Decoder: grey cells are hidden by the causal mask (a token never sees the tokens after it)."))
     if views.figure_options(view)["segment_ids"] is not None:
-        notes.append("Sentence pair: the dotted orange line separates the first sentence from the second.")
+        notes.append(t("Sentence pair: the dotted orange line separates the first sentence from the second."))
     if notes:
         st.caption(" ".join(notes))
     views.sink_note(run)
@@ -114,11 +117,17 @@ def view_section(words: bool, hide_special: bool) -> None:
     if mode == "model":
         return
     st.caption(
-        "Move the layer slider or click a head to enlarge it. Rows are queries (the token looking), columns "
-        "are keys (the tokens looked at); each row sums to 1. Colours: the scale beside the enlarged head "
-        "(white 0, dark blue 1). Hover a cell for its weight."
-        + (" Click it (or Enter on it) to see below why the head looks there." if session.lab_run() is None else "")
-        + (" Switch to **Lines** for the BertViz-style view of the head." if shape == "heatmap" else "")
+        t(
+            "Move the layer slider or click a head to enlarge it. Rows are queries (the token looking), columns "
+            "are keys (the tokens looked at); each row sums to 1. Colours: the scale beside the enlarged head "
+            "(white 0, dark blue 1). Hover a cell for its weight."
+        )
+        + (
+            " " + t("Click it (or Enter on it) to see below why the head looks there.")
+            if session.lab_run() is None
+            else ""
+        )
+        + (" " + t("Switch to **Lines** for the BertViz-style view of the head.") if shape == "heatmap" else "")
     )
     if shape == "lines":
         lines_view(view, layer, head)
@@ -152,11 +161,12 @@ def lines_view(view, layer: int, head: int) -> None:
             filename=f"headscope-layer{layer}-head{head}-lines",
         )
     side.caption(
-        "Lines from each query (left) to the keys it attends to (right); darker = more weight. "
+        t("Lines from each query (left) to the keys it attends to (right); darker = more weight.")
+        + " "
         + (
-            "Every weight of 0.02 or more is drawn."
+            t("Every weight of 0.02 or more is drawn.")
             if focus is not None
-            else "For all tokens at once, each query's two strongest keys; pick a token to see all of its lines."
+            else t("For all tokens at once, each query's two strongest keys; pick a token to see all of its lines.")
         )
     )
 

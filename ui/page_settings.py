@@ -18,6 +18,7 @@ from typing import Any
 import streamlit as st
 
 from ui import address
+from ui.i18n import t
 from ui.widgets import pickers
 
 _DECLARED = "headscope_setting"  # the dataclass field's metadata key of its declaration
@@ -85,16 +86,26 @@ class Declared:
 
     # ---- drawn through ui.widgets.pickers (the session's value, else the link's, else the default) ----
     def _help(self, kwargs: dict) -> dict:
-        return {"help": self.help, **kwargs} if self.help is not None else kwargs
+        return {"help": t(self.help), **kwargs} if self.help is not None else kwargs
+
+    # The words shown (label, help, choices) in the session's language (``ui.i18n``: English where the catalog has
+    # no entry); the values, the session keys and the address stay as declared.
+    @property
+    def shown_label(self) -> str:
+        return t(self.label)
+
+    def shown_options(self) -> dict:
+        """The choices' words, value -> words (a dict made at draw time: its ``get`` is the widget's format)."""
+        return {value: t(words) for value, words in self.options.items()}
 
     def select(self, draw, options=None, *, default=None, **kwargs):
         """A selectbox, radio or select slider over ``options`` (default: the declaration's, shown by their words)."""
         if options is None:
             options = self.options
-            kwargs.setdefault("format_func", self.options.get)
+            kwargs.setdefault("format_func", self.shown_options().get)
         return pickers.url_select(
             draw,
-            self.label,
+            self.shown_label,
             options,
             key=self.key,
             url_key=self.url_key,
@@ -106,7 +117,7 @@ class Declared:
         """A number input or slider from the declaration's bounds (or those given: they follow the model)."""
         return pickers.url_number(
             draw,
-            self.label,
+            self.shown_label,
             self.minimum if minimum is None else minimum,
             self.maximum if maximum is None else maximum,
             key=self.key,
@@ -118,7 +129,7 @@ class Declared:
     def multiselect(self, options, *, container=None, default=None, **kwargs) -> list:
         """A multiselect over ``options``; ``default``: the declaration's unless given (it follows the model)."""
         return pickers.url_multiselect(
-            self.label,
+            self.shown_label,
             options,
             key=self.key,
             url_key=self.url_key,
@@ -132,7 +143,7 @@ class Declared:
         (``pickers.url_widget``); ``default``: the declaration's unless given (it follows the model)."""
         return pickers.url_widget(
             draw,
-            self.label,
+            self.shown_label,
             *args,
             key=self.key,
             url_key=self.url_key,
@@ -145,14 +156,14 @@ class Declared:
 
     def toggle(self, *, container=None, **kwargs) -> bool:
         return pickers.url_toggle(
-            self.label, self.key, self.url_key, bool(self.default), container=container, **self._help(kwargs)
+            self.shown_label, self.key, self.url_key, bool(self.default), container=container, **self._help(kwargs)
         )
 
     def layer(self, num_layers: int, *, label: str | None = None, container=None, default: int = 0) -> int:
         """A layer slider of its own (``pickers.select_layer``); ``label``: words that name the model."""
         return pickers.select_layer(
             num_layers,
-            label=self.label if label is None else label,
+            label=self.shown_label if label is None else label,
             key=self.key,
             url_key=self.url_key,
             container=container,
@@ -161,24 +172,31 @@ class Declared:
 
     def head(self, num_heads: int, *, container=None) -> int:
         """A head selector of its own (``pickers.select_head``)."""
-        return pickers.select_head(num_heads, label=self.label, key=self.key, url_key=self.url_key, container=container)
+        return pickers.select_head(
+            num_heads, label=self.shown_label, key=self.key, url_key=self.url_key, container=container
+        )
 
     def text(self, *, container=None, what: str | None = None, default: str | None = None, **kwargs) -> str:
         """A text box cut to ``address.MAX_TEXT_CHARS`` with a notice naming it by its label (or ``what``: the
         words that name it when its label is a long sentence); ``default``: the declaration's unless given."""
         return pickers.url_text(
-            self.label,
+            self.shown_label,
             key=self.key,
             url_key=self.url_key,
             default=self.default if default is None else default,
-            what=self.label.lower() if what is None else what,
+            what=self.shown_label.lower() if what is None else what,
             container=container,
             **self._help(kwargs),
         )
 
     def segmented(self, *, container=None, **kwargs) -> str:
         return pickers.url_choice(
-            self.label, self.options, key=self.key, url_key=self.url_key, container=container, **self._help(kwargs)
+            self.shown_label,
+            self.shown_options(),
+            key=self.key,
+            url_key=self.url_key,
+            container=container,
+            **self._help(kwargs),
         )
 
     def start(self, parse=None, default=None) -> Any:

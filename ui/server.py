@@ -15,6 +15,10 @@ from __future__ import annotations
 # module script, does). The origin is the browser's own: the same HTML serves 127.0.0.1 and a class's address.
 BASE_URL_SCRIPT = b"<script>window.__streamlit={BACKEND_BASE_URL:window.location.origin+'/'}</script>"
 _HEAD = b"<head>"
+# The page's language for screen readers from its first paint: a link with ``lang=zh`` (``ui.i18n``) is served as
+# Chinese; the sidebar's switch sets it again on every run (``ui.widgets.sidebar.language_switch``).
+_HTML_EN = b'<html lang="en">'
+_HTML_ZH = b'<html lang="zh-CN">'
 
 # Every page, from its first paint (so before the script's first run draws anything): captions dark enough for WCAG
 # AA (Streamlit draws them at 60 % opacity, 3.9:1 on white; here 6:1), the labels of disabled widgets as readable,
@@ -41,12 +45,19 @@ def is_page_request(scope) -> bool:
     return "." not in path.rsplit("/", 1)[-1] and not path.startswith(("/_stcore/", "/media/", "/app/", "/component"))
 
 
-def with_base_url(html: bytes) -> bytes:
+def with_base_url(html: bytes, chinese: bool = False) -> bytes:
     """The page's HTML with ``BASE_URL_SCRIPT`` and ``PAGE_STYLE`` first in its head (unchanged when it has no head,
-    or has them)."""
+    or has them); ``chinese``: its ``<html lang>`` is ``zh-CN``."""
     if _HEAD not in html or BASE_URL_SCRIPT in html:
         return html
+    if chinese:
+        html = html.replace(_HTML_EN, _HTML_ZH, 1)
     return html.replace(_HEAD, _HEAD + BASE_URL_SCRIPT + PAGE_STYLE, 1)
+
+
+def asks_chinese(scope) -> bool:
+    """The request's address holds ``lang=zh``."""
+    return b"lang=zh" in scope.get("query_string", b"").split(b"&")
 
 
 class BackendBaseUrl:
@@ -78,7 +89,7 @@ class BackendBaseUrl:
             content = b"".join(body)
             headers = list(start.get("headers", []))
             if dict(headers).get(b"content-type", b"").startswith(b"text/html"):
-                content = with_base_url(content)
+                content = with_base_url(content, asks_chinese(scope))
                 headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
                 headers.append((b"content-length", str(len(content)).encode()))
             await send({**start, "headers": headers})

@@ -16,7 +16,7 @@ from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.interventions.prompts import TASKS_BY_NAME
 from tests.model_fixtures import build_tiny_gpt2
 from tests.page_links import LINKS
-from ui import address, page_circuits, page_classroom, page_compare, page_lab, page_positions, page_roles
+from ui import address, i18n, page_circuits, page_classroom, page_compare, page_lab, page_positions, page_roles
 from ui import page_ablate as ablate
 from ui.page_ablate import AblateSettings
 from ui.page_circuits import CircuitsSettings
@@ -364,7 +364,8 @@ def test_each_page_declaration_reads_its_links_settings_and_writes_the_same_link
         if declaration.default is not None:  # None: the default follows the model
             assert getattr(page(), name) == setting.default, name  # with MiniLM, where it follows the model
         if setting.label is not None and declaration.key not in SHARED_INDEX_KEYS:
-            assert declaration.label.format(model="minilm") == setting.label, name
+            shown = i18n.translate(declaration.label, link.link_query.get("lang", "en"))  # a link in Chinese
+            assert shown.format(model="minilm") == setting.label, name
     assert chosen.to_address() == {s.url_key: s.link for s in ours}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import figures
+from ui import figures, i18n
 
 
 def chart_config(filename: str) -> dict:
@@ -73,7 +73,8 @@ def presentation_styles() -> None:
 
 def show_chart(fig, key: str, filename: str | None = None, **kwargs):
     """``st.plotly_chart`` with Headscope's colours kept (no Streamlit theme), PNG export configured, and
-    every text enlarged in presentation mode."""
+    every text enlarged in presentation mode, its words in the session's language (``ui.i18n``)."""
+    i18n.translate_figure(fig)
     if presenting():
         figures.enlarge_text(fig, PRESENTATION_SCALE)
     if high_contrast():

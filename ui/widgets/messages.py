@@ -12,6 +12,7 @@ import streamlit as st
 from mha_core.errors import HeadscopeError, InputTextError, redact_paths
 from ui import address
 from ui.escape import md_code, md_escape  # noqa: F401 (the app's one way to put user text in a message)
+from ui.i18n import t
 
 LOG = logging.getLogger("headscope.app")
 
@@ -57,14 +58,16 @@ def error_display():
     try:
         yield
     except InputTextError as error:
-        st.error(f"This text cannot be read: {public_message(error)}")
+        st.error(t("This text cannot be read: {reason}", reason=public_message(error)))
     except HeadscopeError as error:
         st.error(public_message(error))
     except Exception as error:  # last resort: the page keeps working, the details go to the server log
         LOG.exception("unexpected error in a page")
         st.error(
-            f"Something went wrong ({type(error).__name__}). Try another sentence or model; "
-            "the details are in the server log."
+            t(
+                "Something went wrong ({kind}). Try another sentence or model; the details are in the server log.",
+                kind=type(error).__name__,
+            )
         )
 
 
@@ -72,20 +75,22 @@ def show_link_notices() -> None:
     """What was wrong with the link this session was opened with, once, above the page."""
     notices = address.take_link_notices()
     if notices:
-        st.warning("This link was changed to work:\n" + "\n".join(f"- {md_escape(n)}" for n in notices))
+        st.warning(t("This link was changed to work:") + "\n" + "\n".join(f"- {md_escape(n)}" for n in notices))
 
 
 def explain(text: str) -> None:
     """A short plain-language note for the class, set apart from the numbers."""
-    st.info(text, icon=":material/school:")
+    st.info(t(text), icon=":material/school:")
 
 
 def engine_note(run) -> None:
     """For the from-scratch engine: how closely it matches transformers."""
     if run.engine == "core" and run.max_abs_diff is not None:
-        match = (
-            "exactly (largest difference 0)"
-            if run.max_abs_diff == 0
-            else f"to {run.max_abs_diff:.1e} (largest absolute difference over every layer, head and weight)"
-        )
-        st.success(f"{md_escape(run.model_name)}: the from-scratch engine matches transformers {match}.")
+        if run.max_abs_diff == 0:
+            text = t("{model}: the from-scratch engine matches transformers exactly (largest difference 0).")
+        else:
+            text = t(
+                "{model}: the from-scratch engine matches transformers to {diff} (largest absolute difference over "
+                "every layer, head and weight)."
+            )
+        st.success(text.format(model=md_escape(run.model_name), diff=f"{run.max_abs_diff:.1e}"))

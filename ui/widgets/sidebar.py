@@ -17,11 +17,12 @@ import streamlit as st
 from mha_core.errors import EmptyTextError, EngineNotSupported, HeadscopeError
 from mha_core.models import DEFAULT_MODEL, ENGINES
 from mha_core.models.tokens import visible_text
-from ui import address, computations, compute, session
+from ui import address, computations, compute, i18n, session
+from ui.i18n import t
 from ui.jobs import BEAT_S
 from ui.settings import ENGINE_LABELS, OTHER_MODEL, model_choices, settings
 from ui.widgets.messages import error_display, md_escape, public_message
-from ui.widgets.pickers import limited_text_input, url_toggle
+from ui.widgets.pickers import limited_text_input, url_select, url_toggle
 
 
 def keep_alive() -> None:
@@ -34,6 +35,32 @@ def keep_alive() -> None:
 
 def _heartbeat() -> None:
     session.presence().beat()
+
+
+_LEFT_ENGLISH = "_lang_switched"  # this session has shown another language: the page's lang follows it since
+
+
+def language_switch() -> str:
+    """The interface's language (``ui.i18n``): a radio "English / 中文" kept in the address (``lang=zh``), and the
+    page's ``<html lang>`` set to match, so that a screen reader speaks Chinese as Chinese. Returns the language."""
+    lang = url_select(
+        st.radio,
+        i18n.LANGUAGE_LABEL,
+        list(i18n.LANGUAGES),
+        key=i18n.LANG_KEY,
+        url_key=i18n.LANG_KEY,
+        format_func=i18n.LANGUAGES.get,
+        horizontal=True,
+    )
+    # A fixed script (no user text): the server sets the first paint's lang from the link (``ui.server``); this
+    # keeps it right after a switch, which does not reload the page. A session that never left English has the
+    # page's own lang, and no script.
+    if lang != "en" or st.session_state.get(_LEFT_ENGLISH):
+        st.session_state[_LEFT_ENGLISH] = True
+        st.html(
+            f"<script>document.documentElement.lang='{i18n.HTML_LANG[lang]}'</script>", unsafe_allow_javascript=True
+        )
+    return lang
 
 
 SENTENCE_LABEL = "Sentence"  # also tools.browser.SENTENCE_LABEL, which the browser tests type into
@@ -81,13 +108,13 @@ def sentence_boxes(place: str = "sidebar", pair: bool = True) -> None:
         _sentences()
         st.session_state["text"], st.session_state["pair"] = st.session_state["_sentences"]
     limited_text_input(
-        SENTENCE_LABEL,
+        t(SENTENCE_LABEL),
         key="text",
         what="sentence",
-        help="Press Enter to run. Long texts are truncated to the model's limit.",
+        help=t("Press Enter to run. Long texts are truncated to the model's limit."),
     )
     if pair:
-        limited_text_input("Second sentence (encoders only, optional)", key="pair", what="second sentence")
+        limited_text_input(t("Second sentence (encoders only, optional)"), key="pair", what="second sentence")
     elif "pair" in st.session_state:
         st.session_state["pair"] = st.session_state["pair"]  # kept for a model that reads it
 
@@ -132,36 +159,38 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
     choices = model_choices()
     bos_slot = None
     with st.sidebar:
-        # The display's switches sit above the inputs: drawn before the sentence boxes' slot, which the page's
-        # fragment fills later, so that nothing drawn under that slot moves when the boxes arrive.
+        # The language and the display's switches sit above the inputs: drawn before the sentence boxes' slot,
+        # which the page's fragment fills later, so that nothing drawn under that slot moves when the boxes arrive.
+        language_switch()
         url_toggle(
-            "Presentation mode",
+            t("Presentation mode"),
             "present",
             "present",
-            help="Large text and labels for a projector; the link keeps it on for everyone who opens it.",
+            help=t("Large text and labels for a projector; the link keeps it on for everyone who opens it."),
         )
         url_toggle(
-            "High contrast",
+            t("High contrast"),
             "contrast",
             "contrast",
-            help="Black text and thicker lines for a washed-out projector; the link keeps it on too.",
+            help=t("Black text and thicker lines for a washed-out projector; the link keeps it on too."),
         )
         if inputs:
-            st.header("Input")
+            st.header(t("Input"))
         if MODEL in inputs:
-            st.selectbox("Model", list(choices), key="model_choice", format_func=choices.get)
+            shown = {name: t(words) for name, words in choices.items()}
+            st.selectbox(t("Model"), list(choices), key="model_choice", format_func=shown.get)
             if st.session_state["model_choice"] == OTHER_MODEL:
                 where = (
-                    "the local Hugging Face cache, a folder, or downloaded from the hub"
+                    t("Loaded from the local Hugging Face cache, a folder, or downloaded from the hub.")
                     if config.allow_downloads
-                    else "the local Hugging Face cache or a folder; nothing is downloaded"
+                    else t("Loaded from the local Hugging Face cache or a folder; nothing is downloaded.")
                 )
                 st.text_input(
-                    "Hub id or local folder",
+                    t("Hub id or local folder"),
                     key="model_other",
                     max_chars=address.MAX_MODEL_CHARS,
-                    placeholder="bert-base-uncased or /path/to/model",
-                    help=f"Loaded from {where}.",
+                    placeholder=t("bert-base-uncased or /path/to/model"),
+                    help=where,
                 )
         wanted = _wanted_model()
         model, error = (
@@ -169,22 +198,24 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
         )
         if ENGINE in inputs:
             st.radio(
-                "Engine",
+                t("Engine"),
                 list(ENGINES),
                 key="engine",
-                format_func=ENGINE_LABELS.get,
+                format_func={engine: t(words) for engine, words in ENGINE_LABELS.items()}.get,
                 horizontal=True,
-                help="From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "
-                "from the checkpoint's weights, compared with transformers.",
+                help=t(
+                    "From-scratch core: every layer recomputed with Headscope's own MultiHeadAttention "
+                    "from the checkpoint's weights, compared with transformers."
+                ),
             )
         if SENTENCE in inputs:
             if examples:
                 st.selectbox(
-                    "Example sentences",
+                    t("Example sentences"),
                     range(len(examples)),
                     key="example",
                     index=None,
-                    placeholder="Pick an example...",
+                    placeholder=t("Pick an example..."),
                     on_change=session.apply_example,
                     format_func=lambda i: f"{examples[i]['label']}",
                 )
@@ -206,21 +237,24 @@ def sidebar(sentence_in_page: bool = False, inputs=INPUTS) -> session.Selection:
         with st.sidebar:
             st.error(message)
             if model:
-                st.info(f"Still showing the previous model, {md_escape(model)}.")
+                st.info(t("Still showing the previous model, {model}.", model=md_escape(model)))
         # Also where the user looks: above the page, not below the fold of the sidebar.
-        st.error(f"{message}" + (f" Still showing {md_escape(model)}." if model else ""), icon=":material/error:")
+        still = " " + t("Still showing {model}.", model=md_escape(model)) if model else ""
+        st.error(message + still, icon=":material/error:")
     bos = None
     if model and bos_slot is not None:
         loaded = compute.get_model(model)
         if loaded.bos_token:
             bos = url_toggle(
-                f"Begin with {loaded.bos_token}",
+                t("Begin with {token}", token=loaded.bos_token),
                 "bos",
                 "bos",
                 default=True,
                 container=bos_slot,
-                help="Decoders put much of their attention on whatever comes first (an attention "
-                "sink). A BOS token gives that attention a place that is not a word of your text.",
+                help=t(
+                    "Decoders put much of their attention on whatever comes first (an attention "
+                    "sink). A BOS token gives that attention a place that is not a word of your text."
+                ),
             )
     text, text_pair = _sentences()
     if SENTENCE in inputs and not sentence_in_page and not reads_pair(model):
@@ -275,8 +309,8 @@ def join_class_panel(expanded: bool = False, width: int = 220) -> None:
     link = class_link()
     if not link:
         return
-    with st.sidebar.expander("Join this class", expanded=expanded, icon=":material/qr_code_2:"):
-        st.image(qr_png(link), width=width, caption="Scan to open Headscope")
+    with st.sidebar.expander(t("Join this class"), expanded=expanded, icon=":material/qr_code_2:"):
+        st.image(qr_png(link), width=width, caption=t("Scan to open Headscope"))
         st.code(link, language=None)
 
 
@@ -284,7 +318,7 @@ def current_model():
     """The model in use, or None (after an ``st.error``) when none could be loaded."""
     selection = session.selection()
     if not selection.model:
-        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
+        st.error(t("No model could be loaded. Pick one of the embedded models in the sidebar."))
         return None
     with error_display():
         return compute.get_model(selection.model)
@@ -299,32 +333,41 @@ def run_for(
 ):
     """A run, or None after a clear message. Shows the truncation notice and engine fallbacks."""
     if not model:
-        st.error("No model could be loaded. Pick one of the embedded models in the sidebar.")
+        st.error(t("No model could be loaded. Pick one of the embedded models in the sidebar."))
         return None
     if not visible_text(text or ""):
-        st.info(EMPTY_TEXT_NOTICE)
+        st.info(t(EMPTY_TEXT_NOTICE))
         return None
     loaded = compute.get_model(model)
     if text_pair and not visible_text(text_pair):
         text_pair = None
     if text_pair and loaded.is_causal:
         if notices:
-            st.info("A second sentence applies to encoder models only; this decoder reads the first sentence alone.")
+            st.info(t("A second sentence applies to encoder models only; this decoder reads the first sentence alone."))
         text_pair = None
     try:
         run = _run_or_fallback(model, engine, text, text_pair, bos)
     except EmptyTextError as error:
         # Text the tokenizer drops whole (accents or marks alone, control characters) is empty text.
         if error.what != "pair text":
-            st.info(EMPTY_TEXT_NOTICE)
+            st.info(t(EMPTY_TEXT_NOTICE))
             return None
         if notices:
-            st.info(f"The second sentence holds nothing {md_escape(model)} reads; it reads the first sentence alone.")
+            st.info(
+                t(
+                    "The second sentence holds nothing {model} reads; it reads the first sentence alone.",
+                    model=md_escape(model),
+                )
+            )
         run = _run_or_fallback(model, engine, text, None, bos)
     if notices and run.truncated:
         st.warning(
-            f"The text has {run.num_input_tokens} tokens; {md_escape(model)} reads at most {run.num_tokens}, "
-            f"so only the first {run.num_tokens} are shown."
+            t(
+                "The text has {tokens} tokens; {model} reads at most {most}, so only the first {most} are shown.",
+                tokens=run.num_input_tokens,
+                model=md_escape(model),
+                most=run.num_tokens,
+            )
         )
     if notices:
         for warning in loaded.warnings:
@@ -337,7 +380,7 @@ def _run_or_fallback(model: str, engine: str, text: str, text_pair: str | None, 
     try:
         return computations.get_run(model, engine, text, text_pair, bos)
     except EngineNotSupported as error:
-        st.warning(f"{public_message(error)} Showing the transformers engine instead.")
+        st.warning(public_message(error) + " " + t("Showing the transformers engine instead."))
         return computations.get_run(model, "transformers", text, text_pair, bos)
 
 

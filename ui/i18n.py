@@ -1,0 +1,129 @@
+"""The interface's language: English, or Simplified Chinese (简体中文, the course notes' language). One catalog:
+``ui/locales/zh.json`` maps each English text (the key, as the code writes it) to its Chinese. ``t(text, **fields)``
+gives the text in the session's language (the sidebar's switch, ``?lang=zh`` in the address), with ``{fields}``
+filled in; a text the catalog does not hold shows in English. The library (``mha_core``) stays English.
+
+Fields are filled after translation, so a value (a token, a number, a user's text) is never looked up: put what
+changes in ``{fields}`` and keep the key fixed. Values are not escaped here: escape user text before
+(``ui.widgets.messages.md_escape``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import streamlit as st
+
+LANG_KEY = "lang"  # the session key of the sidebar's switch, and the address key (``?lang=zh``)
+LANGUAGES = {"en": "English", "zh": "中文"}
+HTML_LANG = {"en": "en", "zh": "zh-CN"}  # the page's <html lang>, which screen readers speak by
+LANGUAGE_LABEL = "Language / 语言"  # the switch's label, in both: whoever opens the page can find it
+LOCALES = Path(__file__).resolve().parent / "locales"
+
+
+@cache
+def catalog(lang: str) -> dict[str, str]:
+    """English text -> its ``lang`` text (empty for English)."""
+    if lang == "en":
+        return {}
+    return json.loads((LOCALES / f"{lang}.json").read_text(encoding="utf-8"))
+
+
+def fields(text: str) -> set[str]:
+    """The names of the ``{fields}`` of ``text`` (``str.format``'s)."""
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def translate(text: str, lang: str, /, **values) -> str:
+    """``text`` in ``lang`` (English where the catalog has no entry), its ``{fields}`` filled with ``values``
+    (a text given no values is returned as it is: braces in LaTeX or code stay)."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"unknown language {lang!r}; one of {', '.join(LANGUAGES)}")
+    text = catalog(lang).get(text, text)
+    return text.format(**values) if values else text
+
+
+def language() -> str:
+    """The session's language: the switch's value, else (before the sidebar draws it) the address's ``lang``."""
+    lang = st.session_state.get(LANG_KEY, st.session_state.get(f"_{LANG_KEY}"))
+    if lang is None:
+        lang = st.query_params.get(LANG_KEY)
+    return lang if lang in LANGUAGES else "en"
+
+
+def chinese() -> bool:
+    return language() == "zh"
+
+
+def t(text: str, /, **values) -> str:
+    """``text`` in the session's language, its ``{fields}`` filled with ``values``."""
+    return translate(text, language(), **values)
+
+
+@dataclass(frozen=True)
+class Text:
+    """A text to show later, kept as its catalog key and values: ``str(text)`` is the session's language,
+    ``english()`` the same words in English (what stays the same on every screen: a question's identity, which
+    a class shares whatever language each screen shows). A value may be a ``Text`` too."""
+
+    key: str
+    values: dict = field(default_factory=dict)
+
+    def english(self) -> str:
+        values = {name: value.english() if isinstance(value, Text) else value for name, value in self.values.items()}
+        return translate(self.key, "en", **values)
+
+    def __str__(self) -> str:
+        return t(self.key, **self.values)
+
+
+def text(key: str, /, **values) -> Text:
+    """``Text(key, values)``: a text in both languages, shown later (``str()``) in the session's."""
+    return Text(key, values)
+
+
+def joined(parts, separator: str) -> Text:
+    """``parts`` (texts or ``Text``) joined by ``separator``, each shown in the session's language."""
+    names = [f"part{i}" for i in range(len(parts))]
+    return Text(separator.join(f"{{{name}}}" for name in names), dict(zip(names, parts, strict=True)))
+
+
+NUMBERED = re.compile(r"(?P<words>[A-Za-z][A-Za-z ]*?) (?P<number>\d+)")  # "head 2": words, then a number
+
+
+def shown(text: str | None) -> str | None:
+    """A figure's text in the session's language: its catalog entry, else (a numbered name, "head 2") its words'
+    entry and the number; else as it is."""
+    if not text:
+        return text
+    translated = t(text)
+    if translated != text:
+        return translated
+    numbered = NUMBERED.fullmatch(text)
+    if numbered is not None and (words := t(numbered["words"])) != numbered["words"]:
+        return f"{words} {numbered['number']}"
+    return text
+
+
+def translate_figure(fig):
+    """A Plotly figure's words (its title, subplot titles, axis titles, trace names) in the session's language,
+    in place; English: unchanged. ``ui.figures`` stays pure Plotly: the app translates what it shows."""
+    if not chinese():
+        return fig
+    layout = fig.layout
+    if layout.title and layout.title.text:
+        layout.title.text = shown(layout.title.text)
+    for annotation in layout.annotations or ():
+        annotation.text = shown(annotation.text)
+    for name in [name for name in layout if name.startswith(("xaxis", "yaxis"))]:
+        axis = layout[name]
+        if axis.title and axis.title.text:
+            axis.title.text = shown(axis.title.text)
+    for trace in fig.data:
+        if getattr(trace, "name", None):
+            trace.name = shown(trace.name)
+    return fig
