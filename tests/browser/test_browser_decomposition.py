@@ -46,7 +46,7 @@ def test_decomposition_section_in_chromium(artifacts_dir):
         assert [row[0][0] for row in shown["hover"]] == rows
         assert [cell[1] for cell in shown["hover"][0]] == columns
         assert page.get_by_text(f"Head {LAYER}-{HEAD} looks from").count() >= 1
-        section = page.locator(".js-plotly-plot").filter(has_text="query-side source")
+        section = page.locator(".js-plotly-plot").filter(has_text="key-side source")
         section.scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir / "explore-decomposition.png"), full_page=False)
 

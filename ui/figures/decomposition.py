@@ -57,7 +57,8 @@ def decomposition_heatmap(
         tickvals=list(range(len(rows))),
         ticktext=rows,
         autorange="reversed",
-        title=axis_title("query-side source"),
+        # No axis title: beside the sources' names (of different lengths) Plotly draws it over the longest ones;
+        # the chart's title names the rows (query sources) and the columns (key sources).
     )
     base_layout(fig, int(min(950, max(380, 220 + 30 * len(rows)))), title)
     return with_axis_room(fig)  # room for the sources' names (automatic margins)
