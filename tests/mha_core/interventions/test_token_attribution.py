@@ -21,7 +21,7 @@ from mha_core.analysis.flow import attention_rollout
 from mha_core.errors import HeadscopeError
 from mha_core.interventions.faithfulness import aopc_table, head_agreement, method_agreement, method_order, spearman
 from mha_core.interventions.prompts import CIRCUIT_TASKS
-from mha_core.interventions.token_attribution import AttributionError
+from mha_core.interventions.token_attribution import METHODS, AttributionError
 from mha_core.operations.attribution import TokenAttribution as TokenAttributionOp
 from tests.model_fixtures import build_tiny_bert, build_tiny_llama
 
@@ -289,7 +289,7 @@ def test_attribution_study_rows_are_each_texts_agreement_and_aopc(decoder):
 
     items = [(TEXT, None), ("The dog sat on the mat", None)]
     per_text, heads = attribution_study(decoder, items, steps=4, seeds=1)
-    assert len(per_text) == 2 * 7 and heads.shape == (2, decoder.num_layers, decoder.num_heads)
+    assert len(per_text) == 2 * (len(METHODS) + 1) and heads.shape == (2, decoder.num_layers, decoder.num_heads)
     first = mc.token_attribution(decoder, TEXT, steps=4)
     agreement = method_agreement(first)
     rows = per_text[per_text["text"] == 0].set_index("method")
