@@ -303,3 +303,15 @@ def test_attribution_study_rows_are_each_texts_agreement_and_aopc(decoder):
     summary = study_summary(per_text).set_index("method")
     assert summary.loc["occlusion", "vs_occlusion"] == pytest.approx(1.0)
     assert summary.loc["attention", "texts"] == 2
+
+
+def test_attribution_study_adds_one_method_with_the_rows_of_the_whole_study(decoder):
+    from mha_core.interventions.attribution_study import attribution_study
+
+    whole, heads = attribution_study(decoder, [(TEXT, None)], steps=4, seeds=1)
+    added, added_heads = attribution_study(decoder, [(TEXT, None)], steps=4, seeds=0, methods=("value_zeroing",))
+    assert list(added["method"]) == ["value_zeroing"]  # no random orders, no other method's curves
+    expected = whole.set_index("method").loc["value_zeroing"]
+    for column in ("tokens", "vs_integrated_gradients", "vs_occlusion", "deletion_aopc", "insertion_aopc"):
+        assert added[column].iloc[0] == pytest.approx(expected[column], **APPROX), column
+    np.testing.assert_allclose(added_heads, heads, atol=1e-9)
