@@ -60,6 +60,7 @@ from .interventions.path_patching import path_patch
 # What heads' weights do and how heads compose: OV/QK circuits, copying, composition (Elhage et al. 2021).
 from .interventions.qkov import composition, copying_scores, ov_circuit, qk_circuit
 from .interventions.token_attribution import TokenAttribution, token_attribution
+from .interventions.value_zeroing import context_mixing, value_zeroing_rollout
 
 # The lab: tiny transformers trained on tasks that grow known heads.
 from .lab import Lab, LabConfig, train_lab
@@ -164,11 +165,13 @@ __all__ = [
     "qk_circuit",
     # which tokens a prediction depends on
     "TokenAttribution",
+    "context_mixing",
     "explain",
     "faithfulness",
     "head_agreement",
     "method_agreement",
     "token_attribution",
+    "value_zeroing_rollout",
     # engine, families, models
     "DEFAULT_MODEL",
     "EMBEDDED_MODELS",

@@ -314,6 +314,9 @@ def minilm_syntax_decomposition() -> None:
 
 # ---- which tokens a prediction depends on (issue 33) -------------------------------------------------------------
 ATTRIBUTION_TEXTS = int(os.environ.get("HEADSCOPE_ATTRIBUTION_TEXTS", "200"))  # fewer where time is short
+# Methods added to the tables already written, for their texts, without drawing the other methods' curves again
+# (``HEADSCOPE_ATTRIBUTION_ADD=value_zeroing``): the references are recomputed for the new rows' agreement.
+ATTRIBUTION_ADD = tuple(m for m in os.environ.get("HEADSCOPE_ATTRIBUTION_ADD", "").split(",") if m)
 
 
 def treebank_texts(count: int, min_words: int = 6, max_words: int = 20) -> list[list[str]]:
@@ -335,6 +338,9 @@ def attribution_findings(name: str, items: list) -> None:
     from mha_core.interventions.attribution_study import REFERENCES, attribution_study, study_summary
 
     model = mc.load_model(name)
+    if ATTRIBUTION_ADD:
+        add_attribution_methods(model, name, items, ATTRIBUTION_ADD)
+        return
     layers, head_ids = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
     tables, heads = [], []
     for index, item in enumerate(items):
@@ -351,6 +357,29 @@ def attribution_findings(name: str, items: list) -> None:
             FINDINGS / f"{name}_token_attribution_heads.csv",
         )
         print(f"  {index + 1}/{len(items)} texts", flush=True)
+
+
+def add_attribution_methods(model, name: str, items: list, methods: tuple[str, ...]) -> None:
+    """``methods``' rows added to (or replaced in) ``name``'s per-text table for the texts it holds, and the summary
+    written again, after every text; the heads' table is left as it is (it reads the references only)."""
+    import pandas as pd
+
+    from mha_core.corpus.tables import write_table
+    from mha_core.interventions.attribution_study import attribution_study, study_summary
+    from mha_core.interventions.token_attribution import METHODS
+
+    path = FINDINGS / f"{name}_token_attribution.csv"
+    table = pd.read_csv(path)
+    table = table[~table["method"].isin(methods)]
+    order = {method: index for index, method in enumerate((*METHODS, "random"))}
+    texts = sorted(table["text"].unique())
+    for done, index in enumerate(texts):
+        rows, _ = attribution_study(model, [items[index]], seeds=0, methods=methods)
+        table = pd.concat([table, rows.assign(text=index)], ignore_index=True)
+        table = table.sort_values(["text", "method"], key=lambda c: c.map(order) if c.name == "method" else c)
+        write_table(table.reset_index(drop=True), path)
+        write_table(study_summary(table), FINDINGS / f"{name}_token_attribution_summary.csv")
+        print(f"  {done + 1}/{len(texts)} texts", flush=True)
 
 
 def smollm2_token_attribution() -> None:

@@ -6,6 +6,7 @@ insertion AOPC, and each head's agreement with both references; then medians wit
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -24,16 +25,22 @@ def attribution_study(
     steps: int = DEFAULT_STEPS,
     seeds: int = DEFAULT_SEEDS,
     progress: Progress | None = None,
+    methods: Sequence[str] = METHODS,
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    """Every method on every ``(text, target)`` of ``items``: (one row per text and method: ``text``, ``method``,
-    ``tokens``, ``vs_integrated_gradients``, ``vs_occlusion``, ``deletion_aopc``, ``insertion_aopc``; the heads'
-    agreement with each reference averaged over the texts, float ``[2, L, H]`` in ``REFERENCES``' order)."""
+    """``methods`` (default every one) on every ``(text, target)`` of ``items``: (one row per text and method, and
+    ``"random"`` when ``seeds`` > 0: ``text``, ``method``, ``tokens``, ``vs_integrated_gradients``, ``vs_occlusion``,
+    ``deletion_aopc``, ``insertion_aopc``; the heads' agreement with each reference averaged over the texts, float
+    ``[2, L, H]`` in ``REFERENCES``' order). The references are computed whatever ``methods`` are; the curves are
+    drawn for ``methods`` only (a method added to a study costs its own curves, not every method's again)."""
+    methods = tuple(m for m in METHODS if m in methods)
     rows, heads = [], []
     for index, (text, target) in enumerate(items):
-        attribution = token_attribution(model, text, target, METHODS, steps=steps)
+        computed = tuple(m for m in METHODS if m in methods or m in REFERENCES)
+        attribution = token_attribution(model, text, target, computed, steps=steps)
         agreement = method_agreement(attribution)
-        aopc = faithfulness(model, text, attribution, seeds=seeds).aopc.set_index("method")
-        for method in (*METHODS, "random"):
+        drawn = replace(attribution, methods=methods)
+        aopc = faithfulness(model, text, drawn, seeds=seeds).aopc.set_index("method")
+        for method in (*methods, "random") if seeds > 0 else methods:
             rows.append(
                 dict(
                     text=index,

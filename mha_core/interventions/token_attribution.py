@@ -17,6 +17,9 @@ The methods (``METHODS``):
 * ``gradient_x_input``: x . grad f(x), at the token vectors.
 * ``occlusion``: f(x) - f(x without token i); the token is dropped (the sequence gets one shorter), not replaced,
   so no pad or mask token's own meaning enters. One batched pass of n - 1 rows.
+* ``value_zeroing`` (Mohebbi et al. 2023, ``interventions/value_zeroing.py``): each layer's context mixing (the
+  cosine distance of token i's layer output when token j's values are zeroed, rows normalised), aggregated over
+  the layers by rollout, at the target's row. n + 1 sequence-passes.
 * ``attention_norms`` (Kobayashi et al. 2020): ||alpha_ij f_h(x_j)|| of the last layer summed over heads, at the
   target's row.
 * ``rollout`` (Abnar and Zuidema 2020): the last layer's attention rollout at the target's row.
@@ -43,14 +46,16 @@ from ..models.forward import ForwardPass
 from ..models.tokens import EncodedText, check_text
 from ..progress import Progress, report
 from .readout import encoded_prompt, lm_pass, token_id, token_text
+from .value_zeroing import context_mixing, value_zeroing_rollout
 
 GRADIENT_METHODS = ("integrated_gradients", "gradient_x_input")
 ATTENTION_METHODS = ("attention_norms", "rollout", "attention")
-METHODS = (*GRADIENT_METHODS, "occlusion", *ATTENTION_METHODS)
+METHODS = (*GRADIENT_METHODS, "occlusion", "value_zeroing", *ATTENTION_METHODS)
 METHOD_LABELS = {
     "integrated_gradients": "Integrated gradients",
     "gradient_x_input": "Gradient x input",
     "occlusion": "Occlusion (leave one out)",
+    "value_zeroing": "Value zeroing (rollout)",
     "attention_norms": "Attention norms (last layer)",
     "rollout": "Attention rollout",
     "attention": "Attention (last layer, mean of heads)",
@@ -277,6 +282,9 @@ def token_attribution(
         columns["gradient_x_input"] = gradient_x_input(prediction)
     if "occlusion" in methods:
         columns["occlusion"] = occlusion(prediction, ordinary)
+    if "value_zeroing" in methods:
+        mixing = value_zeroing_rollout(context_mixing(model, prediction.ids, progress=progress))
+        columns["value_zeroing"] = target_rows(mixing[-1], prediction.kind)
     report(progress, 1, 2, "attention")
     run = model.run(encoded, norms="attention_norms" in methods)
     head_rows = target_rows(run.attentions, prediction.kind).astype(np.float32)

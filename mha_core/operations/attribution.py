@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..interventions.faithfulness import DEFAULT_SEEDS, explain
 from ..interventions.token_attribution import DEFAULT_STEPS, METHODS, STEP_BATCH
+from ..interventions.value_zeroing import ZERO_BATCH
 from ..models.tokens import EncodedText
 from ..progress import Progress
 from .base import FLOAT_BYTES, HEAVY, Operation, operation, pass_peak_bytes
@@ -40,13 +41,14 @@ class TokenAttribution(Operation):
         return "Scoring the tokens"
 
     def peak_bytes(self, model) -> int:
-        """The larger of a batch of integrated gradients' points with its backward pass, the curves' batch (every
-        order's sequences of one length) and the run with norm-based attention."""
+        """The largest of a batch of integrated gradients' points with its backward pass, the curves' batch (every
+        order's sequences of one length), value zeroing's batch of rows and the run with norm-based attention."""
         tokens = len(self.encoded)
         orders = len(self.methods) + self.seeds
         curves = pass_peak_bytes(model.num_layers, model.num_heads, tokens, batch=2 * orders)
         run = pass_peak_bytes(model.num_layers, model.num_heads, tokens, arrays=2)
-        return max(gradient_pass_bytes(model, STEP_BATCH, tokens), curves, run)
+        zeroing = pass_peak_bytes(model.num_layers, model.num_heads, tokens, batch=min(ZERO_BATCH, tokens))
+        return max(gradient_pass_bytes(model, STEP_BATCH, tokens), curves, run, zeroing)
 
     def run(self, model, progress: Progress | None = None):
         settings = dict(steps=self.steps, seeds=self.seeds, progress=progress)

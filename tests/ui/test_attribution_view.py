@@ -119,3 +119,19 @@ def test_classroom_closing_step_reveals_the_measured_agreement(tiny_llama, monke
     expected = method_agreement(mc.token_attribution(mc.load_model(tiny_llama), TEXT))
     assert f"{expected.loc['attention', 'integrated_gradients']:+.2f}" in answer
     assert f"{expected.loc['occlusion', 'integrated_gradients']:+.2f}" in answer
+
+
+def test_explore_offers_value_zeroing_and_draws_the_library_scores(tiny_llama):
+    import mha_core as mc
+    from mha_core.interventions.token_attribution import METHOD_LABELS
+    from tests.page_helpers import open_app, plotly_elements
+
+    app = open_app("explore", {"model": tiny_llama, "text": TEXT, "attr": "1", "amethods": "value_zeroing,attention"})
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    methods = next(m for m in app.multiselect if METHOD_LABELS["attention"] in m.options)
+    assert METHOD_LABELS["value_zeroing"] in methods.options
+    assert methods.value == ["value_zeroing", "attention"]
+    expected = mc.token_attribution(mc.load_model(tiny_llama), TEXT, methods=("value_zeroing", "attention"))
+    raw = np.array(decode(plotly_elements(app)["attr_tokens"]["data"][0]["customdata"]), dtype=float)
+    np.testing.assert_allclose(raw[0], expected.method_scores("value_zeroing"), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(raw[1], expected.method_scores("attention"), rtol=1e-5, atol=1e-7)

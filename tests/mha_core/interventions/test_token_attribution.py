@@ -21,7 +21,7 @@ from mha_core.analysis.flow import attention_rollout
 from mha_core.errors import HeadscopeError
 from mha_core.interventions.faithfulness import aopc_table, head_agreement, method_agreement, method_order, spearman
 from mha_core.interventions.prompts import CIRCUIT_TASKS
-from mha_core.interventions.token_attribution import AttributionError
+from mha_core.interventions.token_attribution import METHODS, AttributionError
 from mha_core.operations.attribution import TokenAttribution as TokenAttributionOp
 from tests.model_fixtures import build_tiny_bert, build_tiny_llama
 
@@ -289,7 +289,7 @@ def test_attribution_study_rows_are_each_texts_agreement_and_aopc(decoder):
 
     items = [(TEXT, None), ("The dog sat on the mat", None)]
     per_text, heads = attribution_study(decoder, items, steps=4, seeds=1)
-    assert len(per_text) == 2 * 7 and heads.shape == (2, decoder.num_layers, decoder.num_heads)
+    assert len(per_text) == 2 * (len(METHODS) + 1) and heads.shape == (2, decoder.num_layers, decoder.num_heads)
     first = mc.token_attribution(decoder, TEXT, steps=4)
     agreement = method_agreement(first)
     rows = per_text[per_text["text"] == 0].set_index("method")
@@ -303,3 +303,15 @@ def test_attribution_study_rows_are_each_texts_agreement_and_aopc(decoder):
     summary = study_summary(per_text).set_index("method")
     assert summary.loc["occlusion", "vs_occlusion"] == pytest.approx(1.0)
     assert summary.loc["attention", "texts"] == 2
+
+
+def test_attribution_study_adds_one_method_with_the_rows_of_the_whole_study(decoder):
+    from mha_core.interventions.attribution_study import attribution_study
+
+    whole, heads = attribution_study(decoder, [(TEXT, None)], steps=4, seeds=1)
+    added, added_heads = attribution_study(decoder, [(TEXT, None)], steps=4, seeds=0, methods=("value_zeroing",))
+    assert list(added["method"]) == ["value_zeroing"]  # no random orders, no other method's curves
+    expected = whole.set_index("method").loc["value_zeroing"]
+    for column in ("tokens", "vs_integrated_gradients", "vs_occlusion", "deletion_aopc", "insertion_aopc"):
+        assert added[column].iloc[0] == pytest.approx(expected[column], **APPROX), column
+    np.testing.assert_allclose(added_heads, heads, atol=1e-9)
