@@ -11,7 +11,6 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from test_syntax import SAMPLE, build_run, row, sample_runs
 
 from mha_core.analysis.metrics import head_metrics
 from mha_core.analysis.syntax import dependency_scores, load_conllu, ud_ewt_dev
@@ -26,6 +25,7 @@ from mha_core.corpus.reading import read_corpus
 from mha_core.corpus.shards import ShardCache, plan_shards
 from mha_core.errors import HeadscopeError
 from tests.conftest import METRIC_TOL, require
+from tests.mha_core.analysis.test_syntax import SAMPLE, build_run, row, sample_runs
 
 
 @pytest.fixture(scope="module")

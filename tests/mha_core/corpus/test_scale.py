@@ -8,8 +8,6 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from test_corpus import FakeModel
-from test_syntax import SAMPLE, sample_runs
 
 from mha_core.analysis.syntax import load_conllu, ud_ewt_dev
 from mha_core.corpus import measure, profiling, ray_executor, reading
@@ -20,6 +18,8 @@ from mha_core.corpus.reading import CorpusFile, open_corpus
 from mha_core.corpus.shards import iter_shards, plan_shards
 from mha_core.errors import HeadscopeError
 from tests.conftest import require
+from tests.mha_core.analysis.test_syntax import SAMPLE, sample_runs
+from tests.mha_core.corpus.test_corpus import FakeModel
 
 
 # ---- corpora read lazily ----------------------------------------------------------------------
