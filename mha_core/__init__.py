@@ -26,6 +26,7 @@ from .attention import (
 )
 
 # Many sentences at once: corpus profiling, coreference, head cards and their search.
+from .corpus.card_effects import HeadEffect, head_effects
 from .corpus.card_search import search_cards
 from .corpus.cards import CardContext, HeadCard, HeadCards, head_cards
 from .corpus.coreference import coreference_scores, load_coreference
@@ -187,6 +188,7 @@ __all__ = [
     "CardContext",
     "HeadCard",
     "HeadCards",
+    "HeadEffect",
     "ProfileResult",
     "Sentence",
     "best_dependency_heads",
@@ -194,6 +196,7 @@ __all__ = [
     "coreference_scores",
     "dependency_scores",
     "head_cards",
+    "head_effects",
     "load_conllu",
     "load_coreference",
     "open_corpus",

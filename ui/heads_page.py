@@ -9,10 +9,14 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from mha_core.operations import Cards, Composition
-from ui import address, compute, page_heads, session
-from ui.computations import PROFILE_BATCH, get_model
-from ui.page_heads import HeadsSettings
+from mha_core.corpus.card_effects import head_effects
+from mha_core.errors import HeadscopeError
+from mha_core.operations import Cards, Composition, Importance
+from ui import address, computations, compute, page_heads, session
+from ui.computations import IMPORTANCE_BATCH, PROFILE_BATCH, get_model
+from ui.i18n import t
+from ui.page_circuits import CircuitsSettings
+from ui.page_heads import ABLATION_SENTENCES, HeadsSettings
 from ui.settings import settings
 from ui.widgets import messages, pickers, sidebar
 
@@ -23,6 +27,49 @@ CONTEXTS_SHOWN = 5  # contexts of each kind drawn at first (the others behind "e
 
 def cards_operation(model_name: str, sentences: int) -> Cards:
     return Cards(model_name, max_sentences=int(sentences), batch_size=PROFILE_BATCH)
+
+
+def ablation_operation(model_name: str) -> Importance:
+    """Every head alone zeroed over the first ``ABLATION_SENTENCES`` UD EWT dev sentences (the Ablate page's
+    head importance, by ablation)."""
+    return Importance(model_name, ABLATION_SENTENCES, method="ablation", batch_size=IMPORTANCE_BATCH)
+
+
+def circuits_patching(model_name: str) -> tuple[str, object] | None:
+    """(task, table) of the patching over heads the Circuits page computed for its current prompts, when the
+    server has it; None otherwise (nothing is computed here)."""
+    settings = CircuitsSettings.from_session()
+    clean, corrupted, answer, foil = settings.prompts()
+    try:
+        prompts = computations.circuit_prompts(model_name, clean, corrupted)
+        if not computations.circuit_patching_ready(model_name, *prompts, answer, foil, method=settings.method):
+            return None
+        table = computations.circuit_patching(model_name, *prompts, answer, foil, settings.method)
+    except HeadscopeError:
+        return None  # prompts the Circuits page refuses: nothing was measured
+    return f"Circuits page: {clean!r} -> {answer!r}", table
+
+
+def measured_effects(model_name: str) -> dict:
+    """The tables the card's effects are read from (``head_effects``): the heads' ablation, measured on a click
+    (or already in the server's cache), and the Circuits page's patching when it was computed."""
+    measured = {}
+    operation = ablation_operation(model_name)
+    # Measured on a click even on one person's own server (a link does not start it: it is L x H passes), or shown
+    # when the server has it.
+    key = f"heads_ablation_{model_name}"
+    started = compute.ready(operation) or key in st.session_state.get(pickers.STARTED, ())
+    label = t("Measure every head's ablation effect ({count} UD dev sentences)", count=ABLATION_SENTENCES)
+    if not started and st.button(label, key=f"{key}_start"):
+        pickers.mark_started(key)
+        started = True
+    if started:
+        importance, _ = compute.compute(operation, get_model(model_name))  # (importance, no pruning curves)
+        measured[f"UD EWT dev, {ABLATION_SENTENCES} sentences"] = importance
+    patching = circuits_patching(model_name)
+    if patching is not None:
+        measured[patching[0]] = patching[1]
+    return measured
 
 
 def open_in_explore(query: dict[str, str]) -> None:
@@ -39,9 +86,16 @@ def show_context(cards, card, context, kind: str, *, index: int, selection) -> N
         open_in_explore(page_heads.explore_link(cards, card, context, selection.model, selection.engine))
 
 
-def show_card(cards, card, selection) -> None:
+def show_card(cards, card, selection, measured: dict) -> None:
     st.subheader(f"Head {card.layer}-{card.head}")
     st.table(pd.DataFrame(page_heads.card_numbers(card), columns=["number", "value"]).set_index("number"))
+    st.markdown(f"**{t('Measured effects')}**")
+    rows = page_heads.effect_rows(head_effects(card.layer, card.head, measured))
+    st.table(
+        pd.DataFrame(rows, columns=[t("measured effect"), t("measured on"), t("measured number")]).set_index(
+            t("measured effect")
+        )
+    )
     st.caption(
         f"Tokens: the query on :{page_heads.QUERY_MARK}-background[blue], the key on "
         f":{page_heads.KEY_MARK}-background[orange]."
@@ -107,4 +161,4 @@ def show() -> None:
         cols = st.columns(2)
         layer = S["layer"].number(cols[0].number_input, maximum=cards.num_layers - 1)
         head = S["head"].number(cols[1].number_input, maximum=cards.num_heads - 1)
-        show_card(cards, cards.card(layer, head), selection)
+        show_card(cards, cards.card(layer, head), selection, measured_effects(selection.model))

@@ -8,11 +8,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from mha_core.corpus.card_effects import HeadEffect
 from mha_core.corpus.card_search import CardSearchError, needs_composition, search_cards
 from mha_core.corpus.cards import CardContext, HeadCard, HeadCards
 from ui.escape import md_escape
+from ui.i18n import t
 from ui.page_settings import PageSettings, setting
 
+# The heads' ablation effect the page measures on a click: each head alone zeroed over this many UD EWT dev
+# sentences (``mha_core.head_importance(method="ablation")``: layers x heads passes over them).
+ABLATION_SENTENCES = 20
 CARD_SENTENCES = 100  # UD EWT dev sentences the cards read by default (the whole split: 2,002)
 SEARCH_EXAMPLES = ("heads that copy", "previous token", "sink", "nsubj")
 QUERY_MARK, KEY_MARK = "blue", "orange"  # the colours that mark a context's query and key tokens
@@ -90,6 +95,17 @@ def card_numbers(card: HeadCard) -> list[tuple[str, str]]:
         rows.append(("previous-token score (QK circuit)", f"{card.previous_token:.3f}"))
     for name, value in card.metrics.items():
         rows.append((name, f"{value:.3f}"))
+    return rows
+
+
+def effect_rows(effects: tuple[HeadEffect, ...]) -> list[tuple[str, str, str]]:
+    """(what, task, value in words) of a card's measured effects: an ablation and a patching row say "not
+    measured" when no table measured them (never a number made up)."""
+    rows = [(f"{e.kind}: {e.measure}", e.task, f"{e.value:+.4g}") for e in effects]
+    if not any(e.kind in ("ablation", "importance") for e in effects):
+        rows.append((t("ablation effect"), "", t("not measured")))
+    if not any(e.kind in ("patching", "path patching") for e in effects):
+        rows.append((t("patching effect"), "", t("not measured")))
     return rows
 
 

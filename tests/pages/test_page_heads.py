@@ -8,6 +8,7 @@ import pytest
 
 import mha_core as mc
 from mha_core.analysis.syntax import ud_ewt_dev
+from mha_core.corpus.reading import corpus_texts
 from tests.page_helpers import open_app, rerun
 from ui.escape import md_escape
 from ui.page_heads import marked_tokens
@@ -75,3 +76,26 @@ def test_key_side_search_reads_the_composition(minilm, cards):
     for l, h, v in zip(shown["layer"], shown["head"], shown["value"]):
         assert v == pytest.approx(expected[l, h], rel=1e-4, abs=1e-6)
     assert shown["value"].is_monotonic_decreasing
+
+
+def test_effects_say_not_measured_until_the_ablation_is_measured(minilm, cards, monkeypatch):
+    """No number before a measurement; after the click, the head's ablation effect is the library's (the mean
+    change over the sentences of ``head_importance(method="ablation")``: tests/mha_core/corpus/test_card_effects.py
+    checks that number against an independent computation)."""
+    from ui import heads_page
+
+    monkeypatch.setattr(heads_page, "ABLATION_SENTENCES", 3)  # the page's table over 3 sentences, quickly
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "hlayer": "2", "hhead": "4"})
+    assert not app.error, [e.value for e in app.error]
+    effects = app.table[1].value
+    assert effects.iloc[:, -1].tolist() == ["not measured", "not measured"]
+    (button,) = [b for b in app.button if b.key.startswith("heads_ablation_")]
+    button.click()
+    rerun(app)
+    assert not app.exception, [e.value for e in app.exception]
+    effects = app.table[1].value
+    table = mc.head_importance(minilm, corpus_texts(ud_ewt_dev(3)), method="ablation")
+    raw = table[(table["layer"] == 2) & (table["head"] == 4)]["raw"].iloc[0]
+    assert float(effects.iloc[0, -1]) == pytest.approx(raw / 3, rel=1e-3, abs=1e-6)  # shown to 4 digits
+    assert "UD EWT dev, 3 sentences" in effects.iloc[0].tolist()
+    assert effects.iloc[-1, -1] == "not measured"  # patching: the Circuits page computed none
