@@ -4,6 +4,7 @@ logic are ``ui.page_heads``; ``pages/heads.py`` calls ``show``."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,7 @@ from ui.widgets import messages, pickers, sidebar
 
 S = HeadsSettings.declarations()
 PAGES = Path(__file__).resolve().parents[1] / "pages"
+FOUND_KEY = "heads_found"  # the search table's session key (its selected row)
 CONTEXTS_SHOWN = 5  # contexts of each kind drawn at first (the others behind "every context")
 
 
@@ -70,6 +72,15 @@ def measured_effects(model_name: str) -> dict:
     if patching is not None:
         measured[patching[0]] = patching[1]
     return measured
+
+
+def open_found_row(found: pd.DataFrame) -> None:
+    """The search table's ``on_select``: the clicked row's head becomes the card shown (and the address's
+    ``hlayer``/``hhead``), set before the layer and head inputs are drawn."""
+    picked = page_heads.picked_head(found, st.session_state[FOUND_KEY]["selection"]["rows"])
+    if picked is not None:
+        S["layer"].set(picked[0])
+        S["head"].set(picked[1])
 
 
 def open_in_explore(query: dict[str, str]) -> None:
@@ -157,7 +168,14 @@ def show() -> None:
         if refused is not None:
             st.warning(messages.md_escape(refused))
         else:
-            st.dataframe(found, hide_index=True, key="heads_found")
+            st.caption(t("Click a row to open that head's card."))
+            st.dataframe(
+                found,
+                hide_index=True,
+                key=FOUND_KEY,
+                on_select=functools.partial(open_found_row, found),
+                selection_mode="single-row",
+            )
         cols = st.columns(2)
         layer = S["layer"].number(cols[0].number_input, maximum=cards.num_layers - 1)
         head = S["head"].number(cols[1].number_input, maximum=cards.num_heads - 1)

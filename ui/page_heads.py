@@ -56,6 +56,15 @@ def search_rows(
         return pd.DataFrame(), str(error)
 
 
+def picked_head(found: pd.DataFrame, rows) -> tuple[int, int] | None:
+    """The head of the search table's selected row (``rows``: the selection's row positions in ``found``), or None
+    when no row (or a row the table no longer has) is selected."""
+    if not rows or not 0 <= int(rows[0]) < len(found):
+        return None
+    row = found.iloc[int(rows[0])]
+    return int(row["layer"]), int(row["head"])
+
+
 def wants_composition(query: str | None) -> bool:
     return bool(query) and needs_composition(query)
 

@@ -1,5 +1,6 @@
-"""The Heads page in Debian Chromium on MiniLM's real weights: a head's card shows the library's contexts with the
-query and key marked, and its "Open in Explore" button opens Explore on that sentence, focused on the query."""
+"""The Heads page in Debian Chromium on MiniLM's real weights: a click on a row of the heads table opens that
+head's card (and the address says so), a head's card shows the library's contexts with the query and key marked,
+and its "Open in Explore" button opens Explore on that sentence, focused on the query."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SENTENCES = 10
 LAYER, HEAD = 2, 5
 LONG_MS = 600_000  # building the cards on a loaded machine
+ROW_PX = 35  # the table's header and row height (Streamlit's default)
+CLICKED_ROW = 1  # without a search the table lists every head in order: row 1 is head 0-1
 
 
 def test_a_card_opens_and_its_context_opens_in_explore(artifacts_dir, tmp_path, monkeypatch):
@@ -31,6 +34,17 @@ def test_a_card_opens_and_its_context_opens_in_explore(artifacts_dir, tmp_path, 
 
     with streamlit_server() as url, chromium_page() as page:
         page.goto(f"{url}/heads?hsent={SENTENCES}&hlayer={LAYER}&hhead={HEAD}")
+        wait_for_app(page)
+        page.get_by_text(f"Head {LAYER}-{HEAD}", exact=True).wait_for(timeout=LONG_MS)
+        # A click on a row's marker (the table's first column) opens that head's card, kept in the address.
+        table = page.locator('[data-testid="stDataFrame"]').first
+        table.scroll_into_view_if_needed()
+        box = table.bounding_box()
+        page.mouse.click(box["x"] + 12, box["y"] + ROW_PX * (CLICKED_ROW + 1) + ROW_PX / 2)
+        page.get_by_text("Head 0-1", exact=True).wait_for(timeout=LONG_MS)
+        page.wait_for_function("() => location.search.includes('hhead=1') && location.search.includes('hlayer=0')")
+        page.screenshot(path=str(artifacts_dir / "page-heads-row-clicked.png"))
+        page.goto(f"{url}/heads?hsent={SENTENCES}&hlayer={LAYER}&hhead={HEAD}")  # back to the head of the contexts
         wait_for_app(page)
         page.get_by_text(f"Head {LAYER}-{HEAD}", exact=True).wait_for(timeout=LONG_MS)
         caption = f"sentence {context.sentence}: query {context.query} "

@@ -11,7 +11,7 @@ from mha_core.analysis.syntax import ud_ewt_dev
 from mha_core.corpus.reading import corpus_texts
 from tests.page_helpers import open_app, rerun
 from ui.escape import md_escape
-from ui.page_heads import marked_tokens
+from ui.page_heads import marked_tokens, picked_head
 
 PAGE = "heads"
 SENTENCES = 10
@@ -99,3 +99,18 @@ def test_effects_say_not_measured_until_the_ablation_is_measured(minilm, cards, 
     assert float(effects.iloc[0, -1]) == pytest.approx(raw / 3, rel=1e-3, abs=1e-6)  # shown to 4 digits
     assert "UD EWT dev, 3 sentences" in effects.iloc[0].tolist()
     assert effects.iloc[-1, -1] == "not measured"  # patching: the Circuits page computed none
+
+
+def test_the_search_table_opens_the_clicked_rows_card(cards):
+    """The table selects one row, and a selected row names the head the page then shows (the click itself:
+    tests/browser/test_browser_heads.py, AppTest has no table selection)."""
+    from streamlit.proto.Dataframe_pb2 import Dataframe
+
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "find": "sink"})
+    table = app.dataframe[0]
+    assert list(table.proto.selection_mode) == [Dataframe.SelectionMode.SINGLE_ROW]
+    found = mc.search_cards(cards, "sink")
+    assert len(found) > 1
+    last = len(found) - 1
+    assert picked_head(table.value, [last]) == (found["layer"].iloc[last], found["head"].iloc[last])
+    assert picked_head(table.value, []) is None and picked_head(table.value, [len(found)]) is None
