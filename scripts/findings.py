@@ -86,6 +86,41 @@ def smollm2_circuits() -> None:
     write_table(table[kept].round(5), FINDINGS / "smollm2_composition.csv")
 
 
+# What reaches SmolLM2's indirect-object head 23-3 (issue 34), on the shipped indirect-object prompt pair: a cheap
+# pre-screen (attribution patching over heads, one forward and one backward pass) names the REACHES_SENDERS heads
+# below layer 23 of the largest total effect; each is path-patched into 23-3 through its query, key and value.
+REACHES_RECEIVER = (23, 3)
+REACHES_SENDERS = 16
+
+
+def smollm2_reaches_23_3() -> None:
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.corpus.tables import write_table
+    from mha_core.interventions.path_patching import PathPatchRun
+    from mha_core.interventions.prompts import CIRCUIT_TASKS
+
+    task = next(task for task in CIRCUIT_TASKS if task.name == "ioi")
+    model = mc.load_model("smollm2")
+    prompts = (task.clean, task.corrupted, task.answer, task.foil)
+    screen = mc.patch(model, *prompts, over="heads", method="attribution", exact_top=0)
+    screen = screen[screen["layer"] < REACHES_RECEIVER[0]]
+    screen = screen.reindex(screen["score"].abs().sort_values(ascending=False, kind="stable").index)
+    senders = [(int(r.layer), int(r.head)) for r in screen.head(REACHES_SENDERS).itertuples()]
+    run = PathPatchRun(model, *prompts)
+    rows = []
+    for via in ("q", "k", "v"):
+        metrics = run.patched(senders, [REACHES_RECEIVER], via)
+        for (layer, head), metric, score in zip(senders, metrics, run.normalised(metrics), strict=True):
+            rows.append((via, layer, head, metric, score))
+    table = pd.DataFrame(rows, columns=["via", "layer", "head", "metric", "score"])
+    total = screen.set_index(["layer", "head"])["score"]
+    table["attribution"] = [total[layer, head] for layer, head in zip(table["layer"], table["head"])]
+    table["clean_metric"], table["corrupted_metric"] = run.clean_metric, run.corrupted_metric
+    write_table(table.round(6), FINDINGS / "smollm2_reaches_23_3.csv")
+
+
 # The held-out test's false-positive rate on shuffled trees: MiniLM's heads on the first n dev sentences, each
 # sentence's tree shuffled this many times (docs/metrics.md, "The held-out test of a syntactic role").
 SHUFFLED_SIZES = {50: 200, 100: 200, 400: 100}
@@ -515,6 +550,13 @@ TARGETS: dict[str, Target] = {
         call=smollm2_circuits,
         call_text="write_table(mc.copying_scores(model), 'docs/findings/smollm2_copying.csv'); mc.composition(model) "
         "-> the pairs at 2x the random baseline or more, 'docs/findings/smollm2_composition.csv'",
+    ),
+    "smollm2-reaches-23-3": Target(
+        writes=("smollm2_reaches_23_3.csv",),
+        call=smollm2_reaches_23_3,
+        call_text="the 16 heads below layer 23 of largest |mc.patch(model, *ioi, method='attribution')|, each "
+        "path-patched into 23-3 via q, k, v (PathPatchRun.patched, as mc.path_patch) -> "
+        "'docs/findings/smollm2_reaches_23_3.csv'",
     ),
     "smollm2-importance": Target(
         writes=("smollm2_importance.csv", "smollm2_pruning.csv"),
