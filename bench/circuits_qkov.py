@@ -15,15 +15,14 @@ Usage: python -m bench.circuits_qkov [--threads T] [--batch-size B]
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
-import time
 
 import torch
 
 import mha_core as mc
+from bench import timing
 from mha_core.interventions import qkov
 from mha_core.interventions.path_patching import PathPatchRun
 from mha_core.interventions.prompts import TASKS_BY_NAME
@@ -31,19 +30,10 @@ from mha_core.interventions.prompts import TASKS_BY_NAME
 INDUCTION_HEADS = ((17, 3), (17, 4), (18, 6), (18, 7))
 
 
-def seconds(function) -> float:
-    start = time.perf_counter()
-    function()
-    return time.perf_counter() - start
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=None)
+    parser = timing.parser(__doc__)
     parser.add_argument("--batch-size", type=int, default=16)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = timing.parsed(parser)
     model = mc.load_model("smollm2")
     task = TASKS_BY_NAME["induction"]
     ids = torch.tensor([model.encode(task.clean).input_ids])
@@ -72,10 +62,10 @@ def main() -> None:
     )
     rows = []
     for name, function, goal in measurements:
-        before = seconds(forward)
+        before = timing.seconds(forward)
         load = os.getloadavg()[0]
-        elapsed = seconds(function)
-        unit = statistics.median([before, seconds(forward), seconds(forward)])
+        elapsed = timing.seconds(function)
+        unit = statistics.median([before, timing.seconds(forward), timing.seconds(forward)])
         rows.append((name, elapsed, elapsed / unit, goal, load))
     print(f"SmolLM2, induction prompt ({ids.shape[1]} tokens), torch threads {torch.get_num_threads()}")
     print("| measurement | seconds | forward passes | goal | load average (1 min) |")

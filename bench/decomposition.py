@@ -12,26 +12,19 @@ Usage: python -m bench.decomposition [--rounds R] [--threads T] [--models minilm
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import time
 
 import torch
 
 import mha_core as mc
+from bench import timing
 
 TEXT = (
     "The old lighthouse keeper climbed the stairs every evening, lit the lamp, and watched the ships "
     "pass safely through the narrow channel."
 )
 GOAL = 2.0
-
-
-def seconds(function) -> float:
-    start = time.perf_counter()
-    function()
-    return time.perf_counter() - start
 
 
 def measure(name: str, rounds: int) -> tuple:
@@ -50,7 +43,7 @@ def measure(name: str, rounds: int) -> tuple:
     forward(), decomposition()  # warm-up
     forward_s, decomposition_s, ratios = [], [], []
     for _ in range(rounds):  # interleaved: each round times both
-        f, d = seconds(forward), seconds(decomposition)
+        f, d = timing.seconds(forward), timing.seconds(decomposition)
         forward_s.append(f)
         decomposition_s.append(d)
         ratios.append(d / f)
@@ -58,13 +51,10 @@ def measure(name: str, rounds: int) -> tuple:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = timing.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--models", nargs="+", default=["minilm", "smollm2"])
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = timing.parsed(parser)
     load_before = os.getloadavg()[0]
     results = [measure(name, args.rounds) for name in args.models]
     load_after = os.getloadavg()[0]

@@ -12,14 +12,13 @@ ratio). Usage: python -m bench.generate [--tokens N] [--rounds R] [--threads T]
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import time
 
 import torch
 
 import mha_core as mc
+from bench import timing
 
 PROMPT = "The history of the city begins with a small village by the river, where"
 GOAL = 1.3
@@ -43,27 +42,19 @@ def headscope_generate(model, tokens: int) -> list[int]:
     return run.metadata["token_ids"][run.metadata["generation"]["prompt_tokens"] :]
 
 
-def seconds(function) -> float:
-    start = time.perf_counter()
-    function()
-    return time.perf_counter() - start
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = timing.parser(__doc__, threads=1)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model", default="smollm2")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = timing.parsed(parser)
     model = mc.load_model(args.model)
     ids = model.encode(PROMPT).input_ids
     assert headscope_generate(model, args.tokens) == transformers_generate(model, ids, args.tokens)  # same tokens
     ours, theirs, ratios = [], [], []
     for _ in range(args.rounds):
-        a = seconds(lambda: headscope_generate(model, args.tokens)) / args.tokens
-        b = seconds(lambda: transformers_generate(model, ids, args.tokens)) / args.tokens
+        a = timing.seconds(lambda: headscope_generate(model, args.tokens)) / args.tokens
+        b = timing.seconds(lambda: transformers_generate(model, ids, args.tokens)) / args.tokens
         ours.append(a)
         theirs.append(b)
         ratios.append(a / b)

@@ -12,47 +12,37 @@ Usage: python -m bench.head_cards [--sentences N] [--rounds R] [--threads T]
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
-import time
 
 import torch
 
 import mha_core as mc
+from bench import timing
 from mha_core.corpus import profiling
 from mha_core.corpus.cards import build_cards
 
 GOAL_SENTENCES, GOAL_S = 2000, 600.0
 
 
-def seconds(function) -> float:
-    start = time.perf_counter()
-    function()
-    return time.perf_counter() - start
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = timing.parser(__doc__)
     parser.add_argument("--sentences", type=int, default=GOAL_SENTENCES)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = timing.parsed(parser)
     model = mc.load_model("minilm")
     sentences = mc.ud_ewt_dev(args.sentences)
     os.environ["HEADSCOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-cards-")  # a cache of its own
     profiles, cards, warm, loads = [], [], [], []
     for _ in range(args.rounds):
         loads.append(os.getloadavg()[0])
-        profiles.append(seconds(lambda: mc.profile(model, sentences, cache=False)))
+        profiles.append(timing.seconds(lambda: mc.profile(model, sentences, cache=False)))
         loads.append(os.getloadavg()[0])
-        cards.append(seconds(lambda: mc.head_cards(model, sentences, cache=False)))
+        cards.append(timing.seconds(lambda: mc.head_cards(model, sentences, cache=False)))
         mc.profile(model, sentences)  # into the cache
         loads.append(os.getloadavg()[0])
-        warm.append(seconds(lambda: build_cards(model, sentences, cache=True)))
+        warm.append(timing.seconds(lambda: build_cards(model, sentences, cache=True)))
         profiling.clear_memory_cache()
     loads.append(os.getloadavg()[0])
     profile_s, cards_s, warm_s = (statistics.median(times) for times in (profiles, cards, warm))
