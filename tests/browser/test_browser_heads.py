@@ -42,7 +42,11 @@ def test_a_card_opens_and_its_context_opens_in_explore(artifacts_dir, tmp_path, 
         box = table.bounding_box()
         page.mouse.click(box["x"] + 12, box["y"] + ROW_PX * (CLICKED_ROW + 1) + ROW_PX / 2)
         page.get_by_text("Head 0-1", exact=True).wait_for(timeout=LONG_MS)
-        page.wait_for_function("() => location.search.includes('hhead=1') && location.search.includes('hlayer=0')")
+        # The address keeps the head; layer 0 is the default, which the address leaves out.
+        page.wait_for_function(
+            "() => { const q = new URLSearchParams(location.search);"
+            " return q.get('hhead') === '1' && (q.get('hlayer') || '0') === '0'; }"
+        )
         page.screenshot(path=str(artifacts_dir / "page-heads-row-clicked.png"))
         page.goto(f"{url}/heads?hsent={SENTENCES}&hlayer={LAYER}&hhead={HEAD}")  # back to the head of the contexts
         wait_for_app(page)
