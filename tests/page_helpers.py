@@ -108,15 +108,15 @@ def train_to_the_end(runner, limit_s: float = 600.0) -> None:
 def deferred_downloads(monkeypatch):
     """What a download button built only when clicked (``st.download_button(data=callable)``) gives: call before the
     AppTest runs; ``fetch(button)`` then calls the button's callable as a click does and returns the file's bytes."""
-    from streamlit.runtime.media_file_manager import MediaFileManager
+    from streamlit.testing.v1 import app_test  # AppTest makes a file manager a run; a click asks it for the file
 
-    made = []
+    made, manager_class = [], app_test.MediaFileManager
 
     def manager(storage):
-        made.append((MediaFileManager(storage), storage))
+        made.append((manager_class(storage), storage))
         return made[-1][0]
 
-    monkeypatch.setattr("streamlit.testing.v1.app_test.MediaFileManager", manager)
+    monkeypatch.setattr(app_test, "MediaFileManager", manager)
 
     def fetch(button) -> bytes:
         files, storage = made[-1]
