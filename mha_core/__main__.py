@@ -212,6 +212,38 @@ def load_compute_write(name: str, build, write, progress: Progress | None = prin
 
 
 # ---- extract ------------------------------------------------------------------------------------
+MODEL_HELP = "minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory"
+CORPUS_HELP = (
+    "ud-ewt-dev (the shipped UD English EWT dev split, with POS tags), a .conllu file, a .csv or .parquet table (its "
+    "sentences in {column}), or a text file with one sentence per line"
+)
+
+
+def add_model_option(parser, default: str = DEFAULT_MODEL, what: str = MODEL_HELP) -> None:
+    """``--model``: which model a command loads (``what`` it may be), its default said in the help."""
+    parser.add_argument("--model", default=default, help=f"{what} (default: %(default)s)")
+
+
+def add_corpus_options(parser, *, sentences: int | None, most: int, column: bool = True, use: str = "") -> None:
+    """``--corpus`` (ud-ewt-dev by default), ``--column`` (where the command reads tables by column) and
+    ``--max-sentences`` (the first ``sentences``, at most ``most``; None: all); ``use``: what the corpus is for, before
+    each help ("roles: ")."""
+    where = "the column --column names" if column else "the column 'text'"
+    corpus_help = CORPUS_HELP.format(column=where)
+    parser.add_argument("--corpus", default="ud-ewt-dev", help=f"{use}{corpus_help} (default: %(default)s)")
+    if column:
+        parser.add_argument(
+            "--column", default=None, help="the sentences' column of a .csv or .parquet corpus (default: 'text')"
+        )
+    parser.add_argument(
+        "--max-sentences",
+        type=whole_number(1, most),
+        default=sentences,
+        help=f"{use}the first N sentences"
+        + (" (default: %(default)s)" if sentences is not None else " (default: all)"),
+    )
+
+
 def add_extract(subparsers) -> None:
 
     parser = subparsers.add_parser(
@@ -219,11 +251,7 @@ def add_extract(subparsers) -> None:
         help="attention of every layer and head for one text, saved as .npz",
         description="Run one text (or a sentence pair, for encoders) through a model and save the AttentionRun.",
     )
-    parser.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help="minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
-    )
+    add_model_option(parser)
     parser.add_argument("--text", required=True, help="the text to run")
     parser.add_argument("--pair", default=None, help="a second text, [SEP]-separated (encoders only)")
     parser.add_argument(
@@ -265,24 +293,8 @@ def add_profile(subparsers) -> None:
         "it is done: a second run is instant, and an interrupted run (Ctrl-C) resumes when the same "
         "command is run again.",
     )
-    parser.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help="minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--corpus",
-        default="ud-ewt-dev",
-        help="ud-ewt-dev (shipped UD English EWT dev split), a .conllu file, a .csv or .parquet table "
-        "(one column of sentences, see --column), or a text file with one sentence per line; files are "
-        "read lazily, never all in memory (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--column", default=None, help="the sentences' column of a .csv or .parquet corpus (default: 'text')"
-    )
-    parser.add_argument(
-        "--max-sentences", type=whole_number(1, 10**12), default=None, help="profile only the first N sentences"
-    )
+    add_model_option(parser)
+    add_corpus_options(parser, sentences=None, most=10**12)  # files are read lazily, never all in memory
     parser.add_argument(
         "--batch-size",
         type=whole_number(1, MAX_BATCH_SIZE),
@@ -485,7 +497,7 @@ def add_ablate(subparsers) -> None:
         "(sentence encoders). With --experiment induction: repeated random tokens, the top-k heads of a role "
         "ablated against k random heads.",
     )
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="minilm, smollm2, a hub id or a checkpoint directory")
+    add_model_option(parser)
     parser.add_argument("--text", default=None, help="the text to run (not needed for --experiment)")
     parser.add_argument("--heads", default="", help="heads to ablate: layer.head list, e.g. '3.2,20.5' or 'L3H2 L20H5'")
     parser.add_argument("--ablation", choices=ABLATIONS, default="zero", help="zero, or mean over a reference set")
@@ -504,13 +516,7 @@ def add_ablate(subparsers) -> None:
     parser.add_argument(
         "--score-columns", default="", help="roles: comma-separated score columns whose top-k heads form groups"
     )
-    parser.add_argument("--corpus", default="ud-ewt-dev", help="roles: the texts the loss is measured on")
-    parser.add_argument(
-        "--max-sentences",
-        type=whole_number(1, MAX_CORPUS_SENTENCES),
-        default=50,
-        help="roles: sentences used (default: %(default)s)",
-    )
+    add_corpus_options(parser, sentences=50, most=MAX_CORPUS_SENTENCES, column=False, use="roles: ")
     parser.add_argument(
         "--top-k", type=whole_number(1, 10**6), default=5, help="experiment: heads of the role ablated (default 5)"
     )
@@ -602,14 +608,8 @@ def add_importance(subparsers) -> None:
         description="Head importance |dL/dxi_h| of a gate on each head, summed over the corpus and normalised per "
         "layer (Michel et al. 2019), or the loss change when each head alone is zeroed (--method ablation).",
     )
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="minilm, smollm2, a hub id or a checkpoint directory")
-    parser.add_argument("--corpus", default="ud-ewt-dev", help="ud-ewt-dev, a .conllu file or a text file")
-    parser.add_argument(
-        "--max-sentences",
-        type=whole_number(1, MAX_CORPUS_SENTENCES),
-        default=100,
-        help="sentences used (default: %(default)s)",
-    )
+    add_model_option(parser)
+    add_corpus_options(parser, sentences=100, most=MAX_CORPUS_SENTENCES, column=False)
     parser.add_argument("--method", choices=IMPORTANCE_METHODS, default="gradient")
     parser.add_argument("--pruning-out", default=None, help="also write the pruning curve (importance vs random order)")
     parser.add_argument(
@@ -651,9 +651,7 @@ def run_importance(args) -> int:
 # ---- attribute and patch (circuits) -------------------------------------------------------------
 def add_prompt_arguments(parser, pair: bool) -> None:
     """The prompt(s), answer and foil of ``attribute`` and ``patch``, or a shipped task that gives them."""
-    parser.add_argument(
-        "--model", default="smollm2", help="a decoder with its LM head: smollm2, a GPT-2 or Llama checkpoint"
-    )
+    add_model_option(parser, "smollm2", "a decoder with its LM head: smollm2, a GPT-2 or Llama checkpoint")
     parser.add_argument(
         "--task",
         choices=sorted(TASKS_BY_NAME),
@@ -807,12 +805,7 @@ def add_render(subparsers) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text to run")
     source.add_argument("--run", help="a run saved by `extract --out` (.npz)")
-    parser.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help="with --text: minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory "
-        "(default: %(default)s)",
-    )
+    add_model_option(parser, what=f"with --text: {MODEL_HELP}")
     parser.add_argument("--pair", default=None, help="with --text: a second text, [SEP]-separated (encoders only)")
     parser.add_argument("--engine", choices=ENGINES, default="transformers", help="with --text: the engine")
     parser.add_argument("--view", choices=VIEW_CHOICES, default="head", help="head view or model view (default: head)")
@@ -876,9 +869,7 @@ def add_predict(subparsers) -> None:
         description="The k most likely tokens after --text (a masked model: at its mask token), with their "
         "probabilities (softmax of the model's logits over the whole vocabulary) and logits.",
     )
-    parser.add_argument(
-        "--model", default="smollm2", help="a model with its language-model head (default: %(default)s)"
-    )
+    add_model_option(parser, "smollm2", "a model with its language-model head")
     parser.add_argument("--text", required=True, help="the text whose next token (or mask) is predicted")
     parser.add_argument("--k", type=whole_number(1, 1000), default=10, help="how many tokens (default: %(default)s)")
     parser.add_argument("--out", default=None, help="also write the table (.csv or .parquet)")
@@ -905,7 +896,7 @@ def add_generate(subparsers) -> None:
         description="Write up to --tokens tokens after --prompt with the key/value cache; the run over prompt and "
         "written tokens (with each step's distribution in its metadata) is what one pass over them gives.",
     )
-    parser.add_argument("--model", default="smollm2", help="a decoder with its head (default: %(default)s)")
+    add_model_option(parser, "smollm2", "a decoder with its head")
     parser.add_argument("--prompt", required=True, help="the text to continue")
     parser.add_argument("--tokens", type=whole_number(0, MAX_NEW_TOKENS), default=20, help="at most this many")
     parser.add_argument("--temperature", type=float, default=1.0, help="0: greedy (default: %(default)s)")
@@ -946,23 +937,10 @@ def add_joint_qk(subparsers) -> None:
         "together and write one row per query and per key: kind, sentence, position, token, POS tag, x, y "
         "(docs/joint_qk.md).",
     )
-    parser.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help="minilm, smollm2, mpnet, a Hugging Face model id, or a checkpoint directory (default: %(default)s)",
-    )
+    add_model_option(parser)
     parser.add_argument("--layer", type=whole_number(0, 10**6), required=True)
     parser.add_argument("--head", type=whole_number(0, 10**6), required=True)
-    parser.add_argument(
-        "--corpus",
-        default="ud-ewt-dev",
-        help="ud-ewt-dev (with POS tags), a .conllu file, a .csv or .parquet table (see --column), or a text file "
-        "with one sentence per line (default: %(default)s)",
-    )
-    parser.add_argument("--column", default=None, help="the sentences' column of a .csv or .parquet corpus")
-    parser.add_argument(
-        "--max-sentences", type=whole_number(1, 10**6), default=40, help="the first N sentences (default: %(default)s)"
-    )
+    add_corpus_options(parser, sentences=40, most=10**6)
     parser.add_argument("--method", choices=list(JOINT_METHODS), default="pca", help="default: %(default)s")
     parser.add_argument(
         "--max-points",

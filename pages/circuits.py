@@ -165,6 +165,11 @@ with messages.error_display():
                 on_select=open_in_explore(chart_key),
                 selection_mode="points",
             )
+    downloads.table_view_download(
+        attribution if patched is None else circuits.head_scores(attribution, patched),
+        f"headscope-{downloads.model_slug(selection.model)}-attribution-patching.html",
+        "circuits_maps_html",
+    )
     st.caption("Click a head to open it in Explore on the clean prompt.")
     clicked = page_state.take(page_state.CIRCUITS_OPEN_EXPLORE)
     if clicked is not None:

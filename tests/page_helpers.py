@@ -103,3 +103,24 @@ def train_to_the_end(runner, limit_s: float = 600.0) -> None:
     while runner.running and time.monotonic() < deadline:
         runner.touch()
         runner.join(timeout=0.5)
+
+
+def deferred_downloads(monkeypatch):
+    """What a download button built only when clicked (``st.download_button(data=callable)``) gives: call before the
+    AppTest runs; ``fetch(button)`` then calls the button's callable as a click does and returns the file's bytes."""
+    from streamlit.testing.v1 import app_test  # AppTest makes a file manager a run; a click asks it for the file
+
+    made, manager_class = [], app_test.MediaFileManager
+
+    def manager(storage):
+        made.append((manager_class(storage), storage))
+        return made[-1][0]
+
+    monkeypatch.setattr(app_test, "MediaFileManager", manager)
+
+    def fetch(button) -> bytes:
+        files, storage = made[-1]
+        url = files.execute_deferred(button.proto.deferred_file_id)
+        return storage.get_file(url.rsplit("/", 1)[-1].split(".", 1)[0]).content
+
+    return fetch

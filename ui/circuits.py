@@ -47,3 +47,12 @@ def token_table(clean: list[str], corrupted: list[str]) -> pd.DataFrame:
             "differs": [a != b for a, b in zip(*padded)],
         }
     )
+
+
+def head_scores(attribution: pd.DataFrame, patched: pd.DataFrame) -> pd.DataFrame:
+    """The page's two maps as one head table (a row per head): attribution's ``contribution`` beside patching's
+    columns (``score``, and ``exact`` for the estimate), for the maps' file (``mha_core.views.tables``)."""
+    heads = attribution[attribution["component"] == "head"][["layer", "head", "contribution"]].astype(
+        {"layer": int, "head": int}
+    )
+    return heads.merge(patched.astype({"layer": int, "head": int}), on=["layer", "head"], how="outer")

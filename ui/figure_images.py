@@ -9,7 +9,9 @@ times the figure's size, or SVG: vector, for slides at any size). No kaleido, no
 from __future__ import annotations
 
 import base64
+import importlib.util
 import urllib.parse
+from pathlib import Path
 
 import plotly.io as pio
 
@@ -17,6 +19,11 @@ from mha_core.views import images
 
 FORMATS = ("png", "svg")
 DIV_ID = "headscope-figure"
+
+
+def available() -> bool:
+    """Whether this machine can draw pictures: Playwright installed and Debian's Chromium at ``images.CHROMIUM``."""
+    return importlib.util.find_spec("playwright") is not None and Path(images.CHROMIUM).exists()
 
 
 def figure_image(fig, fmt: str = "png", *, width: int | None = None, height: int | None = None, scale: float = 2):

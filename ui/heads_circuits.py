@@ -20,7 +20,7 @@ from ui import compute
 from ui.figures.causal import head_score_map
 from ui.figures.qkov import composition_graph, edge_list
 from ui.page_circuits import MODE_LABELS, VIA_LABELS, CircuitsSettings
-from ui.widgets import charts, messages, pickers
+from ui.widgets import charts, downloads, messages, pickers
 
 S = CircuitsSettings.declarations()
 DEFAULT_RECEIVERS = {"smollm2": "17-3, 17-4, 18-6, 18-7"}  # SmolLM2's induction heads (docs/findings.md, section 3)
@@ -116,6 +116,8 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
                 on_select=remember_click(key),
                 selection_mode="points",
             )
+    slug = downloads.model_slug(model_name)
+    downloads.table_view_download(scores, f"headscope-{slug}-copying-previous-token.html", "qkov_maps_html")
     mode = S["composition"].select(st.radio, horizontal=True)
     threshold = S["threshold"].widget(st.slider, 1.0, 6.0, step=0.5)
     if pickers.start_button(
@@ -143,6 +145,7 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
             f"earlier head (lower layer) to a later one; at most the {MAX_EDGES} strongest are drawn. Click a head "
             "to open it in Explore."
         )
+        downloads.table_view_download(table, f"headscope-{slug}-composition.html", "qkov_composition_html", mode)
         with st.expander("The strongest pairs"):
             st.dataframe(table.nlargest(50, mode), hide_index=True, width="stretch")
     head_tokens(model_name, model)

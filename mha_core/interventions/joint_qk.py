@@ -62,6 +62,17 @@ class CorpusText:
     tags: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Projection:
+    """How the points are projected: ``method`` ("pca" or "tsne"), ``normalize`` (the keys moved onto the queries'
+    centre and both scaled to one mean norm), at most ``max_points`` queries and as many keys, read by ``engine``."""
+
+    method: str = "pca"
+    normalize: bool = True
+    max_points: int = DEFAULT_MAX_POINTS
+    engine: str = "transformers"
+
+
 @dataclass
 class JointQK:
     """The projection: ``table`` (``COLUMNS``: kind "query" or "key", sentence index, position, token, POS tag, x,
@@ -190,14 +201,14 @@ def project_texts(
     model: LoadedModel,
     texts: Sequence[CorpusText],
     cell: tuple[int, int],
-    method: str = "pca",
-    normalize: bool = True,
-    max_points: int = DEFAULT_MAX_POINTS,
-    engine: str = "transformers",
+    projection: Projection | None = None,
     progress: Progress | None = None,
 ) -> JointQK:
-    """``joint_qk`` on texts already encoded (``encode_corpus``); ``cell`` is ``(layer, head)``."""
+    """``joint_qk`` on texts already encoded (``encode_corpus``); ``cell`` is ``(layer, head)``; ``projection``: how
+    (PCA of the normalised points by default)."""
     layer, head = int(cell[0]), int(cell[1])
+    projection = projection or Projection()
+    method, normalize, max_points = projection.method, projection.normalize, projection.max_points
     check_view(model, layer, head, method, max_points)
     queries, keys, rows, used = [], [], [], []
     taken = 0
@@ -205,7 +216,7 @@ def project_texts(
         if taken >= max_points:
             break
         report(progress, index, len(texts), f"Queries and keys of sentence {index + 1}")
-        q, k = head_vectors(model, text.encoded, layer, head, engine)
+        q, k = head_vectors(model, text.encoded, layer, head, projection.engine)
         count = min(len(text.encoded), int(max_points) - taken)
         queries.append(q[:count])
         keys.append(k[:count])
@@ -268,7 +279,6 @@ def joint_qk(
     trees: their POS tags go to the table) in one 2-D projection (``method`` "pca" or "tsne"), at most
     ``max_points`` queries and as many keys (the sentences in order, the last one cut). See the module's docstring
     for the scaling and translation ``normalize`` applies, and why they change no attention weight."""
+    projection = Projection(method, normalize, max_points, engine)
     check_view(model, layer, head, method, max_points)
-    texts = encode_corpus(model, sentences)
-    settings = dict(method=method, normalize=normalize, max_points=max_points, engine=engine, progress=progress)
-    return project_texts(model, texts, (layer, head), **settings)
+    return project_texts(model, encode_corpus(model, sentences), (layer, head), projection, progress)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..interventions.joint_qk import DEFAULT_MAX_POINTS, CorpusText, encode_corpus, project_texts
+from ..interventions.joint_qk import DEFAULT_MAX_POINTS, CorpusText, Projection, encode_corpus, project_texts
 from ..progress import Progress
 from .base import FLOAT_BYTES, HEAVY, Operation, operation, pass_peak_bytes
 
@@ -48,5 +48,5 @@ class JointQueryKey(Operation):
 
     def run(self, model, progress: Progress | None = None):
         texts: list[CorpusText] = list(self.texts)
-        settings = dict(method=self.method, normalize=self.normalize, max_points=self.max_points, engine=self.engine)
-        return project_texts(model, texts, (self.layer, self.head), progress=progress, **settings)
+        projection = Projection(self.method, self.normalize, self.max_points, self.engine)
+        return project_texts(model, texts, (self.layer, self.head), projection, progress)

@@ -80,10 +80,15 @@ def view_of(
     """The view of ``obj``: an ``AttentionRun`` (``view`` "head" or "model"), a ``CrossAttentionRun``, a
     ``Seq2SeqRun`` (its ``kind``: "encoder", "decoder" or "cross"), a ``LongRun`` (the deep zoom of ``layer``,
     ``head``; ``view="model"``: every head at overview level), a head table (a DataFrame with ``layer`` and ``head``
-    columns: a layer x head grid coloured by ``column``, the first numeric one by default), or a ``View`` (as it
-    is)."""
+    columns: a layer x head grid coloured by ``column``, the first numeric one by default; the Circuits maps'
+    copying, previous-token, attribution and patching scores), a table of pairs of heads (``mc.composition``: the
+    receivers' grid, ``tables.composition_heads``), or a ``View`` (as it is)."""
     if isinstance(obj, View):
         return obj
+    if tables.is_pair_table(obj):  # a composition table: each receiver head's senders
+        data = tables.pack_table(tables.composition_heads(obj, column), column, layer=layer, head=head)
+        title = f"{len(obj):,} pairs of heads: each receiver's strongest sender ({data['column']})"
+        return View("tableview", data, title)
     if hasattr(obj, "columns") and {"layer", "head"} <= set(obj.columns):  # a head table (pandas)
         data = tables.pack_table(obj, column, layer=layer, head=head)
         return View("tableview", data, f"{data['num_layers']} layers x {data['num_heads']} heads: {len(obj):,} rows")
@@ -113,7 +118,8 @@ def view_of(
         return View("headview", data, _run_title(obj))
     raise TypeError(
         f"cannot draw a {type(obj).__name__}: mc.show and mc.save_html draw an AttentionRun, a Seq2SeqRun, a "
-        "CrossAttentionRun, a LongRun or a head table (a DataFrame with layer and head columns)"
+        "CrossAttentionRun, a LongRun, a head table (a DataFrame with layer and head columns) or a table of pairs "
+        "of heads (mc.composition)"
     )
 
 

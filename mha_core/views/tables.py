@@ -1,6 +1,9 @@
 """A head table's view (``assets/tableview/``): any table with ``layer`` and ``head`` columns (``mc.head_metrics``,
 ``mc.head_roles``, importance) as a layer x head grid, coloured by one numeric column, each head's rows in words on a
-click. A head with several rows (its roles) shows the largest value of a column, and every row in words."""
+click. A head with several rows (its roles) shows the largest value of a column, and its rows in words (the first
+``DETAIL_ROWS``). The Circuits maps are head tables too: the copying and previous-token scores (``mc.copying_scores``),
+attribution and patching (their head rows), and the composition of every pair of heads (``mc.composition``: each
+receiver head's strongest sender, its senders in words, ``composition_heads``)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import pandas as pd
 from mha_core.views import packing, palette
 
 DETAIL_DIGITS = 4  # significant digits of a number in a head's rows
+DETAIL_ROWS = 12  # a head's rows in words at most (a composition table has a row per sender)
+PAIR_COLUMNS = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
 
 
 def numeric_columns(frame: pd.DataFrame) -> list[str]:
@@ -31,10 +36,41 @@ def _words(value) -> str:
     return str(value)
 
 
+def is_pair_table(frame) -> bool:
+    """A table of pairs of heads (``mc.composition``: a sender and a receiver each row)."""
+    return hasattr(frame, "columns") and set(PAIR_COLUMNS) <= set(frame.columns)
+
+
+def composition_heads(table, column: str | None = None) -> pd.DataFrame:
+    """A table of pairs of heads as a head table of the receivers: each row's receiver as ``layer``, ``head``, its
+    sender in words (``sender``: "layer-head"), the rows strongest first by ``column`` (the first score by default),
+    so that a receiver's cell shows its strongest sender's score and its strongest senders are listed first."""
+    frame = pd.DataFrame(table)
+    if not is_pair_table(frame):
+        raise ValueError(f"a table of pairs of heads has columns {', '.join(PAIR_COLUMNS)} (mc.composition)")
+    scores = [name for name in numeric_columns(frame) if name not in PAIR_COLUMNS]
+    if not scores:
+        raise ValueError("the table has no numeric column to colour its heads by")
+    order = column if column in scores else scores[0]
+    frame = frame.sort_values(order, ascending=False, kind="stable")
+    heads = pd.DataFrame(
+        {
+            "layer": frame["receiver_layer"].to_numpy(int),
+            "head": frame["receiver_head"].to_numpy(int),
+            "sender": [f"{layer}-{head}" for layer, head in zip(frame["sender_layer"], frame["sender_head"])],
+        }
+    )
+    for name in scores:
+        heads[name] = frame[name].to_numpy()
+    return heads
+
+
 def pack_table(table, column: str | None = None, layer: int = 0, head: int = 0) -> dict:
     """The view's data: each numeric column as a float32 ``[layers, heads]`` grid (NaN for a head without a row; a
     head's largest value where it has several rows), the column shown first, and each head's rows in words."""
     frame = pd.DataFrame(table)
+    if {"layer", "head"} <= set(frame.columns):  # rows that are not a head's (attribution's MLPs, embeddings)
+        frame = frame[frame["layer"].notna() & frame["head"].notna()]
     if not {"layer", "head"} <= set(frame.columns) or frame.empty:
         raise ValueError("a head table has a row per head with columns layer and head (mc.head_metrics, mc.head_roles)")
     layers, heads = int(frame["layer"].max()) + 1, int(frame["head"].max()) + 1
@@ -57,6 +93,9 @@ def pack_table(table, column: str | None = None, layer: int = 0, head: int = 0) 
     for record in frame.to_dict("records"):
         text = ", ".join(f"{name} {_words(record[name])}" for name in others)
         details[int(record["layer"]) * heads + int(record["head"])].append(text)
+    for index, lines in enumerate(details):
+        if len(lines) > DETAIL_ROWS:
+            details[index] = lines[:DETAIL_ROWS] + [f"... and {len(lines) - DETAIL_ROWS:,} more rows"]
     digest = hashlib.sha1(str((layers, heads, columns, list(values.values()), details)).encode())
     return {
         "sig": digest.hexdigest()[:16],

@@ -1,11 +1,12 @@
 """Charts drawn the same way on every page: Headscope's colours (no Streamlit theme), PNG export from the
-modebar (no server, no CDN), and presentation mode's larger text for a projector."""
+modebar (no server, no CDN), an SVG download beside it (a vector picture for slides, drawn when clicked by the
+server's Chromium, offline: ``ui.figure_images``), and presentation mode's larger text for a projector."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from ui import figures, i18n
+from ui import figure_images, figures, i18n
 
 
 def chart_config(filename: str) -> dict:
@@ -79,7 +80,26 @@ def show_chart(fig, key: str, filename: str | None = None, **kwargs):
         figures.enlarge_text(fig, PRESENTATION_SCALE)
     if high_contrast():
         figures.high_contrast(fig)
-    return st.plotly_chart(fig, key=key, theme=None, config=chart_config(filename or key), width="stretch", **kwargs)
+    shown = st.plotly_chart(fig, key=key, theme=None, config=chart_config(filename or key), width="stretch", **kwargs)
+    svg_download(fig, key, filename or key)
+    return shown
+
+
+def svg_download(fig, key: str, filename: str) -> None:
+    """A button under a chart: the figure as it is shown, as an SVG picture (vector: sharp at any size on a slide),
+    drawn only when clicked (``figure_images.figure_image``); offered where the server can draw pictures."""
+    if not figure_images.available():
+        return
+    st.download_button(
+        i18n.t("SVG for slides"),
+        data=lambda: figure_images.figure_image(fig, "svg"),
+        file_name=f"{filename}.svg",
+        mime="image/svg+xml",
+        key=f"{key}_svg",
+        type="tertiary",
+        icon=":material/download:",
+        help=i18n.t("This chart as a vector picture (SVG), drawn offline; the modebar's camera saves it as PNG."),
+    )
 
 
 # Per-layer curves show these measurements (numeric columns of mha_core.head_metrics).

@@ -1,6 +1,7 @@
 """Downloads of a run: the whole run as .npz, one head as CSV and the view as one self-contained HTML page (the head
 and model views, offline: ``mha_core.views.standalone``), named by model, text, layer and head, built only when
-clicked (``ui.computations.deferred``)."""
+clicked (``ui.computations.deferred``); a head table's maps (the Circuits page's) as such a page too
+(``table_view_download``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import streamlit as st
 
 from mha_core.views import standalone
 from ui import computations
+from ui.i18n import t
 
 SLUG_CHARS = 40  # a file name's share of the text: about the first six words
 
@@ -111,4 +113,21 @@ def long_view_download(run, data: dict, key: str) -> None:
         mime="text/html",
         key=key,
         help="This view as one file: data and scripts inside, opens offline in any browser.",
+    )
+
+
+def table_view_download(table, file_name: str, key: str, column: str | None = None) -> None:
+    """A head table's maps (``mha_core.views.tables``: the copying, previous-token, attribution and patching scores,
+    or the composition of pairs of heads) as one self-contained HTML page, ``column`` shown first: every numeric
+    column a click away, each head's rows in words; built when clicked."""
+    st.download_button(
+        t("Download the maps as HTML (.html)"),
+        data=lambda: standalone.html(table, column=column).encode("utf-8"),
+        file_name=file_name,
+        mime="text/html",
+        key=key,
+        help=t(
+            "These maps as one file: data and scripts inside, opens offline in any browser (pick a column, click a "
+            "head for its numbers)."
+        ),
     )
