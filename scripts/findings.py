@@ -317,6 +317,9 @@ ATTRIBUTION_TEXTS = int(os.environ.get("HEADSCOPE_ATTRIBUTION_TEXTS", "200"))  #
 # Methods added to the tables already written, for their texts, without drawing the other methods' curves again
 # (``HEADSCOPE_ATTRIBUTION_ADD=value_zeroing``): the references are recomputed for the new rows' agreement.
 ATTRIBUTION_ADD = tuple(m for m in os.environ.get("HEADSCOPE_ATTRIBUTION_ADD", "").split(",") if m)
+# Continue the tables already written from the first text they do not hold (``HEADSCOPE_ATTRIBUTION_RESUME=1``): a
+# run stopped by a time limit is taken up by the next one; the heads' means are combined weighted by texts.
+ATTRIBUTION_RESUME = os.environ.get("HEADSCOPE_ATTRIBUTION_RESUME", "") == "1"
 
 
 def treebank_texts(count: int, min_words: int = 6, max_words: int = 20) -> list[list[str]]:
@@ -342,15 +345,22 @@ def attribution_findings(name: str, items: list) -> None:
         add_attribution_methods(model, name, items, ATTRIBUTION_ADD)
         return
     layers, head_ids = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
-    tables, heads = [], []
-    for index, item in enumerate(items):
-        per_text, text_heads = attribution_study(model, [item])
+    tables, heads, start, earlier = [], [], 0, None
+    if ATTRIBUTION_RESUME:
+        tables = [pd.read_csv(FINDINGS / f"{name}_token_attribution.csv")]
+        start = int(tables[0]["text"].max()) + 1
+        kept = pd.read_csv(FINDINGS / f"{name}_token_attribution_heads.csv")
+        earlier = np.stack([kept[f"vs_{r}"].to_numpy().reshape(model.num_layers, model.num_heads) for r in REFERENCES])
+    for index in range(start, len(items)):
+        per_text, text_heads = attribution_study(model, [items[index]])
         tables.append(per_text.assign(text=index))
         heads.append(text_heads)
         done = pd.concat(tables, ignore_index=True)
         write_table(done, FINDINGS / f"{name}_token_attribution.csv")
         write_table(study_summary(done), FINDINGS / f"{name}_token_attribution_summary.csv")
         mean = np.nanmean(np.array(heads), axis=0)
+        if earlier is not None:
+            mean = (earlier * start + mean * len(heads)) / (start + len(heads))
         columns = {f"vs_{reference}": mean[i].ravel() for i, reference in enumerate(REFERENCES)}
         write_table(
             pd.DataFrame({"layer": layers, "head": head_ids} | columns),
