@@ -78,6 +78,34 @@ def grown(run):
     return marked(compute.compute(generation_operation(run, settings["gen_count"], settings)))
 
 
+def written_rows(view) -> list[int]:
+    """The positions of ``view`` (a run as the toggles shape it) that hold a written token (marked by ``marked``)."""
+    return [i for i, token in enumerate(view.tokens) if str(token).startswith(MARK)]
+
+
+_FOLLOW = "predict_follow_token"  # a written token was picked on the head view: rerun the page once
+
+
+def take_token(run, units: list, row: int) -> None:
+    """A written token's label picked on the head view (``row`` of the view whose run positions are ``units``):
+    the output section shows the distribution it was drawn from (the last written token of the row's unit: a
+    word's tokens are written one by one). A row with no written token changes nothing."""
+    steps = run.metadata.get("generation", {}).get("steps", ())
+    drawn = {int(step["position"]) for step in steps}
+    if not 0 <= row < len(units):
+        return
+    positions = [int(i) for i in units[row] if int(i) in drawn]
+    if positions:
+        S["written"].set(positions[-1])
+        st.session_state[_FOLLOW] = True
+
+
+def follow_token() -> None:
+    """After ``take_token``: the whole page again (the head view is a fragment; the output section is not in it)."""
+    if st.session_state.pop(_FOLLOW, False):
+        st.rerun(scope="app")
+
+
 def _write(count: int) -> None:
     S["gen_count"].set(min(int(st.session_state.get(S["gen_count"].key, 0)) + count, MAX_NEW_TOKENS))
 
