@@ -36,6 +36,7 @@ def pack(
     switchable: bool = False,
     key_tokens: list[str] | None = None,
     written: list[int] | tuple[int, ...] = (),
+    token_picks: bool = False,
 ) -> dict:
     """The component's data: ``attentions`` ``[layers, heads, n, n]`` of one sentence, quantised.
 
@@ -48,7 +49,8 @@ def pack(
     other view would show these same tokens, so the browser may switch to it without the server. ``shape`` is
     how the head view shows its selected head: "heatmap" (enlarged, in the component) or "lines" (a chart the
     page draws below it). ``written``: the query rows of tokens the model wrote (generation); their labels are
-    marked and a click on one comes back in the pick as ``"token"`` (``parse_pick``).
+    marked and a click on one comes back in the pick as ``"token"`` (``parse_pick``); ``token_picks``: every other
+    row's label after the first can be picked too (a decoder's prompt token: the prediction at the position before).
     """
     if view not in VIEWS or shape not in SHAPES:
         raise ValueError(f"view must be one of {VIEWS} and shape one of {SHAPES}, not {view!r} and {shape!r}")
@@ -70,7 +72,9 @@ def pack(
     if written and not 0 <= written[0] <= written[-1] < len(tokens):
         raise ValueError(f"written rows {written} are not rows of the {len(tokens)} tokens")
     described = "\x00".join(tokens) + ("" if keys is None else "\x01" + "\x00".join(keys))
-    digest = hashlib.sha1(weights.encode() + described.encode() + str((causal, boundary, sent, written)).encode())
+    digest = hashlib.sha1(
+        weights.encode() + described.encode() + str((causal, boundary, sent, written, bool(token_picks))).encode()
+    )
     return {
         "sig": digest.hexdigest()[:16],
         "tokens": tokens,
@@ -89,6 +93,7 @@ def pack(
         "shape": shape,
         "text_scale": float(text_scale),
         "written": written,
+        "token_picks": bool(token_picks),
         **palette.palette(),
     }
 

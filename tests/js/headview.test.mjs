@@ -171,3 +171,24 @@ test("a written token's label goes to the server as the pick with its row, numbe
   assert.equal(pickToken(s, 7), null);
   assert.equal(sent.length, 3);
 });
+
+test("with token_picks, a prompt token's label after the first is picked too, never the first", () => {
+  const sent = [];
+  const s = {
+    ...sentence(true),
+    queryNoun: "query",
+    written: new Set(),
+    tokenPicks: true,
+    layer: 0,
+    head: 0,
+    view: "head",
+    shape: "heatmap",
+    setStateValue: (name, value) => sent.push([name, value]),
+  };
+  assert.equal(tokenPick(s, 0), null); // the first token has no position before it
+  assert.deepEqual(pickToken(s, 1), { layer: 0, head: 0, view: "head", shape: "heatmap", token: 1, n: 1 });
+  assert.equal(pickToken(s, 3), null); // outside the three rows
+  assert.deepEqual(sent, [["pick", { layer: 0, head: 0, view: "head", shape: "heatmap", token: 1, n: 1 }]]);
+  s.tokenPicks = false; // an encoder's view: no token picks
+  assert.equal(pickToken(s, 1), null);
+});

@@ -133,3 +133,31 @@ def test_a_written_token_clicked_in_the_head_view_shows_the_distribution_it_was_
     # A prompt token's row (not written) changes nothing.
     pick_in_the_view(app, monkeypatch, {**pick, "token": 1, "n": 2})
     assert app.session_state["gen_token"] == first["position"]
+
+
+def test_a_prompt_token_clicked_shows_the_prediction_at_the_position_before_it(gpt2_path, monkeypatch):
+    import torch
+
+    model = mc.load_model(gpt2_path)
+    ids = model.encode(TEXT).input_ids
+    app = open_app("explore", {"model": gpt2_path, "text": TEXT})
+    data = head_view_data(app)
+    assert data["token_picks"] and data["written"] == []
+    pick = {"layer": data["layer"], "head": data["head"], "view": "head", "shape": "heatmap"}
+    position = 3
+    pick_in_the_view(app, monkeypatch, {**pick, "token": position, "n": 1})
+    assert not app.error, [e.value for e in app.error]
+    assert app.session_state["gen_prompt_token"] == position and address(app, "ptok") == str(position)
+    (table,) = [t for t in tables(app) if "prompt" in t.columns]
+    with torch.no_grad():  # transformers' own logits at the position before the token, independently of the app
+        logits = model.lm_model(input_ids=torch.tensor([ids])).logits[0, position - 1].double()
+    top = torch.topk(torch.softmax(logits, -1), 10)
+    assert table["id"].tolist() == top.indices.tolist()
+    np.testing.assert_allclose(table["probability"], top.values.numpy(), rtol=1e-5, atol=1e-7)
+    assert table["prompt"].tolist() == [i == ids[position] for i in top.indices.tolist()]
+    # The first token has no position before it: nothing changes; Hide forgets the pick (and the address with it).
+    pick_in_the_view(app, monkeypatch, {**pick, "token": 0, "n": 2})
+    assert app.session_state["gen_prompt_token"] == position
+    next(b for b in app.button if b.key == "prompt_token_hide").click()
+    rerun(app)
+    assert not [t for t in tables(app) if "prompt" in t.columns] and "ptok" not in app.query_params

@@ -203,10 +203,15 @@ function pickCell(s, i, j) {
   return pick;
 }
 
-// A written token's row label clicked (or Enter on it): the pick with the token's row, numbered as a cell's, so that
-// the server shows the distribution the token was drawn from; null for a row that is not a written one.
+// A token's row label clicked (or Enter on it): the pick with the token's row, numbered as a cell's, so that the
+// server shows the distribution a written token was drawn from or, when the data allows prompt tokens
+// (``token_picks``), the model's distribution at the position before a prompt token; null for any other row.
+function canPickToken(s, i) {
+  return s.written.has(i) || (s.tokenPicks && i > 0 && i < s.nq);
+}
+
 function tokenPick(s, i) {
-  if (!s.written.has(i)) return null;
+  if (!canPickToken(s, i)) return null;
   s.cellPicks = (s.cellPicks || 0) + 1;
   return { ...pickOf(s), token: i, n: s.cellPicks };
 }
@@ -216,7 +221,7 @@ function pickToken(s, i) {
   if (!pick) return null;
   s.pending = pickOf(s);
   s.setStateValue("pick", pick);
-  if (s.live) s.live.textContent = `${s.queryNoun} ${i} "${s.tokens[i]}" picked: its distribution is shown below the view.`;
+  if (s.live) s.live.textContent = `${s.queryNoun} ${i} "${s.tokens[i]}" picked: a distribution is shown below the view.`;
   return pick;
 }
 
@@ -439,6 +444,12 @@ function layoutBig(s) {
         r.classList.add("hs-written");
         r.title += " (written by the model: click for the distribution it was drawn from)";
         asButton(r, `Written token ${i}, ${token}: show the distribution it was drawn from`, () => pickToken(s, i));
+        r.addEventListener("click", () => pickToken(s, i));
+      } else if (canPickToken(s, i)) {
+        // A prompt token: a click shows what the model predicted at the position before it.
+        r.classList.add("hs-pickable");
+        r.title += " (click for the model's prediction at the position before it)";
+        asButton(r, `Token ${i}, ${token}: show the model's prediction before it`, () => pickToken(s, i));
         r.addEventListener("click", () => pickToken(s, i));
       }
       rows.append(r);
@@ -668,6 +679,7 @@ export default function (component) {
     s.causal = data.causal;
     s.boundary = data.boundary;
     s.written = new Set(data.written || []); // rows of tokens the model wrote: their labels are buttons
+    s.tokenPicks = !!data.token_picks; // and every other row's after the first (a decoder that writes)
     const palette = paletteOf(data);
     s.segmentColor = palette.segment;
     s.lut = palette.lut;
