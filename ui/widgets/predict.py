@@ -199,7 +199,10 @@ def before_prompt_token(run, model) -> None:
     encoded = model.encode(selection.text, bos=selection.bos)
     if position >= len(encoded):
         return
-    frame = compute.compute(Prediction(model.name, encoded, k=SHOWN, position=position - 1, engine=selection.engine))
+    operation = Prediction.of(
+        model, selection.text, selection.bos, k=SHOWN, position=position - 1, engine=selection.engine
+    )
+    frame = compute.compute(operation)
     actual = int(encoded.input_ids[position])
     st.markdown(f"**{t('Before a prompt token')}**")
     st.caption(
