@@ -721,6 +721,47 @@ def attribution_table(summary) -> str:
     return markdown(header, rows)
 
 
+# The paired comparisons of docs/findings.md section 11: (first, second) of the attention-based scores.
+ATTRIBUTION_PAIRS = (
+    ("attention_norms", "attention"),
+    ("attention", "rollout"),
+    ("attention_norms", "rollout"),
+    ("value_zeroing", "attention"),
+    ("value_zeroing", "attention_norms"),
+    ("value_zeroing", "rollout"),
+)
+
+
+def attribution_pairs(per_text) -> str:
+    """Paired comparisons over the texts both methods have: the median of the per-text difference of agreement
+    (with integrated gradients, with occlusion) between two scores, and of each method's AOPC minus random
+    order's on the same text, each with its 95% interval (``stats.median_interval``) and the number of texts."""
+    from mha_core.analysis.stats import median_interval
+    from mha_core.interventions.token_attribution import METHOD_LABELS, METHODS
+
+    def cell(first, second) -> str:
+        difference = (first - second).dropna()
+        median, low, high = median_interval(difference.to_numpy(dtype=float))
+        return f"{median:+.2f} [{low:+.2f}, {high:+.2f}] (n={len(difference)})"
+
+    wide = {
+        column: per_text.pivot(index="text", columns="method", values=column)
+        for column in ("vs_integrated_gradients", "vs_occlusion", "deletion_aopc", "insertion_aopc")
+    }
+    rows = [
+        [f"{METHOD_LABELS[a]} - {METHOD_LABELS[b]}", *(cell(wide[c][a], wide[c][b]) for c in list(wide)[:2]), "-", "-"]
+        for a, b in ATTRIBUTION_PAIRS
+        if a in wide["vs_occlusion"] and b in wide["vs_occlusion"]
+    ]
+    rows += [
+        [f"{METHOD_LABELS[m]} - random order", "-", "-", *(cell(wide[c][m], wide[c]["random"]) for c in list(wide)[2:])]
+        for m in METHODS
+        if m in wide["deletion_aopc"].columns
+    ]
+    header = ["difference", "Spearman with IG", "Spearman with occlusion", "deletion AOPC", "insertion AOPC"]
+    return markdown(header, rows)
+
+
 def attribution_heads(heads, top: int = 5) -> str:
     """The ``top`` heads whose attention row agrees best with integrated gradients and with occlusion."""
     rows = []
@@ -840,6 +881,8 @@ def report() -> None:
         summary = pd.read_csv(FINDINGS / f"{name}_token_attribution_summary.csv")
         print(f"\n## {name} token attribution ({int(summary['texts'].max())} texts)\n")
         print(attribution_table(summary))
+        print()
+        print(attribution_pairs(pd.read_csv(FINDINGS / f"{name}_token_attribution.csv")))
         print()
         print(attribution_heads(pd.read_csv(FINDINGS / f"{name}_token_attribution_heads.csv")))
 
