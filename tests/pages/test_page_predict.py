@@ -161,3 +161,24 @@ def test_a_prompt_token_clicked_shows_the_prediction_at_the_position_before_it(g
     next(b for b in app.button if b.key == "prompt_token_hide").click()
     rerun(app)
     assert not [t for t in tables(app) if "prompt" in t.columns] and "ptok" not in app.query_params
+
+
+def test_a_written_word_picked_in_the_word_view_shows_its_last_written_tokens_distribution(gpt2_path, monkeypatch):
+    model = mc.load_model(gpt2_path)
+    written = mc.generate(model, TEXT, 3, temperature=0.0, stop=None)
+    generation = written.metadata["generation"]
+    app = open_app("explore", {"model": gpt2_path, "text": TEXT, "gen": "3", "temp": "0.0", "words": "1"})
+    data = head_view_data(app)
+    assert data["written"], data["tokens"]  # the written words are marked in the word view too
+    row = data["written"][0]
+    # The run's positions behind that word (an independent grouping: the run's own word ids), its last written one.
+    word = int(written.word_ids[generation["generated"][0]])
+    behind = [i for i in generation["generated"] if int(written.word_ids[i]) == word]
+    pick = {"layer": data["layer"], "head": data["head"], "view": "head", "shape": "heatmap", "token": row, "n": 1}
+    pick_in_the_view(app, monkeypatch, pick)
+    assert not app.error, [e.value for e in app.error]
+    assert behind[-1] != generation["steps"][-1]["position"]  # not the one shown before the pick
+    assert app.session_state["gen_token"] == behind[-1]
+    step = next(s for s in generation["steps"] if s["position"] == behind[-1])
+    (table,) = [t for t in tables(app) if "drawn with" in t.columns]
+    np.testing.assert_allclose(table["model probability"], step["probabilities"], rtol=1e-6)
