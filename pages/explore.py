@@ -84,13 +84,16 @@ S = ExploreSettings.declarations()
 
 def take_pick(pick: dict, words: bool = False, hide_special: bool = False) -> None:
     """The view and the selected head's shape switched in the browser (the component's pick); a cell picked on
-    the enlarged head opens its score decomposition (positions of the view the toggles ``words`` and
-    ``hide_special`` make)."""
+    the enlarged head opens its score decomposition, a token's label its distribution (positions of the view the
+    toggles ``words`` and ``hide_special`` make)."""
     S["view"].set(pick["view"])
     S["shape"].set(pick["shape"])
-    run = explore_run(notices=False) if "cell" in pick and session.lab_run() is None else None
-    if run is not None:
+    picked = "cell" in pick or "token" in pick
+    run = explore_run(notices=False) if picked and session.lab_run() is None else None
+    if run is not None and "cell" in pick:
         decomposition.take_cell(run, words, hide_special, (pick["layer"], pick["head"], *pick["cell"]))
+    elif run is not None:  # a token's label: the distribution it was drawn from (or the prediction before it)
+        predict.take_token(run, decomposition.view_units(run, words, hide_special), pick["token"])
 
 
 @st.fragment
@@ -111,7 +114,11 @@ def view_section(words: bool, hide_special: bool) -> None:
     if class_questions.explore_question(view, layer, head):  # a class question: the head stays hidden until revealed
         return
     on_pick = functools.partial(take_pick, words=words, hide_special=hide_special)
-    views.attention_view(view, mode, layer, head, key="head_view", shape=shape, on_pick=on_pick)
+    written, picks = predict.written_rows(view), predict.writes(run)
+    views.attention_view(
+        view, mode, layer, head, key="head_view", shape=shape, on_pick=on_pick, written=written, token_picks=picks
+    )
+    predict.follow_token()  # a token picked: the page again, its distribution shown in the output section
     S["view"].keep()
     S["shape"].keep()
     if mode == "model":

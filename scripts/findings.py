@@ -352,6 +352,9 @@ ATTRIBUTION_TEXTS = int(os.environ.get("HEADSCOPE_ATTRIBUTION_TEXTS", "200"))  #
 # Methods added to the tables already written, for their texts, without drawing the other methods' curves again
 # (``HEADSCOPE_ATTRIBUTION_ADD=value_zeroing``): the references are recomputed for the new rows' agreement.
 ATTRIBUTION_ADD = tuple(m for m in os.environ.get("HEADSCOPE_ATTRIBUTION_ADD", "").split(",") if m)
+# Continue the tables already written from the first text they do not hold (``HEADSCOPE_ATTRIBUTION_RESUME=1``): a
+# run stopped by a time limit is taken up by the next one; the heads' means are combined weighted by texts.
+ATTRIBUTION_RESUME = os.environ.get("HEADSCOPE_ATTRIBUTION_RESUME", "") == "1"
 
 
 def treebank_texts(count: int, min_words: int = 6, max_words: int = 20) -> list[list[str]]:
@@ -377,15 +380,22 @@ def attribution_findings(name: str, items: list) -> None:
         add_attribution_methods(model, name, items, ATTRIBUTION_ADD)
         return
     layers, head_ids = np.divmod(np.arange(model.num_layers * model.num_heads), model.num_heads)
-    tables, heads = [], []
-    for index, item in enumerate(items):
-        per_text, text_heads = attribution_study(model, [item])
+    tables, heads, start, earlier = [], [], 0, None
+    if ATTRIBUTION_RESUME:
+        tables = [pd.read_csv(FINDINGS / f"{name}_token_attribution.csv")]
+        start = int(tables[0]["text"].max()) + 1
+        kept = pd.read_csv(FINDINGS / f"{name}_token_attribution_heads.csv")
+        earlier = np.stack([kept[f"vs_{r}"].to_numpy().reshape(model.num_layers, model.num_heads) for r in REFERENCES])
+    for index in range(start, len(items)):
+        per_text, text_heads = attribution_study(model, [items[index]])
         tables.append(per_text.assign(text=index))
         heads.append(text_heads)
         done = pd.concat(tables, ignore_index=True)
         write_table(done, FINDINGS / f"{name}_token_attribution.csv")
         write_table(study_summary(done), FINDINGS / f"{name}_token_attribution_summary.csv")
         mean = np.nanmean(np.array(heads), axis=0)
+        if earlier is not None:
+            mean = (earlier * start + mean * len(heads)) / (start + len(heads))
         columns = {f"vs_{reference}": mean[i].ravel() for i, reference in enumerate(REFERENCES)}
         write_table(
             pd.DataFrame({"layer": layers, "head": head_ids} | columns),
@@ -753,6 +763,47 @@ def attribution_table(summary) -> str:
     return markdown(header, rows)
 
 
+# The paired comparisons of docs/findings.md section 11: (first, second) of the attention-based scores.
+ATTRIBUTION_PAIRS = (
+    ("attention_norms", "attention"),
+    ("attention", "rollout"),
+    ("attention_norms", "rollout"),
+    ("value_zeroing", "attention"),
+    ("value_zeroing", "attention_norms"),
+    ("value_zeroing", "rollout"),
+)
+
+
+def attribution_pairs(per_text) -> str:
+    """Paired comparisons over the texts both methods have: the median of the per-text difference of agreement
+    (with integrated gradients, with occlusion) between two scores, and of each method's AOPC minus random
+    order's on the same text, each with its 95% interval (``stats.median_interval``) and the number of texts."""
+    from mha_core.analysis.stats import median_interval
+    from mha_core.interventions.token_attribution import METHOD_LABELS, METHODS
+
+    def cell(first, second) -> str:
+        difference = (first - second).dropna()
+        median, low, high = median_interval(difference.to_numpy(dtype=float))
+        return f"{median:+.2f} [{low:+.2f}, {high:+.2f}] (n={len(difference)})"
+
+    wide = {
+        column: per_text.pivot(index="text", columns="method", values=column)
+        for column in ("vs_integrated_gradients", "vs_occlusion", "deletion_aopc", "insertion_aopc")
+    }
+    rows = [
+        [f"{METHOD_LABELS[a]} - {METHOD_LABELS[b]}", *(cell(wide[c][a], wide[c][b]) for c in list(wide)[:2]), "-", "-"]
+        for a, b in ATTRIBUTION_PAIRS
+        if a in wide["vs_occlusion"] and b in wide["vs_occlusion"]
+    ]
+    rows += [
+        [f"{METHOD_LABELS[m]} - random order", "-", "-", *(cell(wide[c][m], wide[c]["random"]) for c in list(wide)[2:])]
+        for m in METHODS
+        if m in wide["deletion_aopc"].columns
+    ]
+    header = ["difference", "Spearman with IG", "Spearman with occlusion", "deletion AOPC", "insertion AOPC"]
+    return markdown(header, rows)
+
+
 def attribution_heads(heads, top: int = 5) -> str:
     """The ``top`` heads whose attention row agrees best with integrated gradients and with occlusion."""
     rows = []
@@ -872,6 +923,8 @@ def report() -> None:
         summary = pd.read_csv(FINDINGS / f"{name}_token_attribution_summary.csv")
         print(f"\n## {name} token attribution ({int(summary['texts'].max())} texts)\n")
         print(attribution_table(summary))
+        print()
+        print(attribution_pairs(pd.read_csv(FINDINGS / f"{name}_token_attribution.csv")))
         print()
         print(attribution_heads(pd.read_csv(FINDINGS / f"{name}_token_attribution_heads.csv")))
 

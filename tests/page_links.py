@@ -128,6 +128,8 @@ LINKS = [
             Setting("seed", "7", "gen_seed", 7, "Seed", "7", 0),
             # The written tokens are at positions 4 and 5 (SmolLM2 writes " on the" after the sentence, greedy).
             Setting("gtok", "4", "gen_token", 4, "Written token", "4: \u25b8on", 5, shown_after="gen"),
+            # The prompt token 2 (" sat") picked on the head view: the prediction at position 1, drawn without a widget.
+            Setting("ptok", "2", "gen_prompt_token", 2, None, None, 0),
         ),
         query={"model": "smollm2", "text": "The cat sat"},
     ),

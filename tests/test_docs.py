@@ -107,6 +107,11 @@ def test_the_findings_quote_the_tables_the_script_makes_from_the_shipped_files()
     for name in ("minilm", "smollm2"):
         table = findings.pruning_table(pd.read_csv(findings.FINDINGS / f"{name}_pruning.csv"))
         assert "\n".join(table.splitlines()[2:]) in text, name  # the rows (the header is the doc's own)
+    for name in ("smollm2", "minilm"):  # section 11: the token-attribution tables, as the written files give them
+        per_text = pd.read_csv(findings.FINDINGS / f"{name}_token_attribution.csv")
+        summary = pd.read_csv(findings.FINDINGS / f"{name}_token_attribution_summary.csv")
+        assert findings.attribution_table(summary) in text, name
+        assert findings.attribution_pairs(per_text) in text, name
     # Every command the doc shows is a target's command, word for word.
     flat = " ".join(text.replace("\\\n", " ").split())
     for name, target in findings.TARGETS.items():

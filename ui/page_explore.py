@@ -20,6 +20,7 @@ TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5, 2.0)
 TOP_KS = (0, 1, 5, 10, 50)  # 0: no top-k
 TOP_PS = (1.0, 0.95, 0.9, 0.8, 0.5)  # 1.0: no top-p
 NEEDLE_MIN_TOKENS = 256  # the shortest needle test
+MAX_PROMPT_POSITION = 8192  # the prompt token picked on the head view (``ptok``): beyond any model's length here
 KIND_LABELS = {  # an encoder-decoder model's three attentions
     "cross": "Cross-attention (target → source)",
     "encoder": "Encoder self-attention",
@@ -88,6 +89,8 @@ class ExploreSettings(PageSettings):
         label="Written token",
         help="Each written token was drawn from the distribution below.",
     )
+    # A prompt token picked on the head view (0: none): the model's prediction at the position before it.
+    prompt_token: int = setting("gen_prompt_token", "ptok", "number", 0, minimum=0, maximum=MAX_PROMPT_POSITION)
     # The long document (ui/longdoc.py): an example, a pasted document or, with a decoder, a needle test (the
     # choices and the needle test's largest length follow the model).
     long_doc: str = setting("long_doc", "long", "choice", "0", label="Long document")

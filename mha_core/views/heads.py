@@ -35,6 +35,8 @@ def pack(
     view: str = "head",
     switchable: bool = False,
     key_tokens: list[str] | None = None,
+    written: list[int] | tuple[int, ...] = (),
+    token_picks: bool = False,
 ) -> dict:
     """The component's data: ``attentions`` ``[layers, heads, n, n]`` of one sentence, quantised.
 
@@ -46,7 +48,9 @@ def pack(
     data, so the browser decodes a sentence once. ``view`` is "head" or "model"; ``switchable`` says the
     other view would show these same tokens, so the browser may switch to it without the server. ``shape`` is
     how the head view shows its selected head: "heatmap" (enlarged, in the component) or "lines" (a chart the
-    page draws below it).
+    page draws below it). ``written``: the query rows of tokens the model wrote (generation); their labels are
+    marked and a click on one comes back in the pick as ``"token"`` (``parse_pick``); ``token_picks``: every other
+    row's label after the first can be picked too (a decoder's prompt token: the prediction at the position before).
     """
     if view not in VIEWS or shape not in SHAPES:
         raise ValueError(f"view must be one of {VIEWS} and shape one of {SHAPES}, not {view!r} and {shape!r}")
@@ -64,8 +68,13 @@ def pack(
     boundary = None
     if segment_ids is not None and np.any(np.asarray(segment_ids) != np.asarray(segment_ids)[0]):
         boundary = int(np.argmax(np.asarray(segment_ids) != np.asarray(segment_ids)[0]))
+    written = sorted({int(i) for i in written})
+    if written and not 0 <= written[0] <= written[-1] < len(tokens):
+        raise ValueError(f"written rows {written} are not rows of the {len(tokens)} tokens")
     described = "\x00".join(tokens) + ("" if keys is None else "\x01" + "\x00".join(keys))
-    digest = hashlib.sha1(weights.encode() + described.encode() + str((causal, boundary, sent)).encode())
+    digest = hashlib.sha1(
+        weights.encode() + described.encode() + str((causal, boundary, sent, written, bool(token_picks))).encode()
+    )
     return {
         "sig": digest.hexdigest()[:16],
         "tokens": tokens,
@@ -83,6 +92,8 @@ def pack(
         "boundary": boundary,
         "shape": shape,
         "text_scale": float(text_scale),
+        "written": written,
+        "token_picks": bool(token_picks),
         **palette.palette(),
     }
 
@@ -99,8 +110,9 @@ def unpack(data: dict) -> dict[int, np.ndarray]:
 def parse_pick(raw) -> dict | None:
     """The visitor's pick as the browser sent it (the component's state), checked: ``{"layer": int, "head":
     int, "view": one of VIEWS, "shape": one of SHAPES}``, with ``"cell": (query, key)`` when the visitor picked a
-    cell of the enlarged head (a click, or Enter on the keyboard's cell), or None for anything else (a cell that is
-    not two non-negative integers is left out)."""
+    cell of the enlarged head (a click, or Enter on the keyboard's cell), with ``"token": row`` when the visitor
+    picked a written token's label (``pack``'s ``written``), or None for anything else (a cell that is not two
+    non-negative integers, or a token row that is not one, is left out)."""
     try:
         pick = {"layer": int(raw["layer"]), "head": int(raw["head"]), "view": raw["view"], "shape": raw["shape"]}
     except (KeyError, TypeError, ValueError):
@@ -108,7 +120,19 @@ def parse_pick(raw) -> dict | None:
     if pick["layer"] < 0 or pick["head"] < 0 or pick["view"] not in VIEWS or pick["shape"] not in SHAPES:
         return None
     cell = picked_cell(raw)
-    return pick if cell is None else {**pick, "cell": cell}
+    if cell is not None:
+        return {**pick, "cell": cell}
+    token = picked_token(raw)
+    return pick if token is None else {**pick, "token": token}
+
+
+def picked_token(raw: dict) -> int | None:
+    """The written token's row of a pick, or None when it has none (or not a non-negative integer)."""
+    try:
+        row = int(raw["token"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return row if row >= 0 else None
 
 
 def picked_cell(raw: dict) -> tuple[int, int] | None:

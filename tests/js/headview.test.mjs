@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { bigLayout, cellIndex, cellPick, headPixels, modelLayout, pickCell, pickOf, samePick, weight } from "../../mha_core/views/assets/headview/headview.js";
+import { bigLayout, cellIndex, cellPick, headPixels, modelLayout, pickCell, pickOf, pickToken, samePick, tokenPick, weight } from "../../mha_core/views/assets/headview/headview.js";
 import { decodeBytes as decode, hexRgb, lookupTable } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 // What ui/headview.pack sends: round(w * 255) per weight, [layers sent, heads, n, n] in C order, base64.
@@ -144,4 +144,51 @@ test("a picked cell goes to the server as the pick with its query and key, numbe
   // A saved file's setStateValue does nothing: a pick there throws nothing.
   const file = { ...sentence(false), layer: 4, head: 0, view: "head", shape: "heatmap", setStateValue() {} };
   assert.deepEqual(pickCell(file, 0, 2), { layer: 4, head: 0, view: "head", shape: "heatmap", query: 0, key: 2, n: 1 });
+});
+
+test("a written token's label goes to the server as the pick with its row, numbered; a prompt token's not at all", () => {
+  const sent = [];
+  const s = {
+    ...sentence(true),
+    tokens: ["The", "cat", "\u25b8sat"],
+    queryNoun: "query",
+    written: new Set([2]),
+    layer: 4,
+    head: 1,
+    view: "head",
+    shape: "heatmap",
+    setStateValue: (name, value) => sent.push([name, value]),
+  };
+  assert.deepEqual(pickToken(s, 2), { layer: 4, head: 1, view: "head", shape: "heatmap", token: 2, n: 1 });
+  assert.deepEqual(sent, [["pick", { layer: 4, head: 1, view: "head", shape: "heatmap", token: 2, n: 1 }]]);
+  assert.deepEqual(s.pending, { layer: 4, head: 1, view: "head", shape: "heatmap" });
+  // The same token again is a new value; a cell picked after it is numbered after it (one counter).
+  assert.equal(pickToken(s, 2).n, 2);
+  assert.equal(pickCell(s, 2, 0).n, 3);
+  // A prompt token (not written) and a row outside the sentence: nothing sent.
+  assert.equal(tokenPick(s, 1), null);
+  assert.equal(pickToken(s, 0), null);
+  assert.equal(pickToken(s, 7), null);
+  assert.equal(sent.length, 3);
+});
+
+test("with token_picks, a prompt token's label after the first is picked too, never the first", () => {
+  const sent = [];
+  const s = {
+    ...sentence(true),
+    queryNoun: "query",
+    written: new Set(),
+    tokenPicks: true,
+    layer: 0,
+    head: 0,
+    view: "head",
+    shape: "heatmap",
+    setStateValue: (name, value) => sent.push([name, value]),
+  };
+  assert.equal(tokenPick(s, 0), null); // the first token has no position before it
+  assert.deepEqual(pickToken(s, 1), { layer: 0, head: 0, view: "head", shape: "heatmap", token: 1, n: 1 });
+  assert.equal(pickToken(s, 3), null); // outside the three rows
+  assert.deepEqual(sent, [["pick", { layer: 0, head: 0, view: "head", shape: "heatmap", token: 1, n: 1 }]]);
+  s.tokenPicks = false; // an encoder's view: no token picks
+  assert.equal(pickToken(s, 1), null);
 });

@@ -16,9 +16,11 @@ import streamlit as st
 
 from mha_core.models.generation import MAX_NEW_TOKENS
 from mha_core.models.prediction import run_prediction
-from mha_core.operations import Generation
+from mha_core.operations import Generation, Prediction
 from ui import compute, session
+from ui.i18n import t
 from ui.page_explore import ExploreSettings
+from ui.widgets import messages
 
 SHOWN = 10  # rows of the next-token table
 MARK = "\u25b8"  # before a written token in the head view
@@ -34,8 +36,10 @@ def _settings() -> dict:
 
 
 def writes(run) -> bool:
-    """Whether the run's model writes text (a decoder with its language-model head)."""
-    return bool(run.is_causal) and run.metadata.get("prediction") is not None
+    """Whether the run's model writes text (a decoder with its language-model head): its pass kept a prediction,
+    or it is a written run."""
+    has_head = run.metadata.get("prediction") is not None or run.metadata.get("generation") is not None
+    return bool(run.is_causal) and has_head
 
 
 def generation_operation(run, count: int, settings: dict) -> Generation:
@@ -76,6 +80,40 @@ def grown(run):
     if settings["gen_count"] <= 0:
         return run
     return marked(compute.compute(generation_operation(run, settings["gen_count"], settings)))
+
+
+def written_rows(view) -> list[int]:
+    """The positions of ``view`` (a run as the toggles shape it) that hold a written token (marked by ``marked``)."""
+    return [i for i, token in enumerate(view.tokens) if str(token).startswith(MARK)]
+
+
+_FOLLOW = "predict_follow_token"  # a written token was picked on the head view: rerun the page once
+
+
+def take_token(run, units: list, row: int) -> None:
+    """A token's label picked on the head view (``row`` of the view whose run positions are ``units``): for a
+    written token the output section shows the distribution it was drawn from (the last written token of the
+    row's unit: a word's tokens are written one by one); for a prompt token, the model's prediction at the
+    position before it (before the unit's first token). The first token and a row outside the view change nothing."""
+    steps = run.metadata.get("generation", {}).get("steps", ())
+    drawn = {int(step["position"]) for step in steps}
+    if not 0 <= row < len(units) or not writes(run):
+        return
+    positions = [int(i) for i in units[row] if int(i) in drawn]
+    if positions:
+        S["written"].set(positions[-1])
+        S["prompt_token"].set(0)
+    elif int(units[row][0]) > 0:
+        S["prompt_token"].set(int(units[row][0]))
+    else:
+        return
+    st.session_state[_FOLLOW] = True
+
+
+def follow_token() -> None:
+    """After ``take_token``: the whole page again (the head view is a fragment; the output section is not in it)."""
+    if st.session_state.pop(_FOLLOW, False):
+        st.rerun(scope="app")
 
 
 def _write(count: int) -> None:
@@ -140,6 +178,53 @@ def section(run) -> None:
             written_token(run, generation, model.tokenizer)
     with controls:
         write_controls(run, generation)
+    before_prompt_token(run, model)
+
+
+def _forget_prompt_token() -> None:
+    S["prompt_token"].set(0)
+
+
+def before_prompt_token(run, model) -> None:
+    """The prompt token picked on the head view (``ptok``; 0: none): the model's ten most likely tokens at the
+    position before it (one pass over the prompt, ``Prediction`` through ``ui.compute``), the prompt's own token
+    marked. Labelled as what it is: the model's expectation there, not a distribution the token was drawn from."""
+    position = int(S["prompt_token"].start())
+    S["prompt_token"].keep()
+    generated = run.metadata.get("generation", {}).get("generated", ())
+    prompt = run.num_tokens - len(generated)
+    if not 1 <= position < prompt:
+        return
+    selection = session.selection()
+    encoded = model.encode(selection.text, bos=selection.bos)
+    if position >= len(encoded):
+        return
+    operation = Prediction.of(
+        model, selection.text, selection.bos, k=SHOWN, position=position - 1, engine=selection.engine
+    )
+    frame = compute.compute(operation)
+    actual = int(encoded.input_ids[position])
+    st.markdown(f"**{t('Before a prompt token')}**")
+    st.caption(
+        t(
+            "Token {position} ({token}) is the prompt's, not written by the model. Below: what the model predicted at "
+            "position {before}, before it saw that token (its ten most likely next tokens); the prompt's token is "
+            "marked when it is among them.",
+            position=position,
+            token=messages.md_escape(repr(str(run.tokens[position]))),
+            before=position - 1,
+        )
+    )
+    shown = frame.assign(token=frame["token"].map(repr), prompt=frame["id"] == actual)
+    st.dataframe(
+        shown[["rank", "token", "probability", "prompt", "id"]],
+        hide_index=True,
+        key="prompt_token_table",
+        column_config={
+            "probability": st.column_config.ProgressColumn("probability", min_value=0.0, max_value=1.0, format="%.3f"),
+        },
+    )
+    st.button(t("Hide"), key="prompt_token_hide", on_click=_forget_prompt_token)
 
 
 def write_controls(run, generation: dict | None) -> None:

@@ -88,11 +88,15 @@ def head_view(run, layer: int, key: str, columns: int = 4, width_hint: int = 100
     return show_chart(fig, key=key, filename=f"headscope-layer{layer}-heads", **selectable)
 
 
-def attention_view(run, view: str, layer: int, head: int, key: str, shape: str = "heatmap", on_pick=None):
+def attention_view(
+    run, view: str, layer: int, head: int, key: str, shape: str = "heatmap", on_pick=None, written=(), token_picks=False
+):
     """Explore's head view or model view (``view``), drawn in the browser (``ui.headview``): the layer slider,
     a click on a head and the switches between the views and the head's shapes redraw there at once; the
     layer and head selection follows here (and in the link) on the next rerun, and ``on_pick(pick)`` gets
-    the rest of the visitor's pick (``view`` and ``shape``)."""
+    the rest of the visitor's pick (``view`` and ``shape``, a picked cell or token). ``written``: the rows of
+    tokens the model wrote (their labels are marked and can be picked); ``token_picks``: the other rows' labels
+    after the first can be picked too."""
     per_layer = token_limit(CANVAS_HEAD_MAX_CELLS, run.num_heads)
     whole = token_limit(MODEL_VIEW_MAX_CELLS, run.num_layers * run.num_heads)
     if view == "model":
@@ -117,6 +121,8 @@ def attention_view(run, view: str, layer: int, head: int, key: str, shape: str =
         text_scale=PRESENTATION_SCALE if presenting() else 1.0,
         view=view,
         switchable=min(run.num_tokens, per_layer) == min(run.num_tokens, whole),
+        written=[int(i) for i in written if int(i) < shown.num_tokens],
+        token_picks=token_picks,
     )
 
     def picked(pick: dict) -> None:

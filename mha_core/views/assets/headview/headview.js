@@ -203,6 +203,28 @@ function pickCell(s, i, j) {
   return pick;
 }
 
+// A token's row label clicked (or Enter on it): the pick with the token's row, numbered as a cell's, so that the
+// server shows the distribution a written token was drawn from or, when the data allows prompt tokens
+// (``token_picks``), the model's distribution at the position before a prompt token; null for any other row.
+function canPickToken(s, i) {
+  return s.written.has(i) || (s.tokenPicks && i > 0 && i < s.nq);
+}
+
+function tokenPick(s, i) {
+  if (!canPickToken(s, i)) return null;
+  s.cellPicks = (s.cellPicks || 0) + 1;
+  return { ...pickOf(s), token: i, n: s.cellPicks };
+}
+
+function pickToken(s, i) {
+  const pick = tokenPick(s, i);
+  if (!pick) return null;
+  s.pending = pickOf(s);
+  s.setStateValue("pick", pick);
+  if (s.live) s.live.textContent = `${s.queryNoun} ${i} "${s.tokens[i]}" picked: a distribution is shown below the view.`;
+  return pick;
+}
+
 // A row of buttons, one per [value, label], that sets s[name] to its value, redraws here and tells the server.
 function tabGroup(s, name, choices, label) {
   const group = el("div", "hs-tabs");
@@ -417,6 +439,19 @@ function layoutBig(s) {
     s.tokens.forEach((token, i) => {
       const r = el("span", "hs-row-label", token);
       r.title = `${s.queryNoun} ${i}: ${token}`;
+      if (s.written.has(i)) {
+        // A token the model wrote: marked, and a click (or Enter) shows the distribution it was drawn from.
+        r.classList.add("hs-written");
+        r.title += " (written by the model: click for the distribution it was drawn from)";
+        asButton(r, `Written token ${i}, ${token}: show the distribution it was drawn from`, () => pickToken(s, i));
+        r.addEventListener("click", () => pickToken(s, i));
+      } else if (canPickToken(s, i)) {
+        // A prompt token: a click shows what the model predicted at the position before it.
+        r.classList.add("hs-pickable");
+        r.title += " (click for the model's prediction at the position before it)";
+        asButton(r, `Token ${i}, ${token}: show the model's prediction before it`, () => pickToken(s, i));
+        r.addEventListener("click", () => pickToken(s, i));
+      }
       rows.append(r);
       s.rowLabels.push(r);
     });
@@ -643,6 +678,8 @@ export default function (component) {
     s.levels = data.levels;
     s.causal = data.causal;
     s.boundary = data.boundary;
+    s.written = new Set(data.written || []); // rows of tokens the model wrote: their labels are buttons
+    s.tokenPicks = !!data.token_picks; // and every other row's after the first (a decoder that writes)
     const palette = paletteOf(data);
     s.segmentColor = palette.segment;
     s.lut = palette.lut;
@@ -677,4 +714,4 @@ export default function (component) {
   render(s);
 }
 
-export { bigLayout, cellIndex, cellPick, headPixels, headWords, modelLayout, pickCell, pickOf, rowWords, samePick, weight };
+export { bigLayout, cellIndex, cellPick, headPixels, headWords, modelLayout, pickCell, pickOf, pickToken, rowWords, samePick, tokenPick, weight };
