@@ -510,10 +510,10 @@ STEP = S["step"]
 STEP.start()
 
 
-def move(by: int) -> None:
-    """Back or Next. A student following the teacher who moves leaves follow mode, and is told so: the screen
-    no longer claims to follow a teacher it has left behind."""
-    step = page.moved(ClassroomSettings.from_session().step, by, len(STEPS))
+def move(step: int) -> None:
+    """Back or Next, to ``step`` (the step the button was drawn to lead to: a click's callback that runs twice
+    moves once). A student following the teacher who moves leaves follow mode, and is told so: the screen no
+    longer claims to follow a teacher it has left behind."""
     STEP.set(step)
     if follow.following_student():
         follow.leave(
@@ -527,10 +527,22 @@ def move(by: int) -> None:
 
 number = ClassroomSettings.from_session().step
 back, progress, forward = st.columns([1, 4, 1])
-back.button(t("Back"), key="cls_back", on_click=move, args=(-1,), disabled=number == 1, icon=":material/arrow_back:")
+back.button(
+    t("Back"),
+    key="cls_back",
+    on_click=move,
+    args=(page.moved(number, -1, len(STEPS)),),
+    disabled=number == 1,
+    icon=":material/arrow_back:",
+)
 progress.progress(number / len(STEPS), text=t("Step {number} of {count}", number=number, count=len(STEPS)))
 forward.button(
-    t("Next"), key="cls_next", on_click=move, args=(1,), disabled=number == len(STEPS), icon=":material/arrow_forward:"
+    t("Next"),
+    key="cls_next",
+    on_click=move,
+    args=(page.moved(number, 1, len(STEPS)),),
+    disabled=number == len(STEPS),
+    icon=":material/arrow_forward:",
 )
 STEP.keep()
 title, draw = STEPS[number - 1]

@@ -23,13 +23,19 @@ What made the address depend on the load, and what holds it whatever the load:
   holds at that render. On a busy machine that render was started before the new address arrived and ends after
   it: the bar gets the new path with the old query (a follower showing layer 3 under an address of layer 0, the
   teacher's bar keeping ``teacher=TOKEN``) and keeps it until the next address message. So after a run that
-  changed its page, a session's poll sends the address again, as it is, for ``RESEND_POLLS`` polls: a browser
-  whose bar took an older address takes this one (one small message; none when the bar already holds it).
+  changed its page, and after every move of a follower (within one page too), a session's poll sends the address
+  again, as it is, for ``RESEND_POLLS`` polls: a browser whose bar took an older address takes this one (one small
+  message; none when the bar already holds it).
 * Each poll is a request carrying the address the browser holds, and Streamlit takes the server's address from
   every request: one sent before the browser took in a move carries the address it was moved away from, and a
   write in that run would send it back. The key is removed in every run that sees it; a follower keeps the
-  addresses it was moved away from and is moved to the teacher's view again by a request carrying one of them;
-  the teacher does not publish an address its last run already replaced (the class would step back, then on).
+  addresses it was moved away from and is moved to the teacher's view again by a request carrying one of them,
+  for as long as such requests come in the ``MOVE_WINDOW_S`` after its first move to that view (a count of moves
+  ran out on a machine whose browser took in the moves late, and left a follower a step behind); the teacher does
+  not publish an address its last run already replaced (the class would step back, then on).
+* Such a request also carries the values the browser's widgets held before the move (a presentation switch it
+  showed off), and its run writes them into the address: a follower whose address is not the teacher's view in
+  the ``SETTLE_S`` after a move is moved again.
 
 After a server restart the browsers reconnect with their addresses and cookies, and the store gives back the
 session, its view and its answers.
@@ -43,6 +49,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 
 import streamlit as st
 
@@ -61,9 +68,11 @@ TEACHER_PARAM, TEACHER_COOKIE, STUDENT_COOKIE = (
     class_http.TEACHER_COOKIE,
     class_http.STUDENT_COOKIE,
 )
+SETTLE_S = 30.0  # after a move, a follower whose address is not the teacher's view is moved again (see the module)
 KEPT_ADDRESSES = 8  # addresses a follower remembers having been moved away from
 RESEND_POLLS = 10  # polls that send the address again after a run that changed the page
-MOVES_PER_VIEW = 4  # at most this many moves to one version of the view (the first, then again after stale runs)
+MOVE_WINDOW_S = 60.0  # a follower is moved again to one version of the view (a request from before it took in
+# the move) for this long after its first move there; a browser that never takes the address is then left
 
 _ROLE, _STUDENT, _FOLLOWING, _SEEN, _PAGE = (
     "_class_role",
@@ -82,6 +91,7 @@ _LEFT, _MOVES, _PUBLISHED, _REPLACED, _NOTICE, _RESEND, _TARGET, _HEAL = (
     "_class_target_page",
     "_class_heal",
 )
+_MOVED_AT = "_class_moved_at"
 _pages: dict = {}  # the app's pages by url path (app.py gives them to ``start`` every run), for the poll's moves
 # Kept when a follower is moved: the class's own keys and the session's running work; every other key is
 # view state, which the teacher's address decides again.
@@ -218,16 +228,20 @@ def _follow(pages: dict, page: str, heal: bool) -> None:
     stale = heal or _address_key(here) in st.session_state.get(_LEFT, ())
     if view.version <= st.session_state.get(_SEEN, -1) and not stale:
         return
-    moves = st.session_state.get(_MOVES, (None, 0))
-    moves = (view.version, moves[1] + 1 if moves[0] == view.version else 1)
+    now = time.monotonic()
+    moves = st.session_state.get(_MOVES)
+    if moves is None or moves[0] != view.version:
+        moves = (view.version, now)  # the version and when this session was first moved to it
     st.session_state[_SEEN] = view.version
-    if view.page not in pages or (view.page == page and view.params == here) or moves[1] > MOVES_PER_VIEW:
+    if view.page not in pages or (view.page == page and view.params == here) or now - moves[1] > MOVE_WINDOW_S:
         return
     st.session_state[_MOVES] = moves
     target = _address_key(view.params)
     left = [key for key in st.session_state.get(_LEFT, ()) if key not in (target, _address_key(here))]
     st.session_state[_LEFT] = (left + [_address_key(here)])[-KEPT_ADDRESSES:]
     st.session_state[_TARGET] = view.page
+    st.session_state[_RESEND] = RESEND_POLLS  # a move within one page too: its address is sent again
+    st.session_state[_MOVED_AT] = now
     _forget_view_state()
     st.switch_page(pages[view.page], query_params=view.params)
 
@@ -278,6 +292,24 @@ def _behind() -> bool:
     return named is not None and named != st.session_state.get(_PAGE)
 
 
+def _drifted() -> bool:
+    """Within ``SETTLE_S`` of this follower's last move, its address is not the teacher's view: a request the
+    browser sent before it took in the move carried its widgets' old values (a switch it showed before), and the
+    run wrote them into the address."""
+    moved = st.session_state.get(_MOVED_AT)
+    if moved is None or time.monotonic() - moved > SETTLE_S:
+        return False
+    try:
+        view = store().view(session_id())
+    except class_session.StoreBusy:
+        return False
+    here = _view_params()
+    return view.page != st.session_state.get(_PAGE) or any(
+        view.params.get(key) != here.get(key)
+        for key in {*view.params, *here} - {"page"}  # app.py writes page=
+    )
+
+
 def _poll() -> None:
     _drop_key()
     if is_teacher():
@@ -294,7 +326,7 @@ def _poll() -> None:
         version = store().version(session_id(), wait_s=POLL_WAIT_S)
     except class_session.StoreBusy:
         return
-    stale = following() and (_behind() or _address_key(_view_params()) in st.session_state.get(_LEFT, ()))
+    stale = following() and (_behind() or _address_key(_view_params()) in st.session_state.get(_LEFT, ()) or _drifted())
     if version > st.session_state.get(_SEEN, -1) or stale:
         if following() and _PAGE in st.session_state:
             # Moved from here at once (one run fewer per follower and move): a new view, or this request came

@@ -13,6 +13,7 @@ own cookies); two tabs of one fresh browser opened at the same moment answer onc
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 from urllib.parse import parse_qs, urlparse
@@ -74,6 +75,8 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
             contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(3)]
+            for context in contexts:  # a click waits as long as a follow may (three browsers on a busy machine)
+                context.set_default_timeout(FOLLOW_BOUND_MS)
             teacher, first, second = (context.new_page() for context in contexts)
             teacher.goto(f"{server.url}/classroom?step=2&teacher={TOKEN}", wait_until="commit")
             assert "teacher" not in teacher.url  # the server answered the link without the key: never in the bar
@@ -121,6 +124,7 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
             second.get_by_role("button", name="Leave to explore").click()
             text_shown(second, "Exploring on your own")
             teacher.get_by_role("button", name="Next").click()
+            wait_for_view(teacher, "classroom", step="4")
             wait_for_view(first, "classroom", step="4")
             wait_for_app(second)
             assert (
@@ -165,9 +169,12 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
             assert intruder.get_by_text("You lead this class").count() == 0
         except Exception:
             for name, shown in (("teacher", teacher), ("first", first), ("second", second)):
-                shown.screenshot(path=f"test-artifacts/class-{name}.png", full_page=True)
                 with open(f"test-artifacts/class-{name}.txt", "w") as out:
-                    out.write(shown.url + "\n" + shown.inner_text("body"))
+                    out.write(shown.url + "\n")
+                    with contextlib.suppress(Exception):  # what the screen showed, if the browser still answers:
+                        out.write(shown.inner_text("body", timeout=10_000))  # never in place of the failure
+                with contextlib.suppress(Exception):
+                    shown.screenshot(path=f"test-artifacts/class-{name}.png", full_page=True, timeout=10_000)
             raise
         finally:
             browser.close()

@@ -17,9 +17,10 @@ import importlib.util
 import tempfile
 import urllib.request
 from pathlib import Path
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
+from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from bench.streamlit_client import StreamlitClient
 from tests.conftest import require
@@ -64,6 +65,11 @@ async def lead(server_url: str, page: str, query: str) -> StreamlitClient:
     await teacher.open(page, f"teacher={TOKEN}&{query}")
     await settled(teacher)
     return teacher
+
+
+def without_page(query: dict) -> dict:
+    """A view's settings without ``page=`` (app.py writes it into every address after the first run)."""
+    return {key: value for key, value in query.items() if key != "page"}
 
 
 def poll_fragment(client: StreamlitClient) -> str:
@@ -120,6 +126,39 @@ def test_a_poll_sent_before_a_move_does_not_undo_it(server, move):
         await settled(follower, lambda c: c.page_hash == teacher.pages[move[0]])
         assert params(follower.query) == view.params  # the address is the view it shows
         assert store.view(session).params == view.params  # and the teacher did not move
+        for client in (teacher, follower):
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_with_the_old_widget_values_does_not_leave_a_follower_off_the_view(server):
+    """The teacher turns presentation mode on; a follower is moved there; then a request from its browser arrives
+    with the view's address but the presentation switch off, in the address and in the switch's value (the browser
+    had not taken in the move's switch): an address it never held (no request from before the move), and its run
+    keeps the switch off. The follower is moved to the teacher's view again: its address ends as the view."""
+    running, store = server
+    session = class_session.class_id(TOKEN)
+
+    async def scenario():
+        teacher = await lead(running.url, "classroom", "step=2")
+        follower = StreamlitClient(running.url, "drifter")
+        await follower.open()
+        await settled(follower, lambda c: params(c.query).get("step") == "2")
+        await teacher.close()
+        teacher = await lead(running.url, "explore", "layer=3&head=1&present=1")
+        view = store.view(session)
+        assert view.params["present"] == "1"
+        await settled(follower, lambda c: params(c.query).get("present") == "1")
+        switch = follower.widget("present")
+        assert switch is not None
+        off = urlencode({key: value for key, value in params(follower.query).items() if key != "present"})
+        # Its run keeps the switch off and the address without it (nothing to send: the request's address has it
+        # so): the follower left the view. Its poll finds that and moves it back.
+        await follower.rerun(query=off, widget_states=[WidgetState(id=switch, bool_value=False)])
+        await settled(follower, lambda c: params(c.query).get("present") == "1")
+        assert without_page(params(follower.query)) == without_page(view.params)
+        assert without_page(store.view(session).params) == without_page(view.params)  # the teacher did not move
         for client in (teacher, follower):
             await client.close()
 
