@@ -28,6 +28,8 @@ ALLOWED = {
     "npz", "html", "mha_core", "core", "max", "round", "bert", "llama", "mlp",
     "attentionviz", "kendall", "seeds",
     "top",  # top-k, top-p: written so in Chinese texts too
+    "sin", "cos", "pos", "rope",  # a formula's symbols, rotary position embedding's name
+    "elhage", "wang", "kovaleva", "vig", "belinkov", "abnar", "zuidema", "kobayashi", "voita", "michel",
 }  # fmt: skip
 ICON = re.compile(r":material/[a-z_]+:")
 TABLE_WORDS = ("step", "kind", "quantity", "note")  # the tables' columns of words (the others: formulas, numbers)

@@ -63,3 +63,23 @@ def test_compare_in_chinese(query):
     found, texts = english_on("compare", query, sentences=re.findall(r"[A-Za-z]+", f"{SENTENCE} {SECOND_SENTENCE}"))
     assert found == []
     assert "比较" in texts
+
+
+def test_circuits_in_chinese():
+    """SmolLM2 on the indirect-object task: the prompts and the failures' prompts stay English (the model reads
+    English), everything else, the computed maps' words and the logit lens included, is Chinese."""
+    from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
+
+    task = TASKS_BY_NAME["ioi"]
+    prompts = [task.clean, task.corrupted, task.answer, task.foil, *(failure[0] for failure in SMOLLM2_FAILURES)]
+    found, texts = english_on("circuits", {"model": "smollm2"}, sentences=re.findall(r"[A-Za-z]+", " ".join(prompts)))
+    assert found == []
+    assert "logit 透镜" in texts and "回路" in texts
+
+
+@pytest.mark.parametrize("model", ["minilm", "smollm2"])
+def test_positions_in_chinese(model):
+    """The sinusoidal encoding's sections and the model's own positions: a learned table (MiniLM) or rotary (SmolLM2)."""
+    found, texts = english_on("positions", {"model": model})
+    assert found == []
+    assert "位置编码" in texts and "5. 当前模型中学到的位置" in texts

@@ -36,6 +36,9 @@ TRANSLATED_FILES = [
     "ui/attribution_view.py",
     "ui/encoder_decoder.py",
     "pages/compare.py",
+    "pages/circuits.py",
+    "ui/heads_circuits.py",
+    "pages/positions.py",
 ]
 # Streamlit calls that draw text, and the keywords that carry text (st.latex, st.code, st.html are not text to read).
 DRAWS_TEXT = {
