@@ -83,3 +83,13 @@ def test_positions_in_chinese(model):
     found, texts = english_on("positions", {"model": model})
     assert found == []
     assert "位置编码" in texts and "5. 当前模型中学到的位置" in texts
+
+
+def test_a_links_notices_in_chinese():
+    """What was wrong with a link, said in Chinese: an engine that does not exist, a layer past the model's last
+    and a head that is no number."""
+    found, texts = english_on("explore", {"engine": "bogus", "layer": "99", "head": "x"})
+    assert found == []
+    notices = " ".join(text for text in texts if "链接" in text or "引擎" in text)
+    assert "没有引擎 'bogus'" in notices and "头 'x' 不是头编号" in notices
+    assert "链接要求第 99 层，但这个模型只有 6 层（第 0 到 5 层）；显示第 5 层。" in texts
