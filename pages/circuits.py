@@ -13,6 +13,7 @@ from mha_core.interventions.prompts import SMOLLM2_FAILURES, TASKS_BY_NAME
 from ui import address, circuits, computations, heads_circuits, page_circuits, page_state, session, shell
 from ui.figures.causal import head_score_map
 from ui.figures.circuits import estimate_against_exact, logit_lens_table
+from ui.i18n import t
 from ui.page_circuits import CircuitsSettings
 from ui.widgets import charts, downloads, messages, pickers, sidebar
 
@@ -43,11 +44,13 @@ def switch_to_explore(layer: int, head: int, text: str) -> None:
     st.switch_page(st.Page(Path(__file__).with_name("explore.py"), url_path="explore"), query_params=link)
 
 
-st.title("Circuits")
+st.title(t("Circuits"))
 st.caption(
-    "Ablation tells whether a head matters. These tools say what it does for one answer: direct logit attribution "
-    "says what each head writes towards the answer; activation patching says which heads carry the difference "
-    "between two prompts; the logit lens shows what the model would predict after each layer."
+    t(
+        "Ablation tells whether a head matters. These tools say what it does for one answer: direct logit "
+        "attribution says what each head writes towards the answer; activation patching says which heads carry the "
+        "difference between two prompts; the logit lens shows what the model would predict after each layer."
+    )
 )
 selection = session.selection()
 model = sidebar.current_model()
@@ -55,8 +58,12 @@ if model is None:
     st.stop()
 if model.lm_head_kind != "causal":
     st.info(
-        f"{messages.md_escape(selection.model)} has {model.head_description}. Circuits read a next-token "
-        "prediction: choose SmolLM2 (or another decoder with its language-model head) in the sidebar."
+        t(
+            "{model} has {head}. Circuits read a next-token prediction: choose SmolLM2 (or another decoder with its "
+            "language-model head) in the sidebar.",
+            model=messages.md_escape(selection.model),
+            head=model.head_description,
+        )
     )
     st.stop()
 
@@ -64,11 +71,13 @@ with messages.error_display():
     task_name = S["task"].select(st.selectbox)
     task = TASKS_BY_NAME.get(task_name)
     if task is not None:
-        st.caption(messages.md_escape(task.story))
+        st.caption(messages.md_escape(t(task.story)))
     else:
         st.caption(
-            "Two prompts of the same number of tokens; the answer is the clean prompt's right next token (one "
-            "token, mind its leading space) and the foil the one the corrupted prompt leads to."
+            t(
+                "Two prompts of the same number of tokens; the answer is the clean prompt's right next token (one "
+                "token, mind its leading space) and the foil the one the corrupted prompt leads to."
+            )
         )
         cols = st.columns(2)
         S["clean"].text(container=cols[0])
@@ -78,8 +87,8 @@ with messages.error_display():
     clean, corrupted, answer, foil = CircuitsSettings.from_session().prompts()
     # Quoted, not in code spans: markdown shows a code span's backslashes, so escaped text there read "apples\.".
     st.markdown(
-        f"**Clean:** “{messages.md_escape(clean)}” → {messages.md_escape(repr(answer))}  \n"
-        f"**Corrupted:** “{messages.md_escape(corrupted)}” → {messages.md_escape(repr(foil))}"
+        f"**{t('Clean:')}** “{messages.md_escape(clean)}” → {messages.md_escape(repr(answer))}  \n"
+        f"**{t('Corrupted:')}** “{messages.md_escape(corrupted)}” → {messages.md_escape(repr(foil))}"
     )
     prompts = computations.circuit_prompts(selection.model, clean, corrupted)  # tokenized once, for all of them
     tokens = {
@@ -89,12 +98,16 @@ with messages.error_display():
     same_length = len(tokens["clean"]) == len(tokens["corrupted"])
     if not same_length:
         st.warning(
-            f"The clean prompt has {len(tokens['clean'])} tokens and the corrupted one {len(tokens['corrupted'])}: "
-            "patching replaces activations position by position, so it needs two prompts of the same number of "
-            "tokens (change a name for another name of one token). Attribution and the logit lens below read the "
-            "clean prompt alone; the tokens of both are listed here."
+            t(
+                "The clean prompt has {clean} tokens and the corrupted one {corrupted}: patching replaces activations "
+                "position by position, so it needs two prompts of the same number of tokens (change a name for "
+                "another name of one token). Attribution and the logit lens below read the clean prompt alone; the "
+                "tokens of both are listed here.",
+                clean=len(tokens["clean"]),
+                corrupted=len(tokens["corrupted"]),
+            )
         )
-    with st.expander("The tokens of both prompts", expanded=not same_length):
+    with st.expander(t("The tokens of both prompts"), expanded=not same_length):
         st.dataframe(circuits.token_table(tokens["clean"], tokens["corrupted"]), hide_index=True, width="stretch")
 
     # How heads work together (ui/heads_circuits.py): weight circuits and path patching, each behind a toggle.
@@ -114,7 +127,7 @@ with messages.error_display():
     )
 
     if not pickers.start_button(
-        "Compute attribution, patching and the logit lens",
+        t("Compute attribution, patching and the logit lens"),
         key="circuits_patching",
         ready=computations.circuit_patching_ready(selection.model, *prompts, answer, foil, method=method),
     ):
@@ -126,24 +139,29 @@ with messages.error_display():
             patched = computations.circuit_patching(selection.model, *prompts, answer, foil, method)
     cols = st.columns(3)
     clean_difference = attribution.attrs["logit_difference"]
-    cols[0].metric(f"Logit difference, clean ({messages.md_escape(model.name)})", f"{clean_difference:.3f}")
+    cols[0].metric(
+        t("Logit difference, clean ({model})", model=messages.md_escape(model.name)), f"{clean_difference:.3f}"
+    )
     cols[1].metric(
-        "Logit difference, corrupted", "-" if patched is None else f"{patched.attrs['corrupted_metric']:.3f}"
+        t("Logit difference, corrupted"), "-" if patched is None else f"{patched.attrs['corrupted_metric']:.3f}"
     )
     heads_total = attribution["contribution"][attribution["component"] == "head"].sum()
-    cols[2].metric("Written by all heads (attribution)", f"{heads_total:.3f}")
+    cols[2].metric(t("Written by all heads (attribution)"), f"{heads_total:.3f}")
     if clean_difference <= 0:
         st.warning(
-            f"{messages.md_escape(model.name)} does not get this one right: it prefers the foil on the clean prompt."
+            t(
+                "{model} does not get this one right: it prefers the foil on the clean prompt.",
+                model=messages.md_escape(model.name),
+            )
         )
 
-    st.subheader("Which heads: attribution and patching")
+    st.subheader(t("Which heads: attribution and patching"))
     maps = [
         (
             MAPS[0],
             head_grid(attribution, model.num_layers, model.num_heads),
-            "logit difference",
-            "Direct logit attribution: what each head writes (clean)",
+            t("logit difference"),
+            t("Direct logit attribution: what each head writes (clean)"),
         )
     ]
     if patched is not None:
@@ -151,8 +169,8 @@ with messages.error_display():
             (
                 MAPS[1],
                 head_grid(patched, model.num_layers, model.num_heads, "score"),
-                "patching score" if method == "exact" else "estimated score",
-                "Patching: 0 = corrupted, 1 = clean" + (" (estimate)" if method == "attribution" else ""),
+                t("patching score") if method == "exact" else t("estimated score"),
+                t("Patching: 0 = corrupted, 1 = clean") + (" " + t("(estimate)") if method == "attribution" else ""),
             )
         )
     cols = st.columns(2)
@@ -170,7 +188,7 @@ with messages.error_display():
         f"headscope-{downloads.model_slug(selection.model)}-attribution-patching.html",
         "circuits_maps_html",
     )
-    st.caption("Click a head to open it in Explore on the clean prompt.")
+    st.caption(t("Click a head to open it in Explore on the clean prompt."))
     clicked = page_state.take(page_state.CIRCUITS_OPEN_EXPLORE)
     if clicked is not None:
         switch_to_explore(*clicked, clean)
@@ -181,7 +199,7 @@ with messages.error_display():
         with left:
             charts.show_chart(
                 estimate_against_exact(
-                    names, exact["score"].to_numpy(), exact["exact"].to_numpy(), title="Where the estimate holds"
+                    names, exact["score"].to_numpy(), exact["exact"].to_numpy(), title=t("Where the estimate holds")
                 ),
                 key="circuits_estimate",
                 filename="headscope-attribution-patching",
@@ -195,28 +213,34 @@ with messages.error_display():
                 width="stretch",
             )
         st.caption(
-            f"The {len(exact)} heads of largest estimated score, patched exactly: on the dotted line the linear "
-            "estimate (one forward and one backward pass for every head) equals the real patched score."
+            t(
+                "The {count} heads of largest estimated score, patched exactly: on the dotted line the linear "
+                "estimate (one forward and one backward pass for every head) equals the real patched score.",
+                count=len(exact),
+            )
         )
-    with st.expander("Every component's attribution (embeddings, heads, MLPs, biases)"):
+    with st.expander(t("Every component's attribution (embeddings, heads, MLPs, biases)")):
         st.caption(
-            f"The rows add up to the model's own logit difference, {attribution.attrs['logit_difference']:.4f}: "
-            "each is the component's output through the final norm (its scale frozen from the run) and the "
-            "unembedding of the answer minus the foil's."
+            t(
+                "The rows add up to the model's own logit difference, {difference}: each is the component's output "
+                "through the final norm (its scale frozen from the run) and the unembedding of the answer minus the "
+                "foil's.",
+                difference=f"{attribution.attrs['logit_difference']:.4f}",
+            )
         )
         st.dataframe(attribution, hide_index=True, width="stretch")
         st.download_button(
-            "Attribution (CSV)",
+            t("Attribution (CSV)"),
             attribution.to_csv(index=False).encode(),
             f"headscope-{downloads.model_slug(selection.model)}-attribution.csv",
             "text/csv",
             key="circuits_attribution_csv",
         )
     if patched is not None:
-        with st.expander("Patching scores"):
+        with st.expander(t("Patching scores")):
             st.dataframe(patched.sort_values("score", ascending=False), hide_index=True, width="stretch")
 
-    st.subheader("The logit lens")
+    st.subheader(t("The logit lens"))
     table = computations.circuit_lens(selection.model, prompts[0])
     lens = page_circuits.lens_view(table)
     charts.show_chart(
@@ -224,25 +248,29 @@ with messages.error_display():
             lens.labels,
             lens.grid("shown"),
             lens.grid("probability"),
-            title="Top next token after each layer",
+            title=t("Top next token after each layer"),
             decoded=lens.grid("token"),
         ),
         key="circuits_lens",
         filename="headscope-logit-lens",
     )
     st.caption(
-        "Each layer's residual stream read through the model's own final norm and unembedding, as if the layers "
-        "after it were not there. After the last layer it is the model's own prediction. Tokens are written as "
-        "in the head view: a leading space is dropped, a token of white space shows as ␣ (space), ⍽ (no-break "
-        "space) or ⏎ (new line); hover a cell for the token's exact text."
-        + (f" The last {page_circuits.LENS_POSITIONS} positions are shown." if lens.cut else "")
+        t(
+            "Each layer's residual stream read through the model's own final norm and unembedding, as if the layers "
+            "after it were not there. After the last layer it is the model's own prediction. Tokens are written as "
+            "in the head view: a leading space is dropped, a token of white space shows as ␣ (space), ⍽ (no-break "
+            "space) or ⏎ (new line); hover a cell for the token's exact text."
+        )
+        + (" " + t("The last {count} positions are shown.", count=page_circuits.LENS_POSITIONS) if lens.cut else "")
     )
     if (
         selection.model == SMOLLM2
     ):  # measured on SmolLM2's shipped weights (tests/mha_core/interventions/test_circuits.py)
-        with st.expander("Where SmolLM2 fails (measured)"):
+        with st.expander(t("Where SmolLM2 fails (measured)")):
             for text, right, wrong, difference, note in SMOLLM2_FAILURES:
+                # A formula (symbols and tokens, the same in every language), then the note in the session's.
+                formula = f"logit({messages.md_escape(repr(right))}) − logit({messages.md_escape(repr(wrong))})"
                 st.markdown(
-                    f"- “{messages.md_escape(text)}”: logit({messages.md_escape(repr(right))}) − "
-                    f"logit({messages.md_escape(repr(wrong))}) = {difference:+.2f}; {messages.md_escape(note)}."
+                    f"- “{messages.md_escape(text)}”: {formula} = {difference:+.2f}; {messages.md_escape(t(note))}"
+                    + t(".")
                 )

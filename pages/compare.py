@@ -5,13 +5,14 @@ Two models of different depths are paired by relative depth unless the visitor p
 import streamlit as st
 
 from ui import address, encoder_decoder, page_compare, session, shell
+from ui.i18n import t
 from ui.page_compare import CompareSettings
 from ui.settings import ENGINE_LABELS
 from ui.widgets import messages, pickers, sidebar, views
 
 shell.in_app()  # a page's own address opened on a new server: run it inside app.py
 
-st.title("Compare")
+st.title(t("Compare"))
 selection = session.selection()
 if encoder_decoder.encoder_decoder_model(selection.model) is not None:  # two layers of one of its attentions
     with messages.error_display():
@@ -40,7 +41,7 @@ def compared(left_run, right_run, left_layer: int, right_layer: int, titles: tup
 
 
 if mode == "sentences":
-    st.caption("The same model reads two sentences; the same layer of each, side by side.")
+    st.caption(t("The same model reads two sentences; the same layer of each, side by side."))
     other_text = S["other_text"].text()
     other = sidebar.run_for(selection.model, selection.engine, other_text, bos=selection.bos)
     if other is None:
@@ -51,8 +52,10 @@ if mode == "sentences":
 
 elif mode == "models":
     st.caption(
-        "The same text through a second model or engine. Transformers against the from-scratch core shows "
-        "how exactly Headscope's own layer code reproduces the library: their difference is float32 rounding."
+        t(
+            "The same text through a second model or engine. Transformers against the from-scratch core shows "
+            "how exactly Headscope's own layer code reproduces the library: their difference is float32 rounding."
+        )
     )
     cols = st.columns(2)
     offered = page_compare.second_models()
@@ -60,7 +63,7 @@ elif mode == "models":
         cols[0].selectbox,
         offered,
         default=page_compare.second_model_default(selection.model, offered),
-        format_func=offered.get,
+        format_func=lambda name: t(offered[name]),
     )
     other_engine = S["other_engine"].select(cols[1].radio, horizontal=True)
     with messages.error_display():
@@ -70,23 +73,25 @@ elif mode == "models":
     for candidate in (run, other):
         messages.engine_note(candidate)
     if other.model_name == run.model_name and other.engine == run.engine:
-        st.info("Both sides are the same model and engine: pick another model or engine to compare.")
+        st.info(t("Both sides are the same model and engine: pick another model or engine to compare."))
     pairing = "hand"
     if run.num_layers != other.num_layers:  # two depths: layer l of one is not layer l of the other
         pairing = S["pairing"].select(st.radio, horizontal=True)
     cols = st.columns(2)
     left_layer = pickers.select_layer(
-        run.num_layers, label=S["other_layer"].label.format(model=messages.md_escape(run.model_name)), container=cols[0]
+        run.num_layers, label=t(S["other_layer"].label, model=messages.md_escape(run.model_name)), container=cols[0]
     )
     if pairing == "depth":
         right_layer = views.depth_matched_layer(left_layer, run.num_layers, other.num_layers)
-        cols[1].markdown(f"Layer of {messages.md_escape(other.model_name)}: **{right_layer}**")
+        cols[1].markdown(
+            t("Layer of {model}: **{layer}**", model=messages.md_escape(other.model_name), layer=right_layer)
+        )
         address.write_query(**{S["other_layer"].url_key: None})  # the pairing decides it
     else:
         # Its own key: the right-hand layer of another model is not the right-hand layer of the layer mode.
         right_layer = S["other_layer"].layer(
             other.num_layers,
-            label=S["other_layer"].label.format(model=messages.md_escape(other.model_name)),
+            label=t(S["other_layer"].label, model=messages.md_escape(other.model_name)),
             container=cols[1],
         )
     st.caption(
@@ -94,15 +99,16 @@ elif mode == "models":
             pairing, (run.model_name, run.num_layers, left_layer), (other.model_name, other.num_layers, right_layer)
         )
     )
-    names = [f"{r.model_name} ({ENGINE_LABELS[r.engine]})" for r in (run, other)]
+    names = [f"{r.model_name} ({t(ENGINE_LABELS[r.engine])})" for r in (run, other)]
     compared(run, other, left_layer, right_layer, (names[0], names[1]), key="cmp_models")
     views.metric_curves(dict(zip(names, (run, other))), key="cmp_models")
 
 else:
-    st.caption("Two layers of the same run, every head of each, side by side.")
+    st.caption(t("Two layers of the same run, every head of each, side by side."))
     cols = st.columns(2)
     layer_a = S["left_layer"].layer(run.num_layers, container=cols[0])
     # Opens on the first layer against the last: the contrast a reader comes for.
     layer_b = S["right_layer"].layer(run.num_layers, container=cols[1], default=run.num_layers - 1)
-    compared(run, run, layer_a, layer_b, (f"Layer {layer_a}", f"Layer {layer_b}"), key="cmp_layers")
-    views.metric_curves({"this sentence": run}, key="cmp_layers")
+    titles = (t("Layer {layer}", layer=layer_a), t("Layer {layer}", layer=layer_b))
+    compared(run, run, layer_a, layer_b, titles, key="cmp_layers")
+    views.metric_curves({t("this sentence"): run}, key="cmp_layers")

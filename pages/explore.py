@@ -63,7 +63,7 @@ def explore_view() -> None:
         return
     # The notes above the view are drawn before it, the sink note's measurements included (cached with the run):
     # drawn after it, they arrived seconds later on a first visit and pushed the view down.
-    st.caption(messages.md_escape(run.summary()))
+    st.caption(messages.run_summary(run))
     messages.engine_note(run)
     words, hide_special = pickers.view_toggles(run)
     view = views.shaped_run(run, words, hide_special)
@@ -153,7 +153,7 @@ def lines_view(view, layer: int, head: int) -> None:
         side.selectbox,
         list(names),
         default=ALL_TOKENS,  # also when the sentence changed under a focus on a later token
-        format_func=lambda i: names.get(i, str(i)),
+        format_func=lambda i: t(names[i]) if i == ALL_TOKENS else names.get(i, str(i)),
     )
     focus = None if focus == ALL_TOKENS else focus
     with chart:

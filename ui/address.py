@@ -18,6 +18,7 @@ from mha_core.errors import quoted
 from mha_core.models import DEFAULT_MODEL, ENGINES
 from mha_core.models.ablation import refused_heads_message, split_heads
 from mha_core.models.tokens import visible_text
+from ui.i18n import Text, t, text
 from ui.settings import OTHER_MODEL, model_choices
 
 DEFAULT_TEXT = "The cat sat on the mat because it was tired."
@@ -27,6 +28,12 @@ MAX_MODEL_CHARS = 200  # longer than any hub id or sensible folder
 MAX_DIGITS = 9
 LARGEST = 10**MAX_DIGITS - 1  # the largest number a link may hold, for settings without their own bound
 _WHOLE_NUMBER = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}")
+# A layer or head number refused, in words (the catalog's keys: ``ui.i18n``).
+INDEX_RANGES = {"layer": "a layer number from 0 to {last}", "head": "a head number from 0 to {last}"}
+NOT_AN_INDEX = {
+    "layer": "the layer {value} is not a layer number; showing layer 0.",
+    "head": "the head {value} is not a head number; showing head 0.",
+}
 NONE = "none"  # a list setting with nothing chosen (an empty value would drop the setting from the link)
 _SHOWN_CHOICES = 8  # a message names at most this many of the values a setting takes
 
@@ -34,10 +41,10 @@ _SHOWN_CHOICES = 8  # a message names at most this many of the values a setting 
 def whole_number(raw: str, minimum: int = 0, maximum: int = LARGEST) -> int:
     """``raw`` as an integer from ``minimum`` to ``maximum``: ASCII digits, an optional leading minus."""
     if not isinstance(raw, str) or not _WHOLE_NUMBER.fullmatch(raw):
-        raise ValueError(f"a whole number from {minimum} to {maximum}")
+        raise ValueError(text("a whole number from {minimum} to {maximum}", minimum=minimum, maximum=maximum))
     value = int(raw)
     if not minimum <= value <= maximum:
-        raise ValueError(f"a whole number from {minimum} to {maximum}")
+        raise ValueError(text("a whole number from {minimum} to {maximum}", minimum=minimum, maximum=maximum))
     return value
 
 
@@ -47,7 +54,10 @@ def index_number(raw: str, count: int, noun: str) -> int:
     try:
         return whole_number(raw)
     except ValueError:
-        raise ValueError(f"a {noun} number from 0 to {max(int(count) - 1, 0)}") from None
+        last = max(int(count) - 1, 0)
+        if noun in INDEX_RANGES:
+            raise ValueError(text(INDEX_RANGES[noun], last=last)) from None
+        raise ValueError(f"a {noun} number from 0 to {last}") from None
 
 
 def number(minimum: int, maximum: int = LARGEST):
@@ -60,16 +70,16 @@ def sentence(maximum: int = 400):
 
     def parse(raw: str) -> str:
         if not isinstance(raw, str) or len(raw) > maximum or not visible_text(raw):
-            raise ValueError(f"a sentence of 1 to {maximum} characters")
+            raise ValueError(text("a sentence of 1 to {maximum} characters", maximum=maximum))
         return raw
 
     return parse
 
 
-def _described(options) -> str:
+def _described(options) -> Text:
     names = [str(option) for option in options]
     shown = ", ".join(names[:_SHOWN_CHOICES]) + (", ..." if len(names) > _SHOWN_CHOICES else "")
-    return f"one of {shown}"
+    return text("one of {values}", values=shown)
 
 
 def choice(options):
@@ -96,7 +106,7 @@ def choices(options):
             return []
         parts = raw.split(",")
         if len(parts) > len(options) or len(set(parts)) != len(parts):
-            raise ValueError(f"a list of different values, each {_described(options)}")
+            raise ValueError(text("a list of different values, each {described}", described=_described(options)))
         return [one(part) for part in parts]
 
     return parse
@@ -181,10 +191,19 @@ def link_index(key: str) -> str | None:
 def _text_from_query(key: str, label: str) -> str:
     value = query_value(key, DEFAULT_TEXT if key == "text" else "") or ""
     if len(value) > MAX_TEXT_CHARS:
-        link_notice(f"the {label} had {len(value):,} characters; the first {MAX_TEXT_CHARS:,} are kept.")
+        link_notice(
+            t(
+                "the {label} had {count} characters; the first {kept} are kept.",
+                label=t(label),
+                count=f"{len(value):,}",
+                kept=f"{MAX_TEXT_CHARS:,}",
+            )
+        )
         value = value[:MAX_TEXT_CHARS]
     if value and not visible_text(value):
-        link_notice(f"the {label} holds only invisible characters (zero-width spaces, marks), so it is empty.")
+        link_notice(
+            t("the {label} holds only invisible characters (zero-width spaces, marks), so it is empty.", label=t(label))
+        )
         value = ""
     return value
 
@@ -203,7 +222,13 @@ def init_from_query() -> None:
     st.session_state["_state_initialised"] = True
     model = (query_value("model", DEFAULT_MODEL) or DEFAULT_MODEL).strip()
     if len(model) > MAX_MODEL_CHARS:
-        link_notice(f"the model name had {len(model):,} characters, more than any model name; showing {DEFAULT_MODEL}.")
+        link_notice(
+            t(
+                "the model name had {count} characters, more than any model name; showing {model}.",
+                count=f"{len(model):,}",
+                model=DEFAULT_MODEL,
+            )
+        )
         model = DEFAULT_MODEL
     choices = model_choices()
     if model.lower() in choices:
@@ -212,11 +237,19 @@ def init_from_query() -> None:
         st.session_state["model_choice"] = OTHER_MODEL
         st.session_state["model_other"] = model
     else:  # a model this server does not offer: say so where the user looks, keep a working one
-        link_notice(f"this server does not offer the model {quoted(model)}; showing {DEFAULT_MODEL}.")
+        link_notice(
+            t("this server does not offer the model {name}; showing {model}.", name=quoted(model), model=DEFAULT_MODEL)
+        )
         st.session_state["model_choice"] = next(iter(choices))
     engine = query_value("engine", "transformers")
     if engine not in ENGINES:
-        link_notice(f"there is no engine {quoted(engine)} (only {', '.join(ENGINES)}); using transformers.")
+        link_notice(
+            t(
+                "there is no engine {name} (only {engines}); using transformers.",
+                name=quoted(engine),
+                engines=", ".join(ENGINES),
+            )
+        )
         engine = "transformers"
     st.session_state["engine"] = engine
     st.session_state["text"] = _text_from_query("text", "sentence")
@@ -228,7 +261,7 @@ def init_from_query() -> None:
         try:
             number = whole_number(value)
         except ValueError:
-            link_notice(f"the {key} {quoted(value)} is not a {key} number; showing {key} 0.")
+            link_notice(t(NOT_AN_INDEX[key], value=quoted(value)))
             continue
         st.session_state[f"_{key}"] = number
         st.session_state[f"_{key}_from_link"] = str(number)

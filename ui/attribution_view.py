@@ -43,8 +43,12 @@ def _target(model):
     if not model.is_causal:
         return S["attr_pair"].text(what="second sentence")
     st.info(
-        f"{messages.md_escape(model.name)} has {model.head_description}: token attribution explains a decoder's "
-        "next token or a sentence encoder's similarity of two sentences.",
+        t(
+            "{model} has {head}: token attribution explains a decoder's next token or a sentence encoder's "
+            "similarity of two sentences.",
+            model=messages.md_escape(model.name),
+            head=model.head_description,
+        ),
         icon=":material/info:",
     )
     return None
@@ -52,35 +56,40 @@ def _target(model):
 
 def section() -> None:
     """The section, drawn under Explore's views."""
-    st.subheader("What does the prediction depend on?")
+    st.subheader(t("What does the prediction depend on?"))
     # Opt-in: scoring the tokens takes dozens of forward passes (integrated gradients' steps, occlusion, the deletion
     # and insertion curves), too many to run under every sentence Explore shows.
     if not ExploreSettings.declared("attr_on").toggle(
-        help="Integrated gradients, gradient x input, occlusion, attention norms, rollout and attention, with "
-        "their agreement and deletion curves: dozens of forward passes.",
+        help=t(
+            "Integrated gradients, gradient x input, occlusion, attention norms, rollout and attention, with "
+            "their agreement and deletion curves: dozens of forward passes."
+        ),
     ):
-        st.caption("Switch it on to measure which input tokens the model's prediction depends on.")
+        st.caption(t("Switch it on to measure which input tokens the model's prediction depends on."))
         return
     with messages.error_display():
         selection = session.selection()
         model = compute.get_model(selection.model)
         if getattr(model, "is_encoder_decoder", False):
-            st.info("Token attribution reads single-stack models (SmolLM2, MiniLM, MPNet).", icon=":material/info:")
+            st.info(t("Token attribution reads single-stack models (SmolLM2, MiniLM, MPNet)."), icon=":material/info:")
             return
         st.caption(
-            "Gradient-based scores (integrated gradients, gradient x input) and occlusion measure what the "
-            "prediction depends on; attention, attention norms and rollout say where the heads look. Do they "
-            "agree? Red: the token raises the prediction; blue: lowers it. Each row is scaled to its largest value."
+            t(
+                "Gradient-based scores (integrated gradients, gradient x input) and occlusion measure what the "
+                "prediction depends on; attention, attention norms and rollout say where the heads look. Do they "
+                "agree? Red: the token raises the prediction; blue: lowers it. Each row is scaled to its largest "
+                "value."
+            )
         )
         target = _target(model)
         if target is None and model.lm_head_kind != "causal":
             return
-        methods = S["attr_methods"].multiselect(list(METHODS), format_func=METHOD_LABELS.get)
+        methods = S["attr_methods"].multiselect(list(METHODS), format_func=lambda m: t(METHOD_LABELS[m]))
         if not methods:
-            st.info("Pick at least one method.")
+            st.info(t("Pick at least one method."))
             return
         op = operation(model, selection, target, methods)
-        if not pickers.start_button("Score the tokens", key="attribution", ready=compute.ready(op)):
+        if not pickers.start_button(t("Score the tokens"), key="attribution", ready=compute.ready(op)):
             return
         explained = compute.compute(op, model)
         show(explained, model)
@@ -88,7 +97,7 @@ def section() -> None:
 
 def labelled(order: str) -> str:
     """A method's label, or the random orders'."""
-    return METHOD_LABELS.get(order, "random order (mean of seeds)")
+    return t(METHOD_LABELS.get(order, "random order (mean of seeds)"))
 
 
 def show(explained, model) -> None:
@@ -97,41 +106,51 @@ def show(explained, model) -> None:
     ordinary = attribution.ordinary
     tokens = [attribution.tokens[p] for p in ordinary]
     what = (
-        f"the log-probability of the next token {attribution.target!r}"
+        t("the log-probability of the next token {token}", token=repr(attribution.target))
         if attribution.kind == "next token"
-        else "the similarity of the two sentences (cosine of mean-pooled embeddings)"
+        else t("the similarity of the two sentences (cosine of mean-pooled embeddings)")
     )
     st.caption(
         messages.md_escape(
-            f"Explained: {what}, {attribution.prediction:.3f} on the whole sentence. Special tokens (BOS, CLS, SEP) "
-            "are left out: attention sinks there."
+            t(
+                "Explained: {what}, {value} on the whole sentence. Special tokens (BOS, CLS, SEP) are left out: "
+                "attention sinks there.",
+                what=what,
+                value=f"{attribution.prediction:.3f}",
+            )
         )
     )
-    rows = {METHOD_LABELS[m]: attribution.method_scores(m) for m in attribution.methods}
+    rows = {labelled(m): attribution.method_scores(m) for m in attribution.methods}
     layer, head = int(st.session_state.get("layer", 0)), int(st.session_state.get("head", 0))
     if layer < model.num_layers and head < model.num_heads:
-        rows[f"Head {layer}.{head} (the selected head's row)"] = attribution.head_rows[layer, head, ordinary]
+        rows[t("Head {layer}.{head} (the selected head's row)", layer=layer, head=head)] = attribution.head_rows[
+            layer, head, ordinary
+        ]
     charts.show_chart(token_scores(tokens, rows), key="attr_tokens", filename="headscope-token-attribution")
     if attribution.completeness_error is not None:
         st.caption(
-            f"Integrated gradients ({attribution.metadata['steps']} steps): the scores sum to the prediction's change "
-            f"from the baseline (zero vectors) up to {attribution.completeness_error:+.4f} "
-            f"(the change: {attribution.prediction - attribution.baseline_prediction:+.4f})."
+            t(
+                "Integrated gradients ({steps} steps): the scores sum to the prediction's change from the baseline "
+                "(zero vectors) up to {error} (the change: {change}).",
+                steps=attribution.metadata["steps"],
+                error=f"{attribution.completeness_error:+.4f}",
+                change=f"{attribution.prediction - attribution.baseline_prediction:+.4f}",
+            )
         )
     left, right = st.columns(2)
     with left:
         charts.show_chart(
             agreement_matrix(
-                [METHOD_LABELS[m] for m in explained.agreement.index],
+                [labelled(m) for m in explained.agreement.index],
                 explained.agreement.to_numpy(),
-                "Agreement (Spearman, |score|)",
+                t("Agreement (Spearman, |score|)"),
             ),
             key="attr_agreement",
         )
     references = [m for m in REFERENCES if m in attribution.methods]
     with right:
         if references:
-            reference = S["attr_reference"].select(st.selectbox, references, format_func=METHOD_LABELS.get)
+            reference = S["attr_reference"].select(st.selectbox, references, format_func=labelled)
             agreement = head_agreement(attribution, reference)
             charts.show_chart(
                 head_score_map(np.nan_to_num(agreement), [(layer, head)], label="Spearman", signed=True),
@@ -140,28 +159,35 @@ def show(explained, model) -> None:
             best = np.unravel_index(np.nanargmax(agreement), agreement.shape) if np.isfinite(agreement).any() else None
             if best is not None:
                 st.caption(
-                    f"Head {best[0]}.{best[1]}'s row agrees best with {METHOD_LABELS[reference].lower()} "
-                    f"(Spearman {agreement[best]:.2f})."
+                    t(
+                        "Head {layer}.{head}'s row agrees best with {method} (Spearman {value}).",
+                        layer=best[0],
+                        head=best[1],
+                        method=labelled(reference).lower(),
+                        value=f"{agreement[best]:.2f}",
+                    )
                 )
     if explained.faithfulness is not None:
         curves = explained.faithfulness.curves
-        label = "log-probability" if attribution.kind == "next token" else "similarity"
+        label = t("log-probability") if attribution.kind == "next token" else t("similarity")
         left, right = st.columns(2)
         for column, curve in zip((left, right), ("deletion", "insertion")):
             lines = {labelled(order): line for order, line in mean_curves(curves, curve).items()}
-            title = f"{curve.capitalize()}: most important first"
+            title = t("Deletion: most important first") if curve == "deletion" else t("Insertion: most important first")
             with column:
                 charts.show_chart(removal_curves(lines, labelled(RANDOM), curve, label, title), key=f"attr_{curve}")
         table = explained.faithfulness.aopc.copy()
         table["method"] = [labelled(m) for m in table["method"]]
         st.dataframe(table, hide_index=True)
         st.caption(
-            "AOPC (DeYoung et al. 2020): deletion, the mean drop as the top tokens are removed (dropped from the "
-            "sequence); insertion, the mean rise as they are added back to the special tokens alone. Higher is "
-            "more faithful; compare with the random order."
+            t(
+                "AOPC (DeYoung et al. 2020): deletion, the mean drop as the top tokens are removed (dropped from the "
+                "sequence); insertion, the mean rise as they are added back to the special tokens alone. Higher is "
+                "more faithful; compare with the random order."
+            )
         )
     if not any(m in attribution.methods for m in GRADIENT_METHODS):
-        st.caption("Add integrated gradients or gradient x input to compare attention with the gradients.")
+        st.caption(t("Add integrated gradients or gradient x input to compare attention with the gradients."))
 
 
 # ---- the Classroom's closing step --------------------------------------------------------------------------

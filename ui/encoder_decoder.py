@@ -24,6 +24,7 @@ import streamlit as st
 
 from mha_core.errors import EngineNotSupported, HeadscopeError
 from ui import class_questions, computations, compute, figures, headview
+from ui.i18n import t
 from ui.page_compare import CompareSettings
 from ui.page_explore import KIND_LABELS, ExploreSettings
 from ui.widgets import charts, downloads, messages, pickers, views
@@ -54,7 +55,7 @@ def run_or_fallback(model_name: str, engine: str, source: str, target: str | Non
     try:
         return computations.get_seq2seq_run(model_name, engine, source, target)
     except EngineNotSupported as error:
-        st.warning(f"{messages.public_message(error)} Showing the transformers engine instead.")
+        st.warning(messages.public_message(error) + " " + t("Showing the transformers engine instead."))
         return computations.get_seq2seq_run(model_name, "transformers", source, target)
 
 
@@ -64,13 +65,13 @@ def texts(model) -> tuple[str, str | None] | None:
     source = S["source"].text()
     write = S["write"].widget(st.toggle, default=model.can_write, disabled=not model.can_write)
     target = S["target"].text(
-        disabled=write and model.can_write, placeholder="The translation or summary the decoder reads"
+        disabled=write and model.can_write, placeholder=t("The translation or summary the decoder reads")
     )
     if not source.strip():
-        st.info("Type a source text and press Enter.")
+        st.info(t("Type a source text and press Enter."))
         return None
     if not (write and model.can_write) and not target.strip():
-        st.info("Type a target text, or let the model write it.")
+        st.info(t("Type a target text, or let the model write it."))
         return None
     return source, None if write and model.can_write else target
 
@@ -90,16 +91,16 @@ def toggles(run) -> tuple[bool, bool]:
     keys of the app's shared toggles, under this view's own session keys)."""
     left, right = st.columns(2)
     words = pickers.url_toggle(
-        "Words, not tokens", "s2s_words", "words", help="Attention between whole words.", container=left
+        t("Words, not tokens"), "s2s_words", "words", help=t("Attention between whole words."), container=left
     )
     has_special = any(bool(np.any(run.kind(kind).special_mask)) for kind in KIND_LABELS)
     hide = pickers.url_toggle(
-        "Hide special tokens",
+        t("Hide special tokens"),
         "s2s_hide",
         "hide",
         container=right,
         disabled=not has_special,
-        help="Drops the special tokens (</s>, <s>, <pad>, ...) of both texts and renormalises each row to sum to 1.",
+        help=t("Drops the special tokens (</s>, <s>, <pad>, ...) of both texts and renormalises each row to sum to 1."),
     )
     return words, hide and has_special
 
@@ -108,8 +109,11 @@ def explore(model_name: str, engine: str) -> None:
     """Explore for an encoder-decoder model: the texts, the three attentions and their head and model views."""
     model = encoder_decoder_model(model_name)
     st.caption(
-        f"{messages.md_escape(model.family.upper())} is an encoder-decoder model: it reads a source text and writes "
-        "(or is given) a target. Type both here; the sidebar's sentence boxes are for single-stack models."
+        t(
+            "{family} is an encoder-decoder model: it reads a source text and writes (or is given) a target. Type "
+            "both here; the sidebar's sentence boxes are for single-stack models.",
+            family=messages.md_escape(model.family.upper()),
+        )
     )
     chosen = texts(model)
     if chosen is None:
@@ -117,13 +121,20 @@ def explore(model_name: str, engine: str) -> None:
     run = run_or_fallback(model_name, engine, *chosen)
     kind = kind_switch()
     words, hide_special = toggles(run)
-    st.caption(messages.md_escape(run.summary()))
+    st.caption(messages.run_summary(run))
     if run.generated:
-        st.markdown(f"**The model wrote:** {messages.md_escape(run.target) or '(nothing but special tokens)'}")
+        st.markdown(
+            t("**The model wrote:**") + " " + (messages.md_escape(run.target) or t("(nothing but special tokens)"))
+        )
     view = shown(run, words, hide_special).kind(kind)
     if view.max_abs_diff is not None:
-        st.caption(f"From-scratch engine: max |core − transformers| = {view.max_abs_diff:.1e} on this attention.")
-    st.caption(KIND_NOTES[kind])
+        st.caption(
+            t(
+                "From-scratch engine: max |core − transformers| = {diff} on this attention.",
+                diff=f"{view.max_abs_diff:.1e}",
+            )
+        )
+    st.caption(t(KIND_NOTES[kind]))
     views.sink_note(view)
     mode = EXPLORE_VIEW.start()  # Explore's own setting: one view for both kinds of model
     layer = pickers.select_layer(view.num_layers, draw=False)
@@ -190,12 +201,12 @@ def run_downloads(shown_run: RunShown, run, kind: str, selected: tuple[int, int]
     get = shown_run.held(run)
     left, right, page = st.columns(3)
     left.download_button(
-        "Encoder, decoder and cross-attention (.npz)",
+        t("Encoder, decoder and cross-attention (.npz)"),
         data=lambda: get().to_npz_bytes(),
         file_name=downloads.download_name(run.encoder, ".npz"),
         mime="application/octet-stream",
         key="s2s_dl_npz",
-        help="All three attentions with both texts' tokens; load with mha_core.Seq2SeqRun.load.",
+        help=t("All three attentions with both texts' tokens; load with mha_core.Seq2SeqRun.load."),
     )
 
     def head_csv() -> bytes:
@@ -205,14 +216,19 @@ def run_downloads(shown_run: RunShown, run, kind: str, selected: tuple[int, int]
         return buffer.getvalue().encode("utf-8")
 
     right.download_button(
-        f"{KIND_LABELS[kind].split(' (')[0]}, layer {layer} head {head} (.csv)",
+        t(
+            "{attention}, layer {layer} head {head} (.csv)",
+            attention=t(KIND_LABELS[kind]).split(" (")[0].split("（")[0],
+            layer=layer,
+            head=head,
+        ),
         data=head_csv,
         file_name=downloads.download_name(run.encoder, f"-{kind}.csv", layer=layer, head=head),
         mime="text/csv",
         key="s2s_dl_csv",
     )
     page.download_button(  # the attention shown as one self-contained HTML file (mha_core.views.standalone)
-        "View as HTML (.html)",
+        t("View as HTML (.html)"),
         data=lambda: downloads.view_page(shown(get(), shown_run.words, shown_run.hide_special).kind(kind), layer, head),
         file_name=downloads.download_name(run.encoder, f"-{kind}.html", layer=layer, head=head),
         mime="text/html",
@@ -222,7 +238,7 @@ def run_downloads(shown_run: RunShown, run, kind: str, selected: tuple[int, int]
 
 def lines(view, kind: str, layer: int, head: int) -> None:
     """The selected head as BertViz's lines: queries (the target, for cross-attention) left, keys right."""
-    with st.expander("The selected head as lines (BertViz style)"):
+    with st.expander(t("The selected head as lines (BertViz style)")):
         charts.show_chart(
             figures.attention_lines(
                 view.attentions[layer, head],
@@ -239,9 +255,11 @@ def compare(model_name: str, engine: str) -> None:
     difference when asked, and per-layer curves of one measurement of that attention."""
     model = encoder_decoder_model(model_name)
     st.caption(
-        "Two layers of one of the model's three attentions side by side (by default the cross-attention: where each "
-        "decoder layer's heads look in the source). Sentence against sentence and model against model read "
-        "single-stack models (an encoder or a decoder)."
+        t(
+            "Two layers of one of the model's three attentions side by side (by default the cross-attention: where "
+            "each decoder layer's heads look in the source). Sentence against sentence and model against model read "
+            "single-stack models (an encoder or a decoder)."
+        )
     )
     chosen = texts(model)
     if chosen is None:
@@ -251,10 +269,10 @@ def compare(model_name: str, engine: str) -> None:
     view = run.kind(kind)
     cross = kind == "cross"
     columns = st.columns(2)
-    left = pickers.select_layer(view.num_layers, label="Left layer", container=columns[0])
+    left = pickers.select_layer(view.num_layers, label=t("Left layer"), container=columns[0])
     right = pickers.select_layer(
         view.num_layers,
-        label="Right layer",
+        label=t("Right layer"),
         key="compare_layer_b",
         url_key="right_layer",
         container=columns[1],
@@ -265,14 +283,20 @@ def compare(model_name: str, engine: str) -> None:
         CompareSettings.declared("difference")
         .keyed(view="s2s_compare")
         .toggle(
-            help="Below the two layers, one map of left minus right: red where the left layer attends more, blue "
-            "where the right one does (the same tokens on both sides)."
+            help=t(
+                "Below the two layers, one map of left minus right: red where the left layer attends more, blue "
+                "where the right one does (the same tokens on both sides)."
+            )
         )
     )
-    noun = {"cross": "Decoder layer {}: cross-attention", "encoder": "Encoder layer {}", "decoder": "Decoder layer {}"}
+    noun = {
+        "cross": "Decoder layer {layer}: cross-attention",
+        "encoder": "Encoder layer {layer}",
+        "decoder": "Decoder layer {layer}",
+    }
     for column, layer, side in ((columns[0], left, "left"), (columns[1], right, "right")):
         with column:
-            st.markdown(f"**{noun[kind].format(layer)}**")
+            st.markdown(f"**{t(noun[kind], layer=layer)}**")
             data = headview.pack(
                 view.attentions,
                 view.tokens,
@@ -285,7 +309,7 @@ def compare(model_name: str, engine: str) -> None:
             headview.show(data, key=f"s2s_compare_{side}")
     if difference:
         layer_difference(view, kind, left, right)
-    views.metric_curves({KIND_LABELS[kind]: view}, key="s2s_compare")
+    views.metric_curves({t(KIND_LABELS[kind]): view}, key="s2s_compare")
 
 
 def layer_difference(view, kind: str, left: int, right: int) -> None:
@@ -293,13 +317,20 @@ def layer_difference(view, kind: str, left: int, right: int) -> None:
     values = view.attentions[left] - view.attentions[right]
     largest = float(np.abs(values).max())
     if largest < views.ROUNDING_SIZE:
-        st.success(f"Layers {left} and {right} are identical within {views.ROUNDING_SIZE:.0e}: no map to draw.")
+        st.success(
+            t(
+                "Layers {left} and {right} are identical within {atol}: no map to draw.",
+                left=left,
+                right=right,
+                atol=f"{views.ROUNDING_SIZE:.0e}",
+            )
+        )
         return
     charts.show_chart(
         figures.difference_map(
             values,
             view.tokens,
-            title=f"Layer {left} − layer {right}, every head",
+            title=t("Layer {left} − layer {right}, {heads}", left=left, right=right, heads=t("every head")),
             causal=view.is_causal,
             key_labels=view.key_tokens if kind == "cross" else None,
         ),
@@ -307,6 +338,9 @@ def layer_difference(view, kind: str, left: int, right: int) -> None:
         filename=f"headscope-{kind}-difference",
     )
     st.caption(
-        f"Largest difference: {largest:.2e}. Colours on a fixed scale, −1 to 1 (the most two weights can differ): "
-        "red where the left layer attends more, blue where the right one does."
+        t(
+            "Largest difference: {largest}. Colours on a fixed scale, −1 to 1 (the most two weights can differ): red "
+            "where the left layer attends more, blue where the right one does.",
+            largest=f"{largest:.2e}",
+        )
     )

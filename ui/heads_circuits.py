@@ -19,6 +19,7 @@ from mha_core.operations import Composition, CopyingScores, OVCircuit, PathPatch
 from ui import compute
 from ui.figures.causal import head_score_map
 from ui.figures.qkov import composition_graph, edge_list
+from ui.i18n import t
 from ui.page_circuits import MODE_LABELS, VIA_LABELS, CircuitsSettings
 from ui.widgets import charts, downloads, messages, pickers
 
@@ -83,11 +84,13 @@ def open_clicked(open_head: Callable[[int, int], None]) -> None:
 
 def weights_section(model_name: str, model, open_head: Callable[[int, int], None]) -> None:
     """Copying and previous-token maps, the composition graph, and one head's OV/QK top tokens."""
-    st.subheader("What the heads' weights do")
+    st.subheader(t("What the heads' weights do"))
     if not S["weights"].toggle():
         st.caption(
-            "Copying and previous-token scores of every head, the composition of every pair of heads (Elhage et al. "
-            "2021) and each head's OV and QK top tokens, read from the weights alone: no prompt needed."
+            t(
+                "Copying and previous-token scores of every head, the composition of every pair of heads (Elhage et "
+                "al. 2021) and each head's OV and QK top tokens, read from the weights alone: no prompt needed."
+            )
         )
         return
     messages.explain(
@@ -102,8 +105,14 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
     for col, (column, key, label, title, signed) in zip(
         cols,
         (
-            ("copying", COPY_KEY, "copying score", "Copying score (OV circuit's eigenvalues)", True),
-            ("previous_token", PREV_KEY, "previous-token", "Previous-token score (QK circuit on positions)", False),
+            ("copying", COPY_KEY, t("copying score"), t("Copying score (OV circuit's eigenvalues)"), True),
+            (
+                "previous_token",
+                PREV_KEY,
+                t("previous-token"),
+                t("Previous-token score (QK circuit on positions)"),
+                False,
+            ),
         ),
     ):
         with col:
@@ -121,7 +130,7 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
     mode = S["composition"].select(st.radio, horizontal=True)
     threshold = S["threshold"].widget(st.slider, 1.0, 6.0, step=0.5)
     if pickers.start_button(
-        "Compute the composition of every pair of heads",
+        t("Compute the composition of every pair of heads"),
         key="qkov_composition",
         ready=compute.ready(Composition(model_name)),
     ):
@@ -133,7 +142,12 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
                 strengths,
                 model.num_layers,
                 model.num_heads,
-                title=f"{MODE_LABELS[mode]}: {len(edges)} pairs at {threshold:g}x the baseline or more",
+                title=t(
+                    "{mode}: {count} pairs at {threshold}x the baseline or more",
+                    mode=t(MODE_LABELS[mode]),
+                    count=len(edges),
+                    threshold=f"{threshold:g}",
+                ),
             ),
             key=GRAPH_KEY,
             filename="headscope-composition",
@@ -141,12 +155,15 @@ def weights_section(model_name: str, model, open_head: Callable[[int, int], None
             selection_mode="points",
         )
         st.caption(
-            f"Random matrices of these shapes score {table.attrs['baseline'][mode]:.4f} (1x). Edges go from an "
-            f"earlier head (lower layer) to a later one; at most the {MAX_EDGES} strongest are drawn. Click a head "
-            "to open it in Explore."
+            t(
+                "Random matrices of these shapes score {baseline} (1x). Edges go from an earlier head (lower layer) "
+                "to a later one; at most the {count} strongest are drawn. Click a head to open it in Explore.",
+                baseline=f"{table.attrs['baseline'][mode]:.4f}",
+                count=MAX_EDGES,
+            )
         )
         downloads.table_view_download(table, f"headscope-{slug}-composition.html", "qkov_composition_html", mode)
-        with st.expander("The strongest pairs"):
+        with st.expander(t("The strongest pairs")):
             st.dataframe(table.nlargest(50, mode), hide_index=True, width="stretch")
     head_tokens(model_name, model)
     open_clicked(open_head)
@@ -162,9 +179,21 @@ def head_tokens(model_name: str, model) -> None:
         ov = compute.compute(OVCircuit(model_name, layer, head, text, TOP_K), model)
         qk = compute.compute(QKCircuit(model_name, layer, head, text, TOP_K), model)
         left, right = st.columns(2)
-        left.markdown(f"**OV: what {layer}-{head} writes** when it attends to each token (top {TOP_K} logits raised)")
+        left.markdown(
+            t(
+                "**OV: what {name} writes** when it attends to each token (top {count} logits raised)",
+                name=f"{layer}-{head}",
+                count=TOP_K,
+            )
+        )
         left.dataframe(summary(ov, "output_token"), hide_index=True, width="stretch")
-        right.markdown(f"**QK: which keys {layer}-{head} prefers** for a query at each token (top {TOP_K})")
+        right.markdown(
+            t(
+                "**QK: which keys {name} prefers** for a query at each token (top {count})",
+                name=f"{layer}-{head}",
+                count=TOP_K,
+            )
+        )
         right.dataframe(summary(qk, "key_token"), hide_index=True, width="stretch")
 
 
@@ -181,7 +210,7 @@ def summary(table, column: str):
 
 def path_patching_section(model_name: str, model, prompts, answer, foil, open_head: Callable[[int, int], None]) -> None:
     """Path patching from every sender into a receiver set, through one input, as a layers x heads map."""
-    st.subheader("Path patching: through which input does a head reach others?")
+    st.subheader(t("Path patching: through which input does a head reach others?"))
     if not S["paths"].toggle():
         return
     messages.explain(
@@ -197,15 +226,21 @@ def path_patching_section(model_name: str, model, prompts, answer, foil, open_he
     with messages.error_display():
         receivers = tuple(head_pairs(receivers_text, model.num_layers, model.num_heads))
         operation = PathPatching(model_name, prompts[0], prompts[1], answer, foil=foil, receivers=receivers, via=via)
-        if not pickers.start_button("Path-patch every sender", key="qkov_path_patch", ready=compute.ready(operation)):
+        if not pickers.start_button(
+            t("Path-patch every sender"), key="qkov_path_patch", ready=compute.ready(operation)
+        ):
             return
         table = compute.compute(operation, model)
         charts.show_chart(
             head_score_map(
                 grid(table, "score", model.num_layers, model.num_heads),
                 selected=receivers,
-                label="path score",
-                title=f"Senders into {len(receivers)} receivers (x) through their {VIA_LABELS[via]}",
+                label=t("path score"),
+                title=t(
+                    "Senders into {count} receivers (x) through their {via}",
+                    count=len(receivers),
+                    via=t(VIA_LABELS[via]),
+                ),
                 signed=True,
             ),
             key=PATH_KEY,
@@ -215,14 +250,20 @@ def path_patching_section(model_name: str, model, prompts, answer, foil, open_he
         )
         kv = table.attrs["kv_heads"]
         st.caption(
-            "Blank: heads in no layer before a receiver's (they cannot reach it). Click a head to open it in Explore."
+            t(
+                "Blank: heads in no layer before a receiver's (they cannot reach it). Click a head to open it in Explore."
+            )
             + (
-                f" Keys and values are per KV head: the patched KV heads ({', '.join(f'{l}-{h}' for l, h in kv)}) "
-                "also serve the other query heads of their group."
+                " "
+                + t(
+                    "Keys and values are per KV head: the patched KV heads ({heads}) also serve the other query heads "
+                    "of their group.",
+                    heads=", ".join(f"{l}-{h}" for l, h in kv),
+                )
                 if kv
                 else ""
             )
         )
-        with st.expander("Path patching scores"):
+        with st.expander(t("Path patching scores")):
             st.dataframe(table.dropna().sort_values("score"), hide_index=True, width="stretch")
     open_clicked(open_head)

@@ -96,13 +96,15 @@ NUMBERED = re.compile(r"(?P<words>[A-Za-z][A-Za-z ]*?) (?P<number>\d+)")  # "hea
 
 
 def shown(text: str | None) -> str | None:
-    """A figure's text in the session's language: its catalog entry, else (a numbered name, "head 2") its words'
-    entry and the number; else as it is."""
+    """A figure's text in the session's language: its catalog entry (a title wrapped with ``<br>``: its words'
+    entry), else (a numbered name, "head 2") its words' entry and the number; else as it is."""
     if not text:
         return text
     translated = t(text)
     if translated != text:
         return translated
+    if "<br>" in text and (translated := t(unwrapped := text.replace("<br>", " "))) != unwrapped:
+        return translated  # a title wrapped onto lines: its words' entry
     numbered = NUMBERED.fullmatch(text)
     if numbered is not None and (words := t(numbered["words"])) != numbered["words"]:
         return f"{words} {numbered['number']}"
@@ -126,4 +128,7 @@ def translate_figure(fig):
     for trace in fig.data:
         if getattr(trace, "name", None):
             trace.name = shown(trace.name)
+        colorbar = getattr(trace, "colorbar", None)  # a heatmap's scale
+        if colorbar is not None and colorbar.title and colorbar.title.text:
+            colorbar.title.text = shown(colorbar.title.text)
     return fig

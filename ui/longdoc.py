@@ -24,6 +24,7 @@ import streamlit as st
 
 from mha_core.models.long import NeedlePrompt, haystack, long_documents, needle_question
 from ui import address, computations, compute, longview, session
+from ui.i18n import t
 from ui.page_explore import ExploreSettings
 from ui.widgets import downloads, messages, pickers
 
@@ -57,13 +58,13 @@ def get_long_run(model_name: str, document: Document, bos: bool | None = None):
     key = computations.long_operation(model_name, document.text, bos=bos, needle=document.needle).key
     stop = _stops().setdefault(key, threading.Event())
     stop_slot = st.empty()
-    stop_slot.button("Stop", key="long_stop", on_click=stop.set, help="End the pass at its next block of rows")
+    stop_slot.button(t("Stop"), key="long_stop", on_click=stop.set, help=t("End the pass at its next block of rows"))
     try:
         return computations.long_run(model_name, document.text, stop, bos=bos, needle=document.needle)
     except computations.LongRunStopped:
         _stops().pop(key, None)
         st.session_state["long_requested"] = False
-        st.info("Stopped. Press the button again to read the document.", icon=":material/stop_circle:")
+        st.info(t("Stopped. Press the button again to read the document."), icon=":material/stop_circle:")
         return None
     finally:
         stop_slot.empty()
@@ -85,8 +86,13 @@ def example_token_counts(model_name: str, bos: bool | None, _model) -> tuple[tup
 def example_label(example: dict, tokens: int, read: int) -> str:
     """An example's name with its length in the selected model's tokens (the file's label names SmolLM2's), and how
     many of them are read when that is fewer."""
-    cut = f"; the first {read:,} read" if read < tokens else ""
-    return f"{example['label'].split(' (')[0]} ({plural(tokens, 'token')} for this model{cut})"
+    cut = t("; the first {count} read", count=f"{read:,}") if read < tokens else ""
+    return t(
+        "{name} ({count} tokens for this model{cut})",
+        name=t(example["label"].split(" (")[0]),
+        count=f"{tokens:,}",
+        cut=cut,
+    )
 
 
 def _document(model, model_name: str, bos: bool | None) -> Document:
@@ -94,21 +100,24 @@ def _document(model, model_name: str, bos: bool | None) -> Document:
     counts = example_token_counts(model_name, bos, model)
     labels = [example_label(example, *count) for example, count in zip(examples(), counts)]
     options = [*[str(index) for index in range(len(labels))], PASTE]
-    names = dict(zip(options, [*labels, "Paste a document"]))
+    names = dict(zip(options, [*labels, t("Paste a document")]))
     if model.is_causal:
         options.append(NEEDLE_TEST)
-        names[NEEDLE_TEST] = "Needle in a haystack (retrieval heads)"
+        names[NEEDLE_TEST] = t("Needle in a haystack (retrieval heads)")
     # A needle test chosen with a decoder, now an encoder: the first example.
     choice = S["long_doc"].select(st.selectbox, options, format_func=names.get)
     if choice == PASTE:
-        text = st.text_area("Your document", key="long_text", max_chars=MAX_LONG_CHARS, height=160)
+        text = st.text_area(t("Your document"), key="long_text", max_chars=MAX_LONG_CHARS, height=160)
         return Document(choice, text)
     if choice == NEEDLE_TEST:
         return _needle_test(model)
     example = examples()[int(choice)]
     st.caption(
-        f"{len(example['documents'])} consecutive documents of the UD English Web Treebank dev split "
-        "(CC BY-SA 4.0), their sentences joined."
+        t(
+            "{count} consecutive documents of the UD English Web Treebank dev split (CC BY-SA 4.0), their "
+            "sentences joined.",
+            count=len(example["documents"]),
+        )
     )
     return Document(choice, example["text"])
 
@@ -124,9 +133,13 @@ def _needle_test(model) -> Document:
     depth = S["needle_depth"].number(right.slider, step=5)
     prompt = needle_question(model, haystack(), needle, question, depth=depth / 100, num_tokens=int(tokens))
     st.caption(
-        f"The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {len(prompt.token_ids):,} tokens with "
-        f"the needle at {depth}%, then the question; the model answers it (greedily, up to "
-        f"{prompt.answer_tokens} tokens)."
+        t(
+            "The long examples (UD English Web Treebank dev, CC BY-SA 4.0) cut to {count} tokens with the needle at "
+            "{depth}%, then the question; the model answers it (greedily, up to {answer} tokens).",
+            count=f"{len(prompt.token_ids):,}",
+            depth=depth,
+            answer=prompt.answer_tokens,
+        )
     )
     text = f"{needle} | {question} | {len(prompt.token_ids)} tokens | depth {depth}%"
     return Document(NEEDLE_TEST, text, needle=prompt)
@@ -134,44 +147,55 @@ def _needle_test(model) -> Document:
 
 def section() -> None:
     """The long-document part of Explore."""
-    st.subheader("Long document")
+    st.subheader(t("Long document"))
     with messages.error_display():
         selection = session.selection()
         model_name = selection.model
         model = compute.get_model(model_name)
         if getattr(model, "is_encoder_decoder", False):
             st.info(
-                "The long pass reads single-stack models: an encoder (such as MiniLM) or a decoder (such as "
-                "SmolLM2). An encoder-decoder model's three attentions are shown above; pick another model in the "
-                "sidebar to read a long document.",
+                t(
+                    "The long pass reads single-stack models: an encoder (such as MiniLM) or a decoder (such as "
+                    "SmolLM2). An encoder-decoder model's three attentions are shown above; pick another model in "
+                    "the sidebar to read a long document."
+                ),
                 icon=":material/info:",
             )
             return
         st.caption(
-            "Every head of a long document, exact at every zoom: the pass keeps each layer's queries, keys and each "
-            "row's normaliser, never the full weight matrices, so any region is recomputed exactly when you zoom."
+            t(
+                "Every head of a long document, exact at every zoom: the pass keeps each layer's queries, keys and "
+                "each row's normaliser, never the full weight matrices, so any region is recomputed exactly when "
+                "you zoom."
+            )
         )
         document = _document(model, model_name, selection.bos)
         limit = model.context_length
         st.caption(
-            f"{messages.md_escape(model_name)} reads up to {limit:,} tokens here ({'its context length' if model.is_causal else 'its learned positions'}); "
-            f"the views above stop at {model.max_tokens}. A longer document is cut at {limit:,} tokens."
+            t(
+                "{model} reads up to {limit} tokens here ({why}); the views above stop at {most}. A longer document "
+                "is cut at {limit} tokens.",
+                model=messages.md_escape(model_name),
+                limit=f"{limit:,}",
+                why=t("its context length") if model.is_causal else t("its learned positions"),
+                most=model.max_tokens,
+            )
         )
         if not document.text.strip():
-            st.info("Paste a document to read it.")
+            st.info(t("Paste a document to read it."))
             return
         if address.query_value("lzoom") and pickers.link_may_start(
             computations.long_run_ready(model_name, document.text, bos=selection.bos, needle=document.needle)
         ):
             st.session_state.setdefault("long_requested", True)  # a link to a zoom reads its document at once
-        if st.button("Read every head of this document", key="long_go", type="primary"):
+        if st.button(t("Read every head of this document"), key="long_go", type="primary"):
             st.session_state["long_requested"] = True
         if not st.session_state.get("long_requested"):
             return
         run = get_long_run(model_name, document, selection.bos)
         if run is None:
             return
-        st.caption(messages.md_escape(run.summary()))
+        st.caption(messages.run_summary(run))
         if run.metadata.get("cut"):  # the library cut the document to what the model reads, before the run
             st.info(messages.md_escape(run.metadata["cut"]), icon=":material/content_cut:")
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
@@ -198,7 +222,15 @@ def _zoom(run) -> longview.Zoom:
         try:
             zoom = longview.parse_link(raw)
         except ValueError as error:
-            notes.append(f"lzoom={raw[:40]} is not {error}: showing layer {page[0]}, head {page[1]} whole")
+            notes.append(
+                t(
+                    "lzoom={value} is not {reason}: showing layer {layer}, head {head} whole",
+                    value=raw[:40],
+                    reason=error,
+                    layer=page[0],
+                    head=page[1],
+                )
+            )
     zoom = dataclasses.replace(
         zoom,
         reduce=address.query_value("lreduce", longview.DEFAULT_REDUCE),
@@ -209,7 +241,8 @@ def _zoom(run) -> longview.Zoom:
     notes += changed
     if notes:
         st.warning(
-            "This link's long-document view was changed to work:\n"
+            t("This link's long-document view was changed to work:")
+            + "\n"
             + "\n".join(f"- {messages.md_escape(n)}" for n in notes)
         )
     return zoom
@@ -244,16 +277,18 @@ def long_view() -> None:
 def pooling_note(zoom: longview.Zoom, n: int) -> str:
     """What a pooled cell shows, and why the view opens with max pooling."""
     if zoom.reduce == "max":
-        return (
+        return t(
             "Max pooling (the view opens with it): a cell larger than one token shows the largest exact weight among "
             "its tokens, so one strong link stays visible at any zoom. Mean pooling averages them instead: over a "
-            f"whole document of {n:,} tokens a cell's mean is about 1/{n:,}, nearly white on the weights' colour "
-            "scale unless the colours are stretched."
+            "whole document of {n} tokens a cell's mean is about 1/{n}, nearly white on the weights' colour scale "
+            "unless the colours are stretched.",
+            n=f"{n:,}",
         )
-    return (
-        "Mean pooling: a cell larger than one token shows the mean of its tokens' exact weights, about "
-        f"1/{n:,} over a whole document of {n:,} tokens (nearly white on the weights' colour scale): "
-        '"Stretch colours" paints each image against its own largest value, and says by how much.'
+    return t(
+        "Mean pooling: a cell larger than one token shows the mean of its tokens' exact weights, about 1/{n} over a "
+        'whole document of {n} tokens (nearly white on the weights\' colour scale): "Stretch colours" paints each '
+        "image against its own largest value, and says by how much.",
+        n=f"{n:,}",
     )
 
 
@@ -274,20 +309,27 @@ def retrieval_table(run, roles, answer) -> None:
     copies = answer.copies
     retrieval = roles[roles["role"] == "retrieval"].sort_values("score", ascending=False)
     copied = len({query for query, _ in copies})
-    st.markdown(f"**Retrieval heads** ({len(retrieval)} of {run.num_layers * run.num_heads})")
+    st.markdown(
+        t("**Retrieval heads** ({count} of {heads})", count=len(retrieval), heads=run.num_layers * run.num_heads)
+    )
     st.caption(
-        f"The model answered “{messages.md_escape(answer.answer.strip())}” ({len(answer.answer_ids)} tokens, its own "
-        f"greedy choice); {copied} of them are in the needle. Wu et al. 2024: for each answer token in the needle, "
-        "whether the head's largest weight, at the position that writes the token, falls on that token in the "
-        "needle. A head passes at a score of 0.1; the interval is Wilson's over the copied tokens, the baseline a "
-        "key chosen at random. After an answer's first token the next ones follow a copy already begun (an "
-        "induction head's task): docs/findings.md, section 8, compares these heads with the induction heads."
+        t(
+            "The model answered “{answer}” ({count} tokens, its own greedy choice); {copied} of them are in the "
+            "needle. Wu et al. 2024: for each answer token in the needle, whether the head's largest weight, at the "
+            "position that writes the token, falls on that token in the needle. A head passes at a score of 0.1; the "
+            "interval is Wilson's over the copied tokens, the baseline a key chosen at random. After an answer's "
+            "first token the next ones follow a copy already begun (an induction head's task): docs/findings.md, "
+            "section 8, compares these heads with the induction heads.",
+            answer=messages.md_escape(answer.answer.strip()),
+            count=len(answer.answer_ids),
+            copied=copied,
+        )
     )
     if not copies:
-        st.info("The answer copies nothing from the needle: no head can be scored. Try another depth or question.")
+        st.info(t("The answer copies nothing from the needle: no head can be scored. Try another depth or question."))
         return
     if retrieval.empty:
-        st.info("No head copies the needle here: try another depth or a longer needle.")
+        st.info(t("No head copies the needle here: try another depth or a longer needle."))
         return
     st.dataframe(retrieval[["layer", "head", "score", "baseline", "ci_low", "ci_high", "n"]], hide_index=True)
     heads = [(int(row.layer), int(row.head), float(row.score)) for row in retrieval.itertuples()]
@@ -298,10 +340,14 @@ def retrieval_table(run, roles, answer) -> None:
             st.session_state["long_zoom"] = evidence_zoom(chosen[0], chosen[1], copies, run.num_tokens)
 
     st.selectbox(
-        "Show a head's evidence in the view above",
+        t("Show a head's evidence in the view above"),
         [None, *heads],
         key="long_evidence",
-        format_func=lambda h: "Choose a head..." if h is None else f"layer {h[0]}, head {h[1]}: score {h[2]:.2f}",
+        format_func=lambda h: (
+            t("Choose a head...")
+            if h is None
+            else t("layer {layer}, head {head}: score {score}", layer=h[0], head=h[1], score=f"{h[2]:.2f}")
+        ),
         on_change=show_evidence,
     )
 
@@ -309,14 +355,18 @@ def retrieval_table(run, roles, answer) -> None:
 def roles_table(run, roles) -> None:
     """Sink-at-length and local heads (``roles``) with their evidence, and each layer's 90%-mass window."""
     heads = len(roles[["layer", "head"]].drop_duplicates())
-    with st.expander(f"Long-context roles ({plural(heads, 'head')})"):
+    with st.expander(
+        t("Long-context roles (1 head)") if heads == 1 else t("Long-context roles ({count} heads)", count=heads)
+    ):
         st.caption(
-            "Sink at length: most of a query's mass on the first 4 tokens, for queries at least 64 tokens away "
-            "(StreamingLLM). Local: 90% of a query's mass within a window of at most 16 tokens. Retrieval heads "
-            '(Wu et al. 2024) need a needle-in-a-haystack prompt: choose "Needle in a haystack" above.'
+            t(
+                "Sink at length: most of a query's mass on the first 4 tokens, for queries at least 64 tokens away "
+                "(StreamingLLM). Local: 90% of a query's mass within a window of at most 16 tokens. Retrieval heads "
+                '(Wu et al. 2024) need a needle-in-a-haystack prompt: choose "Needle in a haystack" above.'
+            )
         )
         st.dataframe(roles[["layer", "head", "role", "score", "threshold", "n", "evidence"]], hide_index=True)
         windows = run.local_windows().groupby("layer")["median_window"].median()
         st.caption(
-            "Median 90%-mass window (tokens), by layer: " + ", ".join(f"L{k} {int(v)}" for k, v in windows.items())
+            t("Median 90%-mass window (tokens), by layer: ") + ", ".join(f"L{k} {int(v)}" for k, v in windows.items())
         )

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 # Every page of the app: a page's address is its file's name (app.py's PAGES).
 PAGES = sorted(path.stem for path in (Path(__file__).resolve().parents[2] / "pages").glob("*.py"))
+SUFFIX = {"": "", "&contrast=1": "-contrast", "&lang=zh": "-zh"}  # the screenshots' and reports' names
 WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 AXE_JS = """async (tags) => {
   const result = await axe.run(document, { runOnly: { type: "tag", values: tags } });
@@ -60,7 +61,7 @@ def serious_violations(page) -> list[dict]:
     return [v for v in found if v["impact"] in ("serious", "critical")]
 
 
-@pytest.mark.parametrize("theme", ["", "&contrast=1"], ids=["default", "high-contrast"])
+@pytest.mark.parametrize("theme", ["", "&contrast=1", "&lang=zh"], ids=["default", "high-contrast", "chinese"])
 def test_no_serious_axe_violation_on_any_page(theme, artifacts_dir):
     requirements()
     report = {}
@@ -71,12 +72,14 @@ def test_no_serious_axe_violation_on_any_page(theme, artifacts_dir):
             if path == "explore":
                 page.wait_for_function(HEAD_DRAWN_JS, timeout=300_000)
             report[path] = serious_violations(page)
-            page.screenshot(path=str(artifacts_dir / f"a11y-{path}{'-contrast' if theme else ''}.png"))
-        if theme:
+            if theme == "&lang=zh":  # the page says it is Chinese, to a screen reader and to axe
+                assert page.evaluate("() => document.documentElement.lang") == "zh-CN", path
+            page.screenshot(path=str(artifacts_dir / f"a11y-{path}{SUFFIX[theme]}.png"))
+        if theme == "&contrast=1":
             # The theme is on: black page text (21:1 on white).
             colour = page.evaluate("() => getComputedStyle(document.querySelector('[data-testid=stMain] p')).color")
             assert colour == "rgb(0, 0, 0)", colour
-    (artifacts_dir / f"a11y-axe{'-contrast' if theme else ''}.json").write_text(json.dumps(report, indent=1))
+    (artifacts_dir / f"a11y-axe{SUFFIX[theme]}.json").write_text(json.dumps(report, indent=1))
     assert len(report) == len(PAGES)
     assert not any(report.values()), {page: found for page, found in report.items() if found}
 

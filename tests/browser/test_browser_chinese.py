@@ -1,7 +1,7 @@
 """The interface in Chinese in Debian Chromium (``lang=zh``): the page says it is Chinese (``<html lang="zh-CN">``,
 from its first paint and after the sidebar's switch), the translated pages have no serious or critical axe-core
-violation in Chinese, and the Classroom's screenshot (tests/artifacts) shows CJK glyphs from the font
-scripts/setup.sh --test installs (fonts-noto-cjk)."""
+violation in Chinese, the head view's own words are Chinese, and the screenshots (tests/artifacts: the Classroom,
+Explore and Circuits whole) show CJK glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,16 @@ from tools.browser import chromium_page, streamlit_server, wait_for_app
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 HTML_LANG_JS = "() => document.documentElement.lang"
-# The translated pages and a heading each shows in Chinese: the Classroom whole, Explore's headings and captions
-# (and the shared chrome, navigation, sidebar and messages, on both).
-TRANSLATED = {"explore": "我在看什么？", "classroom": "第 1 步：输入和权重"}
+# The translated pages, the link's settings and a heading each shows in Chinese (the shared chrome, navigation, sidebar
+# and messages on every one). Circuits reads SmolLM2's next-token prediction: its logit lens is computed first.
+TRANSLATED = {
+    "explore": ("", "我在看什么？"),
+    "compare": ("", "比较"),
+    "circuits": ("&model=smollm2", "logit 透镜"),
+    "classroom": ("", "第 1 步：输入和权重"),
+}
+# What the head view's own script shows in Chinese (headview.js, given its words by the app).
+HEAD_VIEW_WORDS = ("头视图", "模型视图", "热力图", "连线")
 
 
 def cjk_font_installed() -> bool:
@@ -32,16 +39,19 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
     require(cjk_font_installed(), "Debian's fonts-noto-cjk (bash scripts/setup.sh --test)")
     report = {}
     with streamlit_server() as url, chromium_page(1400, 1000) as page:
-        for path, heading in TRANSLATED.items():
-            page.goto(f"{url}/{path}?lang=zh")
+        for path, (settings, heading) in TRANSLATED.items():
+            page.goto(f"{url}/{path}?lang=zh{settings}")
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"  # the server's page, before any script ran
             wait_for_app(page, timeout_ms=300_000)
-            page.get_by_text(heading, exact=True).first.wait_for(timeout=120_000)
+            page.get_by_text(heading, exact=True).first.wait_for(timeout=300_000)
             if path == "explore":
                 page.wait_for_function(HEAD_DRAWN_JS, timeout=300_000)
+                view = page.evaluate("() => document.querySelector('.hs-headview').innerText")
+                assert all(word in view for word in HEAD_VIEW_WORDS), view
+                assert "Heatmap" not in view and "Model view" not in view
             report[path] = serious_violations(page)
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"
-            page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"))
+            page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits"))
         page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
         # A step with a figure, its answer revealed: its words in Chinese too (a screenshot to look at).
         page.goto(f"{url}/classroom?lang=zh&step=4")

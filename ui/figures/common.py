@@ -125,11 +125,12 @@ AXIS_TITLE_CHARS = 24  # a vertical axis title's line: fits a 340 px chart's plo
 
 
 def axis_title(text: str, width: int = AXIS_TITLE_CHARS, max_lines: int = 3) -> str:
-    """``text`` for an axis title: its first clause (up to a comma, colon or parenthesis), broken into lines of
+    """``text`` for an axis title: its first clause (up to a comma, colon or parenthesis, in English or Chinese), broken into lines of
     about ``width`` characters (at most ``max_lines``, the last one cut with "…"), escaped for Plotly. A long
     title on one line is cut off at the chart's edge; the chart's own title carries the whole description."""
     text = str(text)
-    cut = min((i for i in (text.find(","), text.find(":"), text.find(" (")) if i > 0), default=len(text))
+    marks = (",", ":", " (", "，", "：", "（")  # the last three: a Chinese text's comma, colon and parenthesis
+    cut = min((i for i in (text.find(mark) for mark in marks) if i > 0), default=len(text))
     short = text[:cut].strip() or text
     lines: list[str] = []
     for word in short.split():

@@ -38,8 +38,13 @@ def _layout(fig: go.Figure, height: int, title: str) -> go.Figure:
     return with_axis_room(base_layout(fig, height, title))
 
 
-def waves_figure(pe: np.ndarray, channels: list[int], wavelengths: np.ndarray) -> go.Figure:
-    """One line per chosen channel: its value over positions (even channels sin, odd channels cos)."""
+WAVE_NAME = "dim {channel} ({kind}, period {period})"
+
+
+def waves_figure(pe: np.ndarray, channels: list[int], wavelengths: np.ndarray, name: str = WAVE_NAME) -> go.Figure:
+    """One line per chosen channel: its value over positions (even channels sin, odd channels cos); ``name``: a
+    line's legend, its ``{channel}``, ``{kind}`` and ``{period}`` filled in (the app passes it in the page's
+    language)."""
     fig = go.Figure()
     positions = np.arange(pe.shape[0])
     for channel in channels:
@@ -49,7 +54,7 @@ def waves_figure(pe: np.ndarray, channels: list[int], wavelengths: np.ndarray) -
                 x=positions,
                 y=pe[:, channel],
                 mode="lines",
-                name=f"dim {channel} ({kind}, period {wavelengths[channel]:.3g})",
+                name=name.format(channel=channel, kind=kind, period=f"{wavelengths[channel]:.3g}"),
                 hovertemplate=f"dim {channel}<br>position %{{x}}<br>value %{{y:.4f}}<extra></extra>",
             )
         )
@@ -142,8 +147,8 @@ def similarity_curve(table, title: str, metric: str) -> go.Figure:
     return _layout(fig, 340, title)
 
 
-def shift_figure(target: np.ndarray, shifted: np.ndarray, p: int, k: int) -> go.Figure:
-    """PE[p + k] (bars) and PE[p] @ M_k (markers): they coincide."""
+def shift_figure(target: np.ndarray, shifted: np.ndarray, p: int, k: int, title: str | None = None) -> go.Figure:
+    """PE[p + k] (bars) and PE[p] @ M_k (markers): they coincide. ``title``: default, in English, the two named."""
     dims = np.arange(target.shape[0])
     fig = go.Figure(
         [
@@ -166,7 +171,7 @@ def shift_figure(target: np.ndarray, shifted: np.ndarray, p: int, k: int) -> go.
     )
     fig.update_xaxes(title="dimension")
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
-    return _layout(fig, 320, f"PE[{p} + {k}] and PE[{p}] @ M_{k}, dimension by dimension")
+    return _layout(fig, 320, title or f"PE[{p} + {k}] and PE[{p}] @ M_{k}, dimension by dimension")
 
 
 def matrix_figure(

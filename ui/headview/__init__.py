@@ -21,10 +21,35 @@ import streamlit as st
 from mha_core.views.heads import ALL_LAYERS_MAX_CELLS, SHAPES, VIEWS, pack, parse_pick, unpack
 from mha_core.views.packing import LEVELS
 from ui import viewkit
+from ui.i18n import chinese, t
 
 __all__ = ["ALL_LAYERS_MAX_CELLS", "LEVELS", "SHAPES", "VIEWS", "pack", "parse_pick", "show", "unpack"]
 
 _COMPONENT = None
+# The words the view's script shows (headview.js ``tr``), sent in the page's language when it is not English.
+VIEW_TEXTS = (
+    "Head view",
+    "Model view",
+    "Attention view",
+    "Layer",
+    "Heatmap",
+    "Lines",
+    "Show the selected head as",
+    "Its lines are drawn below.",
+    "PNG of this head",
+    "The selected head in words",
+    "Every head of every layer at once. Click a head to open it in the head view.",
+    "All {layers} layers x {heads} heads",
+    "Layer {layer}: all {heads} heads",
+    "Layer {layer}, head {head}",
+    "Loading layer {layer}...",
+    "Loading every layer...",
+)
+
+
+def view_strings() -> dict[str, str]:
+    """The view's words in the session's language (English: none, the script's own)."""
+    return {text: t(text) for text in VIEW_TEXTS} if chinese() else {}
 
 
 def _component():
@@ -44,4 +69,5 @@ def show(data: dict, key: str, on_pick=None):
             on_pick(pick)
 
     default = {"layer": data["layer"], "head": data["head"], "view": data["view"], "shape": data["shape"]}
+    data = {**data, "strings": view_strings()}
     return _component()(key=key, data=data, default={"pick": default}, on_pick_change=picked)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from mha_core.interventions.decomposition import FAMILIES, ScoreDecomposition, quote_token
+from mha_core.interventions.decomposition import FAMILIES, POSITION_BIAS, ScoreDecomposition, quote_token
 from mha_core.operations import CopyingScores, Decomposition, OVCircuit
 from ui.compute import compute, get_model, ready
 from ui.figures.decomposition import decomposition_heatmap
+from ui.i18n import t
 from ui.page_explore import ExploreSettings
 from ui.widgets import charts, messages
 
@@ -33,16 +34,18 @@ ABOUT = (
 def section(run, layer: int, head: int, model_name: str, engine: str) -> None:
     """The section under the head view, for the enlarged head ``(layer, head)`` of ``run`` (the sidebar's model
     ``model_name``, computed in ``engine``)."""
-    st.subheader("Why does this head look there?")
+    st.subheader(t("Why does this head look there?"))
     if run.family not in FAMILIES:
         st.caption(
-            "The score decomposition follows BERT, MPNet, GPT-2 and Llama-family models (MiniLM, all-mpnet-base-v2, "
-            "SmolLM2); this model is not one of them."
+            t(
+                "The score decomposition follows BERT, MPNet, GPT-2 and Llama-family models (MiniLM, "
+                "all-mpnet-base-v2, SmolLM2); this model is not one of them."
+            )
         )
         return
     shown = S["decompose"].toggle()
     if not shown:
-        st.caption(ABOUT + " Switch it on to choose a query and a key.")
+        st.caption(t(ABOUT) + " " + t("Switch it on to choose a query and a key."))
         return
     names = list(run.tokens)
     n = len(names)
@@ -124,29 +127,45 @@ def encoded_text(model, run):
 
 def show(parts: ScoreDecomposition) -> None:
     """The decomposition in words (a question and its answer), as a heatmap and as a ranked list."""
-    st.markdown("**" + messages.md_escape(parts.question()) + "**")
-    st.markdown(messages.md_escape(parts.why()))
-    st.markdown("\n".join("- " + messages.md_escape(sentence) for sentence in parts.summary()))
+    st.markdown("**" + messages.md_escape(question(parts)) + "**")
+    st.markdown(messages.md_escape(why(parts)))
+    st.markdown("\n".join("- " + messages.md_escape(sentence) for sentence in summary(parts)))
     matrix, rows, columns = parts.grouped(TOP_SOURCES)
-    title = f"Head {parts.layer}-{parts.head}: its score {parts.score:.2f} by query source x key source"
+    title = t(
+        "Head {layer}-{head}: its score {score} by query source x key source",
+        layer=parts.layer,
+        head=parts.head,
+        score=f"{parts.score:.2f}",
+    )
     charts.show_chart(
         decomposition_heatmap(matrix, rows, columns, title=title),
         key="decomposition_map",
         filename=f"headscope-layer{parts.layer}-head{parts.head}-score-parts",
     )
     bias = (
-        f" MPNet's learned bias for this distance adds {parts.position_bias:+.2f}, a part of no source."
+        " "
+        + t(
+            "MPNet's learned bias for this distance adds {bias}, a part of no source.",
+            bias=f"{parts.position_bias:+.2f}",
+        )
         if parts.family == "mpnet"
         else ""
     )
     st.caption(
         messages.md_escape(
-            f"Each cell is one pair's part of the score (red adds, blue takes away); the cells add up to "
-            f"{parts.matrix.sum():.3f}, the model's score is {parts.score:.3f}.{bias} " + parts.norm_words()
+            t(
+                "Each cell is one pair's part of the score (red adds, blue takes away); the cells add up to {total}, "
+                "the model's score is {score}.",
+                total=f"{parts.matrix.sum():.3f}",
+                score=f"{parts.score:.3f}",
+            )
+            + bias
+            + " "
+            + norm_words(parts)
         )
     )
     table = parts.table().head(RANKED_ROWS)
-    table.columns = ["query side", "key side", "part of the score"]
+    table.columns = [t("query side"), t("key side"), t("part of the score")]
     st.dataframe(table, hide_index=True, width="stretch")
 
 
@@ -161,7 +180,7 @@ def circuit_summary(model_name: str, run, parts: ScoreDecomposition) -> None:
     every_head = CopyingScores(model.name)
     if not (
         ready(every_head)
-        or st.button("Its copying and previous-token scores (every head's, once per model)", key="decompose_copying")
+        or st.button(t("Its copying and previous-token scores (every head's, once per model)"), key="decompose_copying")
     ):
         return
     scores = compute(every_head, model)
@@ -175,16 +194,127 @@ def ov_words(parts: ScoreDecomposition, ov) -> str:
     key_token = quote_token(parts.tokens[parts.key])
     outputs = ", ".join(repr(token) for token in ov["output_token"])
     own_rank = next(iter(ov.attrs["self_rank"].values()))
-    raises = "raises the logits of" if parts.family in DECODER_FAMILIES else "writes most along the embeddings of"
-    return (
-        f"What {parts.layer}-{parts.head} writes (its OV circuit, from the weights alone): attending to {key_token} it "
-        f"{raises} {outputs}; {key_token} itself ranks {own_rank}."
+    return t(
+        "What {name} writes (its OV circuit, from the weights alone): attending to {token} it raises the logits of "
+        "{outputs}; {token} itself ranks {rank}."
+        if parts.family in DECODER_FAMILIES
+        else "What {name} writes (its OV circuit, from the weights alone): attending to {token} it writes most along "
+        "the embeddings of {outputs}; {token} itself ranks {rank}.",
+        name=f"{parts.layer}-{parts.head}",
+        token=key_token,
+        outputs=outputs,
+        rank=own_rank,
     )
 
 
 def score_words(parts: ScoreDecomposition, row) -> str:
     """The head's row of ``copying_scores`` in words."""
-    return (
-        f"Its copying score is {row['copying']:+.2f} (+1 copies what it reads, -1 suppresses it) and its QK circuit "
-        f"alone puts {row['previous_token']:.0%} of its attention on the previous position."
+    return t(
+        "Its copying score is {copying} (+1 copies what it reads, -1 suppresses it) and its QK circuit alone puts "
+        "{previous} of its attention on the previous position.",
+        copying=f"{row['copying']:+.2f}",
+        previous=f"{row['previous_token']:.0%}",
     )
+
+
+# ---- the decomposition in the session's words (the library's ``question``, ``why``, ``summary``, ``norm_words``) --
+def source_words(label: str) -> str:
+    """A source's label as a phrase (``decomposition.source_phrase``'s), in the session's language."""
+    if label[0].isdigit():
+        return t("head {name}'s output", name=label)
+    if label.startswith("MLP"):
+        return t("{name}'s output", name=label)
+    return t(SOURCE_WORDS.get(label, label))
+
+
+SOURCE_WORDS = {
+    "token embedding": "the token embedding",
+    "position embedding": "the position embedding",
+    "segment embedding": "the segment embedding",
+    "biases": "the biases",
+}
+SIDE_SENTENCES = {
+    "query": "The query side of {name}'s score comes mostly from {source} at the query's position ({token}, "
+    "{position}): {value} of {score}.",
+    "key": "The key side of {name}'s score comes mostly from {source} at the key's position ({token}, {position}): "
+    "{value} of {score}.",
+}
+
+
+def pair_words(parts: ScoreDecomposition, pair) -> str:
+    """One row of ``parts.table()``: a query-side source at the query meeting a key-side source at the key."""
+    if pair["query_source"] == POSITION_BIAS:
+        return t("its learned bias for that distance")
+    return t(
+        "{query_source} at {query} meeting {key_source} at {key}",
+        query_source=source_words(pair["query_source"]),
+        query=quote_token(parts.tokens[parts.query]),
+        key_source=source_words(pair["key_source"]),
+        key=quote_token(parts.tokens[parts.key]),
+    )
+
+
+def question(parts: ScoreDecomposition) -> str:
+    return t(
+        "Why does head {layer}-{head} look at {key} from {query}?",
+        layer=parts.layer,
+        head=parts.head,
+        key=quote_token(parts.tokens[parts.key]),
+        query=quote_token(parts.tokens[parts.query]),
+    )
+
+
+def why(parts: ScoreDecomposition) -> str:
+    table = parts.table()
+    said = [
+        t("the largest part is {pair} ({value})", pair=pair_words(parts, table.iloc[0]), value=_signed(table.iloc[0]))
+    ]
+    if len(table) > 1:
+        said.append(t("the next {pair} ({value})", pair=pair_words(parts, table.iloc[1]), value=_signed(table.iloc[1])))
+    return t(
+        "Head {layer}-{head} looks from {query} at {key} ({weight} of its attention): of its score {score}, {parts}.",
+        layer=parts.layer,
+        head=parts.head,
+        query=quote_token(parts.tokens[parts.query]),
+        key=quote_token(parts.tokens[parts.key]),
+        weight=f"{parts.weight:.0%}",
+        score=f"{parts.score:.2f}",
+        parts=t(", ").join(said),
+    )
+
+
+def _signed(row) -> str:
+    return f"{row['contribution']:+.2f}"
+
+
+def summary(parts: ScoreDecomposition) -> list[str]:
+    sentences = []
+    for side, position in (("query", parts.query), ("key", parts.key)):
+        label, value = parts.top_source(side)
+        sentences.append(
+            t(
+                SIDE_SENTENCES[side],
+                name=f"{parts.layer}-{parts.head}",
+                source=source_words(label),
+                token=quote_token(parts.tokens[position]),
+                position=position,
+                value=f"{value:+.2f}",
+                score=f"{parts.score:.2f}",
+            )
+        )
+    return sentences
+
+
+def norm_words(parts: ScoreDecomposition) -> str:
+    if parts.post_norm:
+        return t(
+            "Each LayerNorm's scale (its input's standard deviation) is frozen at its value in this run; with it "
+            "fixed, the norm's centring and gain are linear, so every earlier source passes through every later norm "
+            "and the parts add up exactly to the score."
+        )
+    said = t(
+        "The layer's {kind} scale at the query's and at the key's position is frozen at its value in this run; with "
+        "it fixed the norm is linear, so the parts add up exactly to the score.",
+        kind="RMSNorm" if parts.family == "llama" else "LayerNorm",
+    )
+    return said + (" " + t("The rotary rotation of each position is linear too.") if parts.family == "llama" else "")

@@ -65,12 +65,16 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
     as the session)."""
     cols = st.columns(3)
     cols[0].download_button(
-        "Attention tensor (.npz)",
+        t("Attention tensor (.npz)"),
         data=computations.deferred(run, lambda view: view.to_npz_bytes()),
         file_name=download_name(run, ".npz"),
         mime="application/octet-stream",
         key=f"{key_prefix}dl_npz",
-        help=f"All {run.num_layers} x {run.num_heads} heads, tokens and masks; load with mha_core.AttentionRun.load.",
+        help=t(
+            "All {layers} x {heads} heads, tokens and masks; load with mha_core.AttentionRun.load.",
+            layers=run.num_layers,
+            heads=run.num_heads,
+        ),
     )
 
     def head_csv(view) -> bytes:
@@ -79,20 +83,22 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
         return buffer.getvalue().encode("utf-8")
 
     cols[1].download_button(
-        f"Layer {layer} head {head} weights (.csv)",
+        t("Layer {layer} head {head} weights (.csv)", layer=layer, head=head),
         data=computations.deferred(run, head_csv),
         file_name=download_name(run, ".csv", layer=layer, head=head),
         mime="text/csv",
         key=f"{key_prefix}dl_csv",
     )
     cols[2].download_button(
-        "View as HTML (.html)",
+        t("View as HTML (.html)"),
         data=computations.deferred(run, lambda view: view_page(view, layer, head)),
         file_name=download_name(run, ".html", layer=layer, head=head),
         mime="text/html",
         key=f"{key_prefix}dl_html",
-        help="The head and model views as one file: data and scripts inside, opens offline in any browser "
-        "(click heads, switch layers). Weights at one byte each (within 0.002).",
+        help=t(
+            "The head and model views as one file: data and scripts inside, opens offline in any browser "
+            "(click heads, switch layers). Weights at one byte each (within 0.002)."
+        ),
     )
 
 
@@ -107,12 +113,12 @@ def long_view_download(run, data: dict, key: str) -> None:
     title = f"{run.model_name}: {run.num_tokens:,} tokens (long document)"
     name = f"headscope-{model_slug(run.model_name)}-long-{run.num_tokens}-layer{data['layer']}-head{data['head']}.html"
     st.download_button(
-        "View as HTML (.html)",
+        t("View as HTML (.html)"),
         data=lambda: standalone.page(standalone.View("longview", data, title)).encode("utf-8"),
         file_name=name,
         mime="text/html",
         key=key,
-        help="This view as one file: data and scripts inside, opens offline in any browser.",
+        help=t("This view as one file: data and scripts inside, opens offline in any browser."),
     )
 
 

@@ -12,7 +12,7 @@ import streamlit as st
 from mha_core.errors import HeadscopeError, InputTextError, redact_paths
 from ui import address
 from ui.escape import md_code, md_escape  # noqa: F401 (the app's one way to put user text in a message)
-from ui.i18n import t
+from ui.i18n import language, t
 
 LOG = logging.getLogger("headscope.app")
 
@@ -94,3 +94,27 @@ def engine_note(run) -> None:
                 "every layer, head and weight)."
             )
         st.success(text.format(model=md_escape(run.model_name), diff=f"{run.max_abs_diff:.1e}"))
+
+
+def run_summary(run) -> str:
+    """A run's one line (``run.summary()``: model, family, layers x heads, tokens, engine) in the session's
+    language, escaped; a run of another kind (an encoder-decoder's) as its library writes it."""
+    if language() == "en" or not hasattr(run, "num_heads") or not hasattr(run, "family"):
+        return md_escape(run.summary())
+    family = t("{family}, causal", family=run.family) if run.is_causal else run.family
+    line = t(
+        "{model} ({family}): {layers} layers x {heads} heads, {tokens} tokens",
+        model=run.model_name,
+        family=family,
+        layers=run.num_layers,
+        heads=run.num_heads,
+        tokens=run.num_tokens,
+    )
+    if run.truncated:
+        line += t(", truncated from {count}", count=run.num_input_tokens)
+    if hasattr(run, "stored_bytes"):  # a long run: its size instead of an engine
+        return md_escape(line + t(", long run ({size} MB)", size=f"{run.stored_bytes / 2**20:.0f}"))
+    line += t(", engine={engine}", engine=run.engine)
+    if run.max_abs_diff is not None:
+        line += t(", max |core - transformers| = {diff}", diff=f"{run.max_abs_diff:.2e}")
+    return md_escape(line)

@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 
 from ui import address
+from ui.i18n import t
 from ui.settings import settings
 from ui.widgets.messages import md_escape
 
@@ -29,7 +30,12 @@ def limited_text_input(label: str, *, key: str, what: str, container=None, **kwa
     cut_from = st.session_state.pop(f"_{key}_cut_from", None)
     if cut_from:
         where.warning(
-            f"The {md_escape(what)} had {cut_from:,} characters; the first {address.MAX_TEXT_CHARS:,} are kept."
+            t(
+                "The {what} had {count} characters; the first {kept} are kept.",
+                what=md_escape(what),
+                count=f"{cut_from:,}",
+                kept=f"{address.MAX_TEXT_CHARS:,}",
+            )
         )
     return value
 
@@ -92,7 +98,14 @@ def _index_from_link(key: str, url_key: str, noun: str, count: int) -> int | Non
     try:
         return address.index_number(raw, count, noun)
     except ValueError as error:
-        st.warning(f"The link's {url_key}={md_escape(raw[:40])} is not {md_escape(error)}; using the default.")
+        st.warning(
+            t(
+                "The link's {key}={value} is not {reason}; using the default.",
+                key=url_key,
+                value=md_escape(raw[:40]),
+                reason=md_escape(error),
+            )
+        )
         return None
 
 
@@ -104,8 +117,16 @@ def _select_index(
     from_link = _index_from_link(key, url_key, noun, count)
     if from_link is not None and from_link >= count:
         st.warning(
-            f"The link asks for {noun} {from_link}, but this model has {count} ({noun}s 0 to {count - 1}); "
-            f"showing {noun} {count - 1}."
+            t(
+                "The link asks for layer {number}, but this model has {count} (layers 0 to {last}); showing layer "
+                "{last}."
+                if noun == "layer"
+                else "The link asks for head {number}, but this model has {count} (heads 0 to {last}); showing head "
+                "{last}.",
+                number=from_link,
+                count=count,
+                last=count - 1,
+            )
         )
     if from_link is not None:
         start = from_link
@@ -113,7 +134,7 @@ def _select_index(
         start = st.session_state[key] if key in st.session_state else st.session_state.get(stored, default)
     st.session_state[key] = _clamped(start, count)
     if count > 1 and draw:
-        (container or st).select_slider(label, options=list(range(count)), key=key)
+        (container or st).select_slider(t(label), options=list(range(count)), key=key)
     value = int(st.session_state[key])
     st.session_state[stored] = value
     shared = key in SHARED_INDEX_KEYS
@@ -153,13 +174,22 @@ def url_setting(key: str, url_key: str, default, parse=str) -> None:
         except address.PartlyRefused as error:
             value = error.kept
             st.warning(
-                f"The link's {url_key}={md_escape(raw[:60])}: {md_escape(error)}; kept "
-                f"{md_escape(address.format_choices(value))}."
+                t(
+                    "The link's {key}={value}: {reason}; kept {kept}.",
+                    key=url_key,
+                    value=md_escape(raw[:60]),
+                    reason=md_escape(error),
+                    kept=md_escape(address.format_choices(value)),
+                )
             )
         except ValueError as error:
             st.warning(
-                f"The link's {url_key}={md_escape(raw[:40])} is not {md_escape(error) or 'a setting of this view'}; "
-                "using the default."
+                t(
+                    "The link's {key}={value} is not {reason}; using the default.",
+                    key=url_key,
+                    value=md_escape(raw[:40]),
+                    reason=md_escape(error) or t("a setting of this view"),
+                )
             )
     st.session_state[key] = value
 
@@ -267,7 +297,12 @@ def url_text(label: str, *, key: str, url_key: str, default: str, what: str, con
     def parse(raw: str) -> str:
         if len(raw) > address.MAX_TEXT_CHARS:
             st.warning(
-                f"The link's {md_escape(what)} had {len(raw):,} characters; the first {address.MAX_TEXT_CHARS:,} are kept."
+                t(
+                    "The link's {what} had {count} characters; the first {kept} are kept.",
+                    what=md_escape(what),
+                    count=f"{len(raw):,}",
+                    kept=f"{address.MAX_TEXT_CHARS:,}",
+                )
             )
         return raw[: address.MAX_TEXT_CHARS]
 
@@ -291,22 +326,22 @@ def view_toggles(run, container=None, key_prefix: str = "") -> tuple[bool, bool]
     where = container or st
     cols = where.columns(2)
     words = url_toggle(
-        "Words instead of tokens",
+        t("Words instead of tokens"),
         f"{key_prefix}words",
         f"{key_prefix}words",
         container=cols[0],
-        help="Clark et al. (2019): attention to a word sums over its pieces, attention from a word averages them.",
+        help=t("Clark et al. (2019): attention to a word sums over its pieces, attention from a word averages them."),
     )
     has_special = bool(np.any(run.special_mask))
     hide = url_toggle(
-        "Hide special tokens",
+        t("Hide special tokens"),
         f"{key_prefix}hide_special",
         f"{key_prefix}hide",
         container=cols[1],
         disabled=not has_special,
-        help="Drops [CLS], [SEP], BOS, ... and renormalises each row to sum to 1."
+        help=t("Drops [CLS], [SEP], BOS, ... and renormalises each row to sum to 1.")
         if has_special
-        else "This text has no special token to hide: this model adds none ([CLS], [SEP] or BOS).",
+        else t("This text has no special token to hide: this model adds none ([CLS], [SEP] or BOS)."),
     )
     return words, hide and has_special
 
@@ -362,5 +397,5 @@ def start_button(label: str, *, key: str, ready: bool, help: str | None = None) 
     if st.button(label, key=f"{key}_start", type="primary", help=help):
         mark_started(key)
         return True
-    st.caption("Heavy work on this class's server starts on a click, not from a link; the link keeps its settings.")
+    st.caption(t("Heavy work on this class's server starts on a click, not from a link; the link keeps its settings."))
     return False

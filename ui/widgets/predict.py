@@ -157,12 +157,15 @@ def section(run) -> None:
     if run is None or (run.metadata.get("prediction") is None and generation is None):
         return
     model = compute.get_model(run.model_name)
-    st.subheader("What the model predicts")
+    st.subheader(t("What the model predicts"))
     if not run.is_causal:
         record = run.metadata["prediction"]
         st.caption(
-            f"The masked language model's guesses for the mask token at position {record['position']} "
-            "(probabilities: softmax of its logits over the whole vocabulary; the same pass as the heads above)."
+            t(
+                "The masked language model's guesses for the mask token at position {position} (probabilities: "
+                "softmax of its logits over the whole vocabulary; the same pass as the heads above).",
+                position=record["position"],
+            )
         )
         prediction_table(run_prediction(run, model.tokenizer, SHOWN), "predict_table")
         return
@@ -170,8 +173,11 @@ def section(run) -> None:
     with table:
         if generation is None:
             st.caption(
-                "The next token after the sentence: the model's ten most likely, with their probabilities (softmax of "
-                "its logits over the whole vocabulary), read from the same forward pass as the heads above."
+                t(
+                    "The next token after the sentence: the model's ten most likely, with their probabilities "
+                    "(softmax of its logits over the whole vocabulary), read from the same forward pass as the heads "
+                    "above."
+                )
             )
             prediction_table(run_prediction(run, model.tokenizer, SHOWN), "predict_table")
         else:
@@ -230,7 +236,7 @@ def before_prompt_token(run, model) -> None:
 def write_controls(run, generation: dict | None) -> None:
     """Write one token or several (temperature, top-k, top-p, seed: all kept in the address)."""
     _settings()
-    st.markdown("**Let the model write**")
+    st.markdown(t("**Let the model write**"))
     S["temperature"].select(st.select_slider)
     left, right = st.columns(2)
     S["top_k"].select(left.selectbox)
@@ -245,17 +251,19 @@ def write_controls(run, generation: dict | None) -> None:
             on_click=_write,
             args=(n,),
             disabled=count >= MAX_NEW_TOKENS,
-            help=f"Write {n} more token{'s' if n > 1 else ''}.",
+            help=t("Write {count} more tokens.", count=n) if n > 1 else t("Write 1 more token."),
         )
-    buttons[-1].button("Clear", key="gen_clear", on_click=_clear, disabled=count == 0, help="Back to the sentence.")
+    buttons[-1].button(
+        t("Clear"), key="gen_clear", on_click=_clear, disabled=count == 0, help=t("Back to the sentence.")
+    )
     if generation is not None:
         written = len(generation["generated"])
-        note = f"{written} token{'s' if written != 1 else ''} written ({MARK} in the head view)"
+        note = t("{count} token(s) written ({mark} in the head view)", count=written, mark=MARK)
         if generation["stopped"] == "stop token":
-            note += "; the model ended the text"
+            note += t("; the model ended the text")
         elif generation["stopped"] == "length":
-            note += "; the model's token limit is reached"
-        st.caption(note + ".")
+            note += t("; the model's token limit is reached")
+        st.caption(note + t("."))
     S["gen_count"].keep()
 
 
@@ -263,7 +271,7 @@ def written_token(run, generation: dict, tokenizer) -> None:
     """Choose a written token: the distribution it was drawn from."""
     steps = generation["steps"]
     if not steps:
-        st.caption("No token written yet.")
+        st.caption(t("No token written yet."))
         return
     positions = [step["position"] for step in steps]
     tokens = list(run.tokens)
@@ -273,9 +281,14 @@ def written_token(run, generation: dict, tokenizer) -> None:
     )
     step = by_position[position]
     st.caption(
-        f"Token {position} was drawn with probability {step['chosen_sampling_probability']:.3f} "
-        f"(the model's own: {step['chosen_probability']:.3f}); temperature {generation['temperature']:g}. "
-        "The ten most likely tokens at that step:"
+        t(
+            "Token {position} was drawn with probability {drawn} (the model's own: {own}); temperature "
+            "{temperature}. The ten most likely tokens at that step:",
+            position=position,
+            drawn=f"{step['chosen_sampling_probability']:.3f}",
+            own=f"{step['chosen_probability']:.3f}",
+            temperature=f"{generation['temperature']:g}",
+        )
     )
     st.dataframe(
         step_frame(step, tokenizer),
@@ -287,5 +300,5 @@ def written_token(run, generation: dict, tokenizer) -> None:
         },
     )
     st.caption(
-        "In the head view, the written token's row shows which earlier tokens each head attended to as it wrote it."
+        t("In the head view, the written token's row shows which earlier tokens each head attended to as it wrote it.")
     )

@@ -15,6 +15,7 @@ from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.engine.registry import FAMILIES
 from mha_core.operations.derived import View
 from ui import computations, figures, headview
+from ui.i18n import t
 from ui.widgets.charts import PRESENTATION_SCALE, presenting, show_chart
 from ui.widgets.messages import md_escape, public_message
 from ui.widgets.pickers import set_head, set_layer, url_select
@@ -58,7 +59,15 @@ def first_tokens(
     limit = token_limit(max_cells, num_tiles)
     if run.num_tokens <= limit:
         return run
-    st.caption(f"The {what} shows the first {limit} of {run.num_tokens} tokens, to stay fast in the browser; {rest}.")
+    st.caption(
+        t(
+            "The {what} shows the first {limit} of {count} tokens, to stay fast in the browser; {rest}.",
+            what=t(what),
+            limit=limit,
+            count=run.num_tokens,
+            rest=t(rest),
+        )
+    )
     keep = slice(0, limit)
     return dataclasses.replace(
         run,
@@ -80,7 +89,7 @@ def head_view(run, layer: int, key: str, columns: int = 4, width_hint: int = 100
         run.tokens,
         columns=columns,
         width_hint=width_hint,
-        title=f"Layer {layer}: all {run.num_heads} heads",
+        title=t("Layer {layer}: all {heads} heads", layer=layer, heads=run.num_heads),
         colorbar=colorbar,
         **figure_options(run),
     )
@@ -136,7 +145,7 @@ def attention_view(
 
 def _listed(items: list[str], limit: int = 6) -> str:
     shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+    return shown + (t(" and {count} more", count=len(items) - limit) if len(items) > limit else "")
 
 
 def alignment_note(difference) -> str:
@@ -147,27 +156,47 @@ def alignment_note(difference) -> str:
     if alignment.level == "token" and alignment.differing:
         positions = [f"{i} ({md_escape(alignment.labels[i])})" for i in alignment.differing]
         notes.append(
-            f"Compared position by position (both have {alignment.num_units} tokens). "
-            f"{'Positions' if len(positions) > 1 else 'Position'} {_listed(positions)} "
-            f"{'hold' if len(positions) > 1 else 'holds'} different tokens on the two sides (left | right): "
-            "there the rows and columns compare different words."
+            t(
+                "Compared position by position (both have {count} tokens). Positions {positions} hold different "
+                "tokens on the two sides (left | right): there the rows and columns compare different words.",
+                count=alignment.num_units,
+                positions=_listed(positions),
+            )
+            if len(positions) > 1
+            else t(
+                "Compared position by position (both have {count} tokens). Position {positions} holds different "
+                "tokens on the two sides (left | right): there the rows and columns compare different words.",
+                count=alignment.num_units,
+                positions=_listed(positions),
+            )
         )
     elif alignment.level == "word":
         notes.append(
-            f"The two runs cut the text into different tokens, so they are compared word by word, over the "
-            f"{alignment.num_units} words they share: attention to a word sums its tokens', a word's attention "
-            "averages its tokens'. Special tokens are left out and every row is rescaled to sum to 1 over these "
-            "words."
+            t(
+                "The two runs cut the text into different tokens, so they are compared word by word, over the "
+                "{count} words they share: attention to a word sums its tokens', a word's attention averages its "
+                "tokens'. Special tokens are left out and every row is rescaled to sum to 1 over these words.",
+                count=alignment.num_units,
+            )
         )
         if alignment.merged:
             merged = [f"*{md_escape(alignment.labels[u])}*" for u in alignment.merged]
-            notes.append(f"{_listed(merged)}: one unit each, because the tokenizers cut them differently.")
+            notes.append(
+                t("{words}: one unit each, because the tokenizers cut them differently.", words=_listed(merged))
+            )
     if difference.head_averaged:
         left, right = difference.heads
-        counts = f"{left} heads against {right}" if left != right else f"even with {left} heads each"
+        counts = (
+            t("{left} heads against {right}", left=left, right=right)
+            if left != right
+            else t("even with {count} heads each", count=left)
+        )
         notes.append(
-            f"Heads of two different models do not correspond one to one ({counts}), so this is the difference "
-            "of each layer's average over its heads."
+            t(
+                "Heads of two different models do not correspond one to one ({counts}), so this is the difference "
+                "of each layer's average over its heads.",
+                counts=counts,
+            )
         )
     return " ".join(notes)
 
@@ -180,11 +209,11 @@ def metric_curves(runs_by_name: dict, key: str) -> None:
     """Per-layer curves of one head measurement (chosen here, ``?summary=``), one line per run."""
     metric = url_select(
         st.selectbox,
-        "Per-layer summary",
+        t("Per-layer summary"),
         CURVES,
         key=f"{key}_metric",
         url_key="summary",
-        format_func=METRIC_DESCRIPTIONS.get,
+        format_func=lambda name: t(METRIC_DESCRIPTIONS[name]),
     )
     tables = [computations.metrics_for(side).assign(series=name) for name, side in runs_by_name.items()]
     show_chart(
@@ -192,8 +221,8 @@ def metric_curves(runs_by_name: dict, key: str) -> None:
             pd.concat(tables, ignore_index=True),
             metric,
             series="series",
-            label=METRIC_DESCRIPTIONS[metric],
-            title=f"Per layer: {METRIC_DESCRIPTIONS[metric]}",
+            label=t(METRIC_DESCRIPTIONS[metric]),
+            title=t("Per layer: {measure}", measure=t(METRIC_DESCRIPTIONS[metric])),
         ),
         key=f"{key}_curve",
     )
@@ -215,19 +244,33 @@ def pairing_note(pairing: str, left: tuple[str, int, int], right: tuple[str, int
     """Which layers are shown against each other, and why: ``left`` and ``right`` are (model name, its number of
     layers, the layer shown)."""
     (left_name, left_layers, left_layer), (right_name, right_layers, right_layer) = left, right
-    shown = (
-        f"Layer {left_layer} of {md_escape(left_name)} (of 0 to {left_layers - 1}) against layer {right_layer} of "
-        f"{md_escape(right_name)} (of 0 to {right_layers - 1})"
+    shown = t(
+        "Layer {left_layer} of {left_name} (of 0 to {left_last}) against layer {right_layer} of {right_name} "
+        "(of 0 to {right_last})",
+        left_layer=left_layer,
+        left_name=md_escape(left_name),
+        left_last=left_layers - 1,
+        right_layer=right_layer,
+        right_name=md_escape(right_name),
+        right_last=right_layers - 1,
     )
     if pairing == "depth":
         exact = left_layer * (right_layers - 1) / max(left_layers - 1, 1)
-        return (
-            f"{shown}: paired by relative depth, round({left_layer} × {right_layers - 1} / {max(left_layers - 1, 1)}) "
-            f"= round({exact:.3g}) = {right_layer}, so the first layers and the last layers meet."
+        formula = f"round({left_layer} × {right_layers - 1} / {max(left_layers - 1, 1)}) = round({exact:.3g})"
+        return t(
+            "{shown}: paired by relative depth, {formula} = {layer}, so the first layers and the last layers meet.",
+            shown=shown,
+            formula=formula,
+            layer=right_layer,
         )
     if left_layers != right_layers:
-        return f"{shown}: paired by hand (the two models have {left_layers} and {right_layers} layers)."
-    return f"{shown}."
+        return t(
+            "{shown}: paired by hand (the two models have {left} and {right} layers).",
+            shown=shown,
+            left=left_layers,
+            right=right_layers,
+        )
+    return shown + t(".")
 
 
 # Differences below this are the size of float32 rounding between two exact computations of one model
@@ -245,7 +288,7 @@ def difference_view(
     try:
         difference = layer_difference(left_run, right_run, left_layer, right_layer)
     except NoAlignment as error:
-        st.info(f"{public_message(error)} They are shown side by side.")
+        st.info(t("{reason} They are shown side by side.", reason=public_message(error)))
         return False
     st.markdown(f"**{md_escape(titles[0])} − {md_escape(titles[1])}**")
     note = alignment_note(difference)
@@ -253,16 +296,25 @@ def difference_view(
         st.caption(note)
     if difference.identical:
         st.success(
-            f"Identical within {IDENTICAL_ATOL:.0e}".replace("e-0", "e-")
-            + f": the largest difference of any weight is {difference.largest:.1e}, float32 rounding, so there is "
-            "no map to draw."
+            t(
+                "Identical within {atol}: the largest difference of any weight is {largest}, float32 rounding, so "
+                "there is no map to draw.",
+                atol=f"{IDENTICAL_ATOL:.0e}".replace("e-0", "e-"),
+                largest=f"{difference.largest:.1e}",
+            )
         )
         return True
     alignment = difference.alignment
     values, labels = difference.values, alignment.labels
     limit = token_limit(HEAD_VIEW_MAX_CELLS, values.shape[0])
     if len(labels) > limit:
-        st.caption(f"The difference map shows the first {limit} of {len(labels)} units, to stay fast in the browser.")
+        st.caption(
+            t(
+                "The difference map shows the first {limit} of {count} units, to stay fast in the browser.",
+                limit=limit,
+                count=len(labels),
+            )
+        )
         values, labels = values[:, :limit, :limit], labels[:limit]
     same_positions = alignment.level == "token"
     causal = bool(left_run.is_causal and right_run.is_causal)
@@ -271,17 +323,25 @@ def difference_view(
         values,
         labels,
         title=title
-        or f"Layer {left_layer} − layer {right_layer}, "
-        + ("the average of the heads" if difference.head_averaged else "every head"),
+        or t(
+            "Layer {left} − layer {right}, {heads}",
+            left=left_layer,
+            right=right_layer,
+            heads=t("the average of the heads") if difference.head_averaged else t("every head"),
+        ),
         head_averaged=difference.head_averaged,
         causal=causal,
         segment_ids=None if pair is None else pair[: len(labels)],
     )
     show_chart(fig, key=key, filename="headscope-difference")
-    rounding = " (float32 rounding: white on this scale)" if difference.largest < ROUNDING_SIZE else ""
+    rounding = " " + t("(float32 rounding: white on this scale)") if difference.largest < ROUNDING_SIZE else ""
     st.caption(
-        f"Largest difference: {difference.largest:.2e}{rounding}. Colours on a fixed scale, −1 to 1 (the most two "
-        "weights can differ): red where the left attends more, blue where the right does."
+        t(
+            "Largest difference: {largest}{rounding}. Colours on a fixed scale, −1 to 1 (the most two weights can "
+            "differ): red where the left attends more, blue where the right does.",
+            largest=f"{difference.largest:.2e}",
+            rounding=rounding,
+        )
     )
     return True
 
@@ -298,10 +358,17 @@ def sink_note(run) -> None:
     sinks = computations.metrics_for(run)["sink_mass"].to_numpy() >= 0.5
     if sinks.mean() >= SINK_NOTE_SHARE:
         st.caption(
-            f":material/info: {sinks.sum()} of the {sinks.size} heads put most of their attention on a token of "
-            "no content: an *attention sink*.",
-            help="[CLS], [SEP], BOS or the first token: where a head parks attention when it has nothing to do. "
-            "Look for the heads that do not.",
+            ":material/info: "
+            + t(
+                "{sinks} of the {heads} heads put most of their attention on a token of no content: an "
+                "*attention sink*.",
+                sinks=int(sinks.sum()),
+                heads=sinks.size,
+            ),
+            help=t(
+                "[CLS], [SEP], BOS or the first token: where a head parks attention when it has nothing to do. "
+                "Look for the heads that do not."
+            ),
         )
 
 
@@ -309,7 +376,7 @@ def layer_code(run) -> None:
     """For the from-scratch engine: the layer code that computed the run's weights, in an expander."""
     source = layer_source_code(run.family) if run.engine == "core" else None
     if source:
-        with st.expander("The from-scratch layer code that computed these weights"):
+        with st.expander(t("The from-scratch layer code that computed these weights")):
             st.code(source, language="python")
 
 

@@ -104,6 +104,13 @@ function showCursor(s) {
   s.root.dataset.cursor = `${i},${j}`;
 }
 
+// The words the view shows in the page's language: ``data.strings`` maps each English text (``{name}`` fields) to its
+// translation (the app sends them for a page in Chinese; a file or a notebook sends none: English).
+let STRINGS = {};
+function tr(text, values = {}) {
+  return (STRINGS[text] || text).replace(/\{(\w+)\}/g, (field, name) => (name in values ? String(values[name]) : field));
+}
+
 function selectHead(s, layer, head) {
   s.layer = layer;
   s.head = head;
@@ -250,38 +257,38 @@ function tabGroup(s, name, choices, label) {
 
 function build(root, s) {
   root.replaceChildren();
-  s.tabs = tabGroup(s, "view", [["head", "Head view"], ["model", "Model view"]], "Attention view");
+  s.tabs = tabGroup(s, "view", [["head", tr("Head view")], ["model", tr("Model view")]], tr("Attention view"));
   s.tabButtons = s.tabs.buttons;
   s.slider = el("input", "hs-slider");
   s.slider.type = "range";
   s.slider.min = "0";
   s.slider.step = "1";
-  s.slider.setAttribute("aria-label", "Layer");
+  s.slider.setAttribute("aria-label", tr("Layer"));
   s.sliderValue = el("span", "hs-slider-value");
   const controls = el("label", "hs-controls");
-  controls.append(el("span", "hs-slider-label", "Layer"), s.slider, s.sliderValue);
+  controls.append(el("span", "hs-slider-label", tr("Layer")), s.slider, s.sliderValue);
   s.gridTitle = el("div", "hs-title");
   s.grid = el("div", "hs-grid");
   s.status = el("div", "hs-status");
   s.bigTitle = el("div", "hs-big-title");
-  const shapes = tabGroup(s, "shape", [["heatmap", "Heatmap"], ["lines", "Lines"]], "Show the selected head as");
+  const shapes = tabGroup(s, "shape", [["heatmap", tr("Heatmap")], ["lines", tr("Lines")]], tr("Show the selected head as"));
   s.shapeTabs = shapes.buttons;
   shapes.classList.add("hs-shapes");
-  s.linesNote = el("span", "hs-note", "Its lines are drawn below.");
+  s.linesNote = el("span", "hs-note", tr("Its lines are drawn below."));
   const bigHead = el("div", "hs-big-head");
   bigHead.append(s.bigTitle, shapes, s.linesNote);
-  s.pngButton = el("button", "hs-png", "PNG of this head");
+  s.pngButton = el("button", "hs-png", tr("PNG of this head"));
   s.pngButton.type = "button";
   s.pngButton.addEventListener("click", () => savePng(s));
   s.big = el("div", "hs-big");
   s.live = liveRegion("hs-live");
   s.words = el("div", "hs-sr-only hs-words");
   s.words.setAttribute("role", "note");
-  s.words.setAttribute("aria-label", "The selected head in words");
+  s.words.setAttribute("aria-label", tr("The selected head in words"));
   s.headPane = el("div", "hs-head-pane");
   s.headPane.append(controls, s.gridTitle, s.grid, bigHead, s.big, s.live, s.words, s.pngButton);
   s.modelTitle = el("div", "hs-title");
-  s.modelNote = el("div", "hs-note", "Every head of every layer at once. Click a head to open it in the head view.");
+  s.modelNote = el("div", "hs-note", tr("Every head of every layer at once. Click a head to open it in the head view."));
   s.model = el("div", "hs-model");
   s.modelBar = el("div", "hs-model-bar");
   const modelBody = el("div", "hs-model-body");
@@ -557,7 +564,8 @@ function layoutModel(s) {
       tiles.push({ canvas, row: r, col: c, layer, head });
     }
   }
-  s.modelGrid = { rows, cols, rowNames, colNames, tiles, title: `All ${s.layers} layers x ${s.heads} heads` };
+  const title = tr("All {layers} layers x {heads} heads", { layers: s.layers, heads: s.heads });
+  s.modelGrid = { rows, cols, rowNames, colNames, tiles, title };
   const bar = colorBar(s.lut);
   const tileHeight = (tile * s.nq) / s.nk;
   bar.style.setProperty("--hs-bar-height", `${Math.max(100, Math.round(0.6 * Math.min(420, rows * (tileHeight + 6))))}px`);
@@ -572,8 +580,8 @@ function shownKey(s) {
 function drawHead(root, s) {
   s.slider.value = String(s.layer);
   s.sliderValue.textContent = `${s.layer}`;
-  s.gridTitle.textContent = `Layer ${s.layer}: all ${s.heads} heads`;
-  s.bigTitle.textContent = `Layer ${s.layer}, head ${s.head}`;
+  s.gridTitle.textContent = tr("Layer {layer}: all {heads} heads", { layer: s.layer, heads: s.heads });
+  s.bigTitle.textContent = tr("Layer {layer}, head {head}", { layer: s.layer, head: s.head });
   const enlarged = s.shape === "heatmap";
   markActive(s.shapeTabs, s.shape);
   s.linesNote.style.display = enlarged ? "none" : "";
@@ -581,7 +589,7 @@ function drawHead(root, s) {
   s.pngButton.style.display = enlarged ? "" : "none";
   if (!s.layerIndex.has(s.layer) || !s.headReady) {
     // Only one layer was sent (a long input), or the model view's first tokens: the server sends the rest.
-    s.status.textContent = `Loading layer ${s.layer}...`;
+    s.status.textContent = tr("Loading layer {layer}...", { layer: s.layer });
     s.grid.style.visibility = s.big.style.visibility = "hidden";
     return;
   }
@@ -606,7 +614,7 @@ function drawModel(root, s) {
   s.modelTitle.textContent = s.modelGrid.title;
   if (!s.modelReady) {
     // The head view of a long input holds one layer: the server sends every layer for the model view.
-    s.status.textContent = "Loading every layer...";
+    s.status.textContent = tr("Loading every layer...");
     s.model.style.visibility = "hidden";
     return;
   }
@@ -649,7 +657,14 @@ export default function (component) {
   const s = root.__headscope || { root, sig: null, pending: null };
   root.__headscope = s;
   s.setStateValue = setStateValue;
-  if (!s.slider) build(root, s);
+  STRINGS = data.strings || {};
+  const language = JSON.stringify(STRINGS);
+  if (!s.slider || s.language !== language) {
+    build(root, s); // its words in the page's language: built again when the language changes
+    s.language = language;
+    s.sig = null;
+    s.shown = null;
+  }
 
   const sent = data.layers_sent.join(",");
   const newSentence = s.sig !== data.sig;
