@@ -254,14 +254,18 @@ def pair_words(parts: ScoreDecomposition, pair) -> str:
     )
 
 
+def _cell(parts: ScoreDecomposition) -> dict:
+    """The head and its (query, key) cell, as the sentences below name them."""
+    return {
+        "layer": parts.layer,
+        "head": parts.head,
+        "query": quote_token(parts.tokens[parts.query]),
+        "key": quote_token(parts.tokens[parts.key]),
+    }
+
+
 def question(parts: ScoreDecomposition) -> str:
-    return t(
-        "Why does head {layer}-{head} look at {key} from {query}?",
-        layer=parts.layer,
-        head=parts.head,
-        key=quote_token(parts.tokens[parts.key]),
-        query=quote_token(parts.tokens[parts.query]),
-    )
+    return t("Why does head {layer}-{head} look at {key} from {query}?", **_cell(parts))
 
 
 def why(parts: ScoreDecomposition) -> str:
@@ -273,10 +277,7 @@ def why(parts: ScoreDecomposition) -> str:
         said.append(t("the next {pair} ({value})", pair=pair_words(parts, table.iloc[1]), value=_signed(table.iloc[1])))
     return t(
         "Head {layer}-{head} looks from {query} at {key} ({weight} of its attention): of its score {score}, {parts}.",
-        layer=parts.layer,
-        head=parts.head,
-        query=quote_token(parts.tokens[parts.query]),
-        key=quote_token(parts.tokens[parts.key]),
+        **_cell(parts),
         weight=f"{parts.weight:.0%}",
         score=f"{parts.score:.2f}",
         parts=t(", ").join(said),
