@@ -67,6 +67,14 @@ async def lead(server_url: str, page: str, query: str) -> StreamlitClient:
     return teacher
 
 
+async def join(server_url: str, name: str, key: str, value: str) -> StreamlitClient:
+    """A student who opens the plain link and follows, once its address shows ``key=value`` (the teacher's)."""
+    follower = StreamlitClient(server_url, name)
+    await follower.open()
+    await settled(follower, lambda c: params(c.query).get(key) == value)
+    return follower
+
+
 def without_page(query: dict) -> dict:
     """A view's settings without ``page=`` (app.py writes it into every address after the first run)."""
     return {key: value for key, value in query.items() if key != "page"}
@@ -109,9 +117,7 @@ def test_a_poll_sent_before_a_move_does_not_undo_it(server, move):
 
     async def scenario():
         teacher = await lead(running.url, "explore", "layer=3&head=1")
-        follower = StreamlitClient(running.url, "follower")
-        await follower.open()
-        await settled(follower, lambda c: params(c.query).get("layer") == "3")
+        follower = await join(running.url, "follower", "layer", "3")
         old_page, old_query, poll = follower.page_hash, follower.query, poll_fragment(follower)
         follower.auto_reruns = False
         await teacher.close()
@@ -142,9 +148,7 @@ def test_a_request_with_the_old_widget_values_does_not_leave_a_follower_off_the_
 
     async def scenario():
         teacher = await lead(running.url, "classroom", "step=2")
-        follower = StreamlitClient(running.url, "drifter")
-        await follower.open()
-        await settled(follower, lambda c: params(c.query).get("step") == "2")
+        follower = await join(running.url, "drifter", "step", "2")
         await teacher.close()
         teacher = await lead(running.url, "explore", "layer=3&head=1&present=1")
         view = store.view(session)
