@@ -176,6 +176,11 @@ def scaled_dot_product_attention(
     return torch.matmul(weights, v), weights
 
 
+# Up to this length one batched product per head projects a single sequence faster than one wide product
+# (bench/core.py: 0.91-0.96 of it at n = 64 and 256, 1.00-1.04 at 1,024; docs/benchmarks.md).
+PACKED_PRODUCT_MAX = 512
+
+
 def head_point(hooks: Points, name: str, heads: torch.Tensor) -> torch.Tensor:
     """The point ``name`` on per-head vectors ``[batch, heads, n, d]``, seen as ``[batch, n, heads, d]``
     (TransformerLens' layout of q, k, v and z)."""
@@ -284,6 +289,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V as ``[batch, heads, n, d_k]``; one fused matmul when key and value are the query."""
         inner = self.num_heads * self.d_k
+        if key is query and value is query and not torch.is_grad_enabled():
+            return self._project_packed(query)
         if key is query and value is query:
             q, k, v = linear(query, self.qkv_weight, self.qkv_bias).split(inner, dim=-1)
         else:
@@ -294,6 +301,33 @@ class MultiHeadAttention(nn.Module):
             k = linear(key, self.W_k, b_k)
             v = linear(value, self.W_v, b_v)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def _project_packed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention's Q, K, V without autograd, each head's rows contiguous (``[3, batch, heads, n, d_k]``), so
+        that the two attention products read them in order: split heads of one ``[n, 3 * h * d_k]`` product are
+        strided views whose batched products measured slower (bench/core.py, docs/benchmarks.md). For one sequence
+        of up to ``PACKED_PRODUCT_MAX`` tokens, one batched product per head and role writes that layout directly
+        with the bias (no second buffer: 5-9 % faster at n = 256); longer or batched input is projected in one
+        product (more efficient there) and the bias added while it is laid out. The same numbers as ``project``."""
+        b, n, _ = x.shape
+        h, d_k = self.num_heads, self.d_k
+        weight = self.qkv_weight.view(3 * h, d_k, self.d_model).transpose(1, 2)
+        if b == 1 and n <= PACKED_PRODUCT_MAX:
+            rows = x[0].expand(3 * h, n, self.d_model)
+            if self.qkv_bias is None:
+                qkv = torch.bmm(rows, weight)
+            else:
+                qkv = torch.baddbmm(self.qkv_bias.view(3 * h, 1, d_k), rows, weight)
+            qkv = qkv.view(3, 1, h, n, d_k)
+        else:
+            product = torch.mm(x.reshape(b * n, self.d_model), self.qkv_weight.t())
+            laid_out = product.view(b, n, 3, h, d_k).permute(2, 0, 3, 1, 4)
+            qkv = torch.empty((3, b, h, n, d_k), dtype=product.dtype, device=product.device)
+            if self.qkv_bias is None:
+                qkv.copy_(laid_out)
+            else:
+                torch.add(laid_out, self.qkv_bias.view(3, 1, h, 1, d_k), out=qkv)
+        return qkv[0], qkv[1], qkv[2]
 
     def forward(
         self,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha_core as mc
+from mha_core.attention import PACKED_PRODUCT_MAX
 from mha_core.edits import scale_heads
 
 ATOL = 1e-5
@@ -69,6 +70,26 @@ def test_cross_attention_matches_torch(batch_first):
     assert weights.shape == (2, 4, 5, 9)
     assert_close(out, expected_out)
     assert_close(weights, expected_weights)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("batch", "n"), [(1, 6), (3, 6), (1, PACKED_PRODUCT_MAX + 1)])
+@pytest.mark.parametrize("no_autograd", [torch.no_grad, torch.inference_mode])
+def test_self_attention_without_autograd_matches_torch(bias, batch, n, no_autograd):
+    """Without autograd self-attention lays Q, K, V out per head (a short sequence: one batched product; a batch or
+    a long sequence: the bias added while laid out): each way gives torch's numbers, and the grad path's."""
+    ref, core = reference_pair(bias=bias, seed=3)
+    x = torch.randn(batch, n, 32)
+    expected_out, expected_weights = torch_mha(ref, x, x, x)
+    with_grad_out, with_grad_weights = core(x)
+    with no_autograd():
+        q, k, v = core.project(x, x, x)
+        out, weights = core(x)
+    assert q.shape == k.shape == v.shape == (batch, 4, n, 8) and q.is_contiguous() and v.is_contiguous()
+    assert_close(out, expected_out)
+    assert_close(weights, expected_weights)
+    assert_close(out, with_grad_out)
+    assert_close(weights, with_grad_weights)
 
 
 def test_no_bias_matches_torch():
