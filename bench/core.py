@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 import mha_core as mc
+from bench.timing import machine
 
 CONFIGS = ((768, 12), (384, 12))
 LENGTHS = (64, 256, 1024)
@@ -96,10 +97,8 @@ def main() -> None:
     ratios: dict[tuple, list] = {}
     for sitting in range(args.runs):
         # The load average says how much else the machine was doing: the ratios are only as good as that.
-        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
         print(
-            f"run {sitting + 1}: torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-            f"load average {load}; batch 1, medians of {args.rounds} interleaved rounds (n = 1024: a quarter), "
+            f"run {sitting + 1}: {machine()}; batch 1, medians of {args.rounds} interleaved rounds (n = 1024: a quarter), "
             f"{'thread CPU' if args.cpu else 'wall-clock'} time\n"
         )
         extra = " | before (ms) | core / before" if other else ""

@@ -41,6 +41,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 import mha_core as mc  # noqa: E402
+from bench.timing import machine  # noqa: E402
 from mha_core.engine.core import core_attentions  # noqa: E402
 from mha_core.models.capture import AttentionBuffer  # noqa: E402
 
@@ -171,12 +172,8 @@ def main() -> None:
         return
 
     # The load average says how much else the machine was doing: the ratios are only as good as that.
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     malloc = " ".join(f"{name}={value}" for name, value in sorted(os.environ.items()) if name.startswith("MALLOC_"))
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}; "
-        f"batch 1, medians of {args.rounds} interleaved rounds; malloc: {malloc or 'glibc defaults'}\n"
-    )
+    print(f"{machine()}; batch 1, medians of {args.rounds} interleaved rounds; malloc: {malloc or 'glibc defaults'}\n")
     model = mc.load_model("minilm")
     print("MiniLM (6 layers x 12 heads):\n")
     print(

@@ -15,13 +15,13 @@ Usage: python -m bench.lab [--limit-s 60] [--rounds 15] [--steps-per-round 20] [
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
 import torch
 from torch import nn
 
+from bench.timing import machine
 from mha_core.lab import Lab, LabConfig, phase_change_step
 
 GOAL_SCORE, GOAL_LOSS_SHARE, GOAL_S = 0.8, 0.2, 30.0
@@ -141,8 +141,7 @@ def main() -> None:
     parser.add_argument("--skip-goals", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}\n")
+    print(f"{machine()}\n")
     if not args.skip_goals:
         goals(args.limit_s)
     speed(args.rounds, args.steps_per_round)

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 import mha_core as mc
+from bench.timing import machine
 from mha_core.analysis.syntax import ud_ewt_dev
 from mha_core.models.long import NEEDLE, NEEDLE_QUESTION, haystack, long_documents, needle_prompt, run_long
 from mha_core.operations.long import long_run_bytes
@@ -171,10 +172,7 @@ def main() -> None:
     warm = run_long(model, token_ids=list(range(100, 228)))  # first-call costs out of the way
     warm.head_metrics()
     del warm
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average "
-        + ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    )
+    print(machine())
     results, kept = {"lengths": {}}, {}
     for n in args.lengths:
         made = inputs(model, n, args.inputs)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 import mha_core
+from bench.timing import machine
 from mha_core.run import AttentionRun
 
 BATCH_SIZE = 16
@@ -152,11 +153,7 @@ def main() -> None:
     torch.set_grad_enabled(False)
     if args.threads:
         torch.set_num_threads(args.threads)
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-        f"load average {load}; best of {args.repeats}\n"
-    )
+    print(f"{machine()}; best of {args.repeats}\n")
     if not args.profile_only:
         print_metrics_table(args.repeats)
     if args.skip_profile:
