@@ -9,6 +9,8 @@
   cookies for the teacher's proof and the students' identities (outside a class it passes every request through);
 - ``ui.class_http.StalePageGuard``: a fragment timer's request waits while a script of the session runs and is
   dropped if it names a page the server has moved the session away from, so that it cannot move the session back.
+
+As it starts, the server imports the model code the first page would (``ui.server.warm_up``).
 """
 
 from pathlib import Path
@@ -17,7 +19,7 @@ import streamlit as st
 from starlette.middleware import Middleware
 
 from ui import class_http, follow
-from ui.server import BackendBaseUrl
+from ui.server import BackendBaseUrl, warm_up
 
 app = st.App(
     Path(__file__).with_name("app.py"),
@@ -27,3 +29,4 @@ app = st.App(
         Middleware(class_http.StalePageGuard),
     ],
 )
+warm_up()

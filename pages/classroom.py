@@ -143,7 +143,7 @@ def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols:
     row_names = names if rows == "tokens" else (features if rows == "features" else None)
     col_names = names if cols == "tokens" else (features if cols == "features" else None)
     charts.show_chart(
-        teaching.matrix_figure(
+        lambda: teaching.matrix_figure(
             values,
             t(title),
             row_names=row_names,
@@ -153,6 +153,9 @@ def matrix(values: np.ndarray, title: str, key: str, rows: str = "tokens", cols:
             **kwargs,
         ),
         key=key,
+        memo=charts.memo_key(
+            "matrix", values=values, title=title, row_names=row_names, col_names=col_names, axes=(rows, cols), **kwargs
+        ),
     )
 
 
@@ -318,7 +321,11 @@ def step_softmax() -> None:
     top = float(example.weights[head, focus].max())
 
     def weights_figure() -> None:
-        charts.show_chart(teaching.weights_figure(example.weights, example.keep_mask, names=names), key="cls_weights")
+        charts.show_chart(
+            lambda: teaching.weights_figure(example.weights, example.keep_mask, names=names),
+            key="cls_weights",
+            memo=charts.memo_key("weights", weights=example.weights, keep=example.keep_mask, names=names),
+        )
         if example.is_one_hot:
             st.warning(
                 t(
@@ -479,7 +486,11 @@ def step_scaling() -> None:
             d_k=table["d_k"].max(),
         ),
         tt("About **{weight}**: nearly one-hot. With the scaling it stays far below that.", weight=f"{unscaled:.2f}"),
-        lambda: charts.show_chart(teaching.saturation_figure(table, 16), key="cls_saturation"),
+        lambda: charts.show_chart(
+            lambda: teaching.saturation_figure(table, 16),
+            key="cls_saturation",
+            memo=charts.memo_key("saturation", table=table, columns=list(table.columns)),
+        ),
     )
 
 

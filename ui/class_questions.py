@@ -24,7 +24,7 @@ import streamlit as st
 from ui import class_session, follow
 from ui.figures.answers import answers_figure
 from ui.i18n import t
-from ui.widgets.charts import presenting, show_chart
+from ui.widgets.charts import memo_key, presenting, show_chart
 from ui.widgets.messages import md_escape
 
 LIVE_S = 1.0  # how often the teacher's count and histogram refresh
@@ -70,7 +70,12 @@ def _live_answers(key: str) -> None:
     if question is None:
         return
     st.markdown(t("**{count}** answer(s) so far.", count=sum(counts)))
-    show_chart(answers_figure(_options(question), counts), key=f"class_live_{key}")
+    options = _options(question)
+    show_chart(
+        lambda: answers_figure(options, counts),
+        key=f"class_live_{key}",
+        memo=memo_key("live", options=options, counts=counts),
+    )
 
 
 def _submit(key: str) -> None:
@@ -179,16 +184,19 @@ def _revealed(question, mine: int | None, answer_md: str | None) -> None:
         text.markdown(t("**Answer:** {answer}", answer=answer_md))
     text.caption(t("The class's {count} answer(s), the model's answer in green.", count=sum(counts)))
     with chart:
+        options, height = _options(question), PRESENTED_CHART_HEIGHT if presenting() else 300
         show_chart(
-            answers_figure(
-                _options(question),
-                counts,
-                question.correct,
-                question.model_values,
-                mine,
-                height=PRESENTED_CHART_HEIGHT if presenting() else 300,
-            ),
+            lambda: answers_figure(options, counts, question.correct, question.model_values, mine, height=height),
             key=f"class_result_chart_{question.key}",
+            memo=memo_key(
+                "result",
+                options=options,
+                counts=counts,
+                correct=question.correct,
+                model=question.model_values,
+                mine=mine,
+                height=height,
+            ),
         )
 
 

@@ -1,5 +1,5 @@
 """What the server adds to Streamlit's own (plain ASGI, no Streamlit): ``BackendBaseUrl``, the middleware
-``serve.py`` hands ``st.App``.
+``serve.py`` hands ``st.App``, and ``warm_up``, the imports a first page would otherwise make while a class waits.
 
 Every page has its own address (``/explore``). Opened there, Streamlit's page does not know where the server's
 root is: it tries the page's address first as the root, asking ``/explore/_stcore/health`` and
@@ -10,6 +10,9 @@ same for every page (Streamlit serves ``index.html`` for any address that is no 
 """
 
 from __future__ import annotations
+
+import importlib
+import threading
 
 # Streamlit reads window.__streamlit once, as its script loads (a classic script in <head> runs before it, a
 # module script, does). The origin is the browser's own: the same HTML serves 127.0.0.1 and a class's address.
@@ -96,3 +99,31 @@ class BackendBaseUrl:
             await send({"type": "http.response.body", "body": content})
 
         await self.app(scope, receive, rewrite)
+
+
+# What the first page that shows a model would import while every other session waits: transformers' model code
+# (BERT's pulls in torch.distributed and sympy: about 3 s of one core on a quiet machine, 10 s under load, nearly all
+# of it holding the interpreter's lock, so that a class's other screens stopped with it; a sampling profile of the
+# server during bench/class_teacher.py) and plotly's figure classes. Imported once, as the server starts.
+WARM_MODULES = (
+    "transformers.models.bert.modeling_bert",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.mpnet.modeling_mpnet",
+    "plotly.graph_objects",
+)
+
+
+def warm_up(modules: tuple[str, ...] = WARM_MODULES) -> threading.Thread:
+    """Imports ``modules`` in a thread of their own (the server starts serving meanwhile); a module that cannot be
+    imported is left to the page that needs it, which says why."""
+
+    def imports() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                continue
+
+    thread = threading.Thread(target=imports, name="headscope-warm-up", daemon=True)
+    thread.start()
+    return thread

@@ -4,6 +4,12 @@ server's Chromium, offline: ``ui.figure_images``), and presentation mode's large
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 from ui import figure_images, figures, i18n
@@ -72,14 +78,68 @@ def presentation_styles() -> None:
         st.html(HIGH_CONTRAST_CSS)
 
 
-def show_chart(fig, key: str, filename: str | None = None, **kwargs):
-    """``st.plotly_chart`` with Headscope's colours kept (no Streamlit theme), PNG export configured, and
-    every text enlarged in presentation mode, its words in the session's language (``ui.i18n``)."""
+# A figure every screen of a class draws alike (the Classroom's matrices, a question's chart of answers) is built
+# once per server, language and display: building plotly figures was about a third of a Classroom page's run (a
+# sampling profile of the server during bench/class_teacher.py), and a class's 30 screens run the page at once,
+# one at a time under the interpreter's lock. Small figures only (the callers'); the oldest go first.
+FIGURE_MEMO_ENTRIES = 256
+_memo: OrderedDict = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def memo_key(name: str, **parts) -> tuple:
+    """A hashable key of the figure ``name`` drawn from ``parts``: arrays and tables by their shape, type and a
+    digest of their bytes, the rest as they are (strings, numbers, tuples)."""
+
+    def part(value):
+        if isinstance(value, pd.DataFrame):
+            value = value.to_numpy()
+            return ("frame", part(value))
+        if isinstance(value, np.ndarray):
+            data = np.ascontiguousarray(value)
+            return (data.shape, data.dtype.str, hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest())
+        if isinstance(value, (list, tuple)):
+            return tuple(part(item) for item in value)
+        if isinstance(value, dict):
+            return tuple(sorted((key, part(item)) for key, item in value.items()))
+        return value
+
+    return (name, part(parts))
+
+
+def _prepared(fig):
+    """``fig`` as this screen shows it: its words in the session's language, presentation mode's text, the
+    projector theme."""
     i18n.translate_figure(fig)
     if presenting():
         figures.enlarge_text(fig, PRESENTATION_SCALE)
     if high_contrast():
         figures.high_contrast(fig)
+    return fig
+
+
+def _remembered(build, memo: tuple):
+    key = (memo, i18n.language(), presenting(), high_contrast())
+    with _memo_lock:
+        fig = _memo.get(key)
+        if fig is not None:
+            _memo.move_to_end(key)
+            return fig
+    fig = _prepared(build())  # outside the lock: two screens may build it at once, both the same figure
+    with _memo_lock:
+        _memo[key] = fig
+        while len(_memo) > FIGURE_MEMO_ENTRIES:
+            _memo.popitem(last=False)
+    return fig
+
+
+def show_chart(fig, key: str, filename: str | None = None, memo: tuple | None = None, **kwargs):
+    """``st.plotly_chart`` with Headscope's colours kept (no Streamlit theme), PNG export configured, and
+    every text enlarged in presentation mode, its words in the session's language (``ui.i18n``).
+
+    ``memo`` (``memo_key`` of everything the figure is drawn from): ``fig`` is then a function that builds it, called
+    once per server for that key, language and display; the figure is shared, so nothing may change it afterwards."""
+    fig = _prepared(fig) if memo is None else _remembered(fig, memo)
     shown = st.plotly_chart(fig, key=key, theme=None, config=chart_config(filename or key), width="stretch", **kwargs)
     svg_download(fig, key, filename or key)
     return shown

@@ -1,0 +1,63 @@
+"""Figures every screen of a class draws alike are built once per server, language and display
+(``ui.widgets.charts.show_chart(..., memo=...)``): the Classroom's matrices under AppTest, two screens in English
+and one in Chinese, with the figure builder counted; and ``memo_key`` tells contents apart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.page_helpers import open_app, plotly_elements
+from ui.figures import teaching
+from ui.widgets import charts
+
+
+def test_memo_key_is_the_content_of_arrays_and_tables():
+    a = np.arange(12.0).reshape(3, 4)
+    assert charts.memo_key("m", a=a, b={"x": 1}) == charts.memo_key("m", b={"x": 1}, a=a.copy())
+    assert charts.memo_key("m", a=a) != charts.memo_key("m", a=a + 1e-9)
+    assert charts.memo_key("m", a=a) != charts.memo_key("m", a=a.reshape(4, 3))
+    assert charts.memo_key("m", a=a) != charts.memo_key("m", a=a.astype(np.float32))
+    assert charts.memo_key("m", a=a) != charts.memo_key("n", a=a)
+    frame = pd.DataFrame({"d_k": [8, 16], "weight": [0.5, 0.9]})
+    other = frame.copy()
+    other.loc[1, "weight"] = 0.91
+    assert charts.memo_key("t", t=frame) == charts.memo_key("t", t=frame.copy()) != charts.memo_key("t", t=other)
+    hash(charts.memo_key("m", a=a, t=frame, items=[a, "x"], d={"k": a}))  # usable as a dictionary key
+
+
+def specs(app) -> dict[str, str]:
+    return {element.key: element.proto.spec for element in app.get("plotly_chart")}
+
+
+@pytest.mark.slow
+def test_the_classroom_builds_a_matrix_once_for_every_screen_of_one_language_and_display(monkeypatch):
+    charts._memo.clear()
+    built = []
+    original = teaching.matrix_figure
+
+    def counted(*args, **kwargs):
+        built.append(args[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(teaching, "matrix_figure", counted)
+    link = {"step": "2", "source": "readable"}
+    first = open_app("classroom", link)
+    assert not first.exception and not first.error
+    matrices = len(built)
+    assert matrices >= 3  # step 2 draws W_Q, W_K, W_V and Q, K, V
+    second = open_app("classroom", link)  # another screen, the same step
+    assert len(built) == matrices
+    assert specs(second) == specs(first)  # the same figures, byte for byte
+
+    chinese = open_app("classroom", {**link, "lang": "zh"})
+    assert len(built) == 2 * matrices  # built again for the screen's language (a chart's words are translated)
+    assert specs(chinese).keys() == specs(first).keys()
+
+    presented = open_app("classroom", {**link, "present": "1"})
+    assert len(built) == 3 * matrices  # and again for a projector's larger text
+    # Text 1.6 times the default 12 px there, left to the default here: the memo did not hand a projector's
+    # figure to a desk's screen, or the reverse.
+    assert [spec["layout"]["font"]["size"] for spec in plotly_elements(presented).values()] == [19] * len(specs(first))
+    assert all("size" not in spec["layout"].get("font", {}) for spec in plotly_elements(first).values())
