@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import mha_core as mc
+from mha_core.views.palette import SIGNED_COLORSCALE
 from tests.browser.test_browser_export import colours_of
 from tests.conftest import require
 from tests.mha_core.views.test_views_tables import in_words
@@ -30,9 +31,12 @@ def tiny_llama(tmp_path_factory):
 
 
 def expected_colours(grid: np.ndarray) -> np.ndarray:
-    """The view's colours of a grid: its scale runs from min(0, smallest) to the largest value."""
-    low = min(0.0, float(np.nanmin(grid)))
-    return colours_of(((grid - low) / (np.nanmax(grid) - low)).astype(np.float32))
+    """The view's colours of a grid: the weights' scale from 0 to the largest value, or for a grid with a value below
+    zero the signed scale from -m to m (m its largest magnitude: white at 0), as the app's maps."""
+    if np.nanmin(grid) < 0:
+        m = float(np.nanmax(np.abs(grid)))
+        return colours_of(((grid + m) / (2 * m)).astype(np.float32), SIGNED_COLORSCALE)
+    return colours_of((grid / np.nanmax(grid)).astype(np.float32))
 
 
 def open_offline(page, path, requests: list) -> None:
@@ -50,13 +54,14 @@ def test_saved_copying_and_previous_token_maps_draw_the_tables_values_offline(ti
     scores = mc.copying_scores(tiny_llama)
     layers, heads = tiny_llama.num_layers, tiny_llama.num_heads
     path = mc.save_html(scores, tmp_path / "copying.html")
-    requests = []
+    requests, signed = [], []
     with chromium_page() as page:
         open_offline(page, path, requests)
         for column in ("copying", "previous_token"):
             page.locator(".hs-table-column").select_option(column)
             page.wait_for_function(f"() => document.querySelector('.hs-tableview').dataset.drawn.endsWith(':{column}')")
             grid = scores.pivot(index="layer", columns="head", values=column).to_numpy(np.float32)
+            signed.append(bool(np.nanmin(grid) < 0))
             np.testing.assert_allclose(drawn_grid(page, layers, heads), expected_colours(grid), atol=4)
         box = page.locator(".hs-table-canvas").bounding_box()
         page.mouse.click(box["x"] + box["width"] * (1.5 / heads), box["y"] + box["height"] * (1.5 / layers))
@@ -64,6 +69,7 @@ def test_saved_copying_and_previous_token_maps_draw_the_tables_values_offline(ti
     row = scores[(scores["layer"] == 1) & (scores["head"] == 1)].iloc[0]
     assert detail == f"Layer 1, head 1\ncopying {row.copying:.4g}, previous_token {row.previous_token:.4g}"
     assert requests == [], requests
+    assert True in signed  # a signed column was drawn on the signed scale (the copying scores here)
 
 
 def test_a_saved_composition_map_draws_each_receivers_strongest_sender_offline(tiny_llama, tmp_path):

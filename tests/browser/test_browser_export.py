@@ -22,10 +22,10 @@ SENTENCE = "The elephant ate the leaves because it was hungry."
 STEP = 0.5 / 255 + 1e-6  # one byte a weight
 
 
-def colours_of(weights: np.ndarray) -> np.ndarray:
+def colours_of(weights: np.ndarray, colorscale=ATTENTION_COLORSCALE) -> np.ndarray:
     """RGB of each weight as the views paint it: its byte's step on the colour scale, interpolated as Plotly does."""
     levels = packing.steps(weights).astype(float) / packing.LEVELS
-    sampled = plotly.colors.sample_colorscale(ATTENTION_COLORSCALE, list(levels.ravel()), colortype="tuple")
+    sampled = plotly.colors.sample_colorscale(colorscale, list(levels.ravel()), colortype="tuple")
     return (np.asarray(sampled) * 255).reshape(*weights.shape, 3)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from mha_core.views.palette import SIGNED_COLORSCALE
 from ui.figures.common import axis_title, base_layout, layer_head_axes, legend_above, plotly_text, with_axis_room
 
 BEFORE_COLOR, AFTER_COLOR = "#adb5bd", "#e03131"
@@ -26,7 +27,7 @@ def head_score_map(
     ``signed``: a diverging scale centred on 0 (red: positive, blue: negative)."""
     values = np.asarray(values, dtype=np.float64)
     num_layers, num_heads = values.shape
-    scale = {"colorscale": "RdBu", "reversescale": True, "zmid": 0.0} if signed else {"colorscale": "Viridis"}
+    scale = {"colorscale": SIGNED_COLORSCALE, "zmid": 0.0} if signed else {"colorscale": "Viridis"}
     fig = go.Figure(
         go.Heatmap(
             z=values,

@@ -16,7 +16,7 @@ from mha_core.__main__ import main
 from mha_core.models.long import run_long
 from mha_core.run import AttentionRun
 from mha_core.seq2seq_run import CrossAttentionRun
-from mha_core.views import heads, long, packing, standalone, tables
+from mha_core.views import heads, long, packing, palette, standalone, tables
 from tests.model_fixtures import build_tiny_llama
 
 STEP = 0.5 / 255 + 1e-6  # one byte a weight: off by at most half a step (float32 rounding beside it)
@@ -214,6 +214,21 @@ def test_the_packing_helpers_are_the_apps():
         viewkit.weight_base64 is packing.weight_base64
         and viewkit.palette()["colorscale"] is common.ATTENTION_COLORSCALE
     )
+
+
+def test_signed_scores_have_one_colour_scale_in_the_app_and_in_the_files():
+    # ColorBrewer's RdBu reversed (blue below zero, white at zero, red above), as Plotly ships it, worked out here.
+    import plotly.colors
+
+    from ui.figures.causal import head_score_map
+
+    brewer = [plotly.colors.unlabel_rgb(colour) for colour in reversed(plotly.colors.diverging.RdBu)]
+    expected = [[k / 10, "#{:02x}{:02x}{:02x}".format(*map(int, rgb))] for k, rgb in enumerate(brewer)]
+    assert expected == palette.SIGNED_COLORSCALE
+    figure = head_score_map(np.array([[-0.5, 0.2], [0.1, 0.4]]), signed=True)
+    assert [list(stop) for stop in figure.data[0].colorscale] == expected and figure.data[0].zmid == 0
+    table = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "effect": [-0.5, 0.2]})
+    assert page_data(standalone.html(table))["signed_colorscale"] == expected  # the saved page paints with it
 
 
 def test_a_head_table_is_a_grid_of_its_numbers_with_each_head_in_words():

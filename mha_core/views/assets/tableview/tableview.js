@@ -1,7 +1,9 @@
 // Headscope's head table view (mha_core/views/tables.py packs it): a table with one row per head (head metrics, roles,
 // importance: any table with layer and head columns) as a layer x head grid, each cell the colour of the chosen
-// column's value on the weights' colour scale, stretched from min(0, smallest) to the largest value (the colour bar
-// says which values). A click on a cell shows that head's rows in words; the column is picked in a list.
+// column's value on the weights' colour scale, stretched from 0 to the largest value, or, for a column with a
+// value below zero (patching and attribution effects), on the signed scale from -m to m, white at 0, as the app's
+// maps draw them (the colour bar says which values). A click on a cell shows that head's rows in words; the column
+// is picked in a list.
 // Text from the table (column names, values) only ever goes into textContent, never HTML.
 // After painting, the root gets data-drawn="<sig>:<column>".
 
@@ -20,6 +22,17 @@ function valueRange(values) {
   return [lo, hi];
 }
 
+// How a column is coloured: values below zero on the signed scale from -m to m (m the largest magnitude: white at
+// 0), others on the weights' scale from 0 to the largest.
+function scaleOf(values) {
+  const [lo, hi] = valueRange(values);
+  if (lo < 0) {
+    const m = Math.max(-lo, hi > 0 ? hi : 0);
+    return { signed: true, lo: -m, hi: m };
+  }
+  return { signed: false, lo, hi };
+}
+
 // Cell [layer, head] of a grid of ``layers`` x ``heads`` cells drawn in ``box`` under the point (x, y), or null.
 function cellAt(box, layers, heads, x, y) {
   const head = Math.floor(((x - box.left) / box.width) * heads);
@@ -29,15 +42,16 @@ function cellAt(box, layers, heads, x, y) {
 
 function paint(s) {
   const values = s.values[s.column];
-  const [lo, hi] = valueRange(values);
+  const { signed, lo, hi } = scaleOf(values);
+  const lut = signed && s.signed ? s.signed : s.lut;
   const ctx = s.canvas.getContext("2d");
   const image = ctx.createImageData(s.heads, s.layers);
   for (let k = 0; k < values.length; k++) {
-    const rgb = Number.isFinite(values[k]) ? colorOf(s.lut, (values[k] - lo) / (hi - lo)) : s.masked;
+    const rgb = Number.isFinite(values[k]) ? colorOf(lut, (values[k] - lo) / (hi - lo)) : s.masked;
     image.data.set([rgb[0], rgb[1], rgb[2], 255], k * 4);
   }
   ctx.putImageData(image, 0, 0);
-  const bar = colorBar(s.lut, s.column, 1);
+  const bar = colorBar(lut, signed ? `${s.column} (blue < 0 < red)` : s.column, 1);
   bar.querySelectorAll(".hs-tick").forEach((tick, i) => {
     tick.textContent = shortNumber(lo + (1 - i / 4) * (hi - lo));
   });
@@ -94,6 +108,7 @@ export default function (component) {
     s.values = Object.fromEntries(Object.entries(data.values).map(([name, raw]) => [name, decodeFloats(raw)]));
     const palette = paletteOf(data);
     s.lut = palette.lut;
+    s.signed = palette.signed;
     s.masked = palette.masked;
     s.canvas.width = s.heads;
     s.canvas.height = s.layers;
@@ -106,4 +121,4 @@ export default function (component) {
   showDetail(s, data.layer, data.head);
 }
 
-export { cellAt, valueRange };
+export { cellAt, scaleOf, valueRange };

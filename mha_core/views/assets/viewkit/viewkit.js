@@ -68,7 +68,12 @@ export function setRgb(px, p, rgb) {
 
 // What the server sent as its palette (ui/viewkit.palette()), ready to paint with.
 export function paletteOf(data) {
-  return { lut: lookupTable(data.colorscale), masked: hexRgb(data.masked_color), segment: data.segment_color };
+  return {
+    lut: lookupTable(data.colorscale),
+    signed: data.signed_colorscale ? lookupTable(data.signed_colorscale) : null,
+    masked: hexRgb(data.masked_color),
+    segment: data.segment_color,
+  };
 }
 
 // base64 -> bytes.
