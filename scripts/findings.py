@@ -878,6 +878,7 @@ def report() -> None:
         syntactic_tests,
     )
     from mha_core.analysis.stats import holm_adjusted
+    from mha_core.analysis.syntax import TYPE_CONTROL_COLUMNS
 
     comparison = []
     for name in ("minilm", "mpnet"):
@@ -894,6 +895,12 @@ def report() -> None:
             f"held-out test: {int(tests['tried'].sum())} rows tried, {int(tests['tested'].sum())} tested, "
             f"{int(tests['named'].sum())} named; with Holm over the tested rows only: "
             f"{int((holm_adjusted(tests.loc[tests['tested'], 'p_value']) <= SYNTACTIC_ALPHA).sum())}"
+        )
+        alone = syntactic_tests(dependency.drop(columns=list(TYPE_CONTROL_COLUMNS), errors="ignore"))
+        print(
+            f"on the offsets alone: {int(alone['tested'].sum())} tested, {int(alone['named'].sum())} named; with Holm "
+            f"over the tested rows only: "
+            f"{int((holm_adjusted(alone.loc[alone['tested'], 'p_value']) <= SYNTACTIC_ALPHA).sum())}"
         )
         print(f"interval over sentences / over cases (best heads, n >= 100): {design_effect(dependency)}")
         print(
