@@ -173,6 +173,59 @@ NEEDLE_TRIALS = (
 )
 
 
+# ---- MiniLM's roles ablated: the primary roles of section 1, and the offsets-only test's syntactic heads ---------
+ROLE_ABLATION_SENTENCES = 50
+ROLE_ABLATION_DRAWS = 10
+OFFSETS_ONLY = "offsets-only "  # the label of the groups the held-out test named without its word-type control
+
+
+def offsets_only_primary_roles(heads, dependency):
+    """A profile's per-head table with ``primary_role`` as the held-out test makes it on the offsets alone (the
+    dependency table without the word-type control's columns): the roles a profile gave before the control."""
+    from mha_core.analysis.roles import head_roles, primary_roles
+    from mha_core.analysis.syntax import TYPE_CONTROL_COLUMNS
+
+    roles = head_roles(
+        None, metrics=heads, dependency=dependency.drop(columns=list(TYPE_CONTROL_COLUMNS), errors="ignore")
+    )
+    primary = primary_roles(roles, int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1)
+    return primary.rename(columns={"role": "primary_role"})
+
+
+def offsets_only_syntactic_groups(heads, dependency) -> dict[str, list[tuple[int, int]]]:
+    """The heads the offsets-only test names syntactic, each in the group of its primary (strongest) such role."""
+    from mha_core.interventions.experiments import head_groups
+
+    primary = offsets_only_primary_roles(heads, dependency)
+    syntactic = primary[primary["group"] == "syntactic"]
+    return {OFFSETS_ONLY + name: group for name, group in head_groups(syntactic, "primary_role").items()}
+
+
+def minilm_role_ablation() -> None:
+    """Each primary role of section 1's table ablated together against random heads of the same number; after them,
+    labelled, the heads the offsets-only test called syntactic (by role, then all together)."""
+    import pandas as pd
+
+    import mha_core as mc
+    from mha_core.corpus.reading import corpus_texts
+    from mha_core.corpus.tables import write_table
+    from mha_core.interventions.experiments import head_groups
+    from mha_core.operations.causal import GroupAblation
+
+    heads = pd.read_csv(FINDINGS / "minilm_ud_ewt_dev_heads.csv")
+    dependency = pd.read_csv(FINDINGS / "minilm_ud_ewt_dev_heads.dependency.csv")
+    groups = head_groups(heads, "primary_role")
+    offsets_only = offsets_only_syntactic_groups(heads, dependency)
+    groups.update(offsets_only)
+    every = sorted({head for group in offsets_only.values() for head in group})
+    groups[f"{OFFSETS_ONLY}syntactic: all {len(every)} heads"] = every
+    model = mc.load_model("minilm")
+    texts = corpus_texts(mc.read_corpus("ud-ewt-dev", ROLE_ABLATION_SENTENCES))
+    table = GroupAblation.of(model, texts, groups, draws=ROLE_ABLATION_DRAWS).run(model)
+    print(table.drop(columns="head_list").to_string(index=False))
+    write_table(table, FINDINGS / "minilm_role_ablation.csv")
+
+
 def smollm2_needle() -> None:
     """Each trial of ``NEEDLE_TRIALS`` appended to the table as it finishes (a run of the target resumes after the
     trials the table holds)."""
@@ -501,10 +554,10 @@ TARGETS: dict[str, Target] = {
     ),
     "minilm-role-ablation": Target(
         writes=("minilm_role_ablation.csv",),
-        command=cli(
-            "ablate --model minilm --experiment roles --roles-table {minilm_ud_ewt_dev_heads.csv} "
-            "--role-column primary_role --max-sentences 50 --draws 4 --out {minilm_role_ablation.csv}"
-        ),
+        call=minilm_role_ablation,
+        call_text="GroupAblation.of(minilm, the first ROLE_ABLATION_SENTENCES dev sentences, head_groups(minilm's "
+        "profile, 'primary_role') + offsets_only_syntactic_groups(profile, dependency), "
+        "draws=ROLE_ABLATION_DRAWS) -> 'docs/findings/minilm_role_ablation.csv'",
         needs=("minilm-profile",),
     ),
     "minilm-importance": Target(
@@ -825,6 +878,7 @@ def report() -> None:
         syntactic_tests,
     )
     from mha_core.analysis.stats import holm_adjusted
+    from mha_core.analysis.syntax import TYPE_CONTROL_COLUMNS
 
     comparison = []
     for name in ("minilm", "mpnet"):
@@ -834,12 +888,19 @@ def report() -> None:
         for direction in ("parent", "child"):
             print(f"### {direction}\n\n{relation_table(dependency, direction)}\n")
         print(f"primary roles: {role_counts(heads)}")
+        print(f"primary roles on the offsets alone: {role_counts(offsets_only_primary_roles(heads, dependency))}")
         print(f"selection-half best head still best on the held-out half (n >= 100): {stability(dependency)}")
         tests = syntactic_tests(dependency)
         print(
             f"held-out test: {int(tests['tried'].sum())} rows tried, {int(tests['tested'].sum())} tested, "
             f"{int(tests['named'].sum())} named; with Holm over the tested rows only: "
             f"{int((holm_adjusted(tests.loc[tests['tested'], 'p_value']) <= SYNTACTIC_ALPHA).sum())}"
+        )
+        alone = syntactic_tests(dependency.drop(columns=list(TYPE_CONTROL_COLUMNS), errors="ignore"))
+        print(
+            f"on the offsets alone: {int(alone['tested'].sum())} tested, {int(alone['named'].sum())} named; with Holm "
+            f"over the tested rows only: "
+            f"{int((holm_adjusted(alone.loc[alone['tested'], 'p_value']) <= SYNTACTIC_ALPHA).sum())}"
         )
         print(f"interval over sentences / over cases (best heads, n >= 100): {design_effect(dependency)}")
         print(
