@@ -1,7 +1,7 @@
 """The interface in Chinese in Debian Chromium (``lang=zh``): the page says it is Chinese (``<html lang="zh-CN">``,
 from its first paint and after the sidebar's switch), the translated pages have no serious or critical axe-core
-violation in Chinese, the head view's own words are Chinese, and the screenshots (tests/artifacts: the Classroom,
-Explore and Circuits whole) show CJK glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
+violation in Chinese, the head view's own words are Chinese, and the
+screenshots (tests/artifacts: the Classroom, Explore, Circuits, the Lab and Deeper whole) show CJK glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ TRANSLATED = {
     "compare": ("", "比较"),
     "circuits": ("&model=smollm2", "logit 透镜"),
     "classroom": ("", "第 1 步：输入和权重"),
+    "lab": ("", "实验室：看注意力头如何诞生"),
+    "deeper": ("", "1. 注意力展开（rollout）：每个 token 的表示汲取了哪些输入"),
 }
 # What the head view's own script shows in Chinese (headview.js, given its words by the app).
 HEAD_VIEW_WORDS = ("头视图", "模型视图", "热力图", "连线")
@@ -51,7 +53,9 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
                 assert "Heatmap" not in view and "Model view" not in view
             report[path] = serious_violations(page)
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"
-            page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits"))
+            page.screenshot(
+                path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits", "lab", "deeper")
+            )
         page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
         # A step with a figure, its answer revealed: its words in Chinese too (a screenshot to look at).
         page.goto(f"{url}/classroom?lang=zh&step=4")
@@ -74,3 +78,4 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
         assert "lang=zh" in page.url
     (artifacts_dir / "zh-axe.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     assert not any(report.values()), report
+
