@@ -44,7 +44,7 @@ class Snapshot:
     tokens: list[str]
     phase_step: int | None
     appearance: pd.DataFrame
-    message: str = ""
+    message: str = ""  # why training failed (the error's words), or ""
     waiting: str = ""  # where the next slice of training waits (its place in heavy work's queue), or ""
 
 
@@ -148,7 +148,7 @@ class LabRunner:
         except StopTraining as stop:
             outcome = str(stop)
         except Exception as error:  # shown to the visitor: the thread must not die silently
-            outcome, self.message = "failed", f"training failed: {redact_paths(str(error))}"
+            outcome, self.message = "failed", redact_paths(str(error))  # the page says it failed
         finally:
             self.waiting = ""
             with self._lock:
@@ -176,16 +176,35 @@ class LabRunner:
         )
 
 
-def appearance_table(appearance: pd.DataFrame, threshold: float) -> pd.DataFrame:
+def english(text: str, /, **values) -> str:
+    """``text`` with its ``{fields}`` filled: the words of ``appearance_table`` when no language is given."""
+    return text.format(**values) if values else text
+
+
+def role_name(role: str, words: Callable[..., str] = english) -> str:
+    """A role's name in words ("previous token", "offset -3"), through ``words`` (the page's ``ui.i18n.t``)."""
+    if role.startswith("offset_"):
+        return words("offset {k}", k=role.removeprefix("offset_"))
+    return words(role.replace("_", " "))
+
+
+def appearance_table(appearance: pd.DataFrame, threshold: float, words: Callable[..., str] = english) -> pd.DataFrame:
     """The Lab page's table of which head took each role and when, one type per column: the step a head
     first reached ``threshold`` is text ("250", or "not yet"), since a column of numbers and text cannot
-    travel to the browser as one Arrow column (Streamlit logs a traceback and converts it on every redraw)."""
+    travel to the browser as one Arrow column (Streamlit logs a traceback and converts it on every redraw).
+    ``words(text, **values)``: the table's words in the page's language (``ui.i18n.t``; English by default)."""
     reached = appearance["appears_at"]
+    not_yet = words("not yet")
     return pd.DataFrame(
         {
-            "role": appearance["role"].str.replace("_", " "),
-            "head": [f"layer {layer} head {head}" for layer, head in zip(appearance["layer"], appearance["head"])],
-            "score now": appearance["score"].astype(float).round(3),
-            f"first step with score >= {threshold}": ["not yet" if np.isnan(s) else str(int(s)) for s in reached],
+            words("role"): [role_name(role, words) for role in appearance["role"]],
+            words("head"): [
+                words("layer {layer} head {head}", layer=layer, head=head)
+                for layer, head in zip(appearance["layer"], appearance["head"])
+            ],
+            words("score now"): appearance["score"].astype(float).round(3),
+            words("first step with score >= {threshold}", threshold=threshold): [
+                not_yet if np.isnan(s) else str(int(s)) for s in reached
+            ],
         }
     )

@@ -1,7 +1,7 @@
 """The interface in Chinese in Debian Chromium (``lang=zh``): the page says it is Chinese (``<html lang="zh-CN">``,
 from its first paint and after the sidebar's switch), the translated pages have no serious or critical axe-core
-violation in Chinese, the head view's own words are Chinese, and the screenshots (tests/artifacts: the Classroom,
-Explore and Circuits whole) show CJK glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
+violation in Chinese, the head view's own words are Chinese (what a screen reader reads of it too), and the
+screenshots (tests/artifacts: the Classroom, Explore, Circuits, the Lab and Deeper whole) show CJK glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ TRANSLATED = {
     "explore": ("", "我在看什么？"),
     "compare": ("", "比较"),
     "circuits": ("&model=smollm2", "logit 透镜"),
-    "classroom": ("", "第 1 步：输入和权重"),
+    "lab": ("", "实验室：看注意力头如何诞生"),
+    "deeper": ("", "1. 注意力展开（rollout）：每个 token 的表示汲取了哪些输入"),
+    "classroom": ("", "第 1 步：输入和权重"),  # last: the language switch below starts from it
 }
 # What the head view's own script shows in Chinese (headview.js, given its words by the app).
 HEAD_VIEW_WORDS = ("头视图", "模型视图", "热力图", "连线")
@@ -51,7 +53,9 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
                 assert "Heatmap" not in view and "Model view" not in view
             report[path] = serious_violations(page)
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"
-            page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits"))
+            page.screenshot(
+                path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits", "lab", "deeper")
+            )
         page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
         # A step with a figure, its answer revealed: its words in Chinese too (a screenshot to look at).
         page.goto(f"{url}/classroom?lang=zh&step=4")
@@ -74,3 +78,60 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
         assert "lang=zh" in page.url
     (artifacts_dir / "zh-axe.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     assert not any(report.values()), report
+
+
+def test_the_head_view_read_from_the_keyboard_in_chinese(artifacts_dir):
+    """What a screen reader reads of the head view in Chinese: the heads' labels, the live region's announcements,
+    the focused cell and its row's top tokens, the text alternative of the head and the model view's row and column
+    headers are Chinese; the tokens and the weights stay as they are (the model's own, checked against it)."""
+    import re
+    from urllib.parse import quote
+
+    import numpy as np
+
+    import mha_core as mc
+    from tests.browser.test_browser_a11y import FOCUSED_JS, said, tab_to, top_words
+
+    requirements()
+    text = "The cat sat on the mat."
+    run = mc.load_model("minilm").run(text)
+    with streamlit_server() as url, chromium_page(1400, 1000) as page:
+        page.goto(f"{url}/explore?lang=zh&text={quote(text)}")
+        wait_for_app(page, timeout_ms=300_000)
+        page.wait_for_function(HEAD_DRAWN_JS, timeout=300_000)
+        assert tab_to(page, "hs-tile") == "第 0 层 头 0"
+        for key in ("ArrowRight", "ArrowDown", "ArrowRight"):
+            page.keyboard.press(key)
+        assert page.evaluate(FOCUSED_JS)[1] == "第 1 层 头 2"
+        assert said(page, ".hs-headview .hs-live").startswith("已选中第 1 层，头 2。按 Enter 打开它")
+        page.wait_for_function("() => document.querySelector('.hs-headview').dataset.drawn.endsWith(':1:2')")
+        page.keyboard.press("Enter")
+        cls, label = page.evaluate(FOCUSED_JS)
+        assert "hs-big-canvas" in cls and label.startswith("选中的头，") and "方向键" in label
+        for key in ("ArrowDown", "ArrowDown", "ArrowRight"):
+            page.keyboard.press(key)
+        tokens = run.tokens
+        live = said(page, ".hs-headview .hs-live")
+        assert live.startswith(f'从查询 2 "{tokens[2]}" 到键 1 "{tokens[1]}": '), live
+        shown = float(re.match(r".*?: (\d\.\d{3})\.", live).group(1))
+        assert shown == pytest.approx(float(run.attentions[1, 2][2, 1]), abs=0.5 / 255 + 5e-4)
+        page.keyboard.press("Enter")
+        row = said(page, ".hs-headview .hs-live")
+        assert row.startswith(f'查询 2 "{tokens[2]}" 关注最多的是 '), row
+        got = re.findall(r'"([^"]*)" \((\d\.\d\d)\)', row.split("关注最多的是", 1)[1])
+        expected = top_words(np.asarray(run.attentions[1, 2])[2], tokens, 5)
+        np.testing.assert_allclose([float(v) for _, v in got], [v for _, v in expected], atol=0.006)
+        words = said(page, ".hs-headview .hs-words").split("\n")
+        assert words[0] == "第 1 层，头 2：每个查询 token，以及它关注最多的键 token。"
+        assert len(words) == len(tokens) + 1 and all("关注最多的是" in line for line in words[1:])
+        assert said(page, ".hs-headview .hs-bar-title") == "权重"  # the colour bar's title
+        page.screenshot(path=str(artifacts_dir / "zh-keyboard-head-view.png"))
+        # The model view's table of heads: its row and column headers.
+        page.goto(f"{url}/explore?lang=zh&view=model&text={quote(text)}")
+        wait_for_app(page, timeout_ms=300_000)
+        page.wait_for_function(
+            "() => (document.querySelector('.hs-headview')?.dataset.drawn || '').endsWith(':model')", timeout=300_000
+        )
+        view = page.evaluate("() => document.querySelector('.hs-headview').innerText")
+        assert "第 0 层" in view and "头 11" in view and "layer 0" not in view and "head 11" not in view, view
+        assert "attends most" not in said(page, ".hs-headview .hs-words")

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { headWords, rowWords } from "../../mha_core/views/assets/headview/headview.js";
+import { headWords, rowWords, useStrings } from "../../mha_core/views/assets/headview/headview.js";
 import { decodeBytes, describeRow, maskPolygon, moveCursor, topKeys } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 test("arrow keys move one cell and stop at the edges; Home/End and PageUp/PageDown jump", () => {
@@ -86,4 +86,31 @@ test("a head in words: each query's top keys with their weights, masked keys nev
   assert.equal(words.length, 4);
   assert.equal(words[0], "Layer 4, head 0: each query token and the key tokens it attends to most.");
   assert.equal(words[2], 'query 1 "b" attends most to "a" (0.50), "b" (0.50), "c" (0.00).');
+});
+
+test("a head in words in the page's language: the sentences the page sent, the tokens and weights as they are", () => {
+  // The Chinese the app sends (ui/locales/zh.json, ui/headview.VIEW_TEXTS): the words change, the tokens do not.
+  useStrings({
+    '{noun} {i} "{token}" attends most to {tops}': '{noun} {i} "{token}" 关注最多的是 {tops}',
+    "Layer {layer}, head {head}: each {query} token and the {key} tokens it attends to most.":
+      "第 {layer} 层，头 {head}：每个{query} token，以及它关注最多的{key} token。",
+    "({count} more {query} tokens not listed.)": "（另有 {count} 个{query} token 未列出。）",
+  });
+  try {
+    const s = { ...sentence(false), queryNoun: "查询", keyNoun: "键" };
+    assert.equal(rowWords(s, 4, 0, 2), '查询 2 "c" 关注最多的是 "c" (0.50), "b" (0.30), "a" (0.20)');
+    const words = headWords(s, 4, 0, 2).split("\n");
+    assert.deepEqual(words, [
+      "第 4 层，头 0：每个查询 token，以及它关注最多的键 token。",
+      '查询 0 "a" 关注最多的是 "a" (1.00), "b" (0.00), "c" (0.00).',
+      '查询 1 "b" 关注最多的是 "a" (0.50), "b" (0.50), "c" (0.00).',
+      "（另有 1 个查询 token 未列出。）",
+    ]);
+    // A token that looks like a field is the text's own: filled in once, never read as a field again.
+    const odd = { ...s, tokens: ["{tops}", "b", "c"] };
+    assert.equal(rowWords(odd, 4, 1, 0, 1), '查询 0 "{tops}" 关注最多的是 "c" (1.00)');
+  } finally {
+    useStrings({});
+  }
+  assert.equal(rowWords(sentence(false), 4, 1, 0, 1), 'query 0 "a" attends most to "c" (1.00)');
 });

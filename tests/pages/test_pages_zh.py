@@ -93,3 +93,84 @@ def test_a_links_notices_in_chinese():
     notices = " ".join(text for text in texts if "链接" in text or "引擎" in text)
     assert "没有引擎 'bogus'" in notices and "头 'x' 不是头编号" in notices
     assert "链接要求第 99 层，但这个模型只有 6 层（第 0 到 5 层）；显示第 5 层。" in texts
+
+
+def shown_words(app) -> list[str]:
+    """What ``visible_texts`` leaves out and these pages show: metrics' labels and the tables' column headers."""
+    return [metric.label for metric in app.metric] + [str(column) for frame in app.dataframe for column in frame.value]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    from tests.model_fixtures import build_tiny_bert
+
+    return str(build_tiny_bert(tmp_path_factory.mktemp("tiny-bert-zh")))
+
+
+LAB = {
+    "induction, opened": {"task": "induction"},
+    "positional, opened": {"task": "positional"},
+    "content, opened": {"task": "largest"},
+}
+
+
+@pytest.mark.parametrize("query", LAB.values(), ids=LAB.keys())
+def test_the_lab_opened_in_chinese(query):
+    found, texts = english_on("lab", query)
+    assert found == []
+    assert "实验室：看注意力头如何诞生" in texts and "开始" in texts
+
+
+@pytest.mark.parametrize("task", ["induction", "positional"])
+def test_the_lab_after_a_short_training_in_chinese(tiny_bert, task):
+    """A short training (100 steps of the fastest size) drawn in Chinese: its progress, curves (titles, axes,
+    legends, the phase change), the table of which head took each role, switching a head off and its metrics."""
+    from tests.chinese_screen import english_words
+    from tests.page_helpers import plotly_elements, rerun, run_page, train_to_the_end
+
+    app = run_page("lab", {"lang": "zh", "model": tiny_bert}, lab_task=task, lab_size="2x2", lab_steps=100)
+    app.button(key="lab_start").click()
+    rerun(app)
+    runner = app.session_state["lab_runner"]
+    train_to_the_end(runner)
+    assert runner.status == "done"
+    rerun(app)
+    assert not app.exception and not app.error
+    assert {"lab_loss", "lab_attention"} <= set(plotly_elements(app))
+    texts = visible_texts(app)
+    words = shown_words(app)
+    assert english_words(texts) == [] and english_words(words) == []
+    assert (
+        "关掉一个头" in texts and "训练步" in texts and "同一个固定例子上的每个头（第 100 步）；token 都是数字" in texts
+    )
+    assert "角色" in words and "当前分数" in words and any("损失" in label and "关掉" in label for label in words)
+    roles = {"induction": {"前一 token", "归纳"}, "positional": {"偏移 -3"}}[task]
+    assert set(app.dataframe[0].value["角色"]) == roles
+
+
+DEEPER = {
+    "MiniLM, rollout, norms and the neuron view": {"model": "minilm"},
+    "attention flow": {"model": "minilm", "flow": "1"},
+    "SmolLM2 (rotary)": {"model": "smollm2"},
+}
+
+
+@pytest.mark.parametrize("query", DEEPER.values(), ids=DEEPER.keys())
+def test_deeper_in_chinese(query):
+    found, texts = english_on("deeper", query)
+    assert found == []
+    assert "深入" in texts and "3. 神经元视图：这个头为什么关注它所关注的地方" in texts
+
+
+def test_deepers_corpus_search_in_chinese(tiny_bert):
+    """The corpus search's table: its column headers Chinese, the corpus's own tokens and context English."""
+    from tests.chinese_screen import english_words
+    from tests.page_helpers import rerun, run_page
+
+    app = run_page("deeper", {"lang": "zh", "model": tiny_bert, "text": SENTENCE}, deeper_search_size=50)
+    app.toggle(key="deeper_search").set_value(True)
+    rerun(app)
+    assert not app.exception and not app.error
+    assert list(app.dataframe[-1].value.columns) == ["名次", "距离", "左侧上下文", "命中的 token", "右侧上下文"]
+    examples = [example["label"] for example in session.load_examples()]  # the sidebar's, named in English
+    assert english_words(visible_texts(app) + shown_words(app), sentences=(*examples, SENTENCE)) == []

@@ -39,6 +39,8 @@ TRANSLATED_FILES = [
     "pages/circuits.py",
     "ui/heads_circuits.py",
     "pages/positions.py",
+    "pages/lab.py",
+    "pages/deeper.py",
 ]
 # Streamlit calls that draw text, and the keywords that carry text (st.latex, st.code, st.html are not text to read).
 DRAWS_TEXT = {
@@ -208,6 +210,26 @@ def test_the_texts_kept_in_constants_and_the_classrooms_settings_are_in_the_cata
     texts += [page_classroom.CLASS_SENTENCE]  # an example sentence: stays English, no entry wanted
     catalog = i18n.catalog("zh")
     wanted = [text for text in texts if LATIN_WORD.search(text) and text not in NOT_TRANSLATED]
+    assert [text[:60] for text in wanted if text not in catalog] == []
+
+
+def test_the_lab_deeper_and_head_view_texts_kept_in_constants_are_in_the_catalog():
+    """The Lab's and Deeper's settings and texts held in constants, the Lab figures' fixed words and every word the
+    head view's script is sent (``VIEW_TEXTS``: what a screen reader reads included) have their entries."""
+    from ui import page_lab
+    from ui.figures import lab as lab_figures
+    from ui.headview import VIEW_TEXTS
+    from ui.page_deeper import DeeperSettings
+    from ui.page_lab import LabSettings
+
+    texts = [*page_lab.TASK_TEXT.values(), *page_lab.WATCH_FOR.values(), *lab_figures.LOSS_LABELS.values()]
+    texts += ["training step", "cross-entropy (nats)", *VIEW_TEXTS]
+    for settings in (LabSettings, DeeperSettings):
+        for declared in settings.declarations().values():
+            texts += [declared.label, declared.help or ""]
+            texts += [words for words in (declared.options or {}).values() if isinstance(words, str)]
+    catalog = i18n.catalog("zh")
+    wanted = [text for text in texts if LATIN_WORD.search(text)]
     assert [text[:60] for text in wanted if text not in catalog] == []
 
 

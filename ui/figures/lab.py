@@ -12,9 +12,14 @@ PHASE_COLOR = "#2f9e44"
 HEAD_PALETTE = ["#3b5bdb", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#1098ad", "#c2255c", "#5c940d"]
 
 
-def loss_curve(history, phase_step: int | None = None, title: str = "Loss while training") -> go.Figure:
+def loss_curve(
+    history,
+    phase_step: int | None = None,
+    title: str = "Loss while training",
+    phase_text: str = "phase change (step {step})",
+) -> go.Figure:
     """Loss and repeated-position loss against the step, one point per scored step; a vertical line at
-    ``phase_step`` (the phase change) when there is one.
+    ``phase_step`` (the phase change) when there is one, labelled ``phase_text`` (its ``{step}`` filled in).
 
     ``history`` is the lab's long table (one row per step, head and role); the losses are per step.
     """
@@ -38,7 +43,7 @@ def loss_curve(history, phase_step: int | None = None, title: str = "Loss while 
             x=phase_step,
             y=1,
             yref="paper",
-            text=f"phase change (step {int(phase_step)})",
+            text=phase_text.format(step=int(phase_step)),
             showarrow=False,
             xanchor="left",
             yanchor="top",
@@ -50,9 +55,12 @@ def loss_curve(history, phase_step: int | None = None, title: str = "Loss while 
     return legend_above(with_axis_room(fig))
 
 
-def score_curves(history, role: str, threshold: float | None = None, title: str | None = None) -> go.Figure:
+def score_curves(
+    history, role: str, threshold: float | None = None, title: str | None = None, axis_title: str | None = None
+) -> go.Figure:
     """One line per head (``L0H1``...) of its ``role`` score against the step; solid for the head that
-    scores highest at the last step, and a dashed line at ``threshold``."""
+    scores highest at the last step, and a dashed line at ``threshold``. ``title`` and ``axis_title`` (the
+    score's axis): the role's name by default."""
     part = history[history["role"] == role].sort_values(["layer", "head", "step"])
     last_step = part["step"].max()
     last = part[part["step"] == last_step]
@@ -74,6 +82,6 @@ def score_curves(history, role: str, threshold: float | None = None, title: str 
     if threshold is not None:
         fig.add_hline(y=threshold, line=dict(color="#adb5bd", width=1, dash="dot"))
     fig.update_xaxes(title_text="training step", rangemode="tozero")
-    fig.update_yaxes(title_text=plotly_text(f"{role.replace('_', ' ')} score"), range=[0, 1])
+    fig.update_yaxes(title_text=plotly_text(axis_title or f"{role.replace('_', ' ')} score"), range=[0, 1])
     base_layout(fig, 320, title or f"{role.replace('_', ' ')} score of every head")
     return with_axis_room(fig)

@@ -44,6 +44,38 @@ VIEW_TEXTS = (
     "Layer {layer}, head {head}",
     "Loading layer {layer}...",
     "Loading every layer...",
+    # What a screen reader reads: the focused head's rows in words, the live region's announcements, the labels of
+    # the heads, cells and tokens, and the model view's row and column headers.
+    "query",
+    "key",
+    "target",
+    "source",
+    "query (attending)",
+    "key (attended to)",
+    "target token (attending)",
+    "source token (attended to)",
+    '{noun} {i} "{token}" attends most to {tops}',
+    '{query} {i} "{token}" -> {key} {j} "{keyToken}"',
+    "{where}: hidden by the causal mask",
+    "Layer {layer}, head {head}: each {query} token and the {key} tokens it attends to most.",
+    "({count} more {query} tokens not listed.)",
+    "Layer {layer}, head {head} selected. Enter opens it; arrows then move between cells.",
+    "Layer {layer}, head {head}.",
+    "Layer {layer} head {head}",
+    "Layer {layer} head {head}: Enter opens it in the head view",
+    "layer {layer} head {head}: {cell}",
+    "click to open it in the head view",
+    "attention heatmap",
+    "weight",
+    "The selected head, {rows} {query} rows by {cols} {key} columns: arrow keys move between cells, "
+    "Enter reads the row's top tokens and picks the cell, Escape goes back to the heads.",
+    " (written by the model: click for the distribution it was drawn from)",
+    " (click for the model's prediction at the position before it)",
+    "Written token {i}, {token}: show the distribution it was drawn from",
+    "Token {i}, {token}: show the model's prediction before it",
+    '{query} {i} "{token}" picked: a distribution is shown below the view.',
+    "layer {layer}",
+    "head {head}",
 )
 
 

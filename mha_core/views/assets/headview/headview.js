@@ -16,6 +16,7 @@ import {
   colorBar,
   decodeBytes,
   describeRow,
+  ROW_WORDS,
   el,
   liveRegion,
   maskPolygon,
@@ -73,22 +74,36 @@ function cellAt(canvas, s, event) {
 }
 
 function hoverText(s, layer, head, i, j) {
-  const where = `${s.queryNoun} ${i} "${s.tokens[i]}" -> ${s.keyNoun} ${j} "${s.keyTokens[j]}"`;
-  if (s.causal && j > i) return `${where}: hidden by the causal mask`;
+  const where = tr('{query} {i} "{token}" -> {key} {j} "{keyToken}"', {
+    query: s.queryNoun,
+    i,
+    token: s.tokens[i],
+    key: s.keyNoun,
+    j,
+    keyToken: s.keyTokens[j],
+  });
+  if (s.causal && j > i) return tr("{where}: hidden by the causal mask", { where });
   return `${where}: ${weight(s, layer, head, i, j).toFixed(3)}`;
 }
 
 // The top keys of query i of a head, in words (the keys a causal mask hides left out).
 function rowWords(s, layer, head, i, k = 3) {
   const tops = topKeys(s.nk, (j) => weight(s, layer, head, i, j), s.keyTokens, k, (j) => !(s.causal && j > i));
-  return describeRow(s.queryNoun, i, s.tokens[i], tops);
+  return describeRow(s.queryNoun, i, s.tokens[i], tops, tr(ROW_WORDS));
 }
 
 // The text alternative of a head: every query's top keys in words (at most ``limit`` queries), for screen readers.
 function headWords(s, layer, head, limit = 64) {
-  const lines = [`Layer ${layer}, head ${head}: each ${s.queryNoun} token and the ${s.keyNoun} tokens it attends to most.`];
+  const lines = [
+    tr("Layer {layer}, head {head}: each {query} token and the {key} tokens it attends to most.", {
+      layer,
+      head,
+      query: s.queryNoun,
+      key: s.keyNoun,
+    }),
+  ];
   for (let i = 0; i < Math.min(s.nq, limit); i++) lines.push(rowWords(s, layer, head, i) + ".");
-  if (s.nq > limit) lines.push(`(${s.nq - limit} more ${s.queryNoun} tokens not listed.)`);
+  if (s.nq > limit) lines.push(tr("({count} more {query} tokens not listed.)", { count: s.nq - limit, query: s.queryNoun }));
   return lines.join("\n");
 }
 
@@ -111,12 +126,17 @@ function tr(text, values = {}) {
   return (STRINGS[text] || text).replace(/\{(\w+)\}/g, (field, name) => (name in values ? String(values[name]) : field));
 }
 
+// The page's words for every view drawn after this (``data.strings``; none: English).
+function useStrings(strings) {
+  STRINGS = strings || {};
+}
+
 function selectHead(s, layer, head) {
   s.layer = layer;
   s.head = head;
   render(s);
   sendPick(s);
-  s.live.textContent = `Layer ${layer}, head ${head} selected. Enter opens it; arrows then move between cells.`;
+  s.live.textContent = tr("Layer {layer}, head {head} selected. Enter opens it; arrows then move between cells.", { layer, head });
 }
 
 // A PNG drawn here (nothing fetched): a title, then the enlarged head with its token labels, or the model
@@ -156,7 +176,7 @@ function savePng(s) {
     ctx.drawImage(s.bigCanvas, margin, 30, nk * cell, nq * cell);
     ctx.fillStyle = "#212529";
     ctx.font = "bold 14px sans-serif";
-    ctx.fillText(`Layer ${s.layer}, head ${s.head}`, 4, 18);
+    ctx.fillText(tr("Layer {layer}, head {head}", { layer: s.layer, head: s.head }), 4, 18);
     ctx.font = `${font}px sans-serif`;
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
@@ -228,7 +248,9 @@ function pickToken(s, i) {
   if (!pick) return null;
   s.pending = pickOf(s);
   s.setStateValue("pick", pick);
-  if (s.live) s.live.textContent = `${s.queryNoun} ${i} "${s.tokens[i]}" picked: a distribution is shown below the view.`;
+  if (s.live) {
+    s.live.textContent = tr('{query} {i} "{token}" picked: a distribution is shown below the view.', { query: s.queryNoun, i, token: s.tokens[i] });
+  }
   return pick;
 }
 
@@ -324,7 +346,7 @@ function layoutGrid(s) {
       sendPick(s);
     });
     // Keyboard: left/right the head before or after, up/down the layer before or after, Enter opens the head.
-    asButton(tile, `Layer ${s.layer} head ${h}`, () => {
+    asButton(tile, tr("Layer {layer} head {head}", { layer: s.layer, head: h }), () => {
       selectHead(s, s.layer, h);
       if (s.shape === "heatmap") s.bigCanvas.focus();
     });
@@ -337,7 +359,7 @@ function layoutGrid(s) {
     });
     canvas.addEventListener("mousemove", (event) => {
       const cell = cellAt(canvas, s, event);
-      showTip(s, event, cell && `layer ${s.layer} head ${h}: ${hoverText(s, s.layer, h, cell[0], cell[1])}`);
+      showTip(s, event, cell && tr("layer {layer} head {head}: {cell}", { layer: s.layer, head: h, cell: hoverText(s, s.layer, h, cell[0], cell[1]) }));
     });
     canvas.addEventListener("mouseleave", () => showTip(s, null, null));
     s.grid.append(tile);
@@ -382,7 +404,7 @@ function layoutBig(s) {
   s.big.style.setProperty("--hs-font", `${font}px`);
   s.big.style.setProperty("--hs-bar-height", `${barHeight}px`);
 
-  const yTitle = el("div", "hs-axis-title hs-y-title", s.cross ? "target token (attending)" : "query (attending)");
+  const yTitle = el("div", "hs-axis-title hs-y-title", tr(s.cross ? "target token (attending)" : "query (attending)"));
   const rows = el("div", "hs-rows");
   const plot = el("div", "hs-plot");
   s.bigCanvas = el("canvas", "hs-big-canvas");
@@ -407,11 +429,14 @@ function layoutBig(s) {
   plot.append(s.cursorBox);
   s.bigCanvas.tabIndex = 0;
   s.bigCanvas.setAttribute("role", "application");
-  s.bigCanvas.setAttribute("aria-roledescription", "attention heatmap");
+  s.bigCanvas.setAttribute("aria-roledescription", tr("attention heatmap"));
   s.bigCanvas.setAttribute(
     "aria-label",
-    `The selected head, ${s.nq} ${s.queryNoun} rows by ${s.nk} ${s.keyNoun} columns: arrow keys move between cells, ` +
-      "Enter reads the row's top tokens and picks the cell, Escape goes back to the heads.",
+    tr(
+      "The selected head, {rows} {query} rows by {cols} {key} columns: arrow keys move between cells, " +
+        "Enter reads the row's top tokens and picks the cell, Escape goes back to the heads.",
+      { rows: s.nq, query: s.queryNoun, cols: s.nk, key: s.keyNoun },
+    ),
   );
   s.bigCanvas.addEventListener("focus", () => {
     if (!s.cursor) s.cursor = [0, 0];
@@ -439,7 +464,7 @@ function layoutBig(s) {
     showCursor(s);
   });
   const cols = el("div", "hs-cols");
-  const xTitle = el("div", "hs-axis-title hs-x-title", s.cross ? "source token (attended to)" : "key (attended to)");
+  const xTitle = el("div", "hs-axis-title hs-x-title", tr(s.cross ? "source token (attended to)" : "key (attended to)"));
   s.rowLabels = [];
   s.colLabels = [];
   if (labelled) {
@@ -449,14 +474,14 @@ function layoutBig(s) {
       if (s.written.has(i)) {
         // A token the model wrote: marked, and a click (or Enter) shows the distribution it was drawn from.
         r.classList.add("hs-written");
-        r.title += " (written by the model: click for the distribution it was drawn from)";
-        asButton(r, `Written token ${i}, ${token}: show the distribution it was drawn from`, () => pickToken(s, i));
+        r.title += tr(" (written by the model: click for the distribution it was drawn from)");
+        asButton(r, tr("Written token {i}, {token}: show the distribution it was drawn from", { i, token }), () => pickToken(s, i));
         r.addEventListener("click", () => pickToken(s, i));
       } else if (canPickToken(s, i)) {
         // A prompt token: a click shows what the model predicted at the position before it.
         r.classList.add("hs-pickable");
-        r.title += " (click for the model's prediction at the position before it)";
-        asButton(r, `Token ${i}, ${token}: show the model's prediction before it`, () => pickToken(s, i));
+        r.title += tr(" (click for the model's prediction at the position before it)");
+        asButton(r, tr("Token {i}, {token}: show the model's prediction before it", { i, token }), () => pickToken(s, i));
         r.addEventListener("click", () => pickToken(s, i));
       }
       rows.append(r);
@@ -469,7 +494,7 @@ function layoutBig(s) {
       s.colLabels.push(c);
     });
   }
-  const bar = colorBar(s.lut);
+  const bar = colorBar(s.lut, tr("weight"));
 
   const body = el("div", "hs-big-body");
   body.append(yTitle, rows, plot, bar, el("div"), el("div"), cols, el("div"), el("div"), el("div"), xTitle);
@@ -503,8 +528,8 @@ function modelLayout(layers, heads) {
   const rows = across ? heads : layers;
   const cols = across ? layers : heads;
   const tile = Math.max(22, Math.min(96, Math.floor(900 / cols) - 6));
-  const rowNames = Array.from({ length: rows }, (_, r) => (across ? `head ${r}` : `layer ${r}`));
-  const colNames = Array.from({ length: cols }, (_, c) => (across ? `L${c}` : `head ${c}`));
+  const rowNames = Array.from({ length: rows }, (_, r) => (across ? tr("head {head}", { head: r }) : tr("layer {layer}", { layer: r })));
+  const colNames = Array.from({ length: cols }, (_, c) => (across ? `L${c}` : tr("head {head}", { head: c })));
   return { across, rows, cols, tile, rowNames, colNames };
 }
 
@@ -535,7 +560,8 @@ function layoutModel(s) {
       canvas.title = "";
       canvas.addEventListener("mousemove", (event) => {
         const cell = cellAt(canvas, s, event);
-        showTip(s, event, cell && `layer ${layer} head ${head}: ${hoverText(s, layer, head, cell[0], cell[1])}\nclick to open it in the head view`);
+        const where = cell && tr("layer {layer} head {head}: {cell}", { layer, head, cell: hoverText(s, layer, head, cell[0], cell[1]) });
+        showTip(s, event, cell && `${where}\n${tr("click to open it in the head view")}`);
       });
       canvas.addEventListener("mouseleave", () => showTip(s, null, null));
       const open = () => {
@@ -547,7 +573,7 @@ function layoutModel(s) {
       };
       canvas.addEventListener("click", open);
       // Keyboard: arrows move between the tiles as they are laid out, Enter opens the head in the head view.
-      asButton(canvas, `Layer ${layer} head ${head}: Enter opens it in the head view`, () => {
+      asButton(canvas, tr("Layer {layer} head {head}: Enter opens it in the head view", { layer, head }), () => {
         open();
         s.tiles[head].tile.focus();
       });
@@ -557,7 +583,7 @@ function layoutModel(s) {
         event.preventDefault();
         const next = tiles.find((t) => t.row === to[0] && t.col === to[1]);
         next.canvas.focus();
-        s.live.textContent = `Layer ${next.layer}, head ${next.head}.`;
+        s.live.textContent = tr("Layer {layer}, head {head}.", { layer: next.layer, head: next.head });
         s.modelLive.textContent = s.live.textContent;
       });
       s.model.append(canvas);
@@ -566,7 +592,7 @@ function layoutModel(s) {
   }
   const title = tr("All {layers} layers x {heads} heads", { layers: s.layers, heads: s.heads });
   s.modelGrid = { rows, cols, rowNames, colNames, tiles, title };
-  const bar = colorBar(s.lut);
+  const bar = colorBar(s.lut, tr("weight"));
   const tileHeight = (tile * s.nq) / s.nk;
   bar.style.setProperty("--hs-bar-height", `${Math.max(100, Math.round(0.6 * Math.min(420, rows * (tileHeight + 6))))}px`);
   s.modelBar.replaceChildren(bar);
@@ -597,7 +623,7 @@ function drawHead(root, s) {
   s.tiles.forEach(({ tile, label, canvas }, h) => {
     label.textContent = `L${s.layer} H${h}`;
     tile.classList.toggle("hs-selected", h === s.head);
-    tile.setAttribute("aria-label", `Layer ${s.layer} head ${h}`);
+    tile.setAttribute("aria-label", tr("Layer {layer} head {head}", { layer: s.layer, head: h }));
     tile.setAttribute("aria-pressed", String(h === s.head));
     paint(canvas, s, s.layer, h);
   });
@@ -657,7 +683,7 @@ export default function (component) {
   const s = root.__headscope || { root, sig: null, pending: null };
   root.__headscope = s;
   s.setStateValue = setStateValue;
-  STRINGS = data.strings || {};
+  useStrings(data.strings);
   const language = JSON.stringify(STRINGS);
   if (!s.slider || s.language !== language) {
     build(root, s); // its words in the page's language: built again when the language changes
@@ -684,10 +710,10 @@ export default function (component) {
     s.tokens = data.tokens;
     s.cross = Array.isArray(data.key_tokens);
     s.keyTokens = s.cross ? data.key_tokens : data.tokens;
+    s.queryNoun = tr(s.cross ? "target" : "query");
+    s.keyNoun = tr(s.cross ? "source" : "key");
     s.nq = s.tokens.length;
     s.nk = s.keyTokens.length;
-    s.queryNoun = s.cross ? "target" : "query";
-    s.keyNoun = s.cross ? "source" : "key";
     s.layers = data.num_layers;
     s.heads = data.num_heads;
     s.levels = data.levels;
@@ -729,4 +755,4 @@ export default function (component) {
   render(s);
 }
 
-export { bigLayout, cellIndex, cellPick, headPixels, headWords, modelLayout, pickCell, pickOf, pickToken, rowWords, samePick, tokenPick, weight };
+export { bigLayout, cellIndex, cellPick, headPixels, headWords, modelLayout, pickCell, pickOf, pickToken, rowWords, samePick, tokenPick, useStrings, weight };

@@ -153,10 +153,13 @@ export function topKeys(count, weightOf, keyTokens, k = 3, visible = () => true)
 }
 
 // One query's row in words: 'query 3 "cat" attends most to "the" (0.52), "cat" (0.30), "[CLS]" (0.12)'.
-export function describeRow(noun, i, token, tops) {
+// ``template``: the sentence in the page's language, its {noun}, {i}, {token} and {tops} filled in once each.
+export function describeRow(noun, i, token, tops, template = ROW_WORDS) {
   const parts = tops.map((t) => `"${t.token}" (${t.weight.toFixed(2)})`);
-  return `${noun} ${i} "${token}" attends most to ${parts.join(", ")}`;
+  const values = { noun, i, token, tops: parts.join(", ") };
+  return template.replace(/\{(\w+)\}/g, (field, name) => (name in values ? String(values[name]) : field));
 }
+export const ROW_WORDS = '{noun} {i} "{token}" attends most to {tops}';
 
 // Where an arrow key moves a cursor on a rows x cols grid: [row, col] after ``key`` (Home/End: the row's first or
 // last column, PageUp/PageDown: the first or last row), clamped to the grid; null for any other key.
