@@ -1,7 +1,8 @@
 """The interface in Chinese in Debian Chromium (``lang=zh``): the page says it is Chinese (``<html lang="zh-CN">``,
 from its first paint and after the sidebar's switch), the translated pages have no serious or critical axe-core
 violation in Chinese, the head view's own words are Chinese, and the screenshots (tests/artifacts: the Classroom,
-Explore and Circuits whole) show CJK glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
+Explore, Circuits, Head roles and Ablate whole; Heads) show CJK glyphs from the font scripts/setup.sh --test installs
+(fonts-noto-cjk)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ TRANSLATED = {
     "compare": ("", "比较"),
     "circuits": ("&model=smollm2", "logit 透镜"),
     "classroom": ("", "第 1 步：输入和权重"),
+    "roles": ("&causal=1&colour_by=role", "每个头的角色"),
+    "ablate": ("&heads=L1H2,L2H0", "2. 对这个句子的影响"),
+    "heads": ("", "生成卡片"),
 }
 # What the head view's own script shows in Chinese (headview.js, given its words by the app).
 HEAD_VIEW_WORDS = ("头视图", "模型视图", "热力图", "连线")
@@ -51,7 +55,9 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
                 assert "Heatmap" not in view and "Model view" not in view
             report[path] = serious_violations(page)
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"
-            page.screenshot(path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits"))
+            page.screenshot(
+                path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits", "roles", "ablate")
+            )
         page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
         # A step with a figure, its answer revealed: its words in Chinese too (a screenshot to look at).
         page.goto(f"{url}/classroom?lang=zh&step=4")
