@@ -191,16 +191,22 @@ with messages.error_display():
             induction = ablate.induction(selection.model)
             if induction is not None:
                 frame, summary = induction
-                st.dataframe(ablate.columns_shown(summary), hide_index=True, width="stretch")
+                st.dataframe(ablate.conditions_shown(summary), hide_index=True, width="stretch")
                 charts.show_chart(
                     condition_bars(
-                        summary, label=t("loss on the repeated half (nats)"), title=t("Loss on the repeated half")
+                        summary,
+                        label=t("loss on the repeated half (nats)"),
+                        title=t("Loss on the repeated half"),
+                        words={
+                            **{c: ablate.condition_shown(c) for c in summary["condition"]},
+                            **{word: t(word) for word in ("mean", "draws")},
+                        },
                     ),
                     key="ablate_induction_chart",
                     filename="headscope-induction",
                 )
                 with st.expander(t("Every condition")):
-                    st.dataframe(ablate.columns_shown(frame), hide_index=True, width="stretch")
+                    st.dataframe(ablate.conditions_shown(frame), hide_index=True, width="stretch")
     else:
         st.caption(t("The induction experiment needs a decoder with its language-model head."))
 

@@ -181,7 +181,7 @@ def show() -> None:
                 composition = compute.compute(operation, get_model(selection.model))
         found, refused = page_heads.search_rows(cards, query, composition)
         if refused is not None:
-            st.warning(messages.md_escape(refused))
+            st.warning(messages.md_escape(page_heads.refusal_shown(refused)))
         else:
             st.caption(t("Click a row to open that head's card."))
             st.dataframe(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from mha_core.corpus.card_effects import HeadEffect
-from mha_core.corpus.card_search import CardSearchError, needs_composition, search_cards
+from mha_core.corpus.card_search import QUERY_FORMS, CardSearchError, needs_composition, search_cards
 from mha_core.corpus.cards import CardContext, HeadCard, HeadCards
 from ui.escape import md_escape
 from ui.i18n import chinese, t
@@ -172,3 +172,19 @@ def explore_link(cards: HeadCards, card: HeadCard, context: CardContext, model: 
     """The Explore address of ``context``: the library's query with the sidebar's model (as the sidebar names it)
     and engine."""
     return {**cards.explore_query(card, context), "model": model, "engine": engine}
+
+
+# The search's refusals as ``mha_core.corpus.card_search`` words them (``shown_by_templates``); the search words they
+# quote stay English (a search is typed in English).
+REFUSAL_TEMPLATES = (
+    "Type a search: {forms}.",
+    "No head has a role {wanted}. Search for {forms}.",
+    "These cards have no copying scores: the model's family has no OV circuit here.",
+    "Which heads' {side} side comes from {layer}-{head} is read from the composition of every pair of heads "
+    "(mc.composition(model)): compute it and search again.",
+)
+
+
+def refusal_shown(refusal: str) -> str:
+    """The search's refusal in the session's language."""
+    return shown_by_templates(refusal, REFUSAL_TEMPLATES, (QUERY_FORMS, "key", "query", "value"))

@@ -175,6 +175,20 @@ def test_ablate_in_chinese_with_the_importance_ranking(tmp_path, monkeypatch):
 COLOUR_MARK = re.compile(r":[a-z]+-background\[")
 
 
+def test_ablate_in_chinese_on_a_decoder_with_the_induction_experiment():
+    """SmolLM2: the loss before and after, the map coloured by a decoder score, the induction experiment's bars
+    and tables: Chinese, the conditions' names too (their colours still follow the English names)."""
+    app = chinese_app("ablate", {"model": "smollm2", "heads": "L1H2", "colour": "induction", "draws": "2"})
+    app.button(key="ablate_induction_run").click()
+    rerun(app)
+    found, _ = english_shown(app)
+    assert found == []
+    bars = plotly_elements(app)["ablate_induction_chart"]["data"][0]
+    assert list(bars["x"]) == ["无", "归纳最高的 5 个", "随机 5 个"]
+    assert bars["marker"]["color"] == ["#adb5bd", "#e03131", "#868e96"]
+    assert [metric.label for metric in app.metric] == ["消融前的平均损失", "消融后", "被消融的头数"]
+
+
 @pytest.fixture(scope="module")
 def minilm_cards(minilm, tmp_path_factory):
     """MiniLM's cards over 10 UD dev sentences, in a cache the page reads (as tests/pages/test_page_heads.py)."""
@@ -207,3 +221,11 @@ def test_heads_in_chinese_with_a_card_open(minilm_cards, search):
     table = app.dataframe[0].value
     assert "层" in table.columns and "主要角色" in table.columns
     assert english_words([str(role) for role in table["主要角色"]]) == []
+
+
+def test_a_refused_search_in_chinese(minilm_cards):
+    """A search the cards do not understand: the refusal in Chinese, the search words it offers in English."""
+    app = chinese_app("heads", {"hsent": "10", "find": "banana"})
+    warnings = [warning.value for warning in app.warning]
+    assert len(warnings) == 1 and warnings[0].startswith("没有头的角色是 'banana'。请搜索"), warnings
+    assert "heads that copy" in warnings[0]

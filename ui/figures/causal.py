@@ -108,11 +108,20 @@ def token_change_bars(
     return legend_above(with_axis_room(fig))
 
 
-def condition_bars(summary, value: str = "loss_repeated_half", label: str = "loss", title=None) -> go.Figure:
-    """One bar per condition (``summary``: condition, ``value``, sd, draws): the mean, with +-1 sd over draws."""
+def condition_bars(
+    summary,
+    value: str = "loss_repeated_half",
+    label: str = "loss",
+    title=None,
+    *,
+    words: Mapping[str, str] | None = None,
+) -> go.Figure:
+    """One bar per condition (``summary``: condition, ``value``, sd, draws): the mean, with +-1 sd over draws.
+    ``words``: each condition's name and the hover's words ("mean", "draws") as shown (missing: as they are)."""
+    say = worded(words)
     fig = go.Figure(
         go.Bar(
-            x=[plotly_text(c) for c in summary["condition"]],
+            x=[plotly_text(say(c)) for c in summary["condition"]],
             y=summary[value].to_numpy(dtype=np.float64),
             error_y=dict(type="data", array=summary["sd"].to_numpy(dtype=np.float64), visible=True),
             customdata=summary["draws"].to_numpy(),
@@ -120,7 +129,7 @@ def condition_bars(summary, value: str = "loss_repeated_half", label: str = "los
                 "#adb5bd" if c == "none" else "#e03131" if "random" not in c else "#868e96"
                 for c in summary["condition"]
             ],
-            hovertemplate="%{x}<br>mean %{y:.3f}<br>draws %{customdata}<extra></extra>",
+            hovertemplate=f"%{{x}}<br>{say('mean')} %{{y:.3f}}<br>{say('draws')} %{{customdata}}<extra></extra>",
         )
     )
     fig.update_yaxes(title_text=axis_title(label))
