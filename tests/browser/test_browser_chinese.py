@@ -1,7 +1,7 @@
 """The interface in Chinese in Debian Chromium (``lang=zh``): the page says it is Chinese (``<html lang="zh-CN">``,
 from its first paint and after the sidebar's switch), the translated pages have no serious or critical axe-core
 violation in Chinese, the head view's own words are Chinese, and the screenshots (tests/artifacts: the Classroom,
-Explore, Circuits, Head roles and Ablate whole; Heads) show CJK glyphs from the font scripts/setup.sh --test installs
+Explore, Circuits, Head roles and Ablate whole) show CJK glyphs from the font scripts/setup.sh --test installs
 (fonts-noto-cjk)."""
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ TRANSLATED = {
     "classroom": ("", "第 1 步：输入和权重"),
     "roles": ("&causal=1&colour_by=role", "每个头的角色"),
     "ablate": ("&heads=L1H2,L2H0", "2. 对这个句子的影响"),
-    "heads": ("", "生成卡片"),
 }
 # What the head view's own script shows in Chinese (headview.js, given its words by the app).
 HEAD_VIEW_WORDS = ("头视图", "模型视图", "热力图", "连线")
