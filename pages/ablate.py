@@ -9,7 +9,8 @@ import streamlit as st
 from mha_core.models.ablation import MEAN_REFERENCE_SENTENCES
 from ui import address, session, shell
 from ui import page_ablate as ablate
-from ui.figures.causal import condition_bars, head_score_map, pruning_figure, token_change_bars
+from ui.figures.causal import PRUNING_WORDS, condition_bars, head_score_map, pruning_figure, token_change_bars
+from ui.i18n import t
 from ui.page_ablate import AblateSettings
 from ui.settings import settings
 from ui.widgets import charts, downloads, messages, pickers, sidebar, views
@@ -34,11 +35,14 @@ def pick_strongest(values, names: list[str], count: int) -> None:
 
 
 # ---- the page -------------------------------------------------------------------------------------------
-st.title("Ablate")
+st.title(t("Ablate"))
 st.caption(
-    "Attention weights show where a head looks, not whether the model needs it. Ablating a head is an "
-    "experiment: its slice of the attention output (the input of the output projection) is set to 0, or to "
-    "its mean over reference sentences, and the model runs again. What the model loses is the head's causal effect."
+    t(
+        "Attention weights show where a head looks, not whether the model needs it. Ablating a head is an "
+        "experiment: its slice of the attention output (the input of the output projection) is set to 0, or to "
+        "its mean over reference sentences, and the model runs again. What the model loses is the head's causal "
+        "effect."
+    )
 )
 selection = session.selection()
 run = sidebar.current_run()
@@ -47,31 +51,32 @@ if run is None:
 model = sidebar.current_model()
 if model is None:
     st.stop()
-st.caption(f"{messages.md_escape(selection.model)} has {model.head_description}.")
+st.caption(t("{model} has {head}.", model=messages.md_escape(selection.model), head=t(model.head_description)))
 S = AblateSettings.declarations()
 
 with messages.error_display():
     # 1. Pick heads: click the map, or take the strongest heads of a score.
-    st.subheader("1. Pick heads")
+    st.subheader(t("1. Pick heads"))
     scores = ablate.map_scores(run, selection.model)
     names = ablate.head_names(run.num_layers, run.num_heads)
     # The heads to ablate: the map below marks them before their box is drawn.
     heads = HEADS.start(address.head_names(run.num_layers, run.num_heads))
     HEADS.set([h for h in heads if h in names])
     cols = st.columns([3, 1, 1])
-    labels = {name: label for name, (label, _) in scores.items()}
+    labels = {name: t(label) for name, (label, _) in scores.items()}
     colour = S["colour"].select(cols[0].selectbox, labels, default=next(iter(labels)), format_func=labels.get)
-    label, values = scores[colour]
+    label, values = t(scores[colour][0]), scores[colour][1]
     top_k = S["top_k"].number(cols[1].number_input, maximum=len(names), default=min(ablate.PICK_TOP, len(names)))
     cols[2].button(
-        "Pick the strongest", key="ablate_pick_top", on_click=pick_strongest, args=(values, names, int(top_k))
+        t("Pick the strongest"), key="ablate_pick_top", on_click=pick_strongest, args=(values, names, int(top_k))
     )
     charts.show_chart(
         head_score_map(
             values,
             AblateSettings.from_session().chosen,
-            label=label.split(" (")[0],
-            title="Click a head to add or remove it (x)",
+            label=label.split(" (")[0].split("（")[0],
+            title=t("Click a head to add or remove it (x)"),
+            words={word: t(word) for word in ("layer", "head")},
         ),
         key=MAP_KEY,
         filename="headscope-ablate-map",
@@ -82,29 +87,32 @@ with messages.error_display():
     ablation = S["ablation"].select(st.radio, horizontal=True)
     if ablation == "mean":
         st.caption(
-            f"Mean ablation replaces each head's output by its mean over every token of the first "
-            f"{MEAN_REFERENCE_SENTENCES} UD English EWT dev sentences."
+            t(
+                "Mean ablation replaces each head's output by its mean over every token of the first {count} UD "
+                "English EWT dev sentences.",
+                count=MEAN_REFERENCE_SENTENCES,
+            )
         )
 
     # 2. The effect on this sentence.
-    st.subheader("2. The effect on this sentence")
+    st.subheader(t("2. The effect on this sentence"))
     chosen = AblateSettings.from_session()
     if not chosen.heads:
-        st.info("Pick at least one head above to see what ablating it does.")
+        st.info(t("Pick at least one head above to see what ablating it does."))
     else:
         effect = ablate.effect(chosen, selection, run)
         table = effect.table
         if effect.mean_before is not None:
             cols = st.columns(3)
-            cols[0].metric("Mean loss before", f"{effect.mean_before:.3f}")
+            cols[0].metric(t("Mean loss before"), f"{effect.mean_before:.3f}")
             cols[1].metric(
-                "After ablation",
+                t("After ablation"),
                 f"{effect.mean_after:.3f}",
                 delta=f"{effect.mean_after - effect.mean_before:+.3f}",
                 delta_color="inverse",
             )
-            cols[2].metric("Heads ablated", len(chosen.heads))
-            what = (
+            cols[2].metric(t("Heads ablated"), len(chosen.heads))
+            what = t(
                 "loss of predicting each token from the ones before it (nats)"
                 if model.lm_head_kind == "causal"
                 else "loss of each token when it is masked (nats)"
@@ -114,36 +122,44 @@ with messages.error_display():
                     table["token"].tolist(),
                     table["loss_after"].to_numpy(),
                     table["loss_before"].to_numpy(),
-                    label="loss",
+                    label=t("loss"),
                     positions=table["position"].tolist(),
                 ),
                 key="ablate_losses",
                 filename="headscope-ablate-losses",
             )
-            st.caption(f"Per token: the {what}, before (grey) and after (red).")
+            st.caption(t("Per token: the {what}, before (grey) and after (red).", what=what))
         else:
-            st.metric("Output change (cosine distance of the sentence embedding)", f"{effect.after.output_change:.4g}")
+            st.metric(
+                t("Output change (cosine distance of the sentence embedding)"), f"{effect.after.output_change:.4g}"
+            )
             charts.show_chart(
                 token_change_bars(
                     table["token"].tolist(),
                     table["output_change"].to_numpy(),
-                    label="output change (1 - cos)",
+                    label=t("output change (1 - cos)"),
                     positions=table["position"].tolist(),
                 ),
                 key="ablate_losses",
                 filename="headscope-ablate-output-change",
             )
             st.caption(
-                "This encoder has no language-model head, so there is no loss: the bars are how far each token's "
-                "final vector turned (1 - cosine similarity to the unablated run)."
+                t(
+                    "This encoder has no language-model head, so there is no loss: the bars are how far each "
+                    "token's final vector turned (1 - cosine similarity to the unablated run)."
+                )
             )
-        st.dataframe(table, hide_index=True, width="stretch")
+        st.dataframe(ablate.columns_shown(table), hide_index=True, width="stretch")
         later = ablate.later_layers(chosen.chosen, run.num_layers)
         if later is not None:
             layer = S["later_layer"].number(st.slider, minimum=later[0], maximum=later[1], default=later[0])
             st.caption(
-                f"Layer {layer}: attention after ablation minus before (red: more attention after, blue: less). "
-                f"Layers up to {later[0] - 1} are unchanged."
+                t(
+                    "Layer {layer}: attention after ablation minus before (red: more attention after, blue: less). "
+                    "Layers up to {last} are unchanged.",
+                    layer=layer,
+                    last=later[0] - 1,
+                )
             )
             views.difference_view(
                 effect.after,
@@ -151,47 +167,57 @@ with messages.error_display():
                 layer,
                 layer,
                 key="ablate_difference",
-                titles=("after ablation", "before"),
-                title=f"Layer {layer}: after − before",
+                titles=(t("after ablation"), t("before")),
+                title=t("Layer {layer}: after − before", layer=layer),
             )
 
     # 3. One-click experiments, with their controls.
-    st.subheader("3. Experiments")
+    st.subheader(t("3. Experiments"))
     if model.lm_head_kind == "causal":
-        with st.expander("Induction: ablate the top heads of a role vs random heads", expanded=True):
+        with st.expander(t("Induction: ablate the top heads of a role vs random heads"), expanded=True):
             st.caption(
-                "Sequences of random tokens, each repeated once (BOS + 50 tokens + the same 50). A model that "
-                "copies predicts the repeated half well; induction heads are how. The top-k heads of the chosen "
-                "score are ablated, and, as the control, k random heads in several draws."
+                t(
+                    "Sequences of random tokens, each repeated once (BOS + 50 tokens + the same 50). A model that "
+                    "copies predicts the repeated half well; induction heads are how. The top-k heads of the chosen "
+                    "score are ablated, and, as the control, k random heads in several draws."
+                )
             )
             cols = st.columns(4)
             S["role"].select(cols[0].selectbox)
             S["k"].number(cols[1].number_input, maximum=len(names), default=min(ablate.PICK_TOP, len(names)))
             S["draws"].number(cols[2].number_input)
-            if cols[3].button("Run", key="ablate_induction_run", type="primary"):
+            if cols[3].button(t("Run"), key="ablate_induction_run", type="primary"):
                 ablate.run_induction(selection.model, AblateSettings.from_session())
             induction = ablate.induction(selection.model)
             if induction is not None:
                 frame, summary = induction
-                st.dataframe(summary, hide_index=True, width="stretch")
+                st.dataframe(ablate.conditions_shown(summary), hide_index=True, width="stretch")
                 charts.show_chart(
                     condition_bars(
-                        summary, label="loss on the repeated half (nats)", title="Loss on the repeated half"
+                        summary,
+                        label=t("loss on the repeated half (nats)"),
+                        title=t("Loss on the repeated half"),
+                        words={
+                            **{c: ablate.condition_shown(c) for c in summary["condition"]},
+                            **{word: t(word) for word in ("mean", "draws")},
+                        },
                     ),
                     key="ablate_induction_chart",
                     filename="headscope-induction",
                 )
-                with st.expander("Every condition"):
-                    st.dataframe(frame, hide_index=True, width="stretch")
+                with st.expander(t("Every condition")):
+                    st.dataframe(ablate.conditions_shown(frame), hide_index=True, width="stretch")
     else:
-        st.caption("The induction experiment needs a decoder with its language-model head.")
+        st.caption(t("The induction experiment needs a decoder with its language-model head."))
 
-    with st.expander("Importance ranking and the pruning curve (Michel et al. 2019)", expanded=False):
+    with st.expander(t("Importance ranking and the pruning curve (Michel et al. 2019)"), expanded=False):
         st.caption(
-            "Importance: |dL/dxi| of a gate xi = 1 multiplied on each head's output, summed over sentences and "
-            "normalised per layer. Then heads are removed, least important first, and the loss is measured as "
-            "they go; the control removes them in random orders. Models without a head use the output change, "
-            "and the loss change when each head alone is ablated as importance."
+            t(
+                "Importance: |dL/dxi| of a gate xi = 1 multiplied on each head's output, summed over sentences and "
+                "normalised per layer. Then heads are removed, least important first, and the loss is measured as "
+                "they go; the control removes them in random orders. Models without a head use the output change, "
+                "and the loss change when each head alone is ablated as importance."
+            )
         )
         config = settings()
         cols = st.columns(4)
@@ -202,27 +228,37 @@ with messages.error_display():
         )
         S["method"].select(cols[1].selectbox)
         S["orders"].number(cols[2].number_input)
-        if cols[3].button("Compute", key="ablate_importance_run", type="primary"):
+        if cols[3].button(t("Compute"), key="ablate_importance_run", type="primary"):
             ablate.compute_importance(selection.model, AblateSettings.from_session())
         ranked = ablate.importance(selection.model)
         if ranked is not None:
             importance, curves = ranked
             st.caption(
-                f"{importance.attrs['method']} importance over {importance.attrs['texts']} sentences, "
-                f"measured on the {importance.attrs['loss']}. The heads map above can now be coloured by it."
+                t(
+                    "{method} importance over {texts} sentences, measured on the {loss}. The heads map above can now "
+                    "be coloured by it.",
+                    method=t(importance.attrs["method"]),
+                    texts=importance.attrs["texts"],
+                    loss=t(importance.attrs["loss"]),
+                )
             )
             charts.show_chart(
                 pruning_figure(
-                    curves, label=curves.attrs.get("measure", "loss"), title="Pruning: importance vs random order"
+                    curves,
+                    label=t(curves.attrs.get("measure", "loss")),
+                    title=t("Pruning: importance vs random order"),
+                    words={word: t(word) for word in PRUNING_WORDS},
                 ),
                 key="ablate_pruning",
                 filename="headscope-pruning",
             )
             st.dataframe(
-                importance.sort_values("importance", ascending=False).head(10), hide_index=True, width="stretch"
+                ablate.columns_shown(importance.sort_values("importance", ascending=False).head(10)),
+                hide_index=True,
+                width="stretch",
             )
             st.download_button(
-                "Importance (CSV)",
+                t("Importance (CSV)"),
                 importance.to_csv(index=False).encode(),
                 f"headscope-{downloads.model_slug(selection.model)}-importance.csv",
                 "text/csv",

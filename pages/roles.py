@@ -11,7 +11,8 @@ from mha_core.analysis.metrics import METRIC_DESCRIPTIONS
 from mha_core.analysis.roles import ROLE_GROUPS
 from ui import computations, figures, session, shell
 from ui import page_roles as page
-from ui.figures.roles import SOURCE_KEY, head_layout_map, role_map
+from ui.figures.roles import HOVER_WORDS, ROLE_GROUP_LABELS, SOURCE_KEY, SOURCE_WORDS, head_layout_map, role_map
+from ui.i18n import t
 from ui.page_roles import RolesSettings
 from ui.settings import PROFILE_SENTENCES, settings
 from ui.widgets import charts, joint_qk, messages, pickers, sidebar, views
@@ -49,10 +50,12 @@ def select_from_chart(chart_key: str) -> None:
 
 def profile_controls(run, model_name: str) -> None:
     """The corpus profile: UD EWT dev sentences with gold trees (and, for decoders, repeated random tokens)."""
-    with st.expander("Corpus profile: syntactic, coreference and decoder heads", expanded=False):
+    with st.expander(t("Corpus profile: syntactic, coreference and decoder heads"), expanded=False):
         st.caption(
-            "Scores every head on sentences of the UD English EWT dev split (gold trees) and, for decoders, "
-            "on repeated random tokens. Results are cached per model."
+            t(
+                "Scores every head on sentences of the UD English EWT dev split (gold trees) and, for decoders, "
+                "on repeated random tokens. Results are cached per model."
+            )
         )
         config = settings()
         cols = st.columns([2, 1])
@@ -64,14 +67,16 @@ def profile_controls(run, model_name: str) -> None:
         )
         if config.classroom:
             st.caption(
-                f"On this shared server a profile holds at most {config.max_profile_sentences} sentences, "
-                "and one runs at a time."
+                t(
+                    "On this shared server a profile holds at most {count} sentences, and one runs at a time.",
+                    count=config.max_profile_sentences,
+                )
             )
-        if cols[1].button("Profile heads", key="roles_profile_button", type="primary"):
+        if cols[1].button(t("Profile heads"), key="roles_profile_button", type="primary"):
             page.ask_profile(model_name, sentences)
         said = page.run_profile(model_name, run.is_causal, config.classroom)
         if said is not None:
-            (st.warning if said[0] == "warning" else st.error)(said[1])
+            (st.warning if said[0] == "warning" else st.error)(t(said[1]) if said[0] == "warning" else said[1])
 
 
 def source_choice(model_name: str) -> str:
@@ -80,29 +85,35 @@ def source_choice(model_name: str) -> str:
     if sentences is None:
         return "sentence"
     declared = S["source"]
-    return declared.select(st.radio, horizontal=True, help=declared.help.format(sentences=sentences))
+    return declared.select(st.radio, horizontal=True, help=t(declared.help, sentences=sentences))
 
 
 def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> tuple[int, int]:
     """One head: its roles with score, threshold and evidence, its attention, every measurement. Returns the head
     ``(layer, head)``."""
-    st.subheader("Evidence for one head")
+    st.subheader(t("Evidence for one head"))
     cols = st.columns(2)
     layer = pickers.select_layer(run.num_layers, container=cols[0])
     head = pickers.select_head(run.num_heads, container=cols[1])
     own = roles[(roles["layer"] == layer) & (roles["head"] == head)]
     if own.empty:
-        st.info(f"Layer {layer} head {head}: no role passes its threshold on this evidence.")
+        st.info(t("Layer {layer} head {head}: no role passes its threshold on this evidence.", layer=layer, head=head))
     else:
+        own = page.roles_shown(own).assign(source=[t(source) for source in own["source"]])
         st.dataframe(
             own[["role", "score", "threshold", "n", "baseline", "ci_low", "ci_high", "source", "evidence"]],
             hide_index=True,
             width="stretch",
             column_config={
-                "baseline": st.column_config.NumberColumn("chance", format="%.3f"),
-                "ci_low": st.column_config.NumberColumn("95% CI from", format="%.3f"),
-                "ci_high": st.column_config.NumberColumn("95% CI to", format="%.3f"),
+                "role": st.column_config.TextColumn(t("role")),
+                "score": st.column_config.NumberColumn(t("score")),
+                "threshold": st.column_config.NumberColumn(t("threshold")),
+                "baseline": st.column_config.NumberColumn(t("chance"), format="%.3f"),
+                "ci_low": st.column_config.NumberColumn(t("95% CI from"), format="%.3f"),
+                "ci_high": st.column_config.NumberColumn(t("95% CI to"), format="%.3f"),
                 "n": st.column_config.NumberColumn("n", format="%d"),
+                "source": st.column_config.TextColumn(t("source")),
+                "evidence": st.column_config.TextColumn(t("evidence")),
             },
         )
         # The evidence in full (a table cell cuts it): a syntactic role's both halves, every role's numbers.
@@ -115,7 +126,7 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> tuple[int,
                 run.attentions[layer, head],
                 run.tokens,
                 run.tokens,
-                title=f"Layer {layer} head {head} on the current sentence",
+                title=t("Layer {layer} head {head} on the current sentence", layer=layer, head=head),
                 **views.figure_options(run),
             ),
             key="roles_head_heatmap",
@@ -128,14 +139,16 @@ def head_evidence(run, metrics: pd.DataFrame, roles: pd.DataFrame) -> tuple[int,
 
 
 # ---- the page -------------------------------------------------------------------------------------------
-st.title("Head roles")
+st.title(t("Head roles"))
 st.caption(
-    "Every head measured on the current sentence and named after the published tests it passes. "
-    "Hover a head for its role, score and evidence; click one to open its evidence below. "
-    "Formulas and thresholds: docs/metrics.md."
+    t(
+        "Every head measured on the current sentence and named after the published tests it passes. "
+        "Hover a head for its role, score and evidence; click one to open its evidence below. "
+        "Formulas and thresholds: docs/metrics.md."
+    )
 )
-with st.expander("What the words mean", icon=":material/menu_book:"):
-    st.markdown(GLOSSARY)
+with st.expander(t("What the words mean"), icon=":material/menu_book:"):
+    st.markdown(t(GLOSSARY))
 selection = session.selection()
 run = sidebar.current_run()
 if run is None:
@@ -147,20 +160,27 @@ with messages.error_display():
     roles, primary, dependency = page.roles_of(run, selection.model, metrics, semantic, source_choice(selection.model))
 
     counts = primary["group"].value_counts()
-    st.subheader("Role of every head")
+    st.subheader(t("Role of every head"))
     st.caption(
-        "Each cell names its head's role group; the shape in its corner says where the evidence comes from: "
-        f"{SOURCE_KEY}. A role is named only when its 95% interval clears what chance would give; a syntactic "
-        "role only when it holds on sentences it was not chosen on (table below)."
+        t(
+            "Each cell names its head's role group; the shape in its corner says where the evidence comes from: "
+            "{key}. A role is named only when its 95% interval clears what chance would give; a syntactic "
+            "role only when it holds on sentences it was not chosen on (table below).",
+            key=t(SOURCE_KEY),
+        )
     )
-    st.caption(" · ".join(f"{group}: {counts.get(group, 0)}" for group in ROLE_GROUPS if counts.get(group, 0)))
+    st.caption(" · ".join(f"{t(group)}: {counts.get(group, 0)}" for group in ROLE_GROUPS if counts.get(group, 0)))
+    words = {
+        word: t(word) for word in (*ROLE_GROUPS, *ROLE_GROUP_LABELS.values(), *SOURCE_WORDS.values(), *HOVER_WORDS)
+    }
     charts.show_chart(
         role_map(
-            primary,
+            page.roles_shown(primary),
             run.num_layers,
             run.num_heads,
             ROLE_GROUPS,
-            title=f"{run.num_layers} layers x {run.num_heads} heads, coloured by role",
+            title=t("{layers} layers x {heads} heads, coloured by role", layers=run.num_layers, heads=run.num_heads),
+            words=words,
         ),
         key=MAP_KEY,
         filename="headscope-roles",
@@ -171,23 +191,31 @@ with messages.error_display():
     if S["causal"].toggle():
         effect = computations.role_ablation(selection.model, run, primary)
         st.caption(
-            "All heads of a role zero-ablated at once (Ablate page, mha_core.interventions): how much the "
-            f"{effect['measure'].iloc[0] if len(effect) else 'loss'} of this sentence rises. A role whose heads "
-            "change nothing is a pattern the model does not need here."
+            t(
+                "All heads of a role zero-ablated at once (Ablate page, mha_core.interventions): how much the "
+                "{measure} of this sentence rises. A role whose heads change nothing is a pattern the model does "
+                "not need here.",
+                measure=t(effect["measure"].iloc[0] if len(effect) else "loss"),
+            )
         )
-        st.dataframe(effect, hide_index=True, width="stretch")
+        st.dataframe(page.role_effect_shown(effect), hide_index=True, width="stretch")
 
     if dependency is not None:
-        st.subheader("Best head per dependency relation, chosen on one half and tested on the other")
+        st.subheader(t("Best head per dependency relation, chosen on one half and tested on the other"))
         st.caption(
-            "Clark et al. (2019): accuracy of the head's word-level argmax at finding the parent (or a child) "
-            "against a fixed-offset baseline, on UD English EWT dev. The sentences fall in two halves by a hash "
-            "of their words: the head is chosen on the selection half, then measured on the held-out half against "
-            "the best fixed offset of the held-out half itself (the offset the selection half chose is shown beside "
-            "it), with a 95% interval over sentences. A role is named (first column) only when the held-out margin "
-            f"beats +{roles_module.SYNTACTIC_MIN_MARGIN:.0%} in a one-sided test (Student's t over the held-out "
-            f"sentences, at least {roles_module.SYNTACTIC_MIN_SENTENCES} of them), Holm-corrected over every head, "
-            f"relation and direction tried (relations with >= {roles_module.SYNTACTIC_MIN_COUNT} cases)."
+            t(
+                "Clark et al. (2019): accuracy of the head's word-level argmax at finding the parent (or a child) "
+                "against a fixed-offset baseline, on UD English EWT dev. The sentences fall in two halves by a hash "
+                "of their words: the head is chosen on the selection half, then measured on the held-out half "
+                "against the best fixed offset of the held-out half itself (the offset the selection half chose is "
+                "shown beside it), with a 95% interval over sentences. A role is named (first column) only when the "
+                "held-out margin beats +{margin} in a one-sided test (Student's t over the held-out sentences, at "
+                "least {sentences} of them), Holm-corrected over every head, relation and direction tried "
+                "(relations with >= {count} cases).",
+                margin=f"{roles_module.SYNTACTIC_MIN_MARGIN:.0%}",
+                sentences=roles_module.SYNTACTIC_MIN_SENTENCES,
+                count=roles_module.SYNTACTIC_MIN_COUNT,
+            )
         )
         min_count = S["min_count"].number(st.number_input)
         best = page.heldout_rows(mha_core.best_heldout_heads(dependency, min_count=int(min_count)))
@@ -199,33 +227,42 @@ with messages.error_display():
             column_config={
                 column: (
                     st.column_config.NumberColumn(
-                        label, format=page.HELDOUT_NUMBERS[column], help=help_text or None, width=width
+                        t(label), format=page.HELDOUT_NUMBERS[column], help=t(help_text) or None, width=width
                     )
                     if column in page.HELDOUT_NUMBERS
-                    else st.column_config.CheckboxColumn(label, help=help_text, width=width, pinned=True)
+                    else st.column_config.CheckboxColumn(t(label), help=t(help_text), width=width, pinned=True)
                     if column == "named"
                     else st.column_config.TextColumn(
-                        label, help=help_text or None, width=width, pinned=column == "relation" or None
+                        t(label), help=t(help_text) or None, width=width, pinned=column == "relation" or None
                     )
                 )
                 for column, (label, width, help_text) in page.HELDOUT_TABLE.items()
             },
         )
 
-    st.subheader("Map of heads")
+    st.subheader(t("Map of heads"))
     color_by = S["colour_by"].select(st.radio, horizontal=True)
     st.caption(
-        "Classical MDS of the Jensen-Shannon distances between heads (Clark et al. 2019): heads that "
-        "attend alike sit close together."
+        t(
+            "Classical MDS of the Jensen-Shannon distances between heads (Clark et al. 2019): heads that "
+            "attend alike sit close together."
+        )
     )
     if run.num_tokens > computations.DISTANCE_MAX_QUERIES:
         st.caption(
-            f"{run.num_tokens} tokens: distances are averaged over {computations.DISTANCE_MAX_QUERIES} evenly "
-            "spaced query tokens to keep this page fast."
+            t(
+                "{tokens} tokens: distances are averaged over {queries} evenly spaced query tokens to keep this "
+                "page fast.",
+                tokens=run.num_tokens,
+                queries=computations.DISTANCE_MAX_QUERIES,
+            )
         )
-    table = distances.layout_frame().merge(primary[["layer", "head", "role", "group"]], on=["layer", "head"])
+    shown_roles = page.roles_shown(primary)[["layer", "head", "role", "group"]]
+    table = distances.layout_frame().merge(shown_roles, on=["layer", "head"])
     charts.show_chart(
-        head_layout_map(table, ROLE_GROUPS, color_by=color_by, title="Heads placed by how alike they attend"),
+        head_layout_map(
+            table, ROLE_GROUPS, color_by=color_by, title=t("Heads placed by how alike they attend"), words=words
+        ),
         key=LAYOUT_KEY,
         filename="headscope-head-map",
         on_select=lambda: select_from_chart(LAYOUT_KEY),
@@ -233,26 +270,34 @@ with messages.error_display():
     )
     if distances.collapse_groups:
         groups = "; ".join(", ".join(f"L{l}H{h}" for l, h in group) for group in distances.collapse_groups)
-        st.warning(f"Near-identical heads (mean JS divergence < {distances.collapse_threshold} bit): {groups}")
+        st.warning(
+            t(
+                "Near-identical heads (mean JS divergence < {threshold} bit): {groups}",
+                threshold=distances.collapse_threshold,
+                groups=groups,
+            )
+        )
     else:
-        st.caption(f"No collapse: no two heads are closer than {distances.collapse_threshold} bit.")
+        st.caption(
+            t("No collapse: no two heads are closer than {threshold} bit.", threshold=distances.collapse_threshold)
+        )
 
-    st.subheader("Per-layer curves")
+    st.subheader(t("Per-layer curves"))
     charts.show_chart(
         figures.layer_curves(
             distances.layer_spread(),
             "distance_to_layer",
-            label="JS divergence to the other heads of the layer (bits)",
-            title="Diversity: mean JS distance between the heads of a layer (dots: each head to the others)",
+            label=t("JS divergence to the other heads of the layer (bits)"),
+            title=t("Diversity: mean JS distance between the heads of a layer (dots: each head to the others)"),
         ),
         key="roles_diversity",
         filename="headscope-diversity",
     )
-    measure = S["measure"].select(
-        st.selectbox, page.measurements(metrics), format_func=lambda name: METRIC_DESCRIPTIONS.get(name, name)
-    )
+    # Each choice in words, worked out now (a format function runs outside the page's run too: AppTest).
+    described = {name: t(METRIC_DESCRIPTIONS.get(name, name)) for name in page.measurements(metrics)}
+    measure = S["measure"].select(st.selectbox, list(described), format_func=described.get)
     charts.show_chart(
-        figures.layer_curves(metrics, measure, label=METRIC_DESCRIPTIONS.get(measure, measure)),
+        figures.layer_curves(metrics, measure, label=t(METRIC_DESCRIPTIONS.get(measure, measure))),
         key="roles_curve",
         filename=f"headscope-{measure}",
     )

@@ -29,7 +29,7 @@ ALLOWED = {
     "attentionviz", "kendall", "seeds",
     "top",  # top-k, top-p: written so in Chinese texts too
     "sin", "cos", "pos", "rope",  # a formula's symbols, rotary position embedding's name
-    "elhage", "wang", "kovaleva", "vig", "belinkov", "abnar", "zuidema", "kobayashi", "voita", "michel",
+    "elhage", "wang", "kovaleva", "vig", "belinkov", "abnar", "zuidema", "kobayashi", "voita", "michel", "yeh",
 }  # fmt: skip
 ICON = re.compile(r":material/[a-z_]+:")
 TABLE_WORDS = ("step", "kind", "quantity", "note")  # the tables' columns of words (the others: formulas, numbers)

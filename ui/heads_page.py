@@ -49,7 +49,7 @@ def circuits_patching(model_name: str) -> tuple[str, object] | None:
         table = computations.circuit_patching(model_name, *prompts, answer, foil, settings.method)
     except HeadscopeError:
         return None  # prompts the Circuits page refuses: nothing was measured
-    return f"Circuits page: {clean!r} -> {answer!r}", table
+    return t("Circuits page: {clean} -> {answer}", clean=repr(clean), answer=repr(answer)), table
 
 
 def measured_effects(model_name: str) -> dict:
@@ -67,7 +67,7 @@ def measured_effects(model_name: str) -> dict:
         started = True
     if started:
         importance, _ = compute.compute(operation, get_model(model_name))  # (importance, no pruning curves)
-        measured[f"UD EWT dev, {ABLATION_SENTENCES} sentences"] = importance
+        measured[t("UD EWT dev, {count} sentences", count=ABLATION_SENTENCES)] = importance
     patching = circuits_patching(model_name)
     if patching is not None:
         measured[patching[0]] = patching[1]
@@ -92,14 +92,20 @@ def open_in_explore(query: dict[str, str]) -> None:
 def show_context(cards, card, context, kind: str, *, index: int, selection) -> None:
     left, right = st.columns([5, 1])
     left.markdown(page_heads.marked_tokens(context))
-    left.caption(f"sentence {context.sentence}: {page_heads.context_caption(context, kind)}")
-    if right.button("Open in Explore", key=f"heads_open_{kind}_{index}"):
+    left.caption(
+        t(
+            "sentence {sentence}: {caption}",
+            sentence=context.sentence,
+            caption=page_heads.context_caption(context, kind),
+        )
+    )
+    if right.button(t("Open in Explore"), key=f"heads_open_{kind}_{index}"):
         open_in_explore(page_heads.explore_link(cards, card, context, selection.model, selection.engine))
 
 
 def show_card(cards, card, selection, measured: dict) -> None:
-    st.subheader(f"Head {card.layer}-{card.head}")
-    st.table(pd.DataFrame(page_heads.card_numbers(card), columns=["number", "value"]).set_index("number"))
+    st.subheader(t("Head {layer}-{head}", layer=card.layer, head=card.head))
+    st.table(pd.DataFrame(page_heads.card_numbers(card), columns=[t("number"), t("value")]).set_index(t("number")))
     st.markdown(f"**{t('Measured effects')}**")
     rows = page_heads.effect_rows(head_effects(card.layer, card.head, measured))
     st.table(
@@ -108,32 +114,37 @@ def show_card(cards, card, selection, measured: dict) -> None:
         )
     )
     st.caption(
-        f"Tokens: the query on :{page_heads.QUERY_MARK}-background[blue], the key on "
-        f":{page_heads.KEY_MARK}-background[orange]."
+        t(
+            "Tokens: the query on {query}, the key on {key}.",
+            query=f":{page_heads.QUERY_MARK}-background[{t('blue')}]",
+            key=f":{page_heads.KEY_MARK}-background[{t('orange')}]",
+        )
     )
     titles = {
         "attention": "Where it puts the most weight on a key other than a sink (a special token or the first token)",
         "output": "Where its output (the norm of what it writes, z W_O) is largest",
     }
     for kind, title in titles.items():
-        st.markdown(f"**{title}**")
+        st.markdown(f"**{t(title)}**")
         contexts = card.contexts(kind)
         if not contexts:
-            st.caption("No context: every key of these sentences is a sink.")
+            st.caption(t("No context: every key of these sentences is a sink."))
         for index, context in enumerate(contexts[:CONTEXTS_SHOWN]):
             show_context(cards, card, context, kind, index=index, selection=selection)
         if len(contexts) > CONTEXTS_SHOWN:
-            with st.expander(f"Every context ({len(contexts)})"):
+            with st.expander(t("Every context ({count})", count=len(contexts))):
                 for index, context in enumerate(contexts[CONTEXTS_SHOWN:], start=CONTEXTS_SHOWN):
                     show_context(cards, card, context, kind, index=index, selection=selection)
 
 
 def show() -> None:
-    st.title("Heads")
+    st.title(t("Heads"))
     st.caption(
-        "A card for every head, read over many sentences: its roles with their numbers, the sentences where it "
-        "looks hardest at something other than a sink and where it writes the most, and what its weights do "
-        "(copying, previous token). Search the cards, open a head, open any of its sentences in Explore."
+        t(
+            "A card for every head, read over many sentences: its roles with their numbers, the sentences where it "
+            "looks hardest at something other than a sink and where it writes the most, and what its weights do "
+            "(copying, previous token). Search the cards, open a head, open any of its sentences in Explore."
+        )
     )
     selection = session.selection()
     model = sidebar.current_model()
@@ -146,31 +157,35 @@ def show() -> None:
         operation = cards_operation(selection.model, sentences)
         with cols[1]:
             started = pickers.start_button(
-                "Build the cards", key=f"heads_cards_{selection.model}_{sentences}", ready=compute.ready(operation)
+                t("Build the cards"), key=f"heads_cards_{selection.model}_{sentences}", ready=compute.ready(operation)
             )
         if not started:
             st.info(
-                f"Build the cards of {messages.md_escape(selection.model)} over {sentences} UD English EWT dev "
-                "sentences: one pass for the profile, one for the contexts (heavy work: it waits its turn)."
+                t(
+                    "Build the cards of {model} over {sentences} UD English EWT dev sentences: one pass for the "
+                    "profile, one for the contexts (heavy work: it waits its turn).",
+                    model=messages.md_escape(selection.model),
+                    sentences=sentences,
+                )
             )
             return
         cards = compute.compute(operation, get_model(selection.model))
-        st.caption(f"Cards over {cards.num_sentences} sentences.")
+        st.caption(t("Cards over {count} sentences.", count=cards.num_sentences))
         query = S["search"].text(what="search")
         composition = None
         if page_heads.wants_composition(query):
             operation = Composition(selection.model)
             if pickers.start_button(
-                "Compute the composition", key=f"heads_composition_{selection.model}", ready=compute.ready(operation)
+                t("Compute the composition"), key=f"heads_composition_{selection.model}", ready=compute.ready(operation)
             ):
                 composition = compute.compute(operation, get_model(selection.model))
         found, refused = page_heads.search_rows(cards, query, composition)
         if refused is not None:
-            st.warning(messages.md_escape(refused))
+            st.warning(messages.md_escape(page_heads.refusal_shown(refused)))
         else:
             st.caption(t("Click a row to open that head's card."))
             st.dataframe(
-                found,
+                page_heads.found_shown(found),
                 hide_index=True,
                 key=FOUND_KEY,
                 on_select=functools.partial(open_found_row, found),

@@ -16,6 +16,8 @@ from mha_core.interventions.importance import IMPORTANCE_METHODS
 from mha_core.models.ablation import parse_heads
 from mha_core.models.outputs import loss_table
 from ui import computations, page_state
+from ui.i18n import t
+from ui.page_roles import shown_by_templates
 from ui.page_settings import PageSettings, setting
 
 ABLATION_LABELS = {"zero": "zero (the head's output set to 0)", "mean": "mean (its average over reference sentences)"}
@@ -175,3 +177,23 @@ def importance(model_name: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     table, curves = computations.importance_and_pruning(model_name, *asked, PRUNING_STEPS)
     page_state.remember(page_state.ABLATE_IMPORTANCE, model_name, table)
     return table, curves
+
+
+def columns_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its columns named in the session's language (its values as they are)."""
+    return table.rename(columns={column: t(column) for column in table.columns})
+
+
+# The induction experiment's conditions as ``mha_core.interventions.experiments`` names them (``shown_by_templates``).
+CONDITION_TEMPLATES = ("top {k} {role}", "{k} random")
+
+
+def condition_shown(condition: str) -> str:
+    """An induction experiment's condition ("top 5 induction", "5 random", "none") in the session's language."""
+    return shown_by_templates(condition, CONDITION_TEMPLATES, (*DECODER_SCORES, "none"))
+
+
+def conditions_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The experiment's table (every condition, or its summary) with its conditions and columns in the session's
+    language."""
+    return columns_shown(table.assign(condition=[condition_shown(c) for c in table["condition"]]))

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from mha_core.corpus.card_effects import HeadEffect
-from mha_core.corpus.card_search import CardSearchError, needs_composition, search_cards
+from mha_core.corpus.card_search import QUERY_FORMS, CardSearchError, needs_composition, search_cards
 from mha_core.corpus.cards import CardContext, HeadCard, HeadCards
 from ui.escape import md_escape
-from ui.i18n import t
+from ui.i18n import chinese, t
+from ui.page_roles import role_shown, shown_by_templates
 from ui.page_settings import PageSettings, setting
 
 # The heads' ablation effect the page measures on a click: each head alone zeroed over this many UD EWT dev
@@ -87,30 +88,79 @@ def context_caption(context: CardContext, kind: str) -> str:
     """What a context's numbers say, in words."""
     query, key = md_escape(context.tokens[context.query]), md_escape(context.tokens[context.key])
     if kind == "attention":
-        return f"query {context.query} ({query}) puts {context.weight:.0%} on key {context.key} ({key})"
-    return (
-        f"output norm {context.value:.3g} at {context.query} ({query}), which looks most at {context.key} ({key}, "
-        f"{context.weight:.0%})"
+        return t(
+            "query {query} ({query_token}) puts {weight} on key {key} ({key_token})",
+            query=context.query,
+            query_token=query,
+            weight=f"{context.weight:.0%}",
+            key=context.key,
+            key_token=key,
+        )
+    return t(
+        "output norm {norm} at {query} ({query_token}), which looks most at {key} ({key_token}, {weight})",
+        norm=f"{context.value:.3g}",
+        query=context.query,
+        query_token=query,
+        key=context.key,
+        key_token=key,
+        weight=f"{context.weight:.0%}",
     )
 
 
 def card_numbers(card: HeadCard) -> list[tuple[str, str]]:
     """(name, value in words) of the card's numbers, for its table."""
-    rows = [("primary role", card.primary_role)]
+    rows = [(t("primary role"), role_shown(card.primary_role))]
     for role in card.roles:
-        rows.append((f"role {role['role']}", f"{role['score']:.3g} (threshold {role['threshold']:.3g})"))
+        rows.append(
+            (
+                t("role {role}", role=role_shown(role["role"])),
+                t(
+                    "{score} (threshold {threshold})",
+                    score=f"{role['score']:.3g}",
+                    threshold=f"{role['threshold']:.3g}",
+                ),
+            )
+        )
     if card.copying is not None:
-        rows.append(("copying score (OV circuit)", f"{card.copying:.3f}"))
-        rows.append(("previous-token score (QK circuit)", f"{card.previous_token:.3f}"))
+        rows.append((t("copying score (OV circuit)"), f"{card.copying:.3f}"))
+        rows.append((t("previous-token score (QK circuit)"), f"{card.previous_token:.3f}"))
     for name, value in card.metrics.items():
         rows.append((name, f"{value:.3f}"))
     return rows
 
 
+# The measured effects' words as ``mha_core.corpus.card_effects`` writes them (``shown_by_templates``).
+EFFECT_TEMPLATES = (
+    "{loss} change when the head alone is zeroed (mean over {texts} texts)",
+    "importance (Michel et al. 2019, gradient) normalised per layer",
+    "importance (Michel et al. 2019, gradient)",
+    "path into {receivers} through their {via}: share of the logit difference ({pair})",
+    "share of the logit difference restored, exact ({pair})",
+    "share of the logit difference restored, attribution estimate ({pair})",
+)
+EFFECT_WORDS = ("next-token loss", "masked-token loss", "output change", "query", "key", "value")
+
+
+def effect_measure_shown(measure: str) -> str:
+    """A measured effect's words in the session's language (its answer and foil stay as written)."""
+    return shown_by_templates(measure, EFFECT_TEMPLATES, EFFECT_WORDS)
+
+
+def found_shown(found: pd.DataFrame) -> pd.DataFrame:
+    """The search's table as shown: its columns named, and its roles, in the session's language."""
+    if not chinese():
+        return found
+    shown = found.copy()
+    for column in ("primary_role", "matched"):
+        if column in shown:
+            shown[column] = [role_shown(str(role)) for role in shown[column]]
+    return shown.rename(columns={column: t(column) for column in shown.columns})
+
+
 def effect_rows(effects: tuple[HeadEffect, ...]) -> list[tuple[str, str, str]]:
     """(what, task, value in words) of a card's measured effects: an ablation and a patching row say "not
     measured" when no table measured them (never a number made up)."""
-    rows = [(f"{e.kind}: {e.measure}", e.task, f"{e.value:+.4g}") for e in effects]
+    rows = [(f"{t(e.kind)}: {effect_measure_shown(e.measure)}", e.task, f"{e.value:+.4g}") for e in effects]
     if not any(e.kind in ("ablation", "importance") for e in effects):
         rows.append((t("ablation effect"), "", t("not measured")))
     if not any(e.kind in ("patching", "path patching") for e in effects):
@@ -122,3 +172,19 @@ def explore_link(cards: HeadCards, card: HeadCard, context: CardContext, model: 
     """The Explore address of ``context``: the library's query with the sidebar's model (as the sidebar names it)
     and engine."""
     return {**cards.explore_query(card, context), "model": model, "engine": engine}
+
+
+# The search's refusals as ``mha_core.corpus.card_search`` words them (``shown_by_templates``); the search words they
+# quote stay English (a search is typed in English).
+REFUSAL_TEMPLATES = (
+    "Type a search: {forms}.",
+    "No head has a role {wanted}. Search for {forms}.",
+    "These cards have no copying scores: the model's family has no OV circuit here.",
+    "Which heads' {side} side comes from {layer}-{head} is read from the composition of every pair of heads "
+    "(mc.composition(model)): compute it and search again.",
+)
+
+
+def refusal_shown(refusal: str) -> str:
+    """The search's refusal in the session's language."""
+    return shown_by_templates(refusal, REFUSAL_TEMPLATES, (QUERY_FORMS, "key", "query", "value"))

@@ -5,7 +5,9 @@ corpus's measurements, the held-out table's rows and one head's measurements. ``
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -16,6 +18,7 @@ from mha_core.analysis.roles import SYNTACTIC_MIN_MARGIN
 from mha_core.errors import HeadscopeError
 from mha_core.interventions.joint_qk import METHODS as QK_METHODS
 from ui import computations, compute, page_state
+from ui.i18n import chinese, t
 from ui.page_settings import PageSettings, setting
 from ui.settings import PROFILE_SENTENCES
 from ui.widgets import messages
@@ -212,8 +215,98 @@ def head_measurements(metrics: pd.DataFrame, layer: int, head: int) -> pd.DataFr
     row = metrics[(metrics["layer"] == layer) & (metrics["head"] == head)].iloc[0]
     return pd.DataFrame(
         {
-            "measurement": [METRIC_DESCRIPTIONS.get(name, name) for name in row.index[2:]],
-            "value": [str(v) if isinstance(v, str) else f"{v:.4g}" for v in row.to_numpy()[2:]],
-            "column": row.index[2:],
+            t("measurement"): [t(METRIC_DESCRIPTIONS.get(name, name)) for name in row.index[2:]],
+            t("value"): [str(v) if isinstance(v, str) else f"{v:.4g}" for v in row.to_numpy()[2:]],
+            t("column"): row.index[2:],
         }
     )
+
+
+# ---- the roles and their evidence as shown -----------------------------------------------------------------
+# The evidence notes ``mha_core.head_roles`` writes (English, numbers inside), as the catalog's templates: a note is
+# matched against each and shown as its entry with the same values (each value shown in its turn: an interval, a
+# unit). A note no template matches shows as it is.
+EVIDENCE_TEMPLATES = (
+    "argmax at offset {offset} in {score} of {unit} ({interval}); a random argmax: {baseline}; needs >= {threshold}",
+    "{score} of attention on positions of no content ([CLS], [SEP], BOS or the first token; {interval}); even "
+    "attention: {baseline}. A no-op or attention sink; needs >= {threshold}",
+    "{score} of attention on punctuation ({interval}); even attention: {baseline}; needs >= {threshold}",
+    "normalised entropy {score} (1 = even over the visible keys; {interval}); needs >= {threshold}",
+    "{label} score {score} on repeated random tokens ({interval}); even attention: {baseline}; needs >= {threshold}",
+    "argmax from the pronoun lands on its antecedent in {accuracy} of {n} pronouns (needs >= {threshold}, >= "
+    "{count} pronouns); prefers the antecedent to the distractor in {score} ({interval}) vs {baseline} for the "
+    "better of first/nearest candidate (needs a margin >= {margin})",
+    "argmax from the pronoun lands on its antecedent in {accuracy} of {n} pronouns (needs >= {threshold}, >= "
+    "{count} pronouns)",
+    "Pearson r = {score} (95% CI {low} to {high}, {n} pairs) between its weights and the cosine similarity of the "
+    "tokens' input embeddings; needs >= {threshold} over >= {sentences} sentences",
+    "finds the {direction} of '{relation}' in {score} of {n} held-out cases ({interval}) vs {baseline} for the best "
+    "offset{offset} on the held-out half{chosen}; margin {margin}, needs >= {threshold}{control}: one-sided p = {p} "
+    "(t, {df} df), Holm-adjusted over {tried} heads x relations x directions tried = {holm} (needs <= {alpha}). "
+    "Selection half: {selection} of {selection_n} cases vs {selection_baseline}",
+    "; the selection half's offset {offset} scores {score} there",
+    "; word-type control: the best rule on the held-out half ({rule}) scores {score}, margin {margin}",
+    "95% CI {low} to {high}, n = {n} {unit}",
+    "95% CI {low} to {high}, n = {n}",
+    "95% CI {low} to {high}",
+    "n = {n} {unit}",
+)
+# Words a role's name, a unit or a direction is made of ("positional:previous", "decoder:induction", "syntactic:
+# nsubj:parent"); a dependency relation stays as UD writes it.
+ROLE_WORDS = (
+    "positional", "previous", "self", "next", "sink", "delimiter", "broad", "decoder", "previous_token",
+    "duplicate_token", "induction", "prefix_matching", "syntactic", "parent", "child", "coreference", "semantic",
+    "queries", "sentences", "sequences", "no interval", "none", "previous-token", "duplicate-token",
+    "prefix-matching",
+)  # fmt: skip
+FIELD = re.compile(r"\\\{(\w+)\\\}")
+
+
+@cache
+def template_pattern(template: str) -> re.Pattern:
+    """``template`` as a pattern whose groups are its fields (each the shortest text that makes the whole match)."""
+    return re.compile(FIELD.sub(lambda m: f"(?P<{m[1]}>.*?)", re.escape(template)), re.DOTALL)
+
+
+def shown_by_templates(text: str, templates: tuple[str, ...], words: tuple[str, ...]) -> str:
+    """A text the library wrote from one of ``templates`` (catalog keys with ``{fields}``), in the session's
+    language: the first template it matches, as its entry with the same values, each value shown in its turn (a
+    nested template, one of ``words`` by the catalog, else as it is). English: as it is."""
+    if not chinese():
+        return text
+    for template in templates:
+        matched = template_pattern(template).fullmatch(text)
+        if matched is not None:
+            values = {name: shown_by_templates(value, templates, words) for name, value in matched.groupdict().items()}
+            return t(template, **values)
+    return t(text) if text in words else text
+
+
+def evidence_shown(text: str) -> str:
+    """An evidence note (or a part of one) in the session's language."""
+    return shown_by_templates(text, EVIDENCE_TEMPLATES, ROLE_WORDS)
+
+
+def role_shown(role: str) -> str:
+    """A role's name in the session's language: each of its words, a dependency relation in code type ("句法:
+    `nsubj` 父节点"). English: as the library names it ("syntactic:nsubj:parent")."""
+    if not chinese():
+        return role
+    parts = role.split(":")
+    if parts[0] == "syntactic" and len(parts) == 3:
+        return f"{t('syntactic')}: `{parts[1]}` {t(parts[2])}"
+    return ": ".join(t(part) for part in parts)
+
+
+def roles_shown(roles: pd.DataFrame) -> pd.DataFrame:
+    """``roles`` (or primary roles) with their role names and evidence notes in the session's language."""
+    return roles.assign(
+        role=[role_shown(role) for role in roles["role"]], evidence=[evidence_shown(e) for e in roles["evidence"]]
+    )
+
+
+def role_effect_shown(effect: pd.DataFrame) -> pd.DataFrame:
+    """The role ablation's table (``role_group_ablation``) with its words and its columns' names in the session's
+    language."""
+    shown = effect.assign(group=[t(group) for group in effect["group"]], measure=[t(m) for m in effect["measure"]])
+    return shown.rename(columns={column: t(column) for column in shown.columns})

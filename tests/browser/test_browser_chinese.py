@@ -1,7 +1,8 @@
 """The interface in Chinese in Debian Chromium (``lang=zh``): the page says it is Chinese (``<html lang="zh-CN">``,
 from its first paint and after the sidebar's switch), the translated pages have no serious or critical axe-core
 violation in Chinese, the head view's own words are Chinese (what a screen reader reads of it too), and the
-screenshots (tests/artifacts: the Classroom, Explore, Circuits, the Lab and Deeper whole) show CJK glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
+screenshots (tests/artifacts: the Classroom, Explore, Circuits, Head roles, Ablate, the Lab and Deeper whole) show CJK
+glyphs from the font scripts/setup.sh --test installs (fonts-noto-cjk)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ TRANSLATED = {
     "explore": ("", "我在看什么？"),
     "compare": ("", "比较"),
     "circuits": ("&model=smollm2", "logit 透镜"),
+    "roles": ("&causal=1&colour_by=role", "每个头的角色"),
+    "ablate": ("&heads=L1H2,L2H0", "2. 对这个句子的影响"),
     "lab": ("", "实验室：看注意力头如何诞生"),
     "deeper": ("", "1. 注意力展开（rollout）：每个 token 的表示汲取了哪些输入"),
     "classroom": ("", "第 1 步：输入和权重"),  # last: the language switch below starts from it
@@ -54,7 +57,8 @@ def test_the_classroom_in_chinese_is_chinese_to_a_screen_reader_and_to_axe(artif
             report[path] = serious_violations(page)
             assert page.evaluate(HTML_LANG_JS) == "zh-CN"
             page.screenshot(
-                path=str(artifacts_dir / f"zh-{path}.png"), full_page=path in ("explore", "circuits", "lab", "deeper")
+                path=str(artifacts_dir / f"zh-{path}.png"),
+                full_page=path in ("explore", "circuits", "roles", "ablate", "lab", "deeper"),
             )
         page.get_by_text("课堂：手算多头注意力").wait_for(timeout=60_000)
         # A step with a figure, its answer revealed: its words in Chinese too (a screenshot to look at).

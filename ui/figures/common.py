@@ -8,6 +8,8 @@ in give the same figure out. Token labels are user text, so every label goes thr
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import plotly.graph_objects as go
 
 # The weights' colours (white at zero so empty attention stays quiet; dark blue at one; most of the range spent
@@ -210,3 +212,9 @@ def enlarge_text(fig: go.Figure, scale: float) -> go.Figure:
         height=round((fig.layout.height or 400) * min(scale, 1.3)),
     )
     return fig
+
+
+def worded(words: Mapping[str, str] | None) -> Callable[[str], str]:
+    """A figure's fixed word as shown: its entry in ``words`` (the page's language, by the English), else as it is.
+    The figures stay pure Plotly: the page gives them their words translated."""
+    return lambda word: (words or {}).get(word, word)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from ui.figures.common import base_layout, layer_head_axes, plotly_text, with_axis_room
+from ui.figures.common import base_layout, layer_head_axes, plotly_text, with_axis_room, worded
 
 # One colour per role group, from Okabe and Ito's palette for colour-blind viewers (sink a neutral grey, "none"
 # pale so the heads that do something stand out); the map also writes each group's name in its cells, so nothing
@@ -57,13 +57,23 @@ def discrete_colorscale(colors: list[str]) -> list[list]:
     return scale
 
 
-def role_map(primary, num_layers: int, num_heads: int, groups: Sequence[str], title: str | None = None) -> go.Figure:
+def role_map(
+    primary,
+    num_layers: int,
+    num_heads: int,
+    groups: Sequence[str],
+    title: str | None = None,
+    *,
+    words: Mapping[str, str] | None = None,
+) -> go.Figure:
     """Layers x heads coloured by each head's primary role group (``groups``, most specific first, "no
     role" last), as ONE heatmap trace; above it one invisible marker per head carries the hover (role,
     score with its interval, where the evidence comes from, the evidence) and makes the head clickable
     (``customdata[:2]`` = layer, head) and writes its group's name in the cell (``ROLE_GROUP_LABELS``), so no
     group is told by colour alone. A shape in the cell's corner marks evidence from the corpus profile or from
-    random tokens (``SOURCE_SYMBOLS``; none: this sentence)."""
+    random tokens (``SOURCE_SYMBOLS``; none: this sentence). ``words``: the fixed words shown (the groups, the
+    cells' names, the hover's) in the page's language, by their English (``HOVER_WORDS``); missing: English."""
+    say = worded(words)
     codes = role_group_codes(primary, num_layers, num_heads, groups)
     fig = go.Figure(
         go.Heatmap(
@@ -77,7 +87,10 @@ def role_map(primary, num_layers: int, num_heads: int, groups: Sequence[str], ti
             xgap=2,
             ygap=2,
             colorbar=dict(
-                title=dict(text="role"), tickvals=list(range(len(groups))), ticktext=list(groups), thickness=14
+                title=dict(text="role"),
+                tickvals=list(range(len(groups))),
+                ticktext=[say(group) for group in groups],
+                thickness=14,
             ),
         )
     )
@@ -88,23 +101,23 @@ def role_map(primary, num_layers: int, num_heads: int, groups: Sequence[str], ti
             x=[int(row.head) for row in rows],
             y=[int(row.layer) for row in rows],
             mode="markers+text",
-            text=[ROLE_GROUP_LABELS.get(row.group, str(row.group)[:5]) for row in rows],
+            text=[say(ROLE_GROUP_LABELS.get(row.group, str(row.group)[:5])) for row in rows],
             textfont=dict(size=10, color=[text_color(color) for color in colors]),
             customdata=[
                 [
                     int(row.layer),
                     int(row.head),
                     plotly_text(row.role),
-                    _score_text(row),
-                    SOURCE_WORDS.get(row.source, ""),
+                    _score_text(row, say),
+                    say(SOURCE_WORDS.get(row.source, "")),
                     plotly_text(row.evidence),
                 ]
                 for row in rows
             ],
             marker=dict(size=8, symbol="square", color="rgba(0, 0, 0, 0)"),
             showlegend=False,
-            hovertemplate="layer %{customdata[0]} head %{customdata[1]}<br><b>%{customdata[2]}</b><br>"
-            "%{customdata[3]}<br>%{customdata[4]}<br>%{customdata[5]}<extra></extra>",
+            hovertemplate=f"{say('layer')} %{{customdata[0]}} {say('head')} %{{customdata[1]}}<br>"
+            "<b>%{customdata[2]}</b><br>%{customdata[3]}<br>%{customdata[4]}<br>%{customdata[5]}<extra></extra>",
         )
     )
     # Where the evidence comes from, as a shape in the cell's corner (a letter read as a role: "s" for sink).
@@ -149,22 +162,35 @@ def text_color(background: str) -> str:
     return "#212529" if luminance > 0.18 else "#ffffff"
 
 
-def _score_text(row) -> str:
+# The fixed words of the roles figures (besides the groups and the cells' names), for ``words``.
+HOVER_WORDS = ("layer", "head", "score", "threshold", "95% CI", "to", "chance")
+
+
+def _score_text(row, say=None) -> str:
+    say = say or worded(None)
     if not np.isfinite(float(row.score)):
         return ""
-    text = f"score {row.score:.3f} (threshold {row.threshold:.3g})"
+    text = f"{say('score')} {row.score:.3f} ({say('threshold')} {row.threshold:.3g})"
     if np.isfinite(float(row.ci_low)):
-        text += f", 95% CI {row.ci_low:.3f} to {row.ci_high:.3f}"
+        text += f", {say('95% CI')} {row.ci_low:.3f} {say('to')} {row.ci_high:.3f}"
     if np.isfinite(float(row.baseline)):
-        text += f", chance {row.baseline:.3f}"
+        text += f", {say('chance')} {row.baseline:.3f}"
     return text
 
 
-def head_layout_map(table, groups: Sequence[str], color_by: str = "layer", title: str | None = None) -> go.Figure:
+def head_layout_map(
+    table,
+    groups: Sequence[str],
+    color_by: str = "layer",
+    title: str | None = None,
+    *,
+    words: Mapping[str, str] | None = None,
+) -> go.Figure:
     """The classical-MDS map of heads (one point each; ``table``: layer, head, x, y, role, group); coloured
     by layer (one trace) or by role group (one trace per group, so the legend names them).
-    ``customdata`` = (layer, head)."""
-    hover = "layer %{customdata[0]} head %{customdata[1]}<br>%{text}<extra></extra>"
+    ``customdata`` = (layer, head). ``words``: as ``role_map``'s."""
+    say = worded(words)
+    hover = f"{say('layer')} %{{customdata[0]}} {say('head')} %{{customdata[1]}}<br>%{{text}}<extra></extra>"
     fig = go.Figure()
     if color_by == "role":
         for group in groups:
@@ -176,7 +202,7 @@ def head_layout_map(table, groups: Sequence[str], color_by: str = "layer", title
                     x=part["x"],
                     y=part["y"],
                     mode="markers",
-                    name=group,
+                    name=say(group),
                     text=[plotly_text(r) for r in part["role"]],
                     customdata=part[["layer", "head"]].to_numpy(),
                     hovertemplate=hover,

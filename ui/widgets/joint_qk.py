@@ -14,6 +14,7 @@ from mha_core.interventions.joint_qk import METHODS, JointQK
 from mha_core.operations import JointQueryKey
 from ui.compute import compute, get_model, ready
 from ui.figures.joint_qk import joint_qk_figure
+from ui.i18n import t
 from ui.page_roles import RolesSettings
 from ui.widgets import charts, messages, pickers
 
@@ -36,9 +37,9 @@ NORMALISED = (
 
 def section(layer: int, head: int, model_name: str, engine: str) -> None:
     """The section for head ``(layer, head)`` of the sidebar's model ``model_name`` (computed in ``engine``)."""
-    st.subheader("Its queries and keys over a corpus")
+    st.subheader(t("Its queries and keys over a corpus"))
     if not RolesSettings.declared("joint_qk").toggle():
-        st.caption(ABOUT)
+        st.caption(t(ABOUT))
         return
     cols = st.columns([1, 1, 2])
     sentences = RolesSettings.declared("qk_sentences").number(cols[0].number_input, step=10)
@@ -46,13 +47,16 @@ def section(layer: int, head: int, model_name: str, engine: str) -> None:
     colour = RolesSettings.declared("qk_colour").select(cols[2].radio, horizontal=True)
     operation = joint_operation(model_name, engine, (layer, head), sentences, method)
     # Heavy work (a pass per sentence): on a class's server a link only starts it once computed.
-    if not pickers.start_button("Project the queries and keys", key="joint_qk", ready=ready(operation)):
+    if not pickers.start_button(t("Project the queries and keys"), key="joint_qk", ready=ready(operation)):
         return
     view = compute(operation, get_model(model_name))
     if len(view.sentence_tokens) < sentences:
         st.caption(
-            f"The first {len(view.sentence_tokens)} sentences only: the view keeps at most {APP_MAX_POINTS:,} "
-            "queries (and as many keys)."
+            t(
+                "The first {count} sentences only: the view keeps at most {points} queries (and as many keys).",
+                count=len(view.sentence_tokens),
+                points=f"{APP_MAX_POINTS:,}",
+            )
         )
     show(view, colour, model_name)
 
@@ -70,7 +74,7 @@ def axis_titles(view: JointQK) -> tuple[str, str]:
     if view.explained_variance is None:
         return f"{METHODS[view.method]} 1", f"{METHODS[view.method]} 2"
     first, second = view.explained_variance
-    return f"PC 1 ({first:.0%} of the variance)", f"PC 2 ({second:.0%})"
+    return t("PC 1 ({share} of the variance)", share=f"{first:.0%}"), f"PC 2 ({second:.0%})"
 
 
 def clicked_row(event, count: int) -> int | None:
@@ -104,7 +108,13 @@ def explore_link(model_name: str, text: str, cell: tuple[int, int], focus: int |
 def show(view: JointQK, colour: str, model_name: str) -> None:
     """The figure, what the projection keeps, and the clicked point's context."""
     table = view.table
-    title = f"Head {view.layer}-{view.head}: {len(table) // 2} queries and as many keys ({METHODS[view.method]})"
+    title = t(
+        "Head {layer}-{head}: {count} queries and as many keys ({method})",
+        layer=view.layer,
+        head=view.head,
+        count=len(table) // 2,
+        method=METHODS[view.method],
+    )
     event = charts.show_chart(
         joint_qk_figure(table, colour, axis_titles(view), title=title),
         key=CHART_KEY,
@@ -113,14 +123,12 @@ def show(view: JointQK, colour: str, model_name: str) -> None:
         selection_mode="points",
     )
     kept = (
-        f" The two axes keep {sum(view.explained_variance):.0%} of the points' variance."
+        t("The two axes keep {share} of the points' variance.", share=f"{sum(view.explained_variance):.0%}")
         if view.explained_variance is not None
-        else " t-SNE keeps neighbours, not distances: the axes have no units."
+        else t("t-SNE keeps neighbours, not distances: the axes have no units.")
     )
-    st.caption(
-        "Circles are queries, diamonds keys. " + (NORMALISED if view.normalize else "") + kept + " Click a point "
-        "for its sentence."
-    )
+    parts = [t("Circles are queries, diamonds keys."), t(NORMALISED) if view.normalize else "", kept]
+    st.caption(" ".join([*(part for part in parts if part), t("Click a point for its sentence.")]))
     row = clicked_row(event, len(table))
     if row is None:
         return
@@ -128,11 +136,18 @@ def show(view: JointQK, colour: str, model_name: str) -> None:
     tokens, position = view.context(int(point["sentence"]), int(point["position"]))
     tag = f" ({point['pos']})" if point["pos"] else ""
     st.markdown(
-        f"**{point['kind'].capitalize()}** {messages.md_code(point['token'])}{messages.md_escape(tag)}, sentence "
-        f"{int(point['sentence'])}, position {position}: " + marked_context(tokens, position)
+        t(
+            "**{kind}** {token}{tag}, sentence {sentence}, position {position}: ",
+            kind=t(point["kind"].capitalize()),
+            token=messages.md_code(point["token"]),
+            tag=messages.md_escape(tag),
+            sentence=int(point["sentence"]),
+            position=position,
+        )
+        + marked_context(tokens, position)
     )
     focus = position if point["kind"] == "query" else None
     st.link_button(
-        "Open the sentence in Explore",
+        t("Open the sentence in Explore"),
         explore_link(model_name, view.sentence_texts[int(point["sentence"])], (view.layer, view.head), focus),
     )
