@@ -105,6 +105,18 @@ def train_to_the_end(runner, limit_s: float = 600.0) -> None:
         runner.join(timeout=0.5)
 
 
+def trained(app):
+    """A Lab page's training started with its button and waited for to the end (``train_to_the_end``), the page drawn
+    again after it: the page's runner, whose status is then "done"."""
+    app.button(key="lab_start").click()
+    rerun(app)
+    runner = app.session_state["lab_runner"]
+    train_to_the_end(runner)
+    assert runner.status == "done", runner.status
+    rerun(app)
+    return runner
+
+
 def deferred_downloads(monkeypatch):
     """What a download button built only when clicked (``st.download_button(data=callable)``) gives: call before the
     AppTest runs; ``fetch(button)`` then calls the button's callable as a click does and returns the file's bytes."""

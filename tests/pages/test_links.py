@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import require
 from tests.model_fixtures import build_tiny_bert, build_tiny_gpt2
-from tests.page_helpers import open_app, rerun, run_page, train_to_the_end, widget
+from tests.page_helpers import open_app, rerun, run_page, trained, widget
 from tests.page_links import LINKS, PageLink
 from ui.address import MAX_TEXT_CHARS
 
@@ -159,12 +159,7 @@ def test_settings_shown_only_later_come_back_when_they_are_shown(tiny_gpt2, tmp_
 def test_the_labs_head_to_switch_off_comes_back_once_trained(tmp_path):
     tiny_bert = str(build_tiny_bert(tmp_path / "tiny-bert"))
     app = run_page("lab", {"model": tiny_bert, "size": "2x2", "steps": "100", "off_layer": "1", "off_head": "1"})
-    app.button(key="lab_start").click()
-    rerun(app)
-    runner = app.session_state["lab_runner"]
-    train_to_the_end(runner)
-    assert runner.status == "done"
-    rerun(app)
+    trained(app)
     assert (widget(app, "lab_ablate_layer_induction").value, widget(app, "lab_ablate_head_induction").value) == (1, 1)
     assert any(metric.label.endswith("layer 1 head 1 off") for metric in app.metric)
 

@@ -49,6 +49,20 @@ def test_card_search_and_contexts_are_the_librarys(cards):
     assert any("No head has a role" in w.value and "<b>" not in w.value for w in app.warning)
 
 
+def test_a_cards_further_contexts_are_drawn_once_their_expander_is_opened(cards):
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "hlayer": "1", "hhead": "2"})
+    card = cards.card(1, 2)
+    assert len(card.attention) > 5
+    buttons = {button.key for button in app.button}
+    assert "heads_open_attention_4" in buttons and "heads_open_attention_5" not in buttons
+    assert marked_tokens(card.attention[5]) not in [m.value for m in app.markdown]
+    app.session_state["heads_every_attention"] = True  # the expander opened
+    rerun(app)
+    assert "heads_open_attention_5" in {button.key for button in app.button}
+    markdown = [m.value for m in app.markdown]
+    assert all(marked_tokens(context) in markdown for context in card.attention)
+
+
 def test_open_in_explore_carries_the_context(cards):
     app = open_app(PAGE, {"hsent": str(SENTENCES), "hlayer": "0", "hhead": "1"})
     context = cards.card(0, 1).attention[0]

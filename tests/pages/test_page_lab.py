@@ -9,7 +9,7 @@ import pytest
 
 from mha_core.lab import ROLE_THRESHOLD, phase_change_step, role_appearance
 from tests.model_fixtures import build_tiny_bert
-from tests.page_helpers import head_view_data, plotly_elements, rerun, run_page, train_to_the_end
+from tests.page_helpers import head_view_data, plotly_elements, rerun, run_page, trained
 from ui.lab_runner import appearance_table
 
 FASTEST = "2x2"  # pages/lab.py SIZES: 2 layers x 2 heads, d_model 32
@@ -25,12 +25,8 @@ def test_training_on_the_page_draws_the_labs_own_numbers(tiny_bert):
     assert not plotly_elements(app)  # nothing trained yet: no curves
     runner = app.session_state["lab_runner"]
     assert runner.status == "new" and runner.config.task == "positional" and runner.config.num_heads == 2
-    app.button(key="lab_start").click()
-    rerun(app)
-    runner = app.session_state["lab_runner"]
-    train_to_the_end(runner)
-    assert runner.status == "done" and runner.lab.step == 100
-    rerun(app)
+    runner = trained(app)
+    assert runner.lab.step == 100
     charts = plotly_elements(app)
     history = runner.lab.history()
     per_step = history.drop_duplicates("step")

@@ -136,15 +136,10 @@ def test_the_lab_after_a_short_training_in_chinese(tiny_bert, task):
     """A short training (100 steps of the fastest size) drawn in Chinese: its progress, curves (titles, axes,
     legends, the phase change), the table of which head took each role, switching a head off and its metrics."""
     from tests.chinese_screen import english_words
-    from tests.page_helpers import plotly_elements, rerun, run_page, train_to_the_end
+    from tests.page_helpers import plotly_elements, run_page, trained
 
     app = run_page("lab", {"lang": "zh", "model": tiny_bert}, lab_task=task, lab_size="2x2", lab_steps=100)
-    app.button(key="lab_start").click()
-    rerun(app)
-    runner = app.session_state["lab_runner"]
-    train_to_the_end(runner)
-    assert runner.status == "done"
-    rerun(app)
+    trained(app)
     assert not app.exception and not app.error
     assert {"lab_loss", "lab_attention"} <= set(plotly_elements(app))
     texts = visible_texts(app)
@@ -181,7 +176,7 @@ def test_deepers_corpus_search_in_chinese(tiny_bert):
     app.toggle(key="deeper_search").set_value(True)
     rerun(app)
     assert not app.exception and not app.error
-    assert list(app.dataframe[-1].value.columns) == ["名次", "距离", "左侧上下文", "命中的 token", "右侧上下文"]
+    assert list(app.dataframe[-1].value.columns) == ["排名", "距离", "左侧上下文", "命中的 token", "右侧上下文"]
     examples = [example["label"] for example in session.load_examples()]  # the sidebar's, named in English
     assert english_words(visible_texts(app) + shown_words(app), sentences=(*examples, SENTENCE)) == []
 
