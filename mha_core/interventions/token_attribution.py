@@ -150,47 +150,45 @@ class Prediction:
             self._full = float(self(torch.tensor([self.ids]))[0])
         return self._full
 
-    def embedding(self, ids: torch.Tensor, hooks, grad: bool) -> torch.Tensor:
-        """The mean-pooled last hidden states of ``ids`` ``[B, n]`` (no padding): ``[B, d]``."""
-        forward = ForwardPass(ids, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
-        return self.model.run_pass(forward).hidden.mean(dim=1)
+    def embedding(self, ids: torch.Tensor, hooks, grad: bool, lengths=None) -> torch.Tensor:
+        """The mean-pooled last hidden states of ``ids`` ``[B, n]``: ``[B, d]``. ``lengths``: each row's real
+        tokens, long ``[B]`` (rows padded on the right, the padding masked out of attention and of the mean)."""
+        if lengths is None:
+            forward = ForwardPass(ids, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
+            return self.model.run_pass(forward).hidden.mean(dim=1)
+        mask = (torch.arange(ids.shape[1])[None] < lengths[:, None]).long()
+        forward = ForwardPass(ids, attention_mask=mask, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
+        hidden = self.model.run_pass(forward).hidden
+        return (hidden * mask[..., None].to(hidden.dtype)).sum(dim=1) / lengths[:, None].to(hidden.dtype)
 
-    def __call__(self, ids: torch.Tensor, hooks=None, grad: bool = False, last=None) -> torch.Tensor:
-        """f of every row of ``ids`` ``[B, n]``, float ``[B]`` (with autograd when ``grad``). ``last`` (decoders):
-        each row's last real position, long ``[B]`` (rows padded on the right; None: every row's last)."""
+    def __call__(self, ids: torch.Tensor, hooks=None, grad: bool = False, lengths=None) -> torch.Tensor:
+        """f of every row of ``ids`` ``[B, n]``, float ``[B]`` (with autograd when ``grad``). ``lengths``: each
+        row's real tokens, long ``[B]`` (rows padded on the right; None: no padding)."""
         if self.kind == "next token":
-            if last is None:
+            if lengths is None:
                 logits, _ = lm_pass(self.model, ids, hooks=hooks, grad=grad)
-            else:  # a causal model: no position reads a later one, so the padding after ``last`` changes nothing
+            else:  # a causal model: no position reads a later one, so the padding after a row's last changes nothing
                 forward = ForwardPass(ids, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
                 hidden = self.model.run_pass(forward).hidden
                 with torch.enable_grad() if grad else torch.inference_mode():
-                    logits = self.model.logits(hidden[torch.arange(len(ids)), last])
+                    logits = self.model.logits(hidden[torch.arange(len(ids)), lengths - 1])
             with torch.enable_grad() if grad else torch.inference_mode():
                 return torch.log_softmax(logits.double(), dim=-1)[:, self.target_id]
         with torch.enable_grad() if grad else torch.inference_mode():
-            pooled = self.embedding(ids, hooks, grad)
+            pooled = self.embedding(ids, hooks, grad, lengths)
             return torch.nn.functional.cosine_similarity(pooled.double(), self.reference.double()[None], dim=-1)
 
     def of_sequences(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
-        """f of token sequences of any lengths: float64 ``[len(sequences)]``. A decoder's sequences go in a few
-        batched passes of mixed lengths, padded on the right (``padded_batches``); an encoder's in one batched pass
-        per length (mean pooling would read a pad)."""
+        """f of token sequences of any lengths, in a few batched passes of mixed lengths padded on the right
+        (``padded_batches``): a decoder's read at each row's last real token (no position reads a later one), an
+        encoder's with the padding masked out of attention and of the mean: float64 ``[len(sequences)]``."""
         values = np.empty(len(sequences))
         lengths = [len(sequence) for sequence in sequences]
-        if self.kind == "next token":
-            for indices in padded_batches(lengths):
-                width = max(lengths[i] for i in indices)
-                rows = [list(sequences[i]) + [sequences[i][-1]] * (width - lengths[i]) for i in indices]
-                last = torch.tensor([lengths[i] - 1 for i in indices])
-                values[indices] = self(torch.tensor(rows, dtype=torch.long), last=last).numpy()
-            return values
-        by_length: dict[int, list[int]] = {}
-        for index, length in enumerate(lengths):
-            by_length.setdefault(length, []).append(index)
-        for indices in by_length.values():
-            batch = torch.tensor([list(sequences[i]) for i in indices], dtype=torch.long)
-            values[indices] = self(batch).numpy()
+        for indices in padded_batches(lengths):
+            width = max(lengths[i] for i in indices)
+            rows = [list(sequences[i]) + [sequences[i][-1]] * (width - lengths[i]) for i in indices]
+            real = torch.tensor([lengths[i] for i in indices])
+            values[indices] = self(torch.tensor(rows, dtype=torch.long), lengths=real).numpy()
         return values
 
 

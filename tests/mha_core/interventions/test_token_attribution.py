@@ -168,13 +168,24 @@ def test_faithfulness_curves_and_aopc_by_hand(decoder):
     assert measured.removal == "drop"
 
 
-def test_every_orders_curves_in_padded_batches_equal_one_pass_per_sequence(decoder):
-    """A decoder's curves go in a few passes of mixed lengths padded on the right: every point of every method's
-    and every random order's curves equals f of its sequence run alone here."""
-    result = mc.token_attribution(decoder, TEXT, steps=4)
-    measured = mc.faithfulness(decoder, TEXT, result, seeds=3)
-    ids, special = list(decoder.encode(TEXT).input_ids), np.asarray(decoder.encode(TEXT).special_mask)
-    target, ordinary = result.metadata["target_id"], np.flatnonzero(~special)
+@pytest.mark.parametrize("kind", ["decoder", "encoder"])
+def test_every_orders_curves_in_padded_batches_equal_one_pass_per_sequence(kind, request):
+    """The curves go in a few passes of mixed lengths padded on the right (a decoder read at each row's last token,
+    an encoder's padding masked): every point of every method's and every random order's curves equals f of its
+    sequence run alone here."""
+    model = request.getfixturevalue(kind)
+    target = None if kind == "decoder" else PAIR
+    result = mc.token_attribution(model, TEXT, target, steps=4)
+    measured = mc.faithfulness(model, TEXT, result, seeds=3)
+    ids, special = list(model.encode(TEXT).input_ids), np.asarray(model.encode(TEXT).special_mask)
+    ordinary = np.flatnonzero(~special)
+
+    def f(kept: list[int]) -> float:
+        if kind == "encoder":
+            return encoder_f(model, kept, list(model.encode(PAIR).input_ids))
+        with torch.no_grad():
+            return float(decoder_f(model, kept, result.metadata["target_id"]))
+
     orders = {(m, 0): ordinary[np.argsort(-np.nan_to_num(result.method_scores(m), nan=-np.inf), kind="stable")]
               for m in result.methods}  # fmt: skip
     orders |= {("random", s): ordinary[np.random.default_rng(s).permutation(len(ordinary))] for s in range(3)}
@@ -191,11 +202,10 @@ def test_every_orders_curves_in_padded_batches_equal_one_pass_per_sequence(decod
                     ids[p] for p in range(len(ids)) if (p not in chosen) == (curve == "deletion") or special[p]
                 )
                 if kept not in alone:
-                    with torch.no_grad():
-                        alone[kept] = float(decoder_f(decoder, list(kept), target))
+                    alone[kept] = f(list(kept))
                 expected.append(alone[kept])
             np.testing.assert_allclose(line["value"], expected, **F_TOL)
-    assert len({len(kept) for kept in alone}) == len(ids)  # every length from the special tokens alone to the whole
+    assert len({len(kept) for kept in alone}) == len(ordinary) + 1  # every length from the special tokens alone
 
 
 def test_padded_batches_cover_every_sequence_at_least_cost():
