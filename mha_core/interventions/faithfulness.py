@@ -10,7 +10,7 @@ sequence gets shorter), never replaced by a pad, mask or unknown token. The area
 * insertion AOPC = mean over k = 1..m of f(only the top k) - f(none): higher is more faithful;
 
 each against the same curves in random orders (``seeds`` of them, averaged). Every sequence of every curve is
-computed once, in one batched pass per length.
+computed once, in a few padded passes of mixed lengths (``token_attribution.Prediction.of_sequences``).
 
 Agreement: Spearman's rank correlation between two methods' magnitudes (|score|: attention has no sign) over the
 ordinary tokens, and between each head's attention row at the target and each method (a layers x heads map).

@@ -61,7 +61,9 @@ METHOD_LABELS = {
     "attention": "Attention (last layer, mean of heads)",
 }
 DEFAULT_STEPS = 32
-STEP_BATCH = 8  # interpolation points per backward pass: SmolLM2's 30 layers of activations stay ~150 MB
+STEP_TOKENS = 512  # integrated gradients' points per backward pass x tokens: SmolLM2's activations ~0.7 GB
+BATCH_TOKENS = 2048  # a decoder's batch of sequences of mixed lengths (curves, occlusion), padded, without autograd
+PASS_TOKENS = 64  # what one more pass costs, in tokens of a batch (SmolLM2 at one thread: ~0.2 s, ~3 ms a token)
 
 
 class AttributionError(HeadscopeError, ValueError):
@@ -100,13 +102,14 @@ class TokenAttribution:
 
 # ---- the prediction explained ------------------------------------------------------------------------
 class Prediction:
-    """f of a batch of token sequences of one length: the target token's log-probability at the last position
+    """f of a batch of token sequences: the target token's log-probability at the last position
     (decoder) or the cosine similarity of the mean-pooled embedding with the target sentence's (encoder)."""
 
     def __init__(self, model, encoded: EncodedText, target):
         self.model = model
         self.encoded = encoded
         self.ids = list(encoded.input_ids)
+        self._full: float | None = None
         if model.lm_head_kind == "causal":
             self.kind = "next token"
             self.target_id = self._next_token(target)
@@ -123,7 +126,6 @@ class Prediction:
             other = encoded_prompt(model, target, "target sentence")
             with torch.inference_mode():
                 self.reference = self.embedding(torch.tensor([other.input_ids]), None, grad=False)[0]
-            self.full = float(self(torch.tensor([self.ids]))[0])
         else:
             raise AttributionError(
                 f"{model.name!r} has {model.head_description}: token attribution explains a decoder's next token "
@@ -131,38 +133,86 @@ class Prediction:
             )
 
     def _next_token(self, target) -> int:
-        """The target's id (None: the top prediction); f on the whole input from the same pass."""
+        """The target's id (None: the top prediction, with f on the whole input from the same pass; a named target's
+        f on the whole input is computed when first read)."""
+        if target is not None:
+            return token_id(self.model, target, "target")
         with torch.inference_mode():
             logits, _ = lm_pass(self.model, torch.tensor([self.ids]))
-        chosen = int(logits[0].argmax()) if target is None else token_id(self.model, target, "target")
-        self.full = float(torch.log_softmax(logits[0].double(), dim=-1)[chosen])
+        chosen = int(logits[0].argmax())
+        self._full = float(torch.log_softmax(logits[0].double(), dim=-1)[chosen])
         return chosen
 
-    def embedding(self, ids: torch.Tensor, hooks, grad: bool) -> torch.Tensor:
-        """The mean-pooled last hidden states of ``ids`` ``[B, n]`` (no padding): ``[B, d]``."""
-        forward = ForwardPass(ids, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
-        return self.model.run_pass(forward).hidden.mean(dim=1)
+    @property
+    def full(self) -> float:
+        """f on the whole input."""
+        if self._full is None:
+            self._full = float(self(torch.tensor([self.ids]))[0])
+        return self._full
 
-    def __call__(self, ids: torch.Tensor, hooks=None, grad: bool = False) -> torch.Tensor:
-        """f of every row of ``ids`` ``[B, n]``, float ``[B]`` (with autograd when ``grad``)."""
+    def embedding(self, ids: torch.Tensor, hooks, grad: bool, lengths=None) -> torch.Tensor:
+        """The mean-pooled last hidden states of ``ids`` ``[B, n]``: ``[B, d]``. ``lengths``: each row's real
+        tokens, long ``[B]`` (rows padded on the right, the padding masked out of attention and of the mean)."""
+        if lengths is None:
+            forward = ForwardPass(ids, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
+            return self.model.run_pass(forward).hidden.mean(dim=1)
+        mask = (torch.arange(ids.shape[1])[None] < lengths[:, None]).long()
+        forward = ForwardPass(ids, attention_mask=mask, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
+        hidden = self.model.run_pass(forward).hidden
+        return (hidden * mask[..., None].to(hidden.dtype)).sum(dim=1) / lengths[:, None].to(hidden.dtype)
+
+    def __call__(self, ids: torch.Tensor, hooks=None, grad: bool = False, lengths=None) -> torch.Tensor:
+        """f of every row of ``ids`` ``[B, n]``, float ``[B]`` (with autograd when ``grad``). ``lengths``: each
+        row's real tokens, long ``[B]`` (rows padded on the right; None: no padding)."""
         if self.kind == "next token":
-            logits, _ = lm_pass(self.model, ids, hooks=hooks, grad=grad)
+            if lengths is None:
+                logits, _ = lm_pass(self.model, ids, hooks=hooks, grad=grad)
+            else:  # a causal model: no position reads a later one, so the padding after a row's last changes nothing
+                forward = ForwardPass(ids, hooks=hooks, keep_hidden=True, attentions=False, grad=grad)
+                hidden = self.model.run_pass(forward).hidden
+                with torch.enable_grad() if grad else torch.inference_mode():
+                    logits = self.model.logits(hidden[torch.arange(len(ids)), lengths - 1])
             with torch.enable_grad() if grad else torch.inference_mode():
                 return torch.log_softmax(logits.double(), dim=-1)[:, self.target_id]
         with torch.enable_grad() if grad else torch.inference_mode():
-            pooled = self.embedding(ids, hooks, grad)
+            pooled = self.embedding(ids, hooks, grad, lengths)
             return torch.nn.functional.cosine_similarity(pooled.double(), self.reference.double()[None], dim=-1)
 
     def of_sequences(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
-        """f of token sequences of any lengths, one batched pass per length: float64 ``[len(sequences)]``."""
+        """f of token sequences of any lengths, in a few batched passes of mixed lengths padded on the right
+        (``padded_batches``): a decoder's read at each row's last real token (no position reads a later one), an
+        encoder's with the padding masked out of attention and of the mean: float64 ``[len(sequences)]``."""
         values = np.empty(len(sequences))
-        by_length: dict[int, list[int]] = {}
-        for index, sequence in enumerate(sequences):
-            by_length.setdefault(len(sequence), []).append(index)
-        for indices in by_length.values():
-            batch = torch.tensor([list(sequences[i]) for i in indices], dtype=torch.long)
-            values[indices] = self(batch).numpy()
+        lengths = [len(sequence) for sequence in sequences]
+        for indices in padded_batches(lengths):
+            width = max(lengths[i] for i in indices)
+            rows = [list(sequences[i]) + [sequences[i][-1]] * (width - lengths[i]) for i in indices]
+            real = torch.tensor([lengths[i] for i in indices])
+            values[indices] = self(torch.tensor(rows, dtype=torch.long), lengths=real).numpy()
         return values
+
+
+def padded_batches(lengths: Sequence[int], budget: int = BATCH_TOKENS, pass_cost: int = PASS_TOKENS) -> list[list[int]]:
+    """The indices of ``lengths`` in batches of mixed lengths, each padded to its longest (rows x longest <=
+    ``budget`` tokens, or one row), chosen to cost least: a pass costs ``pass_cost`` tokens plus its padded tokens
+    (sequences sorted by length, the best split into consecutive runs by dynamic programming)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    count = len(order)
+    best = [0.0] + [float("inf")] * count  # best[j]: the least cost of the j longest sequences
+    start = [0] * (count + 1)
+    for end in range(1, count + 1):
+        for begin in range(end - 1, -1, -1):
+            padded = (end - begin) * lengths[order[begin]]
+            if padded > budget and end - begin > 1:
+                break
+            cost = best[begin] + pass_cost + padded
+            if cost < best[end]:
+                best[end], start[end] = cost, begin
+    batches, end = [], count
+    while end > 0:
+        batches.append(order[start[end] : end])
+        end = start[end]
+    return batches[::-1]
 
 
 # ---- the gradient methods ---------------------------------------------------------------------------
@@ -185,6 +235,13 @@ def _gradients(prediction: Prediction, points: torch.Tensor) -> tuple[torch.Tens
     return values.detach(), grad.detach()
 
 
+def step_batch(tokens: int, steps: int = DEFAULT_STEPS) -> int:
+    """Integrated gradients' points per forward and backward pass for a text of ``tokens`` tokens: as few passes as
+    ``STEP_TOKENS`` allows, the points shared evenly between them."""
+    passes = -(-steps // max(1, STEP_TOKENS // max(tokens, 1)))
+    return -(-steps // passes)
+
+
 def integrated_gradients(
     prediction: Prediction, baseline: torch.Tensor, steps: int = DEFAULT_STEPS, progress: Progress | None = None
 ) -> tuple[np.ndarray, float, float]:
@@ -193,12 +250,13 @@ def integrated_gradients(
     inputs = _token_vectors(prediction.model, prediction.ids)
     alphas = (torch.arange(steps, dtype=torch.float64) + 0.5) / steps
     total = torch.zeros_like(inputs, dtype=torch.float64)
-    for start in range(0, steps, STEP_BATCH):
-        chunk = alphas[start : start + STEP_BATCH].float()
+    batch = step_batch(len(prediction.ids), steps)
+    for start in range(0, steps, batch):
+        chunk = alphas[start : start + batch].float()
         points = baseline[None] + chunk[:, None, None] * (inputs - baseline)[None]
         _, grad = _gradients(prediction, points)
         total += grad.double().sum(dim=0)
-        report(progress, min(start + STEP_BATCH, steps), steps, "integrated gradients")
+        report(progress, min(start + batch, steps), steps, "integrated gradients")
     scores = ((inputs - baseline).double() * total / steps).sum(dim=-1)
     return scores.numpy(), prediction.full, _f_at_vectors(prediction, baseline)
 

@@ -4,7 +4,7 @@ every method, their faithfulness and their agreement, as one operation."""
 from __future__ import annotations
 
 from ..interventions.faithfulness import DEFAULT_SEEDS, explain
-from ..interventions.token_attribution import DEFAULT_STEPS, METHODS, STEP_BATCH
+from ..interventions.token_attribution import BATCH_TOKENS, DEFAULT_STEPS, METHODS, step_batch
 from ..interventions.value_zeroing import ZERO_BATCH
 from ..models.tokens import EncodedText
 from ..progress import Progress
@@ -42,13 +42,16 @@ class TokenAttribution(Operation):
 
     def peak_bytes(self, model) -> int:
         """The largest of a batch of integrated gradients' points with its backward pass, the curves' batch (every
-        order's sequences of one length), value zeroing's batch of rows and the run with norm-based attention."""
+        order's sequences of one length; a decoder's padded batches of up to ``BATCH_TOKENS`` tokens), value
+        zeroing's batch of rows and the run with norm-based attention."""
         tokens = len(self.encoded)
         orders = len(self.methods) + self.seeds
-        curves = pass_peak_bytes(model.num_layers, model.num_heads, tokens, batch=2 * orders)
+        rows = max(2 * orders, -(-BATCH_TOKENS // max(tokens, 1)))
+        curves = pass_peak_bytes(model.num_layers, model.num_heads, tokens, batch=rows)
         run = pass_peak_bytes(model.num_layers, model.num_heads, tokens, arrays=2)
         zeroing = pass_peak_bytes(model.num_layers, model.num_heads, tokens, batch=min(ZERO_BATCH, tokens))
-        return max(gradient_pass_bytes(model, STEP_BATCH, tokens), curves, run, zeroing)
+        gradients = gradient_pass_bytes(model, step_batch(tokens, self.steps), tokens)
+        return max(gradients, curves, run, zeroing)
 
     def run(self, model, progress: Progress | None = None):
         settings = dict(steps=self.steps, seeds=self.seeds, progress=progress)

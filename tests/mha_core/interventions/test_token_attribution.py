@@ -9,6 +9,7 @@ tests.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from mha_core.analysis.flow import attention_rollout
 from mha_core.errors import HeadscopeError
 from mha_core.interventions.faithfulness import aopc_table, head_agreement, method_agreement, method_order, spearman
 from mha_core.interventions.prompts import CIRCUIT_TASKS
-from mha_core.interventions.token_attribution import METHODS, AttributionError
+from mha_core.interventions.token_attribution import METHODS, AttributionError, padded_batches
 from mha_core.operations.attribution import TokenAttribution as TokenAttributionOp
 from tests.model_fixtures import build_tiny_bert, build_tiny_llama
 
@@ -165,6 +166,68 @@ def test_faithfulness_curves_and_aopc_by_hand(decoder):
     assert first_random["value"].iloc[0] == pytest.approx(result.prediction, **APPROX)
     assert measured.aopc["method"].tolist() == ["occlusion", "attention", "random"]
     assert measured.removal == "drop"
+
+
+@pytest.mark.parametrize("kind", ["decoder", "encoder"])
+def test_every_orders_curves_in_padded_batches_equal_one_pass_per_sequence(kind, request):
+    """The curves go in a few passes of mixed lengths padded on the right (a decoder read at each row's last token,
+    an encoder's padding masked): every point of every method's and every random order's curves equals f of its
+    sequence run alone here."""
+    model = request.getfixturevalue(kind)
+    target = None if kind == "decoder" else PAIR
+    result = mc.token_attribution(model, TEXT, target, steps=4)
+    measured = mc.faithfulness(model, TEXT, result, seeds=3)
+    ids, special = list(model.encode(TEXT).input_ids), np.asarray(model.encode(TEXT).special_mask)
+    ordinary = np.flatnonzero(~special)
+
+    def f(kept: list[int]) -> float:
+        if kind == "encoder":
+            return encoder_f(model, kept, list(model.encode(PAIR).input_ids))
+        with torch.no_grad():
+            return float(decoder_f(model, kept, result.metadata["target_id"]))
+
+    orders = {(m, 0): ordinary[np.argsort(-np.nan_to_num(result.method_scores(m), nan=-np.inf), kind="stable")]
+              for m in result.methods}  # fmt: skip
+    orders |= {("random", s): ordinary[np.random.default_rng(s).permutation(len(ordinary))] for s in range(3)}
+    alone: dict[tuple, float] = {}
+    for (order, seed), positions in orders.items():
+        for curve in ("deletion", "insertion"):
+            curves = measured.curves
+            chosen_rows = (curves["order"] == order) & (curves["seed"] == seed) & (curves["curve"] == curve)
+            line = curves[chosen_rows].sort_values("k")
+            expected = []
+            for k in range(len(ordinary) + 1):
+                chosen = set(positions[:k].tolist())
+                kept = tuple(
+                    ids[p] for p in range(len(ids)) if (p not in chosen) == (curve == "deletion") or special[p]
+                )
+                if kept not in alone:
+                    alone[kept] = f(list(kept))
+                expected.append(alone[kept])
+            np.testing.assert_allclose(line["value"], expected, **F_TOL)
+    assert len({len(kept) for kept in alone}) == len(ordinary) + 1  # every length from the special tokens alone
+
+
+def test_padded_batches_cover_every_sequence_at_least_cost():
+    lengths = [3, 9, 9, 2, 5, 9, 4, 1, 8]
+    batches = padded_batches(lengths, budget=20, pass_cost=4)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    assert all(len(b) * max(lengths[i] for i in b) <= 20 or len(b) == 1 for b in batches)
+
+    def cost(plan):
+        return sum(4 + len(b) * max(lengths[i] for i in b) for b in plan)
+
+    # every split of the sorted lengths into consecutive batches, by brute force
+    ranked = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    splits = []
+    for mask in range(2 ** (len(ranked) - 1)):
+        cuts = [0] + [j + 1 for j in range(len(ranked) - 1) if mask >> j & 1] + [len(ranked)]
+        plan = [ranked[a:b] for a, b in itertools.pairwise(cuts)]
+        if all(len(b) * lengths[b[0]] <= 20 or len(b) == 1 for b in plan):
+            splits.append(cost(plan))
+    assert cost(batches) == min(splits)
+    assert padded_batches([], budget=20) == []
+    assert padded_batches([30, 2], budget=20, pass_cost=100) == [[0], [1]]  # over budget: one row each
 
 
 def test_aopc_of_random_orders_is_their_mean():
