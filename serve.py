@@ -10,7 +10,7 @@
 - ``ui.class_http.StalePageGuard``: a fragment timer's request waits while a script of the session runs and is
   dropped if it names a page the server has moved the session away from, so that it cannot move the session back.
 
-As it starts, the server imports the model code the first page would (``ui.server.warm_up``).
+Before it serves, the server imports the model code the first page would (``ui.server.warm_up``).
 """
 
 from pathlib import Path
@@ -21,6 +21,7 @@ from starlette.middleware import Middleware
 from ui import class_http, follow
 from ui.server import BackendBaseUrl, warm_up
 
+warm_up()
 app = st.App(
     Path(__file__).with_name("app.py"),
     middleware=[
@@ -29,4 +30,3 @@ app = st.App(
         Middleware(class_http.StalePageGuard),
     ],
 )
-warm_up()

@@ -12,7 +12,6 @@ same for every page (Streamlit serves ``index.html`` for any address that is no 
 from __future__ import annotations
 
 import importlib
-import threading
 
 # Streamlit reads window.__streamlit once, as its script loads (a classic script in <head> runs before it, a
 # module script, does). The origin is the browser's own: the same HTML serves 127.0.0.1 and a class's address.
@@ -104,7 +103,9 @@ class BackendBaseUrl:
 # What the first page that shows a model would import while every other session waits: transformers' model code
 # (BERT's pulls in torch.distributed and sympy: about 3 s of one core on a quiet machine, 10 s under load, nearly all
 # of it holding the interpreter's lock, so that a class's other screens stopped with it; a sampling profile of the
-# server during bench/class_teacher.py) and plotly's figure classes. Imported once, as the server starts.
+# server during bench/class_teacher.py) and plotly's figure classes. Imported once, before the server serves: in a
+# thread of their own beside the first pages they raced those pages' own imports of transformers, whose lazy module
+# then refused "cannot import name 'AutoConfig'" (seen once in a test run).
 WARM_MODULES = (
     "transformers.models.bert.modeling_bert",
     "transformers.models.llama.modeling_llama",
@@ -113,17 +114,14 @@ WARM_MODULES = (
 )
 
 
-def warm_up(modules: tuple[str, ...] = WARM_MODULES) -> threading.Thread:
-    """Imports ``modules`` in a thread of their own (the server starts serving meanwhile); a module that cannot be
-    imported is left to the page that needs it, which says why."""
-
-    def imports() -> None:
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                continue
-
-    thread = threading.Thread(target=imports, name="headscope-warm-up", daemon=True)
-    thread.start()
-    return thread
+def warm_up(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
+    """Imports ``modules`` (serve.py, as the server starts, before it serves a page); a module that cannot be imported
+    is left to the page that needs it, which says why. Returns the modules imported."""
+    imported = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        imported.append(name)
+    return imported
