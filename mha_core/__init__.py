@@ -30,6 +30,7 @@ from .corpus.card_effects import HeadEffect, head_effects
 from .corpus.card_search import search_cards
 from .corpus.cards import CardContext, HeadCard, HeadCards, head_cards
 from .corpus.coreference import coreference_scores, load_coreference
+from .corpus.long_cards import LongCard, LongCards, LongContext, long_cards
 from .corpus.profiling import ProfileResult, profile
 from .corpus.reading import open_corpus, read_corpus
 
@@ -189,6 +190,9 @@ __all__ = [
     "HeadCard",
     "HeadCards",
     "HeadEffect",
+    "LongCard",
+    "LongCards",
+    "LongContext",
     "ProfileResult",
     "Sentence",
     "best_dependency_heads",
@@ -199,6 +203,7 @@ __all__ = [
     "head_effects",
     "load_conllu",
     "load_coreference",
+    "long_cards",
     "open_corpus",
     "parse_text",
     "profile",

@@ -63,6 +63,14 @@ class CardsError(HeadscopeError, ValueError):
     of range."""
 
 
+def card_index(layer: int, head: int, num_layers: int, num_heads: int) -> int:
+    """Where head (``layer``, ``head``) is among a model's cards (``CardsError`` for a head it does not have)."""
+    for value, size, what in ((layer, num_layers, "layer"), (head, num_heads, "head")):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < size:
+            raise CardsError(f"The {what} must be a whole number from 0 to {size - 1}, not {value!r}.")
+    return int(layer) * num_heads + int(head)
+
+
 @dataclass(frozen=True)
 class CardContext:
     """One corpus context of a head: sentence ``sentence`` (its index in the corpus, its ``text`` and ``tokens``),
@@ -112,10 +120,7 @@ class HeadCards:
     from_cache: bool = False
 
     def card(self, layer: int, head: int) -> HeadCard:
-        for value, size, what in ((layer, self.num_layers, "layer"), (head, self.num_heads, "head")):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < size:
-                raise CardsError(f"The {what} must be a whole number from 0 to {size - 1}, not {value!r}.")
-        return self.cards[int(layer) * self.num_heads + int(head)]
+        return self.cards[card_index(layer, head, self.num_layers, self.num_heads)]
 
     def table(self) -> pd.DataFrame:
         """One row per head: layer, head, primary_role, copying, previous_token, the card's metrics, and the largest

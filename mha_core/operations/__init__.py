@@ -19,7 +19,7 @@ through ``mha_core.__main__.load_compute_write``.
 """
 
 from .base import HEAVY, LIGHT, Operation, WorkClass, key_of, operation
-from .cards import Cards
+from .cards import Cards, LongHeadCards
 from .causal import AblationEffect, DecoderScores, GroupAblation, Importance, InductionExperiment, RoleAblation
 from .circuits import Attribution, LogitLens, Patching, prompt
 from .corpus import Coreference, Profile, SearchIndex
@@ -53,6 +53,7 @@ __all__ = [
     "LabTraining",
     "LogitLens",
     "LongAttention",
+    "LongHeadCards",
     "NeedleTest",
     "Neurons",
     "OVCircuit",

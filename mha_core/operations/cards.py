@@ -1,13 +1,16 @@
-"""Head cards as an operation: every head of a model described over the UD dev sentences or a corpus file
-(``mha_core.corpus.cards.head_cards``)."""
+"""Head cards as operations: every head of a model described over the UD dev sentences or a corpus file
+(``mha_core.corpus.cards.head_cards``), and the long part of a decoder's cards over the long documents
+(``mha_core.corpus.long_cards.long_cards``)."""
 
 from __future__ import annotations
 
 from ..corpus.cards import TOP_CONTEXTS, head_cards
+from ..corpus.long_cards import document_entries, long_cards, needle_length
 from ..corpus.reading import model_input, open_corpus
 from ..progress import Progress
 from .base import FLOAT_BYTES, HEAVY, Operation, batch_peak_bytes, operation
 from .corpus import UD_DEV
+from .long import long_run_bytes
 
 
 @operation
@@ -41,4 +44,31 @@ class Cards(Operation):
     def run(self, model, progress: Progress | None = None):
         return head_cards(
             model, self.sentences(), top=self.top, batch_size=self.batch_size, progress=progress, cache=self.cache
+        )
+
+
+@operation
+class LongHeadCards(Operation):
+    """The long part of every head's card (``mc.long_cards``) over ``documents`` ((label, text) pairs; None: the
+    shipped long examples) and the needle prompt of ``needle_tokens`` tokens: one long run at a time."""
+
+    work_class = HEAVY
+    model: str
+    documents: tuple[tuple[str, str], ...] | None = None
+    top: int = TOP_CONTEXTS
+    needle_tokens: int | None = None
+    cache: bool = True
+
+    @property
+    def progress_label(self) -> str:
+        return "Reading every head over the long documents..."
+
+    def peak_bytes(self, model) -> int:
+        """The largest of its long runs (one is held at a time): the longest document or the needle prompt."""
+        lengths = [len(model.encode_long(text).input_ids) for _, text in document_entries(self.documents)]
+        return long_run_bytes(model, max([*lengths, needle_length(model, self.needle_tokens)]))
+
+    def run(self, model, progress: Progress | None = None):
+        return long_cards(
+            model, self.documents, top=self.top, needle_tokens=self.needle_tokens, progress=progress, cache=self.cache
         )
