@@ -5,14 +5,17 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from mha_core.analysis.long_roles import LOCAL_MIN_SHARE, RETRIEVAL_MIN_SCORE, SINK_MIN_MASS
 from mha_core.corpus.card_search import (
     COPYING_MIN,
     PREVIOUS_MIN_MASS,
     CardSearchError,
     needs_composition,
+    needs_long,
     search_cards,
 )
 from mha_core.corpus.cards import CARD_METRICS, HeadCard, HeadCards
+from mha_core.corpus.long_cards import NEEDLE_RUN, LongCard, LongCards
 
 
 def planted(copying=None, previous=None, roles=None) -> HeadCards:
@@ -107,3 +110,54 @@ def test_key_side_reads_the_composition():
         search_cards(cards, "key side from 0-2")
     with pytest.raises(CardSearchError, match="layer must be a whole number from 0 to 1"):
         search_cards(cards, "key side from 5-0", composition=composition)
+
+
+def planted_long(roles: dict) -> LongCards:
+    """The long part of ``planted``'s 2 x 3 heads: ``roles`` ({(layer, head): [(run, role, score, threshold)]})."""
+    cards = tuple(
+        LongCard(
+            layer,
+            head,
+            tuple(
+                {"run": run, "role": role, "score": score, "threshold": threshold, "n": 10, "evidence": ""}
+                for run, role, score, threshold in roles.get((layer, head), [])
+            ),
+            (),
+        )
+        for layer in range(2)
+        for head in range(3)
+    )
+    return LongCards("planted", 2, 3, ("a", "b"), (100, 200), 300, cards)
+
+
+def test_long_roles_are_found_in_the_long_part_with_their_run():
+    cards = planted(roles={(1, 1): [("sink", "sink", 0.9, 0.5)]})
+    long = planted_long(
+        {
+            (0, 2): [(NEEDLE_RUN, "retrieval", 0.4, RETRIEVAL_MIN_SCORE)],
+            (1, 0): [(NEEDLE_RUN, "retrieval", 0.8, RETRIEVAL_MIN_SCORE), ("a", "local (window 3)", 0.7, 0.5)],
+            (1, 1): [("a", "sink at length", 0.6, SINK_MIN_MASS), ("b", "sink at length", 0.95, SINK_MIN_MASS)],
+            (0, 0): [("b", "local (window 5)", 0.55, LOCAL_MIN_SHARE)],
+        }
+    )
+    for query in ("retrieval heads", "Retrieval"):
+        found = search_cards(cards, query, long=long)
+        assert heads(found) == [(1, 0), (0, 2)] and found["value"].tolist() == pytest.approx([0.8, 0.4])
+        assert found["matched"].tolist() == [f"retrieval ({NEEDLE_RUN})"] * 2
+        assert set(found["threshold"]) == {RETRIEVAL_MIN_SCORE}
+    found = search_cards(cards, "local heads", long=long)
+    assert heads(found) == [(1, 0), (0, 0)] and found["matched"].tolist() == [
+        "local (window 3) (a)",
+        "local (window 5) (b)",
+    ]
+    assert set(found["threshold"]) == {LOCAL_MIN_SHARE}
+    found = search_cards(cards, "heads that are sinks at length", long=long)  # the best of its runs
+    assert (
+        heads(found) == [(1, 1)] and found["value"].tolist() == [0.95] and found["matched"][0] == "sink at length (b)"
+    )
+    assert found["primary_role"].tolist() == ["sink"] and found["threshold"].tolist() == [SINK_MIN_MASS]
+    assert heads(search_cards(cards, "sink")) == [(1, 1)]  # the corpus role is another form
+    assert search_cards(cards, "retrieval", long=planted_long({})).empty
+    assert needs_long("local heads") and not needs_long("sink") and not needs_long("key side from 0-1")
+    with pytest.raises(CardSearchError, match="long part of the cards"):
+        search_cards(cards, "retrieval heads")
