@@ -9,7 +9,9 @@ One ``LongCard`` per (layer, head):
   scores are Wu et al.'s argmax rule on that answer: after the answer's first token a repeated sequence is an
   induction task, so the heads it finds include the induction heads (docs/findings.md, section 8);
 * ``contexts``: the ``top`` (document, query, key) where the head puts the most weight on a key that is not a sink,
-  one per query row, ranked over every document. A sink here is what the sink counts use: the first
+  one per query row, ranked over every document. A decoder's row depends only on the tokens up to it, so rows a
+  document shares with an earlier one (the shipped examples are nested: each begins with the one before) are read
+  once, in the earlier document. A sink here is what the sink counts use: the first
   ``SINK_TOKENS`` positions (and any special token). Each row's largest weight and its key are in the row
   statistics the pass streams (``confidence``, ``argmax``): where the argmax is not a sink, that is the row's
   value; where it is, ``1 - first_tokens`` bounds the row's largest non-sink weight from above, and those rows are
@@ -210,12 +212,14 @@ class _Best:
         return found[-1][0] if len(found) >= self.top else -np.inf
 
 
-def run_contexts(run, document: int, best: _Best) -> None:
-    """``run``'s rows added to ``best``: each row's largest weight on a non-sink key (see the module's docstring)."""
+def run_contexts(run, document: int, best: _Best, skip: int = 0) -> None:
+    """``run``'s rows from ``skip`` on added to ``best``: each row's largest weight on a non-sink key (see the
+    module's docstring)."""
     rows = run.statistics.rows
     n = run.num_tokens
     sinks = sink_keys(run)
     visible = np.cumsum(~sinks) > 0 if run.is_causal else np.full(n, (~sinks).any())  # a non-sink key to see
+    visible[:skip] = False
     queries = np.arange(n)
     chunk = max(1, (BLOCK_BYTES // 4) // n)
     for layer in range(run.num_layers):
@@ -241,6 +245,14 @@ def run_contexts(run, document: int, best: _Best) -> None:
                 keys = weights.argmax(axis=1)
                 found = weights[np.arange(len(part)), keys]
                 best.add(layer, head, [(float(v), document, int(q), int(k)) for v, q, k in zip(found, part, keys)])
+
+
+def shared_prefix(first, second) -> int:
+    """How many tokens two documents begin with in common: a decoder's rows there are the same in both (the shipped
+    examples are nested: each begins with the one before), so their contexts are read once, from the earlier."""
+    size = min(len(first), len(second))
+    differ = np.flatnonzero(np.asarray(first[:size]) != np.asarray(second[:size]))
+    return int(differ[0]) if len(differ) else size
 
 
 def _window(tokens: list[str], position: int) -> tuple[int, tuple[str, ...]]:
@@ -335,11 +347,12 @@ def build_long_cards(
     best = _Best(model.num_layers, model.num_heads, top)
     kept: dict = {}
     roles: dict[tuple[int, int], list[dict]] = {}
-    counts = []
+    counts, read = [], []
     for index, (label, text) in enumerate(entries):
         run = run_long(model, text, progress=progress_part(progress, index, parts))
         counts.append(run.num_tokens)
-        run_contexts(run, index, best)
+        run_contexts(run, index, best, skip=max((shared_prefix(run.token_ids, ids) for ids in read), default=0))
+        read.append(run.token_ids)
         _keep_contexts(run, index, label, best, kept)
         for head, rows in _role_rows(run.roles(), label, lambda role: role != "retrieval").items():
             roles.setdefault(head, []).extend(rows)

@@ -20,8 +20,9 @@ from tests.model_fixtures import CORPUS, build_tiny_bert, build_tiny_llama
 TOP = 5
 NEEDLE_LENGTH = 200
 DOCUMENTS = (
-    {"label": "first", "text": " ".join(CORPUS[:4])},
-    {"label": "second", "text": " ".join(CORPUS[4:])},
+    {"label": "first", "text": " ".join(CORPUS[:3])},
+    {"label": "second", "text": " ".join(CORPUS[3:])},
+    {"label": "nested", "text": " ".join(CORPUS[:3]) + " " + CORPUS[-1]},  # begins with the first, as shipped ones do
 )
 
 
@@ -54,7 +55,17 @@ def test_contexts_are_the_largest_non_sink_weights_over_every_document(llama, bu
     if top != TOP:
         built = long_cards(llama, DOCUMENTS, top=top, needle_tokens=NEEDLE_LENGTH, cache=False)
     eager = [eager_attentions(llama, document["text"]) for document in DOCUMENTS]
-    assert built.documents == ("first", "second")
+    assert built.documents == ("first", "second", "nested")
+    ids = [llama.encode_long(document["text"]).input_ids for document in DOCUMENTS]
+    # the rows a document shares with an earlier one (the same tokens up to them) are read in the earlier
+    shared = [0]
+    for index in range(1, len(ids)):
+        common = [
+            next((i for i, (a, b) in enumerate(zip(ids[index], ids[j])) if a != b), min(len(ids[index]), len(ids[j])))
+            for j in range(index)
+        ]
+        shared.append(max(common))
+    assert shared[2] > 20
     assert built.document_tokens == tuple(a.shape[-1] for a, _ in eager)
     for layer in range(llama.num_layers):
         for head in range(llama.num_heads):
@@ -64,7 +75,7 @@ def test_contexts_are_the_largest_non_sink_weights_over_every_document(llama, bu
                 n = weights.shape[0]
                 weights[:, sinks] = -1.0
                 weights[np.triu(np.ones((n, n), dtype=bool), 1)] = -1.0
-                for query in range(n):
+                for query in range(shared[index], n):
                     key = int(weights[query].argmax())
                     if weights[query, key] >= 0:
                         expected.append((weights[query, key], index, query, key))
