@@ -496,6 +496,7 @@ LINKS = [
             Setting("find", "sink", "heads_search", "sink", "Search the heads", "sink", None),
             Setting("hlayer", "2", "heads_layer", 2, "Layer", "2", 0),
             Setting("hhead", "3", "heads_head", 3, "Head", "3", 0),
+            Setting("hlong", "1", "heads_long", True, "and the long documents", "on", False),
         ),
     ),
 ]

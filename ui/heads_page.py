@@ -1,6 +1,7 @@
-"""The Heads page drawn: build a model's head cards (heavy work, started by a button, through ``ui.compute``), search
-them, and show one head's card with its corpus contexts and the buttons that open them in Explore. The settings and
-logic are ``ui.page_heads``; ``pages/heads.py`` calls ``show``."""
+"""The Heads page drawn: build a model's head cards (heavy work, started by a button, through ``ui.compute``), and for
+a decoder their long part over the long documents (the same way), search them, and show one head's card with its
+corpus and long-document contexts and the buttons that open them in Explore. The settings and logic are
+``ui.page_heads``; ``pages/heads.py`` calls ``show``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import streamlit as st
 
 from mha_core.corpus.card_effects import head_effects
 from mha_core.errors import HeadscopeError
-from mha_core.operations import Cards, Composition, Importance
+from mha_core.models.long import long_documents
+from mha_core.operations import Cards, Composition, Importance, LongHeadCards
 from ui import address, computations, compute, page_heads, session
 from ui.computations import IMPORTANCE_BATCH, PROFILE_BATCH, get_model
 from ui.i18n import t
@@ -29,6 +31,11 @@ CONTEXTS_SHOWN = 5  # contexts of each kind drawn at first (the others behind "e
 
 def cards_operation(model_name: str, sentences: int) -> Cards:
     return Cards(model_name, max_sentences=int(sentences), batch_size=PROFILE_BATCH)
+
+
+def long_cards_operation(model_name: str) -> LongHeadCards:
+    """The long part of the cards over the shipped long documents (``mc.long_cards``)."""
+    return LongHeadCards(model_name)
 
 
 def ablation_operation(model_name: str) -> Importance:
@@ -129,18 +136,84 @@ def show_card(cards, card, selection, measured: dict) -> None:
         contexts = card.contexts(kind)
         if not contexts:
             st.caption(t("No context: every key of these sentences is a sink."))
-        for index, context in enumerate(contexts[:CONTEXTS_SHOWN]):
-            show_context(cards, card, context, kind, index=index, selection=selection)
-        if len(contexts) > CONTEXTS_SHOWN:
-            # Drawn only once opened: the card opens with a quarter of its elements, which is most of what a
-            # browser spends showing it (docs/benchmarks.md, "a card opened in Chromium").
-            every = st.expander(
-                t("Every context ({count})", count=len(contexts)), key=f"heads_every_{kind}", on_change="rerun"
+        draw = functools.partial(show_context, cards, card, kind=kind, selection=selection)
+        show_contexts(contexts, draw, kind)
+
+
+def show_contexts(contexts, draw, kind: str) -> None:
+    """The first ``CONTEXTS_SHOWN`` contexts, each by ``draw(context, index=...)``, and the others behind "every
+    context"."""
+    for index, context in enumerate(contexts[:CONTEXTS_SHOWN]):
+        draw(context, index=index)
+    if len(contexts) > CONTEXTS_SHOWN:
+        # Drawn only once opened: the card opens with a quarter of its elements, which is most of what a browser
+        # spends showing it (docs/benchmarks.md, "a card opened in Chromium").
+        every = st.expander(
+            t("Every context ({count})", count=len(contexts)), key=f"heads_every_{kind}", on_change="rerun"
+        )
+        if every.open:
+            with every:
+                for index, context in enumerate(contexts[CONTEXTS_SHOWN:], start=CONTEXTS_SHOWN):
+                    draw(context, index=index)
+
+
+def show_long_context(long, card, context, *, index: int, selection) -> None:
+    left, right = st.columns([5, 1])
+    left.markdown(page_heads.long_marked_tokens(context))
+    left.caption(page_heads.long_context_caption(long, context))
+    if right.button(t("Open in Explore"), key=f"heads_open_long_{index}"):
+        open_in_explore(page_heads.long_explore_link(long, card, context, selection.model, selection.engine))
+
+
+def show_long_card(long, card, selection) -> None:
+    """The head's long-document part: its long-context roles, each with its run, and its long contexts."""
+    st.markdown(f"**{t('Long documents')}**")
+    st.caption(
+        t(
+            "Sink at length and local heads are measured on each long example (its row statistics), retrieval heads "
+            "on the needle prompt (the examples as haystack, the needle repeated as the answer: Wu et al. 2024's "
+            "argmax rule). The contexts: each query's largest weight on a key outside the first 4 tokens (what the "
+            "sink counts use), the largest over the examples, read from exact blocks; Open in Explore opens the "
+            "long document zoomed on the query and key."
+        )
+    )
+    rows = page_heads.long_card_numbers(long, card)
+    if rows:
+        st.table(pd.DataFrame(rows, columns=[t("long-context role"), t("measured on"), t("value")]))
+    else:
+        st.caption(t("No long-context role in any run."))
+    show_contexts(card.contexts, functools.partial(show_long_context, long, card, selection=selection), "long")
+
+
+def long_part(model, model_name: str):
+    """The long part of the cards when the setting asks for it, the model has one and it was started (a link may
+    start it as other heavy work); None otherwise (an encoder says why)."""
+    if not S["long"].toggle():
+        return None
+    if not page_heads.has_long_part(model):
+        st.info(
+            t(
+                "The long part of the cards is for decoders (such as SmolLM2), whose long runs read the long "
+                "documents; {model} is not one.",
+                model=messages.md_escape(model_name),
             )
-            if every.open:
-                with every:
-                    for index, context in enumerate(contexts[CONTEXTS_SHOWN:], start=CONTEXTS_SHOWN):
-                        show_context(cards, card, context, kind, index=index, selection=selection)
+        )
+        return None
+    operation = long_cards_operation(model_name)
+    started = pickers.start_button(
+        t("Read the long documents"), key=f"heads_long_{model_name}", ready=compute.ready(operation)
+    )
+    if not started:
+        st.info(
+            t(
+                "Read every head of {model} over the {count} long examples and a needle prompt: one long pass each "
+                "(heavy work: it waits its turn).",
+                model=messages.md_escape(model_name),
+                count=len(long_documents()),
+            )
+        )
+        return None
+    return compute.compute(operation, get_model(model_name))
 
 
 def show() -> None:
@@ -177,6 +250,7 @@ def show() -> None:
             return
         cards = compute.compute(operation, get_model(selection.model))
         st.caption(t("Cards over {count} sentences.", count=cards.num_sentences))
+        long = long_part(model, selection.model)
         query = S["search"].text(what="search")
         composition = None
         if page_heads.wants_composition(query):
@@ -185,7 +259,7 @@ def show() -> None:
                 t("Compute the composition"), key=f"heads_composition_{selection.model}", ready=compute.ready(operation)
             ):
                 composition = compute.compute(operation, get_model(selection.model))
-        found, refused = page_heads.search_rows(cards, query, composition)
+        found, refused = page_heads.search_rows(cards, query, composition, long)
         if refused is not None:
             st.warning(messages.md_escape(page_heads.refusal_shown(refused)))
         else:
@@ -201,3 +275,5 @@ def show() -> None:
         layer = S["layer"].number(cols[0].number_input, maximum=cards.num_layers - 1)
         head = S["head"].number(cols[1].number_input, maximum=cards.num_heads - 1)
         show_card(cards, cards.card(layer, head), selection, measured_effects(selection.model))
+        if long is not None:
+            show_long_card(long, long.card(layer, head), selection)

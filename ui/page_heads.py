@@ -1,6 +1,6 @@
 """The Heads page's settings (``HeadsSettings``, declared once: ``ui.page_settings``) and its logic: the search's
-rows, a context's tokens with its query and key marked, the Explore address of a
-context. ``pages/heads.py`` draws them (through ``ui.heads_page``)."""
+rows, a context's tokens with its query and key marked, the Explore address of a context, and the same for the long
+part of a decoder's cards (``mha_core.long_cards``). ``pages/heads.py`` draws them (through ``ui.heads_page``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pandas as pd
 from mha_core.corpus.card_effects import HeadEffect
 from mha_core.corpus.card_search import QUERY_FORMS, CardSearchError, needs_composition, search_cards
 from mha_core.corpus.cards import CardContext, HeadCard, HeadCards
+from mha_core.corpus.long_cards import NEEDLE_RUN, LongCard, LongCards, LongCardsError, LongContext, check_long_model
 from ui.escape import md_escape
 from ui.i18n import chinese, t
 from ui.page_roles import role_shown, shown_by_templates
@@ -40,19 +41,22 @@ class HeadsSettings(PageSettings):
     )
     layer: int = setting("heads_layer", "hlayer", "number", 0, label="Layer", minimum=0)
     head: int = setting("heads_head", "hhead", "number", 0, label="Head", minimum=0)
+    # A decoder's cards over the long documents too (``mha_core.long_cards``: heavy, started through ui.compute).
+    long: bool = setting("heads_long", "hlong", "flag", False, label="and the long documents")
 
 
 # ---- what the page shows -------------------------------------------------------------------------------------
 def search_rows(
-    cards: HeadCards, query: str | None, composition: pd.DataFrame | None = None
+    cards: HeadCards, query: str | None, composition: pd.DataFrame | None = None, long: LongCards | None = None
 ) -> tuple[pd.DataFrame, str | None]:
     """(the heads the search finds, the search's refusal in words or None); every head without a search.
-    ``composition``: ``mc.composition``'s table, for a search of whose key / query / value side comes from a head."""
+    ``composition``: ``mc.composition``'s table, for a search of whose key / query / value side comes from a head;
+    ``long``: the long part of the cards, for the long-context roles."""
     if not query or not query.strip():
         table = cards.table()[["layer", "head", "primary_role", "copying", "previous_token", "prev_token_mass"]]
         return table, None
     try:
-        return search_cards(cards, query, composition=composition), None
+        return search_cards(cards, query, composition=composition, long=long), None
     except CardSearchError as error:
         return pd.DataFrame(), str(error)
 
@@ -182,9 +186,91 @@ REFUSAL_TEMPLATES = (
     "These cards have no copying scores: the model's family has no OV circuit here.",
     "Which heads' {side} side comes from {layer}-{head} is read from the composition of every pair of heads "
     "(mc.composition(model)): compute it and search again.",
+    "Which heads are {role} heads is read from the long part of the cards (mc.long_cards(model), decoders only): "
+    "build it and search again.",
 )
 
 
 def refusal_shown(refusal: str) -> str:
     """The search's refusal in the session's language."""
     return shown_by_templates(refusal, REFUSAL_TEMPLATES, (QUERY_FORMS, "key", "query", "value"))
+
+
+# ---- the long part of the cards ------------------------------------------------------------------------------
+def has_long_part(model) -> bool:
+    """Whether ``model``'s cards have a long part (a decoder the long path reads, such as SmolLM2)."""
+    try:
+        check_long_model(model)
+    except LongCardsError:
+        return False
+    return True
+
+
+def long_role_shown(role: str) -> str:
+    """A long-context role's name in the session's language."""
+    if role.startswith("local (window "):
+        return t("local (window {window})", window=role.removeprefix("local (window ").removesuffix(")"))
+    return {"retrieval": t("retrieval"), "sink at length": t("sink at length")}.get(role, role)
+
+
+def long_run_shown(long: LongCards, run: str) -> str:
+    """Which run a number is from, in words: the needle prompt or a long example (numbered as Explore's)."""
+    if run == NEEDLE_RUN:
+        return t("the needle prompt ({count} tokens)", count=f"{long.needle_tokens:,}")
+    index = long.documents.index(run) if run in long.documents else None
+    if index is None:
+        return run
+    return t("long example {number} ({count} tokens)", number=index + 1, count=f"{long.document_tokens[index]:,}")
+
+
+def long_card_numbers(long: LongCards, card: LongCard) -> list[tuple[str, str, str]]:
+    """(role, run, score with its threshold) of the head's long-context roles, for its table."""
+    return [
+        (
+            long_role_shown(str(role["role"])),
+            long_run_shown(long, str(role["run"])),
+            t("{score} (threshold {threshold})", score=f"{role['score']:.3g}", threshold=f"{role['threshold']:.3g}"),
+        )
+        for role in card.roles
+    ]
+
+
+def long_marked_tokens(context: LongContext) -> str:
+    """The tokens around a long context's key and query as markdown, each escaped, the query on a blue background and
+    the key on an orange one; the two windows joined with "…" when they do not meet."""
+    spans = [(context.key_start, context.key_tokens), (context.query_start, context.query_tokens)]
+    pieces = {}
+    for start, tokens in spans:
+        for offset, token in enumerate(tokens):
+            pieces[start + offset] = token
+    shown, last = [], None
+    for position in sorted(pieces):
+        if last is not None and position > last + 1:
+            shown.append("…")
+        text = md_escape(pieces[position])
+        if position == context.query:
+            text = f":{QUERY_MARK}-background[**{text}**]"
+        elif position == context.key:
+            text = f":{KEY_MARK}-background[**{text}**]"
+        shown.append(text)
+        last = position
+    return " ".join(shown)
+
+
+def long_context_caption(long: LongCards, context: LongContext) -> str:
+    query = md_escape(context.query_tokens[context.query - context.query_start])
+    key = md_escape(context.key_tokens[context.key - context.key_start])
+    return t(
+        "{document}: query {query} ({query_token}) puts {weight} on key {key} ({key_token})",
+        document=long_run_shown(long, context.label),
+        query=context.query,
+        query_token=query,
+        weight=f"{context.weight:.0%}",
+        key=context.key,
+        key_token=key,
+    )
+
+
+def long_explore_link(long: LongCards, card: LongCard, context: LongContext, model: str, engine: str) -> dict[str, str]:
+    """The Explore address that opens the long-document zoom on ``context``, with the sidebar's model and engine."""
+    return {**long.explore_query(card, context), "model": model, "engine": engine}

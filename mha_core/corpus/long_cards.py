@@ -78,9 +78,16 @@ class LongContext:
     key_start: int
     key_tokens: tuple[str, ...]
 
-    def zoom(self, margin: int = EXPLORE_MARGIN) -> tuple[int, int, int, int]:
-        """``(r0, r1, c0, c1)``: the rows around the query and the keys around the key (Explore's ``lzoom``)."""
-        return (max(0, self.query - margin), self.query + margin + 1, max(0, self.key - margin), self.key + margin + 1)
+    def zoom(self, num_tokens: int, margin: int = EXPLORE_MARGIN) -> tuple[int, int, int, int]:
+        """``(r0, r1, c0, c1)``: the rows around the query and the keys around the key, inside the document's
+        ``num_tokens`` (Explore's ``lzoom``)."""
+        query, key = self.query, self.key
+        return (
+            max(0, query - margin),
+            min(num_tokens, query + margin + 1),
+            max(0, key - margin),
+            min(num_tokens, key + margin + 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ class LongCards:
     def explore_query(self, card: LongCard, context: LongContext) -> dict[str, str]:
         """The address values that open Explore's long-document zoom on ``context``: the document (``long``: its
         index among the shipped examples), the head and the region around its query and key (``lzoom``)."""
-        r0, r1, c0, c1 = context.zoom()
+        r0, r1, c0, c1 = context.zoom(self.document_tokens[context.document])
         return {
             "model": self.model_name,
             "layer": str(card.layer),

@@ -1,17 +1,24 @@
 """The Heads page under AppTest: the cards it shows are the library's, the search finds the library's heads, a
 card's contexts show their tokens escaped with the query and key marked, a bad search gets a message, and
-"Open in Explore" opens the context there."""
+"Open in Explore" opens the context there; a decoder's card shows its long part, whose contexts open Explore's
+long-document zoom."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
 
 import pytest
 
 import mha_core as mc
 from mha_core.analysis.syntax import ud_ewt_dev
+from mha_core.corpus import long_cards as long_cards_module
+from mha_core.corpus.long_cards import NEEDLE_RUN
 from mha_core.corpus.reading import corpus_texts
+from tests.model_fixtures import build_tiny_llama
 from tests.page_helpers import open_app, rerun
 from ui.escape import md_escape
-from ui.page_heads import marked_tokens, picked_head
+from ui.page_heads import long_marked_tokens, long_role_shown, marked_tokens, picked_head
 
 PAGE = "heads"
 SENTENCES = 10
@@ -128,3 +135,87 @@ def test_the_search_table_opens_the_clicked_rows_card(cards):
     last = len(found) - 1
     assert picked_head(table.value, [last]) == (found["layer"].iloc[last], found["head"].iloc[last])
     assert picked_head(table.value, []) is None and picked_head(table.value, [len(found)]) is None
+
+
+@pytest.fixture(scope="module")
+def tiny_decoder(tmp_path_factory):
+    """A tiny randomly initialised Llama (256 positions: the long examples are read to their first 256 tokens, the
+    needle prompt is 256 long) and its cards with their long part, in a cache of the module's own."""
+    path = str(build_tiny_llama(tmp_path_factory.mktemp("llama-heads"), max_positions=256, randomised=True))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HEADSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("long-cards-cache")))
+        model = mc.load_model(path)
+        long = mc.long_cards(model)
+        # A random model holds no long-context role: two planted on head 1-2, in the cache the page reads.
+        planted = (
+            {"run": NEEDLE_RUN, "role": "retrieval", "score": 0.25, "threshold": 0.1, "n": 8, "evidence": ""},
+            {
+                "run": long.documents[1],
+                "role": "local (window 3)",
+                "score": 0.625,
+                "threshold": 0.5,
+                "n": 9,
+                "evidence": "",
+            },
+        )
+        cards = list(long.cards)
+        cards[long.num_heads + 2] = dataclasses.replace(long.card(1, 2), roles=planted)
+        long = dataclasses.replace(long, cards=tuple(cards))
+        key = long_cards_module.long_cards_key(
+            model, long_cards_module.document_entries(None), 20, long_cards_module.needle_length(model, None)
+        )
+        long_cards_module.store_long_cards(key, long)
+        yield path, mc.head_cards(model, ud_ewt_dev(SENTENCES), batch_size=16), long
+
+
+def test_a_decoders_card_shows_its_long_part_and_opens_its_contexts_in_explore(tiny_decoder):
+    path, cards, long = tiny_decoder
+    card = long.card(1, 2)
+    query = {"model": path, "hsent": str(SENTENCES), "hlayer": str(card.layer), "hhead": str(card.head), "hlong": "1"}
+    app = open_app(PAGE, query)
+    assert not app.error, [e.value for e in app.error]
+    assert app.session_state["heads_long"] is True
+    assert len(card.contexts) == 20
+    markdown = [m.value for m in app.markdown]
+    assert "**Long documents**" in markdown
+    for context in card.contexts[:5]:
+        assert long_marked_tokens(context) in markdown
+    assert long_marked_tokens(card.contexts[5]) not in markdown  # behind "every context"
+    (roles,) = [table.value for table in app.table if "long-context role" in table.value.columns]
+    assert roles.iloc[:, 0].tolist() == [long_role_shown(r["role"]) for r in card.roles]
+    assert roles.iloc[:, 0].tolist() == ["retrieval", "local (window 3)"]
+    assert roles.iloc[:, 1].tolist() == [
+        f"the needle prompt ({long.needle_tokens} tokens)",
+        f"long example 2 ({long.document_tokens[1]} tokens)",
+    ]
+    assert roles.iloc[:, 2].tolist() == ["0.25 (threshold 0.1)", "0.625 (threshold 0.5)"]
+    # the search reads the long part: the library's heads in its order
+    app.text_input(key="heads_search").set_value("retrieval heads")
+    rerun(app)
+    found = mc.search_cards(cards, "retrieval heads", long=long)
+    shown = app.dataframe[0].value
+    assert list(zip(shown["layer"], shown["head"])) == list(zip(found["layer"], found["head"])) == [(1, 2)]
+    assert shown["value"].tolist() == [0.25] and shown["matched"].tolist() == [f"retrieval ({NEEDLE_RUN})"]
+    # a context opens Explore's long-document zoom on its document, head and region
+    context = card.contexts[0]
+    app.button(key="heads_open_long_0").click()
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    link = long.explore_query(card, context)
+    assert app.session_state["long_doc"] == link["long"] == str(context.document)
+    assert (app.session_state["layer"], app.session_state["head"]) == (card.layer, card.head)
+    # the link opens the zoom at once (one person's own server): the query's rows against the key's columns
+    (view,) = [e for e in app.get("bidi_component") if e.proto.component_name == "headscope_long_view"]
+    data = json.loads(view.proto.json)
+    r0, r1, c0, c1 = context.zoom(long.document_tokens[context.document])
+    assert (data["layer"], data["head"], data["region"]) == (card.layer, card.head, [r0, r1, c0, c1])
+    assert app.query_params["lzoom"] == link["lzoom"]
+
+
+def test_an_encoder_says_it_has_no_long_part(cards):
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "hlong": "1"})
+    assert not app.error, [e.value for e in app.error]
+    assert any("is for decoders" in info.value for info in app.info)
+    assert not [b for b in app.button if b.key.startswith("heads_open_long_")]
+    app = open_app(PAGE, {"hsent": str(SENTENCES), "find": "retrieval heads"})
+    assert any("long part of the cards" in w.value for w in app.warning)

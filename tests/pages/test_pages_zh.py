@@ -305,3 +305,14 @@ def test_a_refused_search_in_chinese(minilm_cards):
     warnings = [warning.value for warning in app.warning]
     assert len(warnings) == 1 and warnings[0].startswith("没有头的角色是 'banana'。请搜索"), warnings
     assert "heads that copy" in warnings[0]
+
+
+def test_the_long_part_of_an_encoders_cards_in_chinese(minilm_cards):
+    """An encoder asked for the long part of its cards, and a search of a long-context role: both say why not, in
+    Chinese (the search words stay English)."""
+    app = chinese_app("heads", {"hsent": "10", "hlong": "1", "find": "retrieval heads"})
+    infos = [info.value for info in app.info]
+    assert any(info.startswith("卡片的长文档部分只用于解码器") for info in infos), infos
+    warnings = [warning.value for warning in app.warning]
+    assert len(warnings) == 1 and warnings[0].startswith("哪些头是 retrieval 头"), warnings
+    assert warnings[0].endswith("请先构建它，再搜索一次。"), warnings

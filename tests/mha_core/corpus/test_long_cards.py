@@ -127,6 +127,10 @@ def test_the_explore_link_opens_the_document_on_the_context(built):
     r0, r1 = (int(v) for v in rows.split("-"))
     c0, c1 = (int(v) for v in cols.split("-"))
     assert (layer, head) == ("1", "2") and r0 <= context.query < r1 and c0 <= context.key < c1
+    assert r1 - r0 <= 33 and c1 - c0 <= 33  # token level in the zoom
+    last = max((c for c in built.cards for c in c.contexts), key=lambda c: c.query)  # near a document's end
+    n = built.document_tokens[last.document]
+    assert last.zoom(n)[1] == min(n, last.query + 17) <= n
 
 
 def test_the_cache_is_hit_the_second_time(llama, cache_dir, monkeypatch):
