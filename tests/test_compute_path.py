@@ -53,6 +53,7 @@ NO_PASS_FUNCTIONS = {
     "batch_peak_bytes",
     "pass_bytes",
     "vocabulary_size",
+    "check_long_model",  # whether the long cards read the model (its family and causal mask)
 }
 LOADERS = {"load_model", "from_pretrained"}  # only ui/compute.py loads a model
 COMPUTE_MODULE = "ui/compute.py"
