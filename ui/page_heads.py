@@ -216,7 +216,7 @@ def long_role_shown(role: str) -> str:
 def long_run_shown(long: LongCards, run: str) -> str:
     """Which run a number is from, in words: the needle prompt or a long example (numbered as Explore's)."""
     if run == NEEDLE_RUN:
-        return t("the needle prompt ({count} tokens)", count=f"{long.needle_tokens:,}")
+        return t("the needle prompt, teacher-forced ({count} tokens)", count=f"{long.needle_tokens:,}")
     index = long.documents.index(run) if run in long.documents else None
     if index is None:
         return run

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 LONG_CARDS_FORMAT = 1
 NEEDLE_TOKENS = 2048  # the needle prompt's length (at most the model's long-run limit)
-NEEDLE_RUN = "needle prompt"
+NEEDLE_RUN = "needle prompt (teacher-forced)"
 CONTEXT_TOKENS = 6  # tokens kept either side of a context's query and key
 LONG_ROLE_FIELDS = ("run", "role", "score", "threshold", "n", "evidence")
 EXPLORE_MARGIN = 16  # tokens around a context's query and key in the Explore zoom a link opens

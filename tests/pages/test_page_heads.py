@@ -185,7 +185,7 @@ def test_a_decoders_card_shows_its_long_part_and_opens_its_contexts_in_explore(t
     assert roles.iloc[:, 0].tolist() == [long_role_shown(r["role"]) for r in card.roles]
     assert roles.iloc[:, 0].tolist() == ["retrieval", "local (window 3)"]
     assert roles.iloc[:, 1].tolist() == [
-        f"the needle prompt ({long.needle_tokens} tokens)",
+        f"the needle prompt, teacher-forced ({long.needle_tokens} tokens)",
         f"long example 2 ({long.document_tokens[1]} tokens)",
     ]
     assert roles.iloc[:, 2].tolist() == ["0.25 (threshold 0.1)", "0.625 (threshold 0.5)"]
