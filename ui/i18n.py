@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import streamlit as st
-
 LANG_KEY = "lang"  # the session key of the sidebar's switch, and the address key (``?lang=zh``)
 LANGUAGES = {"en": "English", "zh": "中文"}
 HTML_LANG = {"en": "en", "zh": "zh-CN"}  # the page's <html lang>, which screen readers speak by
@@ -48,7 +46,10 @@ def translate(text: str, lang: str, /, **values) -> str:
 
 
 def language() -> str:
-    """The session's language: the switch's value, else (before the sidebar draws it) the address's ``lang``."""
+    """The session's language: the switch's value, else (before the sidebar draws it) the address's ``lang``.
+    Known in a script run only: work in another thread (``ui.jobs``) is given the language its run captured."""
+    import streamlit as st  # streamlit: the catalog and ``translate`` import without it (``ui.budget``'s notice)
+
     lang = st.session_state.get(LANG_KEY, st.session_state.get(f"_{LANG_KEY}"))
     if lang is None:
         lang = st.query_params.get(LANG_KEY)
