@@ -231,7 +231,9 @@ def test_the_lab_deeper_and_head_view_texts_kept_in_constants_are_in_the_catalog
     from ui.page_lab import LabSettings
 
     texts = [*page_lab.TASK_TEXT.values(), *page_lab.WATCH_FOR.values(), *lab_figures.LOSS_LABELS.values()]
-    texts += ["training step", "cross-entropy (nats)", *VIEW_TEXTS]
+    from mha_core.views.tables import VIEW_TEXTS as TABLE_VIEW_TEXTS  # the saved table view's own words
+
+    texts += ["training step", "cross-entropy (nats)", *VIEW_TEXTS, *TABLE_VIEW_TEXTS]
     for settings in (LabSettings, DeeperSettings):
         for declared in settings.declarations().values():
             texts += [declared.label, declared.help or ""]

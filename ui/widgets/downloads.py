@@ -12,9 +12,9 @@ import unicodedata
 
 import streamlit as st
 
-from mha_core.views import standalone
+from mha_core.views import standalone, tables
 from ui import computations
-from ui.i18n import t
+from ui.i18n import HTML_LANG, language, t, translate
 
 SLUG_CHARS = 40  # a file name's share of the text: about the first six words
 
@@ -122,13 +122,28 @@ def long_view_download(run, data: dict, key: str) -> None:
     )
 
 
+def table_view_language(lang: str) -> dict:
+    """A saved head table view's options in ``lang``: its own words (``tables.VIEW_TEXTS``) and its page's
+    ``<html lang>``; English: none (the library's own words)."""
+    if lang == "en":
+        return {}
+    return {"strings": {text: translate(text, lang) for text in tables.VIEW_TEXTS}, "lang": HTML_LANG[lang]}
+
+
+def table_view_page(table, column: str | None = None, lang: str = "en") -> bytes:
+    """A head table's view as one self-contained HTML page in ``lang``, UTF-8."""
+    return standalone.html(table, column=column, **table_view_language(lang)).encode("utf-8")
+
+
 def table_view_download(table, file_name: str, key: str, column: str | None = None) -> None:
     """A head table's maps (``mha_core.views.tables``: the copying, previous-token, attribution and patching scores,
     or the composition of pairs of heads) as one self-contained HTML page, ``column`` shown first: every numeric
-    column a click away, each head's rows in words; built when clicked."""
+    column a click away, each head's rows in words, the view's own words in the session's language; built when
+    clicked."""
+    lang = language()  # known in this script run, not where the file is built
     st.download_button(
         t("Download the maps as HTML (.html)"),
-        data=lambda: standalone.html(table, column=column).encode("utf-8"),
+        data=lambda: table_view_page(table, column, lang),
         file_name=file_name,
         mime="text/html",
         key=key,
