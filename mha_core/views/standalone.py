@@ -91,9 +91,10 @@ def view_of(
     ``head``; ``view="model"``: every head at overview level), a head table (a DataFrame with ``layer`` and ``head``
     columns: a layer x head grid coloured by ``column``, the first numeric one by default; the Circuits maps'
     copying, previous-token, attribution and patching scores), a table of pairs of heads (``mc.composition``: the
-    receivers' grid, ``tables.composition_heads``), or a ``View`` (as it is). A head table's view speaks English;
-    ``strings`` gives its own words in another language (``tables.VIEW_TEXTS``: English -> translation) and ``lang``
-    that language's tag, the page's ``<html lang>`` ("zh-CN")."""
+    receivers' grid, ``tables.composition_heads``), or a ``View`` (as it is). A head table's view and the head view
+    speak English; ``strings`` gives their own words in another language (English -> translation: a head table's
+    ``tables.VIEW_TEXTS``, the head view's the words its script translates) and ``lang`` that language's tag, the
+    page's ``<html lang>`` ("zh-CN")."""
     if isinstance(obj, View):
         return obj
     if tables.is_pair_table(obj):  # a composition table: each receiver head's senders
@@ -106,7 +107,7 @@ def view_of(
         title = tables.worded(strings, tables.TABLE_TITLE, **size, rows=f"{len(obj):,}")
         return View("tableview", data, title, lang=lang)
     if hasattr(obj, "cross") and hasattr(obj, "kind"):  # an encoder-decoder's three attentions: one of them
-        return view_of(obj.kind(kind), layer=layer, head=head, view=view)
+        return view_of(obj.kind(kind), layer=layer, head=head, view=view, strings=strings, lang=lang)
     if view not in heads.VIEWS:
         raise ValueError(f"view must be one of {heads.VIEWS}, not {view!r}")
     if hasattr(obj, "attentions") or hasattr(obj, "overview_max"):
@@ -128,7 +129,9 @@ def view_of(
             switchable=getattr(obj, "key_tokens", None) is None,
             key_tokens=getattr(obj, "key_tokens", None),
         )
-        return View("headview", data, _run_title(obj))
+        if strings:  # the head view's words in another language (headview.js's ``tr``)
+            data = {**data, "strings": dict(strings)}
+        return View("headview", data, _run_title(obj), lang=lang)
     raise TypeError(
         f"cannot draw a {type(obj).__name__}: mc.show and mc.save_html draw an AttentionRun, a Seq2SeqRun, a "
         "CrossAttentionRun, a LongRun, a head table (a DataFrame with layer and head columns) or a table of pairs "

@@ -14,7 +14,7 @@ import pandas as pd
 from mha_core.run import AttentionRun
 from mha_core.views import tables
 from ui.i18n import catalog
-from ui.widgets.downloads import download_name, model_slug, slug, table_view_language, table_view_page
+from ui.widgets.downloads import download_name, model_slug, slug, table_view_page, view_language
 
 
 def run_of(model_name: str, text: str, engine: str = "transformers", text_pair: str | None = None) -> AttentionRun:
@@ -135,8 +135,23 @@ def test_a_composition_download_names_its_pairs_in_chinese():
 
 
 def test_the_default_stays_english():
-    assert table_view_language("en") == {}
+    assert view_language("en", tables.VIEW_TEXTS) == {}
     data, lang, title, heading = page_parts(table_view_page(TABLE, "score").decode("utf-8"))
     assert lang == "en" and data["strings"] == {}
     assert title == heading == f"2 layers x 3 heads: {len(TABLE)} rows"
     assert data["details"][0][-1] == "... and 3 more rows"
+
+
+def test_a_chinese_download_of_the_head_view_sends_its_script_its_chinese_words():
+    """The head view's file of a Chinese session: every word its script translates (``ui.headview.VIEW_TEXTS``) sent
+    in Chinese, the page Chinese (``<html lang>``); English: none sent, the script's own words."""
+    from ui.headview import VIEW_TEXTS
+    from ui.widgets.downloads import view_page
+
+    run = run_of("minilm", "x y")
+    data, lang, _, _ = page_parts(view_page(run, 0, 0, "zh").decode("utf-8"))
+    zh = catalog("zh")
+    assert lang == "zh-CN" and data["strings"] == {text: zh[text] for text in VIEW_TEXTS}
+    assert data["strings"]["Head view"] == "头视图" and data["tokens"] == run.tokens  # the tokens stay the text's
+    english, lang, _, _ = page_parts(view_page(run, 0, 0).decode("utf-8"))
+    assert lang == "en" and "strings" not in english
