@@ -406,13 +406,11 @@ def test_in_class_links_hold_the_search_and_patching_settings_and_clicks_start_t
     assert keys("Patching") == [] and keys("Attribution") == []
 
 
-def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_server, monkeypatch):
-    """Light work waits only for light work; while it waits its page says its place (a caption that goes once the
-    work starts): the notice a student saw none of for 104 s."""
-    compute, shared = small_server
+def recorded_notices(compute, monkeypatch) -> list[str]:
+    """What ``compute``'s waiting notice shows, recorded instead of drawn ("(cleared)" when it goes); no stop point."""
     shown: list[str] = []
 
-    class Notice:  # ``compute``'s late placeholder, recorded instead of drawn
+    class Notice:  # ``compute``'s late placeholder
         def __call__(self):
             return self
 
@@ -424,6 +422,23 @@ def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_ser
 
     monkeypatch.setattr(compute, "LatePlaceholder", Notice)
     monkeypatch.setattr(compute, "stop_point", lambda: lambda *args: None)
+    return shown
+
+
+@pytest.mark.parametrize(
+    ("lang", "notice"),
+    [
+        ("en", "The server is busy: yours is number 1 in the queue, waiting for a compute slot."),
+        ("zh", "服务器繁忙：你的计算在队列中排第 1 位，正在等待计算槽位。"),
+    ],
+)
+def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_server, monkeypatch, lang, notice):
+    """Light work waits only for light work; while it waits its page says its place (a caption that goes once the
+    work starts): the notice a student saw none of for 104 s. In the session's language: the script run's."""
+    compute, shared = small_server
+    shown = recorded_notices(compute, monkeypatch)
+    script: list[threading.Thread] = []
+    monkeypatch.setattr(compute, "language", lambda: lang if threading.current_thread() in script else "en")
     RUNS["drawn"] = lambda model, progress: "drawn"
     releases = [holding(lambda: shared.gate.slot()) for _ in range(2)]  # two light computations hold both slots
     done = []
@@ -431,10 +446,11 @@ def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_ser
         target=lambda: done.append(compute.compute(Sized("drawn", MB), model=object(), keep=False)),
         daemon=True,
     )
+    script.append(waiter)
     waiter.start()
     while not shown:
         threading.Event().wait(0.01)
-    assert done == [] and shown == [md_escape(queue_message(LIGHT, 0))]
+    assert done == [] and shown == [md_escape(notice)]
     for release, thread in releases:
         release.set()
         thread.join(WAIT_S)
@@ -448,45 +464,14 @@ def chinese_in(thread_of_the_script: list[threading.Thread]):
     return lambda: "zh" if threading.current_thread() in thread_of_the_script else "en"
 
 
-def test_a_chinese_pages_waiting_notice_is_chinese(small_server, monkeypatch):
-    """A Chinese session's page waiting for a slot, or for another visitor computing the same thing, says so in
+def test_a_chinese_page_waiting_for_another_visitors_same_computation_says_so_in_chinese(small_server, monkeypatch):
+    """A Chinese session's page waiting for another visitor (an English session) computing the same thing says so in
     Chinese (its script run's language: ``compute`` captures it)."""
-    compute, shared = small_server
-    shown: list[str] = []
-
-    class Notice:  # ``compute``'s late placeholder, recorded instead of drawn
-        def __call__(self):
-            return self
-
-        def caption(self, text: str) -> None:
-            shown.append(text)
-
-        def clear(self) -> None:
-            shown.append("(cleared)")
-
+    compute, _ = small_server
+    shown = recorded_notices(compute, monkeypatch)
     script: list[threading.Thread] = []
-    monkeypatch.setattr(compute, "LatePlaceholder", Notice)
-    monkeypatch.setattr(compute, "stop_point", lambda: lambda *args: None)
     monkeypatch.setattr(compute, "language", chinese_in(script))
-    RUNS["drawn zh"] = lambda model, progress: "drawn"
-    releases = [holding(lambda: shared.gate.slot()) for _ in range(2)]  # two light computations hold both slots
     done = []
-    waiter = threading.Thread(
-        target=lambda: done.append(compute.compute(Sized("drawn zh", MB), model=object(), keep=False)),
-        daemon=True,
-    )
-    script.append(waiter)
-    waiter.start()
-    while not shown:
-        threading.Event().wait(0.01)
-    assert shown == [md_escape("服务器繁忙：你的计算在队列中排第 1 位，正在等待计算槽位。")]
-    for release, thread in releases:
-        release.set()
-        thread.join(WAIT_S)
-    waiter.join(WAIT_S)
-    assert done == ["drawn"] and shown[-1] == "(cleared)"
-
-    # Another visitor (an English session) computes the same thing: the Chinese page waits for it, saying so.
     computing, finish = threading.Event(), threading.Event()
     RUNS["shared zh"] = lambda model, progress: (computing.set(), finish.wait(WAIT_S), "shared")[-1]
     first = threading.Thread(target=lambda: compute.compute(Sized("shared zh", MB), model=object()), daemon=True)
