@@ -231,7 +231,9 @@ def test_the_lab_deeper_and_head_view_texts_kept_in_constants_are_in_the_catalog
     from ui.page_lab import LabSettings
 
     texts = [*page_lab.TASK_TEXT.values(), *page_lab.WATCH_FOR.values(), *lab_figures.LOSS_LABELS.values()]
-    texts += ["training step", "cross-entropy (nats)", *VIEW_TEXTS]
+    from mha_core.views.tables import VIEW_TEXTS as TABLE_VIEW_TEXTS  # the saved table view's own words
+
+    texts += ["training step", "cross-entropy (nats)", *VIEW_TEXTS, *TABLE_VIEW_TEXTS]
     for settings in (LabSettings, DeeperSettings):
         for declared in settings.declarations().values():
             texts += [declared.label, declared.help or ""]
@@ -295,3 +297,39 @@ def test_a_figures_words_are_translated_in_chinese_only(monkeypatch):
     assert i18n.shown("share of the text's<br>tokens removed") == "文本中被移除的 token 比例"
     scale = i18n.translate_figure(go.Figure(go.Heatmap(z=[[1]], colorbar=dict(title=dict(text="part of the score")))))
     assert scale.data[0].colorbar.title.text == "分数中的份额"
+
+
+def test_a_hover_templates_words_are_translated_its_fields_and_tags_kept(monkeypatch):
+    """``translate_hover``: the words between Plotly's fields and tags by their catalog entries; the fields (with
+    their formats and indices), ``<br>``, ``<b>`` and the ``<extra>`` box (a trace's own label) stay as they are."""
+    assert i18n.hover_words("layer %{x} head %{customdata}<br>weight %{z:.4f}<extra>PE[p+k]</extra>") == [
+        "layer",
+        "head",
+        "weight",
+    ]
+    template = "<b>layer %{customdata[0]} head %{customdata[1]}</b><br>strongest: %{text}<extra>step one</extra>"
+    assert i18n.translate_hover(template, "zh") == (
+        "<b>层 %{customdata[0]} 头 %{customdata[1]}</b><br>最强: %{text}<extra>step one</extra>"
+    )
+    assert i18n.translate_hover("%{y} → %{x}: %{z:.3f}<extra></extra>", "zh") == "%{y} → %{x}: %{z:.3f}<extra></extra>"
+    # Numbers written into the words stay; a run without an entry stays English (the page tests find it).
+    assert i18n.translate_hover("layer 3 head 12<br>step %{x}", "zh") == "层 3 头 12<br>步骤 %{x}"
+    assert i18n.translate_hover("no such words %{x}", "zh") == "no such words %{x}"
+    # A text between fields with an entry of its own is translated whole (its parenthesis too).
+    assert (
+        i18n.translate_hover("step %{x}<br>loss (all positions) %{y:.3f}", "zh")
+        == "步骤 %{x}<br>损失（所有位置） %{y:.3f}"
+    )
+    # One template per point: each translated; English: unchanged; not a text: as it is.
+    assert i18n.translate_hover(["query %{text}", "key %{text}"], "zh") == ["查询 %{text}", "键 %{text}"]
+    assert i18n.translate_hover("layer %{x}", "en") == "layer %{x}" and i18n.translate_hover(None, "zh") is None
+    # translate_figure applies it to every trace's hover template, in Chinese only.
+    import plotly.graph_objects as go
+
+    def figure():
+        return go.Figure(go.Scatter(x=[1], y=[2], hovertemplate="step %{x}<br>score %{y:.3f}<extra></extra>"))
+
+    monkeypatch.setattr(i18n, "language", lambda: "en")
+    assert i18n.translate_figure(figure()).data[0].hovertemplate == "step %{x}<br>score %{y:.3f}<extra></extra>"
+    monkeypatch.setattr(i18n, "language", lambda: "zh")
+    assert i18n.translate_figure(figure()).data[0].hovertemplate == "步骤 %{x}<br>分数 %{y:.3f}<extra></extra>"
