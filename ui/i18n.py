@@ -93,6 +93,12 @@ def joined(parts, separator: str) -> Text:
     return Text(separator.join(f"{{{name}}}" for name in names), dict(zip(names, parts, strict=True)))
 
 
+def view_words(texts) -> dict[str, str]:
+    """A view script's own words (``texts``, in English) with their translations in the session's language, sent with
+    its data (the script's ``translator``); English: none (the script's own words)."""
+    return {text: t(text) for text in texts} if chinese() else {}
+
+
 NUMBERED = re.compile(r"(?P<words>[A-Za-z][A-Za-z ]*?) (?P<number>\d+)")  # "head 2": words, then a number
 
 

@@ -155,3 +155,19 @@ def test_a_chinese_download_of_the_head_view_sends_its_script_its_chinese_words(
     assert data["strings"]["Head view"] == "头视图" and data["tokens"] == run.tokens  # the tokens stay the text's
     english, lang, _, _ = page_parts(view_page(run, 0, 0).decode("utf-8"))
     assert lang == "en" and "strings" not in english
+
+
+def test_a_chinese_download_of_the_long_view_sends_its_script_its_chinese_words():
+    """The long view's file of a Chinese session: every word its script translates (``ui.longview.VIEW_TEXTS``) sent
+    in Chinese with the view's data as shown, the page Chinese; English: none sent, the data unchanged."""
+    from ui.longview import VIEW_TEXTS
+    from ui.widgets.downloads import long_view_page
+
+    shown = {"layer": 1, "head": 2, "n": 40, "region": [0, 40, 0, 40], "reduce": "max"}
+    data, lang, title, _ = page_parts(long_view_page(shown, "m: 40 tokens (long document)", "zh").decode("utf-8"))
+    zh = catalog("zh")
+    assert lang == "zh-CN" and data["strings"] == {text: zh[text] for text in VIEW_TEXTS}
+    assert data["strings"]["Zoom out"] == "缩小" and data["strings"]["max"] == "最大值"
+    assert {key: data[key] for key in shown} == shown and title == "m: 40 tokens (long document)"
+    english, lang, _, _ = page_parts(long_view_page(shown, "m", "en").decode("utf-8"))
+    assert lang == "en" and english == shown

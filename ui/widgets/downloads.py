@@ -13,7 +13,7 @@ import unicodedata
 import streamlit as st
 
 from mha_core.views import standalone, tables
-from ui import computations, headview
+from ui import computations, headview, longview
 from ui.i18n import HTML_LANG, language, t, translate
 
 SLUG_CHARS = 40  # a file name's share of the text: about the first six words
@@ -108,14 +108,23 @@ def view_page(run, layer: int, head: int, lang: str = "en") -> bytes:
     return standalone.html(run, layer=layer, head=head, **view_language(lang, headview.VIEW_TEXTS)).encode("utf-8")
 
 
+def long_view_page(data: dict, title: str, lang: str = "en") -> bytes:
+    """The long view's ``data`` (``longview.pack_layer`` or ``pack_model``'s) as one self-contained HTML page in
+    ``lang`` (the script's own words translated: ``longview.VIEW_TEXTS``), UTF-8."""
+    options = view_language(lang, longview.VIEW_TEXTS)  # none in English
+    data = {**data, "strings": options["strings"]} if options else data
+    return standalone.page(standalone.View("longview", data, title, lang=options.get("lang", "en"))).encode("utf-8")
+
+
 def long_view_download(run, data: dict, key: str) -> None:
     """The long view as it is shown (``data``: ``longview.pack_layer`` or ``pack_model``'s) as one self-contained HTML
     page; built when clicked. The file shows this region: zooming further needs the run (the app, or ``mc.show``)."""
     title = f"{run.model_name}: {run.num_tokens:,} tokens (long document)"
     name = f"headscope-{model_slug(run.model_name)}-long-{run.num_tokens}-layer{data['layer']}-head{data['head']}.html"
+    lang = language()  # known in this script run, not where the file is built
     st.download_button(
         t("View as HTML (.html)"),
-        data=lambda: standalone.page(standalone.View("longview", data, title)).encode("utf-8"),
+        data=lambda: long_view_page(data, title, lang),
         file_name=name,
         mime="text/html",
         key=key,
