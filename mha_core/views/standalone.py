@@ -58,12 +58,17 @@ class View:
 TITLE_TEXT_CHARS = 80  # a title's share of the run's text
 
 
-def _run_title(run) -> str:
-    """``model: "text" (n tokens)``, the text cut to ``TITLE_TEXT_CHARS`` (escaped where it is shown)."""
+RUN_TITLE = "{model}:{quoted} ({count} tokens)"  # a run's page title (``strings`` may hold it in another language)
+
+
+def _run_title(run, strings: dict | None = None) -> str:
+    """``model: "text" (n tokens)``, the text cut to ``TITLE_TEXT_CHARS`` (escaped where it is shown), in the
+    language of ``strings`` (none: English)."""
     text = " ".join(str(getattr(run, "text", "") or "").split())
     text = text if len(text) <= TITLE_TEXT_CHARS else text[: TITLE_TEXT_CHARS - 1] + "…"
     quoted = f' "{text}"' if text else ""
-    return f"{getattr(run, 'model_name', '') or 'attention'}:{quoted} ({len(run.tokens):,} tokens)"
+    model = getattr(run, "model_name", "") or "attention"
+    return tables.worded(strings, RUN_TITLE, model=model, quoted=quoted, count=f"{len(run.tokens):,}")
 
 
 def check_head(run, layer: int, head: int) -> None:
@@ -131,7 +136,7 @@ def view_of(
         )
         if strings:  # the head view's words in another language (headview.js's ``tr``)
             data = {**data, "strings": dict(strings)}
-        return View("headview", data, _run_title(obj), lang=lang)
+        return View("headview", data, _run_title(obj, strings), lang=lang)
     raise TypeError(
         f"cannot draw a {type(obj).__name__}: mc.show and mc.save_html draw an AttentionRun, a Seq2SeqRun, a "
         "CrossAttentionRun, a LongRun, a head table (a DataFrame with layer and head columns) or a table of pairs "

@@ -149,12 +149,13 @@ def test_a_chinese_download_of_the_head_view_sends_its_script_its_chinese_words(
     from ui.widgets.downloads import view_page
 
     run = run_of("minilm", "x y")
-    data, lang, _, _ = page_parts(view_page(run, 0, 0, "zh").decode("utf-8"))
+    data, lang, title, heading = page_parts(view_page(run, 0, 0, "zh").decode("utf-8"))
     zh = catalog("zh")
     assert lang == "zh-CN" and data["strings"] == {text: zh[text] for text in VIEW_TEXTS}
+    assert title == heading == f'minilm： "x y"（{len(run.tokens)} 个 token）'  # the page's title in Chinese too
     assert data["strings"]["Head view"] == "头视图" and data["tokens"] == run.tokens  # the tokens stay the text's
-    english, lang, _, _ = page_parts(view_page(run, 0, 0).decode("utf-8"))
-    assert lang == "en" and "strings" not in english
+    english, lang, title, _ = page_parts(view_page(run, 0, 0).decode("utf-8"))
+    assert lang == "en" and "strings" not in english and title == f'minilm: "x y" ({len(run.tokens)} tokens)'
 
 
 def test_a_chinese_download_of_the_long_view_sends_its_script_its_chinese_words():

@@ -20,6 +20,7 @@ import streamlit as st
 
 from mha_core.views.heads import ALL_LAYERS_MAX_CELLS, SHAPES, VIEWS, pack, parse_pick, unpack
 from mha_core.views.packing import LEVELS
+from mha_core.views.standalone import RUN_TITLE
 from ui import viewkit
 from ui.i18n import view_words
 
@@ -76,6 +77,7 @@ VIEW_TEXTS = (
     '{query} {i} "{token}" picked: a distribution is shown below the view.',
     "layer {layer}",
     "head {head}",
+    RUN_TITLE,  # the page's title when the view is saved as a file
 )
 
 

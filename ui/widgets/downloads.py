@@ -119,7 +119,7 @@ def long_view_page(data: dict, title: str, lang: str = "en") -> bytes:
 def long_view_download(run, data: dict, key: str) -> None:
     """The long view as it is shown (``data``: ``longview.pack_layer`` or ``pack_model``'s) as one self-contained HTML
     page; built when clicked. The file shows this region: zooming further needs the run (the app, or ``mc.show``)."""
-    title = f"{run.model_name}: {run.num_tokens:,} tokens (long document)"
+    title = t("{model}: {count} tokens (long document)", model=run.model_name, count=f"{run.num_tokens:,}")
     name = f"headscope-{model_slug(run.model_name)}-long-{run.num_tokens}-layer{data['layer']}-head{data['head']}.html"
     lang = language()  # known in this script run, not where the file is built
     st.download_button(
