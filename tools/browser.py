@@ -24,10 +24,17 @@ from mha_core.views import images
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM, CHROMIUM_ARGS = images.CHROMIUM, images.CHROMIUM_ARGS  # one place: what mc pictures with too
 
-# True once the app is up and idle: the sidebar is drawn and no script is running ('Running...' widget).
+# True once the app is up and idle: connected, a script run has finished and none runs now (Streamlit's own marks
+# on its root, ``data-test-script-state``: "initial" until a first run; the 'Running...' widget is not shown), and
+# the sidebar is drawn. The sidebar and no status widget alone hold before the first run starts (the page links are
+# drawn by the browser, and nothing shows a run that has not begun): under load a test then clicked a page's skeleton.
 APP_IDLE_JS = """
-() => !!document.querySelector('[data-testid="stSidebar"]')
-      && !document.querySelector('[data-testid="stStatusWidget"]')
+() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  return !!app && app.dataset.testScriptState === 'notRunning' && app.dataset.testConnectionState === 'CONNECTED'
+      && !!document.querySelector('[data-testid="stSidebar"]')
+      && !document.querySelector('[data-testid="stStatusWidget"]');
+}
 """
 
 # The tokens of the head view (Explore's canvas head view, ui/headview/) once it is drawn, or null.
@@ -86,7 +93,9 @@ PAGE_STATE_JS = (
 () => ({
   title: (document.querySelector('[data-testid="stMain"] h1') || {}).textContent || null,
   warnings: Array.from(document.querySelectorAll('[data-testid="stAlertContentWarning"]')).map(w => w.innerText),
-  idle: !!document.querySelector('[data-testid="stSidebar"]') && !document.querySelector('[data-testid="stStatusWidget"]'),
+  idle: ("""
+    + APP_IDLE_JS.strip()
+    + """)(),
   problems: ("""
     + PAGE_PROBLEMS_JS.strip()
     + """)(),
@@ -372,15 +381,22 @@ def chromium_page(width: int = 1500, height: int = 1100):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.set_default_timeout(DEFAULT_TIMEOUT_MS)
-            yield page
+            yield new_page(browser, width, height)
         finally:
             browser.close()
 
 
+def new_page(browser, width: int = 1500, height: int = 1100):
+    """A page in a browser context of its own (its own cookies: another session of the app), whose actions and
+    waits that name no bound are bounded by ``DEFAULT_TIMEOUT_MS``, not Playwright's 30 s, which a busy machine
+    exceeds (a page's first load took 50-100 s beside three busy processes at a load average of 9-14)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(DEFAULT_TIMEOUT_MS)
+    return context.new_page()
+
+
 def wait_for_app(page, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
-    """Until the script has finished running (no 'Running...' status widget) and the sidebar is up."""
+    """Until a script run has finished and none runs (``APP_IDLE_JS``), the sidebar up."""
     page.wait_for_function(APP_IDLE_JS, timeout=timeout_ms)
 
 

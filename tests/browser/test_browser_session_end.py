@@ -26,6 +26,7 @@ from tools.browser import (
     SOCKETS_JS,
     chromium_available,
     chromium_page,
+    new_page,
     start_importance,
     start_lab_training,
     start_profile,
@@ -71,7 +72,7 @@ def test_closing_the_tab_stops_a_training_and_a_computation(server, artifacts_di
         page.close()
         assert_work_stops(process, "the Lab training")
 
-        page = page.context.browser.new_page(viewport={"width": 1500, "height": 1100})
+        page = new_page(page.context.browser)  # another session
         start_importance(page, server.url)
         advances(page, IMPORTANCE_HEADS_JS)  # the computation goes on while its tab is open
         page.screenshot(path=str(artifacts_dir / "importance-computing.png"))
