@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -289,6 +290,15 @@ class StreamlitServer:
     def pid(self) -> int:
         return self.process.pid
 
+    def dump_stacks(self) -> None:
+        """What the server was doing when a test failed: every thread's stack, written at the end of its log by
+        faulthandler (``PYTHONFAULTHANDLER``) on SIGABRT, which then ends the server."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=15)
+        print(f"The server's log (its threads' stacks at the end): {self.log_path}", file=sys.stderr)
+
 
 @contextlib.contextmanager
 def start_streamlit(
@@ -318,6 +328,7 @@ def start_streamlit(
             environment.pop(key, None)
         else:
             environment[key] = str(value)
+    environment.setdefault("PYTHONFAULTHANDLER", "1")  # a failure's server log ends with its threads' stacks
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log:
         process = subprocess.Popen(
@@ -354,7 +365,11 @@ def start_streamlit(
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"streamlit did not start; see {log_path}")
                 time.sleep(0.5)
-            yield StreamlitServer(url=url, process=process, log_path=log_path)
+            server = StreamlitServer(url=url, process=process, log_path=log_path)
+            yield server
+        except Exception:
+            server.dump_stacks()
+            raise
         finally:
             process.terminate()
             try:
@@ -382,6 +397,9 @@ def chromium_page(width: int = 1500, height: int = 1100):
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
             yield new_page(browser, width, height)
+        except Exception:
+            save_pages(browser)
+            raise
         finally:
             browser.close()
 
@@ -393,6 +411,29 @@ def new_page(browser, width: int = 1500, height: int = 1100):
     context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(DEFAULT_TIMEOUT_MS)
     return context.new_page()
+
+
+def save_pages(browser) -> list[Path]:
+    """What each open page of ``browser`` shows, saved in test-artifacts/ when a test fails: a screenshot of the
+    whole page and its text, named after the test (``PYTEST_CURRENT_TEST``). Best effort: a page that cannot be
+    read (crashed, closing) is left out; the test's own error is what is reported."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "browser").split(" ")[0]
+    stem = "failure-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in test.split("/")[-1])[:120]
+    folder = ROOT / "test-artifacts"
+    folder.mkdir(exist_ok=True)
+    saved = []
+    pages = [page for context in browser.contexts for page in context.pages if not page.is_closed()]
+    for number, page in enumerate(pages):
+        path = folder / f"{stem}-{number}.png"
+        try:
+            page.screenshot(path=str(path), full_page=True, timeout=60_000)
+            path.with_suffix(".txt").write_text(f"{page.url}\n\n{page.inner_text('body', timeout=30_000)}")
+        except Exception as error:  # the test's own failure is what matters, not this one
+            print(f"Page {number} ({page.url}) could not be saved: {error}", file=sys.stderr)
+            continue
+        saved.append(path)
+        print(f"What page {number} showed when the test failed: {path} (its text beside it, .txt)", file=sys.stderr)
+    return saved
 
 
 def wait_for_app(page, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
