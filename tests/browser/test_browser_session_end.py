@@ -3,8 +3,8 @@ head importance and a corpus profile, driven in Debian Chromium.
 
 While its page is open the work is seen to advance in the page (the loss curve's points, the heads ablated,
 the shards done). Once the page is gone, the server is seen to stop: its process falls idle (psutil: below
-``IDLE_CPU_PER_S``, which an idle server stays under whatever the machine's load; a busy rate is never asserted,
-since load changes it). The tab is closed with Playwright; a lost connection is the page's own WebSocket closed
+``IDLE_CPU_PER_S`` over ``IDLE_WINDOWS`` seconds in a row, which an idle server stays under whatever the machine's
+load; a busy rate is never asserted, since load changes it). The tab is closed with Playwright; a lost connection is the page's own WebSocket closed
 and refused until the server is idle (at least 10 s: longer than the 3 s grace, shorter than the server's 30 s
 session TTL), then let through again."""
 
