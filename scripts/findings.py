@@ -401,7 +401,8 @@ def minilm_syntax_decomposition() -> None:
 
 
 # ---- which tokens a prediction depends on (issue 33) -------------------------------------------------------------
-ATTRIBUTION_TEXTS = int(os.environ.get("HEADSCOPE_ATTRIBUTION_TEXTS", "200"))  # fewer where time is short
+# How many sentences (SmolLM2: after its circuit prompts) or pairs (MiniLM) the attribution targets read.
+ATTRIBUTION_TEXTS = int(os.environ.get("HEADSCOPE_ATTRIBUTION_TEXTS", "200"))
 # Methods added to the tables already written, for their texts, without drawing the other methods' curves again
 # (``HEADSCOPE_ATTRIBUTION_ADD=value_zeroing``): the references are recomputed for the new rows' agreement.
 ATTRIBUTION_ADD = tuple(m for m in os.environ.get("HEADSCOPE_ATTRIBUTION_ADD", "").split(",") if m)
@@ -486,7 +487,7 @@ def smollm2_token_attribution() -> None:
     from mha_core.interventions.prompts import CIRCUIT_TASKS
 
     items = [(task.clean, task.answer) for task in CIRCUIT_TASKS]
-    for words in treebank_texts(ATTRIBUTION_TEXTS - len(items)):
+    for words in treebank_texts(ATTRIBUTION_TEXTS):  # the prompts and ATTRIBUTION_TEXTS sentences
         items.append((" ".join(words[:-1]), None))
     attribution_findings("smollm2", items)
 

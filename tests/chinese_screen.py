@@ -1,5 +1,5 @@
 """Chinese on screen (``lang=zh``) under AppTest: every text a page shows (text elements, expanders' labels,
-widgets' labels, help and choices, the figures' words, the word columns of tables), and the Latin words among them
+widgets' labels, help and choices, the figures' words (their hover templates' too), the word columns of tables), and the Latin words among them
 that are not allowed English. One check for every page's Chinese test (tests/pages/test_page_*_zh.py)."""
 
 from __future__ import annotations
@@ -37,6 +37,15 @@ CODE = re.compile(r"`[^`]*`")
 QUOTED_TOKEN = re.compile(r"'[^'\n]*'")  # a model's token as the decoder lesson shows it (its repr)
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 TAG = re.compile(r"<br>")  # a figure's line break
+# A hover template's markup: Plotly's fields (%{x}, %{customdata[0]:.3f}), its secondary box (<extra>...</extra>:
+# a trace's own label, kept as it is) and tags; what is left are its words.
+HOVER_MARKUP = re.compile(r"%\{[^}]*\}|<extra>.*?</extra>|<[^>]*>", re.DOTALL)
+
+
+def hover_texts(trace: dict) -> list[str]:
+    """The words of a trace's hover template(s) (one, or one per point), its markup removed."""
+    template = trace.get("hovertemplate") or []
+    return [HOVER_MARKUP.sub(" ", one) for one in ([template] if isinstance(template, str) else template)]
 
 
 def visible_texts(app) -> list[str]:
@@ -53,6 +62,7 @@ def visible_texts(app) -> list[str]:
         texts += [str(annotation.get("text", "")) for annotation in layout.get("annotations", [])]
         texts += [str(axis.get("title", {}).get("text", "")) for name, axis in layout.items() if name[1:5] == "axis"]
         texts += [str(trace.get("name", "")) for trace in spec.get("data", []) if trace.get("showlegend") is not False]
+        texts += [text for trace in spec.get("data", []) for text in hover_texts(trace)]  # what a hover shows
     for frame in app.dataframe:  # the tables' words (their formulas and numbers stay as they are)
         data = frame.value
         texts += [str(cell) for column in TABLE_WORDS if column in data.columns for cell in data[column]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,10 +25,17 @@ from mha_core.views import images
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM, CHROMIUM_ARGS = images.CHROMIUM, images.CHROMIUM_ARGS  # one place: what mc pictures with too
 
-# True once the app is up and idle: the sidebar is drawn and no script is running ('Running...' widget).
+# True once the app is up and idle: connected, a script run has finished and none runs now (Streamlit's own marks
+# on its root, ``data-test-script-state``: "initial" until a first run; the 'Running...' widget is not shown), and
+# the sidebar is drawn. The sidebar and no status widget alone hold before the first run starts (the page links are
+# drawn by the browser, and nothing shows a run that has not begun): under load a test then clicked a page's skeleton.
 APP_IDLE_JS = """
-() => !!document.querySelector('[data-testid="stSidebar"]')
-      && !document.querySelector('[data-testid="stStatusWidget"]')
+() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  return !!app && app.dataset.testScriptState === 'notRunning' && app.dataset.testConnectionState === 'CONNECTED'
+      && !!document.querySelector('[data-testid="stSidebar"]')
+      && !document.querySelector('[data-testid="stStatusWidget"]');
+}
 """
 
 # The tokens of the head view (Explore's canvas head view, ui/headview/) once it is drawn, or null.
@@ -86,7 +94,9 @@ PAGE_STATE_JS = (
 () => ({
   title: (document.querySelector('[data-testid="stMain"] h1') || {}).textContent || null,
   warnings: Array.from(document.querySelectorAll('[data-testid="stAlertContentWarning"]')).map(w => w.innerText),
-  idle: !!document.querySelector('[data-testid="stSidebar"]') && !document.querySelector('[data-testid="stStatusWidget"]'),
+  idle: ("""
+    + APP_IDLE_JS.strip()
+    + """)(),
   problems: ("""
     + PAGE_PROBLEMS_JS.strip()
     + """)(),
@@ -242,12 +252,16 @@ def start_profile(page, url: str, sentences: int) -> None:
     click_in_expander(page, "Corpus profile", "Profile heads")
 
 
-def wait_until_idle(process, bound_s: float, window_s: float = 1.0) -> float | None:
-    """Seconds until ``process`` (a ``psutil.Process``: a server) uses less than ``IDLE_CPU_PER_S`` over one
-    ``window_s`` window (the end of the first idle window), or None if it is still busy after ``bound_s``."""
-    start = time.monotonic()
+def wait_until_idle(process, bound_s: float, window_s: float = 1.0, windows: int = 1) -> float | None:
+    """Seconds until ``process`` (a ``psutil.Process``: a server) uses less than ``IDLE_CPU_PER_S`` over ``windows``
+    windows of ``window_s`` in a row (the end of the last), or None if it is not after ``bound_s``. On a machine
+    loaded far past its cores a server that still works can be left without a core for a whole window (seen at a
+    load average of 14: idle 1.1 s after its page closed, within the 3 s the work goes on): a test asks for
+    several windows in a row."""
+    start, idle = time.monotonic(), 0
     while time.monotonic() - start < bound_s:
-        if cpu_rate(process, window_s) < IDLE_CPU_PER_S:
+        idle = idle + 1 if cpu_rate(process, window_s) < IDLE_CPU_PER_S else 0
+        if idle >= windows:
             return time.monotonic() - start
     return None
 
@@ -280,6 +294,15 @@ class StreamlitServer:
     def pid(self) -> int:
         return self.process.pid
 
+    def dump_stacks(self) -> None:
+        """What the server was doing when a test failed: every thread's stack, written at the end of its log by
+        faulthandler (``PYTHONFAULTHANDLER``) on SIGABRT, which then ends the server."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=15)
+        print(f"The server's log (its threads' stacks at the end): {self.log_path}", file=sys.stderr)
+
 
 @contextlib.contextmanager
 def start_streamlit(
@@ -309,6 +332,7 @@ def start_streamlit(
             environment.pop(key, None)
         else:
             environment[key] = str(value)
+    environment.setdefault("PYTHONFAULTHANDLER", "1")  # a failure's server log ends with its threads' stacks
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log:
         process = subprocess.Popen(
@@ -345,7 +369,11 @@ def start_streamlit(
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"streamlit did not start; see {log_path}")
                 time.sleep(0.5)
-            yield StreamlitServer(url=url, process=process, log_path=log_path)
+            server = StreamlitServer(url=url, process=process, log_path=log_path)
+            yield server
+        except Exception:
+            server.dump_stacks()
+            raise
         finally:
             process.terminate()
             try:
@@ -372,15 +400,48 @@ def chromium_page(width: int = 1500, height: int = 1100):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.set_default_timeout(DEFAULT_TIMEOUT_MS)
-            yield page
+            yield new_page(browser, width, height)
+        except Exception:
+            save_pages(browser)
+            raise
         finally:
             browser.close()
 
 
+def new_page(browser, width: int = 1500, height: int = 1100):
+    """A page in a browser context of its own (its own cookies: another session of the app), whose actions and
+    waits that name no bound are bounded by ``DEFAULT_TIMEOUT_MS``, not Playwright's 30 s, which a busy machine
+    exceeds (a page's first load took 50-100 s beside three busy processes at a load average of 9-14)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(DEFAULT_TIMEOUT_MS)
+    return context.new_page()
+
+
+def save_pages(browser) -> list[Path]:
+    """What each open page of ``browser`` shows, saved in test-artifacts/ when a test fails: a screenshot of the
+    whole page and its text, named after the test (``PYTEST_CURRENT_TEST``). Best effort: a page that cannot be
+    read (crashed, closing) is left out; the test's own error is what is reported."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "browser").split(" ")[0]
+    stem = "failure-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in test.split("/")[-1])[:120]
+    folder = ROOT / "test-artifacts"
+    folder.mkdir(exist_ok=True)
+    saved = []
+    pages = [page for context in browser.contexts for page in context.pages if not page.is_closed()]
+    for number, page in enumerate(pages):
+        path = folder / f"{stem}-{number}.png"
+        try:
+            page.screenshot(path=str(path), full_page=True, timeout=60_000)
+            path.with_suffix(".txt").write_text(f"{page.url}\n\n{page.inner_text('body', timeout=30_000)}")
+        except Exception as error:  # the test's own failure is what matters, not this one
+            print(f"Page {number} ({page.url}) could not be saved: {error}", file=sys.stderr)
+            continue
+        saved.append(path)
+        print(f"What page {number} showed when the test failed: {path} (its text beside it, .txt)", file=sys.stderr)
+    return saved
+
+
 def wait_for_app(page, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
-    """Until the script has finished running (no 'Running...' status widget) and the sidebar is up."""
+    """Until a script run has finished and none runs (``APP_IDLE_JS``), the sidebar up."""
     page.wait_for_function(APP_IDLE_JS, timeout=timeout_ms)
 
 

@@ -45,7 +45,8 @@ from mha_core.cache import (  # noqa: F401
 
 # What a computation is to the shares, and what it reserves, are declared by the library's operations
 # (``mha_core.operations``: ``work_class``, ``peak_bytes``); the app's modules import the work classes from here.
-from mha_core.operations.base import HEAVY, LIGHT, WorkClass  # noqa: F401
+from mha_core.operations.base import HEAVY, LIGHT, WorkClass
+from ui.i18n import translate
 
 # The server's budget (HEADSCOPE_CACHE_BUDGET_MB) bounds its memory above the loaded models. One eighth of it
 # is left for what is not a run: free heap the allocator keeps, figures on their way to browsers, sessions'
@@ -81,15 +82,29 @@ def tune_allocator() -> bool:
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(_M_ARENA_MAX, ARENA_MAX))
 
 
-def queue_message(work_class: WorkClass, ahead: int | None, waiting_for: str = "a compute slot") -> str:
+QUEUE_WORDS = {
+    LIGHT: "the queue",
+    HEAVY: "the queue of heavy work (long documents, tests, profiles, training)",
+}
+QUEUE_PLACE = "The server is busy: yours is number {place} in {queue}, waiting for {waiting_for}."
+SAME_WORK = "Another visitor is computing the same thing; it shows here as soon as it is ready."
+
+
+def queue_message(
+    work_class: WorkClass, ahead: int | None, waiting_for: str = "a compute slot", lang: str = "en"
+) -> str:
     """What a page shows while its computation waits: where it is in its class's queue (``ahead``: how many wait
-    before it; None: another visitor computes the same thing and this one waits for that)."""
+    before it; None: another visitor computes the same thing and this one waits for that), in ``lang`` (the
+    session's language, captured in its script run: the callbacks that say it may run in a job's thread)."""
     if ahead is None:
-        return "Another visitor is computing the same thing; it shows here as soon as it is ready."
-    queue = (
-        "the queue of heavy work (long documents, tests, profiles, training)" if work_class is HEAVY else "the queue"
+        return translate(SAME_WORK, lang)
+    return translate(
+        QUEUE_PLACE,
+        lang,
+        place=ahead + 1,
+        queue=translate(QUEUE_WORDS[work_class], lang),
+        waiting_for=translate(waiting_for, lang),
     )
-    return f"The server is busy: yours is number {ahead + 1} in {queue}, waiting for {waiting_for}."
 
 
 class ComputeGate:

@@ -31,6 +31,7 @@ from ui import session
 from ui.address import MAX_MODEL_CHARS
 from ui.budget import HEAVY, ByteBudgetCache, ComputeGate, StopPoint, queue_message, runs_budget
 from ui.escape import md_escape
+from ui.i18n import language
 from ui.jobs import BEAT_S, Job
 from ui.settings import settings
 
@@ -87,15 +88,18 @@ def stop_point() -> StopPoint:
 
 
 @contextlib.contextmanager
-def admitted(work_class: WorkClass, nbytes: int, check=None, waiting: Callable[[str], None] | None = None):
+def admitted(
+    work_class: WorkClass, nbytes: int, check=None, waiting: Callable[[str], None] | None = None, *, lang: str = "en"
+):
     """Hold ``nbytes`` of the server's budget and a compute slot, both in ``work_class``'s share, for the ``with``
-    block: first the memory, then the slot, each waiting in its class's queue (``waiting(message)`` says where,
-    whenever that changes; ``check()`` may raise to leave). More than the class may hold is refused
-    (``OverBudget``)."""
+    block: first the memory, then the slot, each waiting in its class's queue (``waiting(message)`` says where, in
+    ``lang``, whenever that changes; ``check()`` may raise to leave). More than the class may hold is refused
+    (``OverBudget``). ``lang`` is the session's language captured in its script run: ``waiting`` may run in a
+    job's thread, where the session is not known."""
     cache, gate = shared().cache, shared().gate
 
     def told(waiting_for: str):
-        return None if waiting is None else lambda ahead: waiting(queue_message(work_class, ahead, waiting_for))
+        return None if waiting is None else lambda ahead: waiting(queue_message(work_class, ahead, waiting_for, lang))
 
     with (
         cache.reserve(nbytes, check=check, share=work_class.share, waiting=told("memory")),
@@ -104,10 +108,13 @@ def admitted(work_class: WorkClass, nbytes: int, check=None, waiting: Callable[[
         yield
 
 
-def run_admitted(operation: Operation, model, progress: Progress | None = None, check=None, waiting=None):
+def run_admitted(
+    operation: Operation, model, progress: Progress | None = None, check=None, waiting=None, *, lang: str = "en"
+):
     """``operation.run(model, progress)`` inside ``admitted``, its ``peak_bytes(model)`` held in its ``work_class``'s
-    share: the only place the app runs an operation. ``waiting("")`` once admitted (the notice goes)."""
-    with admitted(operation.work_class, operation.peak_bytes(model), check=check, waiting=waiting):
+    share: the only place the app runs an operation. ``waiting("")`` once admitted (the notice goes); ``lang``: the
+    notice's language (``admitted``)."""
+    with admitted(operation.work_class, operation.peak_bytes(model), check=check, waiting=waiting, lang=lang):
         if waiting is not None:
             waiting("")
         return operation.run(model, progress)
@@ -129,6 +136,7 @@ def compute(operation: Operation, model=None, *, keep: bool = True, stoppable: b
     ``threading.Event`` whose setting ends the work at its next progress report (``Stopped``)."""
     model = model if model is not None else loaded(operation.model)
     label = operation.progress_label
+    lang = language()  # known here, in the script run; the notices below may be made in a job's thread
     check = stop_point() if stoppable or label is not None else None
     notice = LatePlaceholder() if check is not None and label is None else None
 
@@ -145,16 +153,17 @@ def compute(operation: Operation, model=None, *, keep: bool = True, stoppable: b
         return report
 
     def in_job(job: Job):
-        return run_admitted(operation, model, stopping(job.progress), check=job.check, waiting=job.queued)
+        return run_admitted(operation, model, stopping(job.progress), check=job.check, waiting=job.queued, lang=lang)
 
     def start():
         if label is not None:
             return background(operation.key, in_job, label)
-        return run_admitted(operation, model, stopping(check), check=check, waiting=show_waiting if notice else None)
+        waiting = show_waiting if notice else None
+        return run_admitted(operation, model, stopping(check), check=check, waiting=waiting, lang=lang)
 
     if not keep:
         return start()
-    waiting = (lambda _: show_waiting(queue_message(operation.work_class, None))) if notice else None
+    waiting = (lambda _: show_waiting(queue_message(operation.work_class, None, lang=lang))) if notice else None
     return shared().cache.get_or_compute(operation.key, start, check=check, waiting=waiting)
 
 

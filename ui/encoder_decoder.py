@@ -24,7 +24,7 @@ import streamlit as st
 
 from mha_core.errors import EngineNotSupported, HeadscopeError
 from ui import class_questions, computations, compute, figures, headview
-from ui.i18n import t
+from ui.i18n import language, t
 from ui.page_compare import CompareSettings
 from ui.page_explore import KIND_LABELS, ExploreSettings
 from ui.widgets import charts, downloads, messages, pickers, views
@@ -227,9 +227,12 @@ def run_downloads(shown_run: RunShown, run, kind: str, selected: tuple[int, int]
         mime="text/csv",
         key="s2s_dl_csv",
     )
+    lang = language()  # the file's words in the session's language, known in this script run
     page.download_button(  # the attention shown as one self-contained HTML file (mha_core.views.standalone)
         t("View as HTML (.html)"),
-        data=lambda: downloads.view_page(shown(get(), shown_run.words, shown_run.hide_special).kind(kind), layer, head),
+        data=lambda: downloads.view_page(
+            shown(get(), shown_run.words, shown_run.hide_special).kind(kind), layer, head, lang
+        ),
         file_name=downloads.download_name(run.encoder, f"-{kind}.html", layer=layer, head=head),
         mime="text/html",
         key="s2s_dl_html",

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import streamlit as st
-
 LANG_KEY = "lang"  # the session key of the sidebar's switch, and the address key (``?lang=zh``)
 LANGUAGES = {"en": "English", "zh": "中文"}
 HTML_LANG = {"en": "en", "zh": "zh-CN"}  # the page's <html lang>, which screen readers speak by
@@ -48,7 +46,10 @@ def translate(text: str, lang: str, /, **values) -> str:
 
 
 def language() -> str:
-    """The session's language: the switch's value, else (before the sidebar draws it) the address's ``lang``."""
+    """The session's language: the switch's value, else (before the sidebar draws it) the address's ``lang``.
+    Known in a script run only: work in another thread (``ui.jobs``) is given the language its run captured."""
+    import streamlit as st  # streamlit: the catalog and ``translate`` import without it (``ui.budget``'s notice)
+
     lang = st.session_state.get(LANG_KEY, st.session_state.get(f"_{LANG_KEY}"))
     if lang is None:
         lang = st.query_params.get(LANG_KEY)
@@ -92,6 +93,12 @@ def joined(parts, separator: str) -> Text:
     return Text(separator.join(f"{{{name}}}" for name in names), dict(zip(names, parts, strict=True)))
 
 
+def view_words(texts) -> dict[str, str]:
+    """A view script's own words (``texts``, in English) with their translations in the session's language, sent with
+    its data (the script's ``translator``); English: none (the script's own words)."""
+    return {text: t(text) for text in texts} if chinese() else {}
+
+
 NUMBERED = re.compile(r"(?P<words>[A-Za-z][A-Za-z ]*?) (?P<number>\d+)")  # "head 2": words, then a number
 
 
@@ -111,9 +118,43 @@ def shown(text: str | None) -> str | None:
     return text
 
 
+# A hover template's parts that are not words: Plotly's fields (``%{x}``, ``%{z:.3f}``, ``%{customdata[0]}``), the
+# secondary box (``<extra>...</extra>``, kept whole), tags (``<br>``, ``<b>``).
+HOVER_MARKUP = re.compile(r"(%\{[^}]*\}|<extra>.*?</extra>|<[^>]*>)", re.DOTALL)
+# Words between them: words of letters (and ' _ -) joined by single spaces. Numbers and punctuation stay.
+HOVER_WORDS = re.compile(r"[A-Za-z][A-Za-z_'-]*(?: [A-Za-z][A-Za-z_'-]*)*")
+
+
+def hover_words(template: str) -> list[str]:
+    """The word runs of a hover template, outside its fields and tags (what ``translate_hover`` looks up)."""
+    return [
+        run for i, part in enumerate(HOVER_MARKUP.split(template)) if i % 2 == 0 for run in HOVER_WORDS.findall(part)
+    ]
+
+
+def translate_hover(template, lang: str):
+    """A hover template (or a list of them, one per point) with its words in ``lang``: each text between Plotly's
+    fields and tags by its catalog entry, else each run of words in it by its own (none: as it is); fields, tags,
+    numbers and punctuation kept."""
+    if isinstance(template, (list, tuple)):
+        return [translate_hover(one, lang) for one in template]
+    if not isinstance(template, str) or lang == "en":
+        return template
+    words = catalog(lang)
+    parts = HOVER_MARKUP.split(template)
+    for i in range(0, len(parts), 2):  # the even parts are outside the markup
+        whole = parts[i].strip()
+        if whole in words:  # a text between two fields that has an entry of its own ("loss (all positions)")
+            parts[i] = parts[i].replace(whole, words[whole])
+        else:
+            parts[i] = HOVER_WORDS.sub(lambda run: words.get(run[0], run[0]), parts[i])
+    return "".join(parts)
+
+
 def translate_figure(fig):
-    """A Plotly figure's words (its title, subplot titles, axis titles, trace names) in the session's language,
-    in place; English: unchanged. ``ui.figures`` stays pure Plotly: the app translates what it shows."""
+    """A Plotly figure's words (its title, subplot titles, axis titles, trace names, colour-bar titles and the words
+    of its hover templates) in the session's language, in place; English: unchanged. ``ui.figures`` stays pure
+    Plotly: the app translates what it shows."""
     if not chinese():
         return fig
     layout = fig.layout
@@ -131,4 +172,6 @@ def translate_figure(fig):
         colorbar = getattr(trace, "colorbar", None)  # a heatmap's scale
         if colorbar is not None and colorbar.title and colorbar.title.text:
             colorbar.title.text = shown(colorbar.title.text)
+        if getattr(trace, "hovertemplate", None):
+            trace.hovertemplate = translate_hover(trace.hovertemplate, language())
     return fig

@@ -44,6 +44,17 @@ class Document:
     needle: NeedlePrompt | None = None
 
 
+def cut_words(run) -> str:
+    """The library's cut notice (``metadata["cut"]``) in the session's language, from the run's numbers."""
+    return t(
+        "The document has {total} tokens; {model} reads at most {kept} ({why}), so its first {kept} tokens were read.",
+        total=f"{run.num_input_tokens:,}",
+        model=run.model_name,
+        kept=f"{run.num_tokens:,}",
+        why=t("its context length" if run.is_causal else "its learned positions"),
+    )
+
+
 def examples() -> tuple[dict, ...]:
     return long_documents()
 
@@ -196,8 +207,8 @@ def section() -> None:
         if run is None:
             return
         st.caption(messages.run_summary(run))
-        if run.metadata.get("cut"):  # the library cut the document to what the model reads, before the run
-            st.info(messages.md_escape(run.metadata["cut"]), icon=":material/content_cut:")
+        if run.truncated:  # the library cut the document to what the model reads, before the run
+            st.info(messages.md_escape(cut_words(run)), icon=":material/content_cut:")
         # The view's fragment finds the run here without holding it (a session keeps its fragments' arguments).
         st.session_state["long_run_ref"] = weakref.ref(run)
         long_view()

@@ -5,11 +5,13 @@ choice of task, size, positions, seed and offset makes (``lab_config``), and the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import streamlit as st
 
 from mha_core.lab import POSITIONS, LabConfig
 from ui import compute, session
+from ui.i18n import language
 from ui.lab_runner import LabRunner
 from ui.page_settings import PageSettings, setting
 
@@ -110,9 +112,9 @@ def runner_for(config: LabConfig, total_steps: int) -> LabRunner:
     runner: LabRunner | None = st.session_state.get(RUNNER)
     untouched = runner is not None and runner.status == "new"
     if runner is None or (untouched and (runner.config != config or runner.total_steps != total_steps)):
-        runner = st.session_state[RUNNER] = LabRunner(
-            config, total_steps, compute.run_admitted, presence=session.presence()
-        )
+        # The training's thread does not know the session: its queue notice takes the language this run knows.
+        run = partial(compute.run_admitted, lang=language())
+        runner = st.session_state[RUNNER] = LabRunner(config, total_steps, run, presence=session.presence())
     return runner
 
 

@@ -43,6 +43,7 @@ class View:
     data: dict
     title: str
     source: object = None
+    lang: str = "en"  # the page's <html lang>: the language of the view's words (``strings``)
 
     def to_html(self) -> str:
         return page(self)
@@ -57,12 +58,17 @@ class View:
 TITLE_TEXT_CHARS = 80  # a title's share of the run's text
 
 
-def _run_title(run) -> str:
-    """``model: "text" (n tokens)``, the text cut to ``TITLE_TEXT_CHARS`` (escaped where it is shown)."""
+RUN_TITLE = "{model}:{quoted} ({count} tokens)"  # a run's page title (``strings`` may hold it in another language)
+
+
+def _run_title(run, strings: dict | None = None) -> str:
+    """``model: "text" (n tokens)``, the text cut to ``TITLE_TEXT_CHARS`` (escaped where it is shown), in the
+    language of ``strings`` (none: English)."""
     text = " ".join(str(getattr(run, "text", "") or "").split())
     text = text if len(text) <= TITLE_TEXT_CHARS else text[: TITLE_TEXT_CHARS - 1] + "…"
     quoted = f' "{text}"' if text else ""
-    return f"{getattr(run, 'model_name', '') or 'attention'}:{quoted} ({len(run.tokens):,} tokens)"
+    model = getattr(run, "model_name", "") or "attention"
+    return tables.worded(strings, RUN_TITLE, model=model, quoted=quoted, count=f"{len(run.tokens):,}")
 
 
 def check_head(run, layer: int, head: int) -> None:
@@ -75,25 +81,38 @@ def check_head(run, layer: int, head: int) -> None:
 
 
 def view_of(
-    obj, *, layer: int = 0, head: int = 0, view: str = "head", kind: str = "cross", column: str | None = None
+    obj,
+    *,
+    layer: int = 0,
+    head: int = 0,
+    view: str = "head",
+    kind: str = "cross",
+    column: str | None = None,
+    strings: dict | None = None,
+    lang: str = "en",
 ) -> View:
     """The view of ``obj``: an ``AttentionRun`` (``view`` "head" or "model"), a ``CrossAttentionRun``, a
     ``Seq2SeqRun`` (its ``kind``: "encoder", "decoder" or "cross"), a ``LongRun`` (the deep zoom of ``layer``,
     ``head``; ``view="model"``: every head at overview level), a head table (a DataFrame with ``layer`` and ``head``
     columns: a layer x head grid coloured by ``column``, the first numeric one by default; the Circuits maps'
     copying, previous-token, attribution and patching scores), a table of pairs of heads (``mc.composition``: the
-    receivers' grid, ``tables.composition_heads``), or a ``View`` (as it is)."""
+    receivers' grid, ``tables.composition_heads``), or a ``View`` (as it is). A head table's view and the head view
+    speak English; ``strings`` gives their own words in another language (English -> translation: a head table's
+    ``tables.VIEW_TEXTS``, the head view's the words its script translates) and ``lang`` that language's tag, the
+    page's ``<html lang>`` ("zh-CN")."""
     if isinstance(obj, View):
         return obj
     if tables.is_pair_table(obj):  # a composition table: each receiver head's senders
-        data = tables.pack_table(tables.composition_heads(obj, column), column, layer=layer, head=head)
-        title = f"{len(obj):,} pairs of heads: each receiver's strongest sender ({data['column']})"
-        return View("tableview", data, title)
+        data = tables.pack_table(tables.composition_heads(obj, column), column, layer, head, strings=strings)
+        title = tables.worded(strings, tables.PAIRS_TITLE, count=f"{len(obj):,}", column=data["column"])
+        return View("tableview", data, title, lang=lang)
     if hasattr(obj, "columns") and {"layer", "head"} <= set(obj.columns):  # a head table (pandas)
-        data = tables.pack_table(obj, column, layer=layer, head=head)
-        return View("tableview", data, f"{data['num_layers']} layers x {data['num_heads']} heads: {len(obj):,} rows")
+        data = tables.pack_table(obj, column, layer=layer, head=head, strings=strings)
+        size = {"layers": data["num_layers"], "heads": data["num_heads"]}
+        title = tables.worded(strings, tables.TABLE_TITLE, **size, rows=f"{len(obj):,}")
+        return View("tableview", data, title, lang=lang)
     if hasattr(obj, "cross") and hasattr(obj, "kind"):  # an encoder-decoder's three attentions: one of them
-        return view_of(obj.kind(kind), layer=layer, head=head, view=view)
+        return view_of(obj.kind(kind), layer=layer, head=head, view=view, strings=strings, lang=lang)
     if view not in heads.VIEWS:
         raise ValueError(f"view must be one of {heads.VIEWS}, not {view!r}")
     if hasattr(obj, "attentions") or hasattr(obj, "overview_max"):
@@ -115,7 +134,9 @@ def view_of(
             switchable=getattr(obj, "key_tokens", None) is None,
             key_tokens=getattr(obj, "key_tokens", None),
         )
-        return View("headview", data, _run_title(obj))
+        if strings:  # the head view's words in another language (headview.js's ``tr``)
+            data = {**data, "strings": dict(strings)}
+        return View("headview", data, _run_title(obj, strings), lang=lang)
     raise TypeError(
         f"cannot draw a {type(obj).__name__}: mc.show and mc.save_html draw an AttentionRun, a Seq2SeqRun, a "
         "CrossAttentionRun, a LongRun, a head table (a DataFrame with layer and head columns) or a table of pairs "
@@ -143,7 +164,7 @@ def page(view: View) -> str:
     """The view as one self-contained HTML page: its style, its data and its script inside, nothing fetched."""
     root = ROOT_CLASS[view.view]
     return f"""<!DOCTYPE html>
-<html lang="en">
+<html lang="{html_text.escape(view.lang, quote=True)}">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -17,6 +17,28 @@ from mha_core.views import packing, palette
 DETAIL_DIGITS = 4  # significant digits of a number in a head's rows
 DETAIL_ROWS = 12  # a head's rows in words at most (a composition table has a row per sender)
 PAIR_COLUMNS = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
+# The view's own words (its script's, ``tableview.js`` ``tr``, and what is packed here), English: a caller may send
+# them in another language (``strings``: each English text, ``{name}`` fields kept, -> its translation).
+MORE_ROWS = "... and {count} more rows"
+TABLE_TITLE = "{layers} layers x {heads} heads: {rows} rows"
+PAIRS_TITLE = "{count} pairs of heads: each receiver's strongest sender ({column})"
+VIEW_TEXTS = (
+    "Column ",
+    "Column shown",
+    "head →",
+    "layer ↓",
+    "{column} (blue < 0 < red)",
+    "Layer {layer}, head {head}",
+    "(no row)",
+    MORE_ROWS,
+    TABLE_TITLE,
+    PAIRS_TITLE,
+)
+
+
+def worded(strings: dict | None, text: str, **values) -> str:
+    """``text`` (one of ``VIEW_TEXTS``) in the language of ``strings`` (none: English), its ``{fields}`` filled."""
+    return (strings or {}).get(text, text).format(**values)
 
 
 def numeric_columns(frame: pd.DataFrame) -> list[str]:
@@ -65,9 +87,10 @@ def composition_heads(table, column: str | None = None) -> pd.DataFrame:
     return heads
 
 
-def pack_table(table, column: str | None = None, layer: int = 0, head: int = 0) -> dict:
+def pack_table(table, column: str | None = None, layer: int = 0, head: int = 0, *, strings: dict | None = None) -> dict:
     """The view's data: each numeric column as a float32 ``[layers, heads]`` grid (NaN for a head without a row; a
-    head's largest value where it has several rows), the column shown first, and each head's rows in words."""
+    head's largest value where it has several rows), the column shown first, and each head's rows in words.
+    ``strings``: the view's own words in another language (``VIEW_TEXTS``; none: English), sent with the data."""
     frame = pd.DataFrame(table)
     if {"layer", "head"} <= set(frame.columns):  # rows that are not a head's (attribution's MLPs, embeddings)
         frame = frame[frame["layer"].notna() & frame["head"].notna()]
@@ -95,7 +118,7 @@ def pack_table(table, column: str | None = None, layer: int = 0, head: int = 0) 
         details[int(record["layer"]) * heads + int(record["head"])].append(text)
     for index, lines in enumerate(details):
         if len(lines) > DETAIL_ROWS:
-            details[index] = lines[:DETAIL_ROWS] + [f"... and {len(lines) - DETAIL_ROWS:,} more rows"]
+            details[index] = lines[:DETAIL_ROWS] + [worded(strings, MORE_ROWS, count=f"{len(lines) - DETAIL_ROWS:,}")]
     digest = hashlib.sha1(str((layers, heads, columns, list(values.values()), details)).encode())
     return {
         "sig": digest.hexdigest()[:16],
@@ -107,6 +130,7 @@ def pack_table(table, column: str | None = None, layer: int = 0, head: int = 0) 
         "details": details,
         "layer": int(min(max(layer, 0), layers - 1)),
         "head": int(min(max(head, 0), heads - 1)),
+        "strings": dict(strings or {}),
         **palette.palette(),
     }
 

@@ -139,3 +139,47 @@ def test_the_head_view_read_from_the_keyboard_in_chinese(artifacts_dir):
         view = page.evaluate("() => document.querySelector('.hs-headview').innerText")
         assert "第 0 层" in view and "头 11" in view and "layer 0" not in view and "head 11" not in view, view
         assert "attends most" not in said(page, ".hs-headview .hs-words")
+
+
+# The label boxes of the lines chart's tokens (Plotly text points): [left, top, width, height, text], keys last.
+TOKEN_LABELS_JS = """() => [...document.querySelectorAll('.js-plotly-plot g.textpoint text')].map((node) => {
+  const r = node.getBoundingClientRect();
+  return [r.left, r.top, r.width, r.height, node.textContent];
+})"""
+
+
+def test_a_figures_hover_in_chinese(artifacts_dir):
+    """A Plotly figure's hover in Chinese: the lines view with a query in focus, a key's label hovered; the hover's
+    words are the catalog's (``ui.i18n.translate_hover``), its token and its weight the figure's own."""
+    import re
+    from urllib.parse import quote
+
+    import mha_core as mc
+
+    requirements()
+    text = "The cat sat on the mat."
+    run = mc.load_model("minilm").run(text)
+    with streamlit_server() as url, chromium_page(1400, 1000) as page:
+        page.goto(f"{url}/explore?lang=zh&shape=lines&focus=3&text={quote(text)}")
+        wait_for_app(page, timeout_ms=300_000)
+        page.wait_for_function(f"() => ({TOKEN_LABELS_JS})().length >= {2 * len(run.tokens)}", timeout=300_000)
+        page.locator(".js-plotly-plot g.textpoint text").last.scroll_into_view_if_needed()
+        labels = page.evaluate(TOKEN_LABELS_JS)
+        right = max(label[0] for label in labels)
+        keys = sorted((label for label in labels if label[0] > right - 40), key=lambda label: label[1])
+        key = 1
+        left, top, _, height, token = keys[key]
+        assert token == run.tokens[key]
+        page.mouse.move(left - 30, top + height / 2)
+        page.mouse.move(left - 3, top + height / 2, steps=5)
+        hover = page.locator(".hoverlayer .hovertext").first
+        try:
+            hover.wait_for(timeout=30_000)
+        finally:
+            page.screenshot(path=str(artifacts_dir / "zh-hover-lines.png"))
+        lines = hover.evaluate("(node) => [...node.querySelectorAll('tspan.line')].map((line) => line.textContent)")
+        said = " ".join(" ".join(lines).split())
+        match = re.fullmatch(rf"键 {key} (.+) 权重 \(查询 3\): (\d\.\d{{4}})", said)
+        assert match is not None, said
+        assert match[1] == run.tokens[key]
+        assert float(match[2]) == pytest.approx(float(run.attentions[0, 0][3, key]), abs=5e-4)

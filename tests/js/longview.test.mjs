@@ -13,7 +13,7 @@ import {
   valuePixels,
   zoomedOut,
 } from "../../mha_core/views/assets/longview/longview.js";
-import { lookupTable } from "../../mha_core/views/assets/viewkit/viewkit.js";
+import { lookupTable, translator } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 const PALETTE = {
   lut: lookupTable([
@@ -80,4 +80,24 @@ test("the legend says which pooling, and whether and how much the colours are st
   const stretched = legendText({ tokenLevel: true, reduce: "max", colour: "stretched", top: 0.0014 });
   assert.ok(stretched.startsWith("Single tokens: each cell is one exact weight. Colours stretched x714:"), stretched);
   assert.ok(stretched.includes("the darkest is 0.0014, this view's largest weight, not 1"), stretched);
+});
+
+test("the legend is said in the page's language when the view is sent its words", () => {
+  // The words the app sends (ui/locales/zh.json through ui/longview.VIEW_TEXTS): each text's fields filled after it
+  // is translated, the pooling's name translated too, the numbers as they are.
+  const tr = translator({
+    "Each cell: the {reduce} of the exact weights of up to {rows} x {cols} tokens.":
+      "每个格子：至多 {rows} x {cols} 个 token 的精确权重的{reduce}。",
+    max: "最大值",
+    " Colours: the weights' one scale, as in the head view (white 0, dark blue 1).": " 颜色：权重的统一色阶，与头视图相同（白色 0，深蓝 1）。",
+    " Drag to zoom.": " 拖动即可放大。",
+  });
+  const pooled = { tokenLevel: false, reduce: "max", rowsPerCell: 9, colsPerCell: 4, colour: "absolute", top: 0.8 };
+  assert.equal(
+    legendText(pooled, tr),
+    "每个格子：至多 9 x 4 个 token 的精确权重的最大值。 颜色：权重的统一色阶，与头视图相同（白色 0，深蓝 1）。 拖动即可放大。",
+  );
+  // A text the words do not hold stays English (the default: no words, the script's own).
+  const stretched = legendText({ ...pooled, tokenLevel: true, colour: "stretched", top: 0.5 }, tr);
+  assert.ok(stretched.startsWith("Single tokens: each cell is one exact weight. Colours stretched x2:"), stretched);
 });

@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { cellAt, scaleOf, valueRange } from "../../mha_core/views/assets/tableview/tableview.js";
+import { cellAt, detailText, labelWords, scaleOf, valueRange } from "../../mha_core/views/assets/tableview/tableview.js";
+import { translator } from "../../mha_core/views/assets/viewkit/viewkit.js";
 
 test("the colour scale runs from min(0, smallest) to the largest finite value", () => {
   assert.deepEqual(valueRange([0.2, NaN, 0.9, 0.5]), [0, 0.9]);
@@ -26,4 +27,26 @@ test("a point falls in the cell under it, layers down and heads across", () => {
   assert.deepEqual(cellAt(box, 3, 4, 71, 41), [1, 2]);
   assert.equal(cellAt(box, 3, 4, 131, 30), null);
   assert.equal(cellAt(box, 3, 4, 50, 19), null);
+});
+
+test("the view's own words are English unless its data sends them in another language", () => {
+  const english = translator(undefined);
+  assert.deepEqual(labelWords(english), { column: "Column ", columnShown: "Column shown", heads: "head →", layers: "layer ↓" });
+  assert.equal(detailText(english, 2, 5, ["score 0.5"]), "Layer 2, head 5\nscore 0.5");
+  assert.equal(detailText(english, 0, 1, []), "Layer 0, head 1\n(no row)");
+  const strings = {
+    "Column ": "列 ",
+    "Column shown": "显示的列",
+    "head →": "头 →",
+    "layer ↓": "层 ↓",
+    "Layer {layer}, head {head}": "第 {layer} 层，第 {head} 个头",
+    "(no row)": "（没有行）",
+  };
+  const chinese = translator(strings);
+  assert.deepEqual(labelWords(chinese), { column: "列 ", columnShown: "显示的列", heads: "头 →", layers: "层 ↓" });
+  assert.equal(detailText(chinese, 2, 5, ["score 0.5"]), "第 2 层，第 5 个头\nscore 0.5"); // the table's rows: its own
+  assert.equal(detailText(chinese, 0, 1, []), "第 0 层，第 1 个头\n（没有行）");
+  // Fields are filled once: a value that looks like a field stays as it is; a text without an entry stays English.
+  assert.equal(translator({ "{column} (blue < 0 < red)": "{column}（蓝 < 0 < 红）" })("{column} (blue < 0 < red)", { column: "{head}" }), "{head}（蓝 < 0 < 红）");
+  assert.equal(chinese("no entry {n}", { n: 3 }), "no entry 3");
 });

@@ -60,6 +60,16 @@ def test_explore_in_chinese(query):
     assert "探索" in texts and "长文档" in texts  # the page's title and its long-document section, in Chinese
 
 
+def test_the_lines_hovers_in_chinese():
+    """The lines view's hovers (a query in focus): their words translated in each trace's template, the tokens and
+    numbers in Plotly's fields (figure JSON decoded)."""
+    app = chinese_app("explore", {"shape": "lines", "focus": "3"})
+    hovers = [trace.get("hovertemplate") for spec in plotly_elements(app).values() for trace in spec["data"]]
+    assert "查询 %{customdata[0]} %{text}<extra></extra>" in hovers
+    assert "键 %{customdata[0]} %{text}<br>权重 (查询 3): %{customdata[1]:.4f}<extra></extra>" in hovers
+    assert not [hover for hover in hovers if hover and "query" in hover]
+
+
 COMPARE = {
     "layers": {},
     "sentences": {"compare": "sentences", "diff": "1"},
@@ -151,6 +161,9 @@ def test_the_lab_after_a_short_training_in_chinese(tiny_bert, task):
     assert "角色" in words and "当前分数" in words and any("损失" in label and "关掉" in label for label in words)
     roles = {"induction": {"前一 token", "归纳"}, "positional": {"偏移 -3"}}[task]
     assert set(app.dataframe[0].value["角色"]) == roles
+    # The curves' hovers: their words in Chinese, Plotly's fields kept.
+    hovers = {trace.get("hovertemplate") for trace in plotly_elements(app)["lab_loss"]["data"]}
+    assert "步骤 %{x}<br>损失（所有位置） %{y:.3f}<extra></extra>" in hovers
 
 
 DEEPER = {

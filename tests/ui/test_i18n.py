@@ -231,7 +231,10 @@ def test_the_lab_deeper_and_head_view_texts_kept_in_constants_are_in_the_catalog
     from ui.page_lab import LabSettings
 
     texts = [*page_lab.TASK_TEXT.values(), *page_lab.WATCH_FOR.values(), *lab_figures.LOSS_LABELS.values()]
-    texts += ["training step", "cross-entropy (nats)", *VIEW_TEXTS]
+    from mha_core.views.tables import VIEW_TEXTS as TABLE_VIEW_TEXTS  # the saved table view's own words
+    from ui.longview import VIEW_TEXTS as LONG_VIEW_TEXTS  # the long view's own words
+
+    texts += ["training step", "cross-entropy (nats)", *VIEW_TEXTS, *TABLE_VIEW_TEXTS, *LONG_VIEW_TEXTS]
     for settings in (LabSettings, DeeperSettings):
         for declared in settings.declarations().values():
             texts += [declared.label, declared.help or ""]
@@ -295,3 +298,86 @@ def test_a_figures_words_are_translated_in_chinese_only(monkeypatch):
     assert i18n.shown("share of the text's<br>tokens removed") == "文本中被移除的 token 比例"
     scale = i18n.translate_figure(go.Figure(go.Heatmap(z=[[1]], colorbar=dict(title=dict(text="part of the score")))))
     assert scale.data[0].colorbar.title.text == "分数中的份额"
+
+
+def test_a_hover_templates_words_are_translated_its_fields_and_tags_kept(monkeypatch):
+    """``translate_hover``: the words between Plotly's fields and tags by their catalog entries; the fields (with
+    their formats and indices), ``<br>``, ``<b>`` and the ``<extra>`` box (a trace's own label) stay as they are."""
+    assert i18n.hover_words("layer %{x} head %{customdata}<br>weight %{z:.4f}<extra>PE[p+k]</extra>") == [
+        "layer",
+        "head",
+        "weight",
+    ]
+    template = "<b>layer %{customdata[0]} head %{customdata[1]}</b><br>strongest: %{text}<extra>step one</extra>"
+    assert i18n.translate_hover(template, "zh") == (
+        "<b>层 %{customdata[0]} 头 %{customdata[1]}</b><br>最强: %{text}<extra>step one</extra>"
+    )
+    assert i18n.translate_hover("%{y} → %{x}: %{z:.3f}<extra></extra>", "zh") == "%{y} → %{x}: %{z:.3f}<extra></extra>"
+    # Numbers written into the words stay; a run without an entry stays English (the page tests find it).
+    assert i18n.translate_hover("layer 3 head 12<br>step %{x}", "zh") == "层 3 头 12<br>步骤 %{x}"
+    assert i18n.translate_hover("no such words %{x}", "zh") == "no such words %{x}"
+    # A text between fields with an entry of its own is translated whole (its parenthesis too).
+    assert (
+        i18n.translate_hover("step %{x}<br>loss (all positions) %{y:.3f}", "zh")
+        == "步骤 %{x}<br>损失（所有位置） %{y:.3f}"
+    )
+    # One template per point: each translated; English: unchanged; not a text: as it is.
+    assert i18n.translate_hover(["query %{text}", "key %{text}"], "zh") == ["查询 %{text}", "键 %{text}"]
+    assert i18n.translate_hover("layer %{x}", "en") == "layer %{x}" and i18n.translate_hover(None, "zh") is None
+    # translate_figure applies it to every trace's hover template, in Chinese only.
+    import plotly.graph_objects as go
+
+    def figure():
+        return go.Figure(go.Scatter(x=[1], y=[2], hovertemplate="step %{x}<br>score %{y:.3f}<extra></extra>"))
+
+    monkeypatch.setattr(i18n, "language", lambda: "en")
+    assert i18n.translate_figure(figure()).data[0].hovertemplate == "step %{x}<br>score %{y:.3f}<extra></extra>"
+    monkeypatch.setattr(i18n, "language", lambda: "zh")
+    assert i18n.translate_figure(figure()).data[0].hovertemplate == "步骤 %{x}<br>分数 %{y:.3f}<extra></extra>"
+
+
+def test_the_long_view_is_sent_every_word_its_script_translates_and_no_other():
+    """Every text longview.js passes to its translator (``s.tr("...")``, a button's label and title, both sides of a
+    choice inside ``s.tr``, a constant given to it) is one ``ui.longview.VIEW_TEXTS`` sends; every one sent is one of
+    those (or the view kit's row template, or a pooling's name the script translates from its data)."""
+    import re
+    from pathlib import Path
+
+    from ui.longview import VIEW_TEXTS
+
+    script = (Path(__file__).resolve().parents[2] / "mha_core/views/assets/longview/longview.js").read_text("utf-8")
+    quoted = r'"((?:[^"\\]|\\.)*)"'
+    found = {m[1] for m in re.finditer(r"\btr\(\s*" + quoted, script)}
+    found |= {m[1] for m in re.finditer(r"\btr\(\s*'([^']*)'", script)}
+    for m in re.finditer(r"\bbutton\(\s*" + quoted + r",\s*" + quoted, script):
+        found |= {m[1], m[2]}
+    choice = r"[^()]*?\?\s*" + quoted + r"\s*:\s*" + quoted
+    for m in re.finditer(r"\btr\(\s*" + choice, script):
+        found |= {m[1], m[2]}
+    for name in set(re.findall(r"\btr\((\w+)[,)]", script)):  # a constant or a variable given to it
+        for m in re.finditer(rf"const {name} = (?:{choice}|{quoted});", script):
+            found |= {text for text in m.groups() if text is not None}
+    found = {text for text in found if not re.fullmatch(r"\\u[0-9a-f]{4}", text)}  # not the arrows' glyphs
+    assert sorted(found - set(VIEW_TEXTS)) == []
+    from_data = {'{noun} {i} "{token}" attends most to {tops}', "max", "mean"}  # ROW_WORDS; data.reduce's values
+    assert sorted(set(VIEW_TEXTS) - found - from_data) == []
+
+
+def test_the_long_documents_cut_notice_is_the_librarys_sentence_in_english_and_said_in_chinese(monkeypatch):
+    """Explore's notice for a document cut to what the model reads: in English the library's own sentence
+    (``metadata["cut"]``, from the same numbers), in Chinese the catalog's, with the numbers and the model's name."""
+    from types import SimpleNamespace
+
+    from mha_core.models.long import cut_notice
+    from ui.longdoc import cut_words
+
+    run = SimpleNamespace(num_input_tokens=1069, num_tokens=512, model_name="minilm", is_causal=False)
+    monkeypatch.setattr(i18n, "language", lambda: "en")
+    assert cut_words(run) == cut_notice(SimpleNamespace(name="minilm", is_causal=False), 1069, 512)
+    monkeypatch.setattr(i18n, "language", lambda: "zh")
+    assert (
+        cut_words(run)
+        == "这篇文档有 1,069 个 token；minilm 最多读 512 个（它学到的位置数），所以只读了它的前 512 个 token。"
+    )
+    decoder = SimpleNamespace(num_input_tokens=9000, num_tokens=8192, model_name="smollm2", is_causal=True)
+    assert "最多读 8,192 个（它的上下文长度）" in cut_words(decoder)

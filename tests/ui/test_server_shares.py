@@ -42,6 +42,17 @@ class HeavySized(Sized):
     work_class = HEAVY
 
 
+@operation
+class Labelled(HeavySized):
+    """Work with a progress bar: ``compute`` runs it in a job's thread (``background``)."""
+
+    work_class = HEAVY
+
+    @property
+    def progress_label(self) -> str:
+        return "Working"
+
+
 RUNS: dict = {}  # name -> what a ``Sized`` operation of that name computes
 
 
@@ -178,6 +189,15 @@ def test_the_queue_message_says_the_place_and_the_queue():
     heavy = queue_message(HEAVY, 2, "memory")
     assert "number 3 in the queue of heavy work" in heavy and heavy.endswith("waiting for memory.")
     assert "Another visitor is computing the same thing" in queue_message(LIGHT, None)
+
+
+def test_the_queue_message_in_chinese():
+    assert queue_message(LIGHT, 0, lang="zh") == "服务器繁忙：你的计算在队列中排第 1 位，正在等待计算槽位。"
+    assert queue_message(HEAVY, 2, "memory", "zh") == (
+        "服务器繁忙：你的计算在繁重计算的队列（长文档、测试、画像、训练）中排第 3 位，正在等待内存。"
+    )
+    assert queue_message(HEAVY, None, lang="zh") == "另一位访问者正在计算同样的内容；一完成就会显示在这里。"
+    assert queue_message(LIGHT, 0, lang="en") == queue_message(LIGHT, 0)  # English unless told
 
 
 @pytest.fixture
@@ -386,13 +406,11 @@ def test_in_class_links_hold_the_search_and_patching_settings_and_clicks_start_t
     assert keys("Patching") == [] and keys("Attribution") == []
 
 
-def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_server, monkeypatch):
-    """Light work waits only for light work; while it waits its page says its place (a caption that goes once the
-    work starts): the notice a student saw none of for 104 s."""
-    compute, shared = small_server
+def recorded_notices(compute, monkeypatch) -> list[str]:
+    """What ``compute``'s waiting notice shows, recorded instead of drawn ("(cleared)" when it goes); no stop point."""
     shown: list[str] = []
 
-    class Notice:  # ``compute``'s late placeholder, recorded instead of drawn
+    class Notice:  # ``compute``'s late placeholder
         def __call__(self):
             return self
 
@@ -404,6 +422,23 @@ def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_ser
 
     monkeypatch.setattr(compute, "LatePlaceholder", Notice)
     monkeypatch.setattr(compute, "stop_point", lambda: lambda *args: None)
+    return shown
+
+
+@pytest.mark.parametrize(
+    ("lang", "notice"),
+    [
+        ("en", "The server is busy: yours is number 1 in the queue, waiting for a compute slot."),
+        ("zh", "服务器繁忙：你的计算在队列中排第 1 位，正在等待计算槽位。"),
+    ],
+)
+def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_server, monkeypatch, lang, notice):
+    """Light work waits only for light work; while it waits its page says its place (a caption that goes once the
+    work starts): the notice a student saw none of for 104 s. In the session's language: the script run's."""
+    compute, shared = small_server
+    shown = recorded_notices(compute, monkeypatch)
+    script: list[threading.Thread] = []
+    monkeypatch.setattr(compute, "language", lambda: lang if threading.current_thread() in script else "en")
     RUNS["drawn"] = lambda model, progress: "drawn"
     releases = [holding(lambda: shared.gate.slot()) for _ in range(2)]  # two light computations hold both slots
     done = []
@@ -411,12 +446,76 @@ def test_a_light_page_waiting_for_a_slot_says_where_it_is_in_the_queue(small_ser
         target=lambda: done.append(compute.compute(Sized("drawn", MB), model=object(), keep=False)),
         daemon=True,
     )
+    script.append(waiter)
     waiter.start()
     while not shown:
         threading.Event().wait(0.01)
-    assert done == [] and shown == [md_escape(queue_message(LIGHT, 0))]
+    assert done == [] and shown == [md_escape(notice)]
     for release, thread in releases:
         release.set()
         thread.join(WAIT_S)
     waiter.join(WAIT_S)
     assert done == ["drawn"] and shown[-1] == "(cleared)"
+
+
+def chinese_in(thread_of_the_script: list[threading.Thread]):
+    """``ui.compute.language`` of a Chinese session: "zh" in its script run's thread only (elsewhere, a job's
+    thread, the session is not known: English), so a notice in Chinese proves the language was captured there."""
+    return lambda: "zh" if threading.current_thread() in thread_of_the_script else "en"
+
+
+def test_a_chinese_page_waiting_for_another_visitors_same_computation_says_so_in_chinese(small_server, monkeypatch):
+    """A Chinese session's page waiting for another visitor (an English session) computing the same thing says so in
+    Chinese (its script run's language: ``compute`` captures it)."""
+    compute, _ = small_server
+    shown = recorded_notices(compute, monkeypatch)
+    script: list[threading.Thread] = []
+    monkeypatch.setattr(compute, "language", chinese_in(script))
+    done = []
+    computing, finish = threading.Event(), threading.Event()
+    RUNS["shared zh"] = lambda model, progress: (computing.set(), finish.wait(WAIT_S), "shared")[-1]
+    first = threading.Thread(target=lambda: compute.compute(Sized("shared zh", MB), model=object()), daemon=True)
+    first.start()
+    assert computing.wait(WAIT_S)
+    shown.clear()  # the first one's notice went when it started
+    second = threading.Thread(
+        target=lambda: done.append(compute.compute(Sized("shared zh", MB), model=object())), daemon=True
+    )
+    script.append(second)
+    second.start()
+    while not shown:
+        threading.Event().wait(0.01)
+    assert shown == [md_escape("另一位访问者正在计算同样的内容；一完成就会显示在这里。")]
+    finish.set()
+    for thread in (first, second):
+        thread.join(WAIT_S)
+    assert done[-1] == "shared"
+
+
+def test_a_chinese_sessions_job_says_where_it_waits_in_chinese_from_its_thread(small_server, monkeypatch):
+    """Work with a progress bar waits in a job's own thread (``ui.jobs.Job``), where the session is not known:
+    its place in the queue, on its progress bar, is still in the Chinese of the run that started it."""
+    from ui.jobs import Job, Presence
+
+    compute, shared = small_server
+    script = [threading.current_thread()]
+    jobs: list[Job] = []
+
+    def background(key, work, label):  # ``compute.background`` without a page: the job, in its own thread
+        jobs.append(Job(work, Presence(), name="job-zh"))
+        return jobs[-1]
+
+    monkeypatch.setattr(compute, "background", background)
+    monkeypatch.setattr(compute, "stop_point", lambda: lambda *args: None)
+    monkeypatch.setattr(compute, "language", chinese_in(script))
+    RUNS["job zh"] = lambda model, progress: "trained"
+    release, holder = holding(lambda: shared.gate.slot(share="heavy"))  # heavy work holds the share's slot
+    job = compute.compute(Labelled("job zh", MB), model=object(), keep=False)
+    while not job.message:
+        threading.Event().wait(0.01)
+    assert (
+        job.message == "服务器繁忙：你的计算在繁重计算的队列（长文档、测试、画像、训练）中排第 1 位，正在等待计算槽位。"
+    )
+    release.set()
+    holder.join(WAIT_S)
+    assert job.wait(WAIT_S) and job.result() == "trained"

@@ -38,7 +38,7 @@ def answers_figure(
             textposition="outside",
             marker_color=colors,
             name=f"class ({total} answer{'s' if total != 1 else ''})",
-            hovertemplate="%{customdata}: %{text} answer(s)<extra></extra>",
+            hovertemplate="%{customdata}<br>answers: %{text}<extra></extra>",
             customdata=labels,
         )
     )

@@ -578,16 +578,22 @@ def attention_lines(
     key_colors = colors if key_tokens is None else ["#212529"] * n_keys
     if focus is not None:
         left_colors[focus] = "#c92a2a"
-    hover_left = [f"query {i} {names[i]}" for i in range(n)]
-    focus_weights = matrix[focus] if focus is not None else None
-    hover_right = [
-        f"key {j} {key_names[j]}"
-        + (f"<br>weight from query {focus}: {focus_weights[j]:.4f}" if focus_weights is not None else "")
-        for j in range(n_keys)
-    ]
-    for x, position, font_colors, hover, labels in (
-        (0.0, "middle left", left_colors, hover_left, names),  # queries
-        (1.0, "middle right", key_colors, hover_right, key_names),  # keys
+    focus_weights = matrix[focus] if focus is not None else np.zeros(n_keys)
+    # The hovers' words in their templates, the numbers in ``customdata`` (the app translates the words).
+    hover_left = "query %{customdata[0]} %{text}<extra></extra>"
+    hover_right = "key %{customdata[0]} %{text}" + (
+        f"<br>weight (query {focus}): %{{customdata[1]:.4f}}" if focus is not None else ""
+    ) + "<extra></extra>"  # fmt: skip
+    for x, position, font_colors, hover, labels, numbers in (
+        (0.0, "middle left", left_colors, hover_left, names, [[i, 0.0] for i in range(n)]),  # queries
+        (
+            1.0,
+            "middle right",
+            key_colors,
+            hover_right,
+            key_names,
+            [[j, float(focus_weights[j])] for j in range(n_keys)],
+        ),
     ):
         traces.append(
             dict(
@@ -598,8 +604,8 @@ def attention_lines(
                 text=labels,
                 textposition=position,
                 textfont=dict(color=font_colors, size=12),
-                hovertext=hover,
-                hoverinfo="text",
+                customdata=numbers,
+                hovertemplate=hover,
                 showlegend=False,
             )
         )

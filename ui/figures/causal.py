@@ -22,7 +22,7 @@ from ui.figures.common import (
 BEFORE_COLOR, AFTER_COLOR = "#adb5bd", "#e03131"
 ORDER_COLORS = {"importance": "#2b3a9c", "reverse": "#e8590c", "random": "#868e96", "given": "#2f9e44"}
 # The pruning figure's own words (``pruning_figure(words=...)``).
-PRUNING_WORDS = (*(f"{order} order" for order in ORDER_COLORS), "(mean of {count} seeds)", "of heads removed")
+PRUNING_WORDS = (*(f"{order} order" for order in ORDER_COLORS), "(mean of {count} seeds)")
 
 
 def head_score_map(
@@ -31,14 +31,11 @@ def head_score_map(
     label: str = "score",
     title: str | None = None,
     signed: bool = False,
-    *,
-    words: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """Layers x heads coloured by one per-head score ``[L, H]`` (ONE heatmap trace); above it one marker per
     head carries the hover and the click (``customdata[:2]`` = layer, head); selected heads are marked x.
-    ``signed``: a diverging scale centred on 0 (red: positive, blue: negative). ``words``: the hover's "layer" and
-    "head" in the page's language (missing: English)."""
-    say = worded(words)
+    ``signed``: a diverging scale centred on 0 (red: positive, blue: negative). The hover's words are English: the
+    app translates them (``ui.i18n.translate_figure``)."""
     values = np.asarray(values, dtype=np.float64)
     num_layers, num_heads = values.shape
     scale = {"colorscale": SIGNED_COLORSCALE, "zmid": 0.0} if signed else {"colorscale": "Viridis"}
@@ -66,7 +63,7 @@ def head_score_map(
             customdata=[[int(l), int(h), float(v)] for l, h, v in zip(layers, heads, values.reshape(-1))],
             marker=dict(size=10, symbol="square", color="rgba(0, 0, 0, 0)"),
             showlegend=False,
-            hovertemplate=f"{say('layer')} %{{customdata[0]}} {say('head')} "
+            hovertemplate="layer %{customdata[0]} head "
             "%{customdata[1]}<br>" + plotly_text(label) + " %{customdata[2]:.4g}<extra></extra>",
         )
     )
@@ -118,7 +115,7 @@ def condition_bars(
     words: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """One bar per condition (``summary``: condition, ``value``, sd, draws): the mean, with +-1 sd over draws.
-    ``words``: each condition's name and the hover's words ("mean", "draws") as shown (missing: as they are)."""
+    ``words``: each condition's name as shown (missing: as it is; the hover's words: ``ui.i18n.translate_figure``)."""
     say = worded(words)
     fig = go.Figure(
         go.Bar(
@@ -130,7 +127,7 @@ def condition_bars(
                 "#adb5bd" if c == "none" else "#e03131" if "random" not in c else "#868e96"
                 for c in summary["condition"]
             ],
-            hovertemplate=f"%{{x}}<br>{say('mean')} %{{y:.3f}}<br>{say('draws')} %{{customdata}}<extra></extra>",
+            hovertemplate="%{x}<br>mean %{y:.3f}<br>draws %{customdata}<extra></extra>",
         )
     )
     fig.update_yaxes(title_text=axis_title(label))
@@ -171,7 +168,7 @@ def pruning_figure(curves, label: str = "loss", title=None, *, words: Mapping[st
                 mode="lines+markers",
                 name=plotly_text(name),
                 line=dict(color=color, width=2),
-                hovertemplate=f"%{{x:.0%}} {say('of heads removed')}<br>%{{y:.3f}}<extra></extra>",
+                hovertemplate="%{x:.0%} of heads removed<br>%{y:.3f}<extra></extra>",
             )
         )
     fig.update_xaxes(title_text="fraction of heads removed", tickformat=".0%")

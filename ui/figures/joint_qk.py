@@ -46,10 +46,13 @@ def point_data(table) -> np.ndarray:
 
 
 def _hover(part) -> list[str]:
+    """Each point's hover template: its kind and POS tag in words, its token (``text``), sentence and position
+    (``customdata``) as fields, so that the app can translate the words (``ui.i18n.translate_figure``)."""
     return [
-        f"{kind} {plotly_text(token)}" + (f" ({tag})" if tag else "") + f"<br>sentence {s}, position {p}"
-        for kind, token, tag, s, p in zip(part["kind"], part["token"], part["pos"], part["sentence"], part["position"])
-    ]
+        f"{kind} %{{text}}" + (f" ({plotly_text(tag)})" if tag else "")
+        + "<br>sentence %{customdata[1]}, position %{customdata[2]}<extra></extra>"
+        for kind, tag in zip(part["kind"], part["pos"], strict=True)
+    ]  # fmt: skip
 
 
 def joint_qk_figure(
@@ -89,9 +92,9 @@ def joint_qk_figure(
                 y=part["y"],
                 mode="markers",
                 name=plotly_text(name),
-                text=_hover(part),
+                text=[plotly_text(token) for token in part["token"]],
                 customdata=data[chosen.to_numpy()],
-                hovertemplate="%{text}<extra></extra>",
+                hovertemplate=_hover(part),
                 marker=marker,
             )
         )

@@ -116,7 +116,7 @@ def role_map(
             ],
             marker=dict(size=8, symbol="square", color="rgba(0, 0, 0, 0)"),
             showlegend=False,
-            hovertemplate=f"{say('layer')} %{{customdata[0]}} {say('head')} %{{customdata[1]}}<br>"
+            hovertemplate="layer %{customdata[0]} head %{customdata[1]}<br>"
             "<b>%{customdata[2]}</b><br>%{customdata[3]}<br>%{customdata[4]}<br>%{customdata[5]}<extra></extra>",
         )
     )
@@ -163,7 +163,7 @@ def text_color(background: str) -> str:
 
 
 # The fixed words of the roles figures (besides the groups and the cells' names), for ``words``.
-HOVER_WORDS = ("layer", "head", "score", "threshold", "95% CI", "to", "chance")
+HOVER_WORDS = ("score", "threshold", "95% CI", "to", "chance")  # besides the template's: ui.i18n translates those
 
 
 def _score_text(row, say=None) -> str:
@@ -190,7 +190,7 @@ def head_layout_map(
     by layer (one trace) or by role group (one trace per group, so the legend names them).
     ``customdata`` = (layer, head). ``words``: as ``role_map``'s."""
     say = worded(words)
-    hover = f"{say('layer')} %{{customdata[0]}} {say('head')} %{{customdata[1]}}<br>%{{text}}<extra></extra>"
+    hover = "layer %{customdata[0]} head %{customdata[1]}<br>%{text}<extra></extra>"
     fig = go.Figure()
     if color_by == "role":
         for group in groups:

@@ -20,8 +20,9 @@ import streamlit as st
 
 from mha_core.views.heads import ALL_LAYERS_MAX_CELLS, SHAPES, VIEWS, pack, parse_pick, unpack
 from mha_core.views.packing import LEVELS
+from mha_core.views.standalone import RUN_TITLE
 from ui import viewkit
-from ui.i18n import chinese, t
+from ui.i18n import view_words
 
 __all__ = ["ALL_LAYERS_MAX_CELLS", "LEVELS", "SHAPES", "VIEWS", "pack", "parse_pick", "show", "unpack"]
 
@@ -76,12 +77,13 @@ VIEW_TEXTS = (
     '{query} {i} "{token}" picked: a distribution is shown below the view.',
     "layer {layer}",
     "head {head}",
+    RUN_TITLE,  # the page's title when the view is saved as a file
 )
 
 
 def view_strings() -> dict[str, str]:
     """The view's words in the session's language (English: none, the script's own)."""
-    return {text: t(text) for text in VIEW_TEXTS} if chinese() else {}
+    return view_words(VIEW_TEXTS)
 
 
 def _component():

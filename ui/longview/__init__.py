@@ -36,6 +36,7 @@ from mha_core.views.long import (
     whole,
 )
 from ui import viewkit
+from ui.i18n import view_words
 
 __all__ = [
     "COLOURS",
@@ -43,6 +44,7 @@ __all__ = [
     "MODEL_SIZE",
     "TOKEN_LEVEL",
     "VIEWS",
+    "VIEW_TEXTS",
     "ZOOM_SIZE",
     "Zoom",
     "checked",
@@ -57,6 +59,64 @@ __all__ = [
 ]
 
 _COMPONENT = None
+# The words the view's script shows (longview.js ``s.tr``), sent in the page's language when it is not English.
+VIEW_TEXTS = (
+    "Model view",
+    "Head view",
+    "Every head of every layer at overview level",
+    "Mean pooling",
+    "Max pooling",
+    "Pool each cell by the mean of its weights instead of the largest",
+    "Stretch colours",
+    "Weights' colours",
+    "Paint each image against its own largest value",
+    "Layer -",
+    "The layer before",
+    "Layer +",
+    "The next layer",
+    "Pan to earlier keys",
+    "Pan to later keys",
+    "Pan to earlier queries",
+    "Pan to later queries",
+    "Zoom out",
+    "Twice the region",
+    "Whole head",
+    "The whole head",
+    "Pooling the exact weights of that region...",
+    "zoomed attention head",
+    "The zoomed head: arrow keys move between cells, Enter zooms into the cell (at single tokens: reads the row's top "
+    "keys), Escape zooms out.",
+    "max",
+    "mean",
+    "weight",
+    "cell",
+    "query",
+    '{noun} {i} "{token}" attends most to {tops}',
+    "hidden by the causal mask",
+    'query {i} "{token}" -> key {j} "{keyToken}": {shown}',
+    "queries {rows}, keys {cols}: {shown}",
+    "Single tokens: each cell is one exact weight.",
+    "Each cell: the {reduce} of the exact weights of up to {rows} x {cols} tokens.",
+    " Colours stretched x{factor}: the darkest is {top}, this view's largest {what}, not 1 (the colour bar's ticks are "
+    "the values).",
+    " Colours: the weights' one scale, as in the head view (white 0, dark blue 1).",
+    " Drag to zoom.",
+    "largest cell {top}",
+    "; colours stretched x{factor}",
+    "head {head}",
+    "Layer {layer}, head {head}: the whole head ({about})",
+    "Layer {layer}, head {head} (shown): the whole head",
+    "Layer {layer}, head {head}: the whole head",
+    "Each whole head ({reduce} pooling), its colours stretched to its own largest cell.",
+    "Each whole head ({reduce} pooling), on the weights' scale.",
+    "Layer {layer}, head {head}: queries {r0}-{r1}, keys {c0}-{c1} of {n} tokens",
+    "Layer {layer}, head {head} ({about}): click to zoom",
+    "Layer {layer}, head {head}: Enter zooms into it",
+    "each head's colours stretched to its own largest cell (hover a head for how much)",
+    "on the weights' scale",
+    "share of its largest",
+    "Every head at overview level ({reduce} of exact weights, {size} x {size} cells, {colours}); click a head to zoom",
+)
 
 
 def _component():
@@ -77,6 +137,7 @@ def show(data: dict, key: str, on_zoom=None):
         if on_zoom is not None and zoom is not None:
             on_zoom(zoom)
 
+    data = {**data, "strings": view_words(VIEW_TEXTS)}
     r0, r1, c0, c1 = data["region"]
     default = {"layer": data["layer"], "head": data["head"], "r0": r0, "r1": r1, "c0": c0, "c1": c1}
     default.update(reduce=data["reduce"], view=data["view"], colour=data["colour"])

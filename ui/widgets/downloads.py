@@ -12,9 +12,9 @@ import unicodedata
 
 import streamlit as st
 
-from mha_core.views import standalone
-from ui import computations
-from ui.i18n import t
+from mha_core.views import standalone, tables
+from ui import computations, headview, longview
+from ui.i18n import HTML_LANG, language, t, translate
 
 SLUG_CHARS = 40  # a file name's share of the text: about the first six words
 
@@ -62,7 +62,8 @@ def download_name(run, suffix: str, layer: int | None = None, head: int | None =
 def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
     """The whole run as .npz and the selected head as CSV, named by model, text, layer and head; both built
     only when clicked, by callables that do not hold the run (``computations.deferred``: Streamlit keeps them as long
-    as the session)."""
+    as the session); the saved view's words in the session's language (captured here, in the script run)."""
+    lang = language()
     cols = st.columns(3)
     cols[0].download_button(
         t("Attention tensor (.npz)"),
@@ -91,7 +92,7 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
     )
     cols[2].download_button(
         t("View as HTML (.html)"),
-        data=computations.deferred(run, lambda view: view_page(view, layer, head)),
+        data=computations.deferred(run, lambda view: view_page(view, layer, head, lang)),
         file_name=download_name(run, ".html", layer=layer, head=head),
         mime="text/html",
         key=f"{key_prefix}dl_html",
@@ -102,19 +103,28 @@ def downloads(run, layer: int, head: int, key_prefix: str = "") -> None:
     )
 
 
-def view_page(run, layer: int, head: int) -> bytes:
-    """The run's head view (the model view one click away) as one self-contained HTML page, UTF-8."""
-    return standalone.html(run, layer=layer, head=head).encode("utf-8")
+def view_page(run, layer: int, head: int, lang: str = "en") -> bytes:
+    """The run's head view (the model view one click away) as one self-contained HTML page in ``lang``, UTF-8."""
+    return standalone.html(run, layer=layer, head=head, **view_language(lang, headview.VIEW_TEXTS)).encode("utf-8")
+
+
+def long_view_page(data: dict, title: str, lang: str = "en") -> bytes:
+    """The long view's ``data`` (``longview.pack_layer`` or ``pack_model``'s) as one self-contained HTML page in
+    ``lang`` (the script's own words translated: ``longview.VIEW_TEXTS``), UTF-8."""
+    options = view_language(lang, longview.VIEW_TEXTS)  # none in English
+    data = {**data, "strings": options["strings"]} if options else data
+    return standalone.page(standalone.View("longview", data, title, lang=options.get("lang", "en"))).encode("utf-8")
 
 
 def long_view_download(run, data: dict, key: str) -> None:
     """The long view as it is shown (``data``: ``longview.pack_layer`` or ``pack_model``'s) as one self-contained HTML
     page; built when clicked. The file shows this region: zooming further needs the run (the app, or ``mc.show``)."""
-    title = f"{run.model_name}: {run.num_tokens:,} tokens (long document)"
+    title = t("{model}: {count} tokens (long document)", model=run.model_name, count=f"{run.num_tokens:,}")
     name = f"headscope-{model_slug(run.model_name)}-long-{run.num_tokens}-layer{data['layer']}-head{data['head']}.html"
+    lang = language()  # known in this script run, not where the file is built
     st.download_button(
         t("View as HTML (.html)"),
-        data=lambda: standalone.page(standalone.View("longview", data, title)).encode("utf-8"),
+        data=lambda: long_view_page(data, title, lang),
         file_name=name,
         mime="text/html",
         key=key,
@@ -122,13 +132,28 @@ def long_view_download(run, data: dict, key: str) -> None:
     )
 
 
+def view_language(lang: str, texts) -> dict:
+    """A saved view's options in ``lang``: its own words (``texts``, in English, each with its translation) and its
+    page's ``<html lang>``; English: none (the library's own words)."""
+    if lang == "en":
+        return {}
+    return {"strings": {text: translate(text, lang) for text in texts}, "lang": HTML_LANG[lang]}
+
+
+def table_view_page(table, column: str | None = None, lang: str = "en") -> bytes:
+    """A head table's view as one self-contained HTML page in ``lang``, UTF-8."""
+    return standalone.html(table, column=column, **view_language(lang, tables.VIEW_TEXTS)).encode("utf-8")
+
+
 def table_view_download(table, file_name: str, key: str, column: str | None = None) -> None:
     """A head table's maps (``mha_core.views.tables``: the copying, previous-token, attribution and patching scores,
     or the composition of pairs of heads) as one self-contained HTML page, ``column`` shown first: every numeric
-    column a click away, each head's rows in words; built when clicked."""
+    column a click away, each head's rows in words, the view's own words in the session's language; built when
+    clicked."""
+    lang = language()  # known in this script run, not where the file is built
     st.download_button(
         t("Download the maps as HTML (.html)"),
-        data=lambda: standalone.html(table, column=column).encode("utf-8"),
+        data=lambda: table_view_page(table, column, lang),
         file_name=file_name,
         mime="text/html",
         key=key,

@@ -13,6 +13,7 @@ import pytest
 
 import mha_core as mc
 from mha_core.views import standalone, tables
+from tests.conftest import ROOT
 from tests.model_fixtures import build_tiny_llama
 
 
@@ -100,3 +101,27 @@ def test_a_table_of_pairs_without_scores_is_refused_clearly():
         standalone.view_of(pairs)
     with pytest.raises(ValueError, match="pairs of heads"):
         tables.composition_heads(pd.DataFrame({"layer": [0], "head": [0]}))
+
+
+def test_the_views_own_words_are_english_unless_it_is_given_others():
+    """``strings``: the view's own words in another language (``VIEW_TEXTS``), sent with its data for its script
+    and used for what the packing writes (the "more rows" line, the page's title); ``lang``: the page's language."""
+    count = tables.DETAIL_ROWS + 5
+    frame = pd.DataFrame({"layer": [0] * count, "head": [0] * count, "score": np.arange(count, dtype=float)})
+    english = standalone.view_of(frame)
+    assert english.data["strings"] == {} and english.title == f"1 layers x 1 heads: {count} rows"
+    assert '<html lang="en">' in english.to_html()
+    strings = {tables.MORE_ROWS: "(+{count})", tables.TABLE_TITLE: "{layers}/{heads}/{rows}", "(no row)": "(aucune)"}
+    view = standalone.view_of(frame, strings=strings, lang="fr")
+    assert view.data["strings"] == strings and view.data["details"][0][-1] == "(+5)"
+    assert view.title == f"1/1/{count}" and '<html lang="fr">' in view.to_html()
+
+
+def test_every_word_the_tables_script_shows_is_one_it_can_be_sent():
+    """Each text the script passes through ``tr`` is in ``VIEW_TEXTS`` (what a caller translates), and the view's
+    labels are not written past it."""
+    script = (ROOT / "mha_core" / "views" / "assets" / "tableview" / "tableview.js").read_text(encoding="utf-8")
+    used = set(re.findall(r'\btr\("([^"]*)"', script))
+    assert used and used <= set(tables.VIEW_TEXTS)
+    assert set(tables.VIEW_TEXTS) - used == {tables.MORE_ROWS, tables.TABLE_TITLE, tables.PAIRS_TITLE}  # Python's
+    assert not re.search(r'el\("[^"]*", "[^"]*", "[A-Za-z]', script)  # no label written in English past tr

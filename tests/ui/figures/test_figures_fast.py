@@ -76,6 +76,20 @@ def test_lines_draw_each_querys_two_strongest_keys():
     assert pairs == expected
 
 
+def test_the_lines_hover_names_each_token_and_the_focused_querys_weight():
+    """The lines view's hovers: words in their templates (translated by the app), the token as the point's text, its
+    position and (for keys, with a query in focus) its weight from that query as ``customdata``."""
+    attention = _attention(1, 20)[0]
+    queries, keys = figures.attention_lines(attention, TOKENS, focus=3).data[-2:]
+    assert queries.hovertemplate == "query %{customdata[0]} %{text}<extra></extra>"
+    assert keys.hovertemplate == "key %{customdata[0]} %{text}<br>weight (query 3): %{customdata[1]:.4f}<extra></extra>"
+    assert list(keys.text) == [f"t&lt;{i}&gt;&amp;" for i in range(20)]
+    np.testing.assert_allclose([row[1] for row in keys.customdata], attention[3], rtol=1e-6)
+    assert [row[0] for row in keys.customdata] == list(range(20))
+    unfocused = figures.attention_lines(attention, TOKENS).data[-1]
+    assert unfocused.hovertemplate == "key %{customdata[0]} %{text}<extra></extra>"
+
+
 def test_colour_bars_sit_in_a_fixed_margin_and_the_grid_can_leave_its_out():
     """A colour bar in a fixed right margin at the figure's edge: Plotly would otherwise widen the margin
     after drawing it (``margin.autoexpand``), a second layout and draw of the chart on every draw."""

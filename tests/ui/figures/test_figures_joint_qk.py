@@ -46,7 +46,13 @@ def test_by_kind_two_traces_and_two_shapes():
     assert fig.layout.xaxis.title.text == "PC 1" and fig.layout.yaxis.title.text == "PC 2"
     customdata = np.asarray(fig.data[0].customdata)
     assert customdata.tolist() == [[0, 0, 0], [1, 0, 1], [2, 1, 0]]  # row, sentence, position
-    assert "&lt;b&gt;cat" in fig.data[0].text[1]  # tokens shown literally
+    assert fig.data[0].text[1] == "&lt;b&gt;cat"  # tokens shown literally
+    # The hover's words are in each point's template (the app translates them), the token and numbers in fields.
+    assert list(fig.data[0].hovertemplate) == [
+        "query %{text}<br>sentence %{customdata[1]}, position %{customdata[2]}<extra></extra>",
+        "query %{text} (NOUN)<br>sentence %{customdata[1]}, position %{customdata[2]}<extra></extra>",
+        "query %{text} (NOUN)<br>sentence %{customdata[1]}, position %{customdata[2]}<extra></extra>",
+    ]
 
 
 def test_by_position_one_colour_scale():

@@ -13,6 +13,7 @@
 // (tests/js/longview.test.mjs); Streamlit uses the default export.
 
 import {
+  ROW_WORDS,
   asButton,
   colorBar,
   decodeBytes,
@@ -28,10 +29,13 @@ import {
   setRgb,
   shortNumber,
   topKeys,
+  translator,
   unscaled,
 } from "../viewkit/viewkit.js";
 
 const ABSOLUTE = "absolute";
+// What a screen reader says of the zoomed head (one literal: ui/longview's VIEW_TEXTS lists it, a test reads it here).
+const ZOOM_LABEL = "The zoomed head: arrow keys move between cells, Enter zooms into the cell (at single tokens: reads the row's top keys), Escape zooms out.";
 const STRETCHED = "stretched";
 
 // How many times an image's values are multiplied before they are coloured: 1 on the weights' own scale, or
@@ -101,22 +105,30 @@ function cellAt(edgesCount, pixel, extent) {
   return Math.min(edgesCount - 2, Math.max(0, Math.floor((pixel / extent) * (edgesCount - 1))));
 }
 
-// What the zoomed head's colours mean, in words.
-function legendText({ tokenLevel, reduce, rowsPerCell, colsPerCell, colour, top }) {
+// What the zoomed head's colours mean, in words (``tr``: the page's language, viewkit's ``translator``).
+function legendText({ tokenLevel, reduce, rowsPerCell, colsPerCell, colour, top }, tr = translator()) {
   const cells = tokenLevel
-    ? "Single tokens: each cell is one exact weight."
-    : `Each cell: the ${reduce} of the exact weights of up to ${rowsPerCell} x ${colsPerCell} tokens.`;
+    ? tr("Single tokens: each cell is one exact weight.")
+    : tr("Each cell: the {reduce} of the exact weights of up to {rows} x {cols} tokens.", {
+        reduce: tr(reduce),
+        rows: rowsPerCell,
+        cols: colsPerCell,
+      });
   const scale =
     colour === STRETCHED && top > 0
-      ? ` Colours stretched x${shortNumber(1 / top)}: the darkest is ${shortNumber(top)}, this view's largest ${tokenLevel ? "weight" : "cell"}, not 1 (the colour bar's ticks are the values).`
-      : " Colours: the weights' one scale, as in the head view (white 0, dark blue 1).";
-  return cells + scale + (tokenLevel ? "" : " Drag to zoom.");
+      ? tr(" Colours stretched x{factor}: the darkest is {top}, this view's largest {what}, not 1 (the colour bar's ticks are the values).", {
+          factor: shortNumber(1 / top),
+          top: shortNumber(top),
+          what: tr(tokenLevel ? "weight" : "cell"),
+        })
+      : tr(" Colours: the weights' one scale, as in the head view (white 0, dark blue 1).");
+  return cells + scale + (tokenLevel ? "" : tr(" Drag to zoom."));
 }
 
 function send(s, zoom) {
   s.pending = zoom;
   s.root.classList.add("hs-lv-busy");
-  s.status.textContent = "Pooling the exact weights of that region...";
+  s.status.textContent = s.tr("Pooling the exact weights of that region...");
   s.setStateValue("zoom", zoom);
 }
 
@@ -135,9 +147,9 @@ function build(root, s) {
   root.replaceChildren();
   const bar = el("div", "hs-lv-bar");
   const button = (label, title, action, cls) => {
-    const b = el("button", "hs-lv-button" + (cls ? " " + cls : ""), label);
+    const b = el("button", "hs-lv-button" + (cls ? " " + cls : ""), s.tr(label));
     b.type = "button";
-    b.title = title;
+    b.title = title = s.tr(title);
     b.addEventListener("click", action);
     if (!/\w/.test(label)) b.setAttribute("aria-label", title); // an arrow glyph: its title is its name
     bar.appendChild(b);
@@ -187,11 +199,10 @@ function build(root, s) {
   s.stage.append(s.big, s.hatch, s.rect, s.cursorBox);
   s.big.tabIndex = 0;
   s.big.setAttribute("role", "application");
-  s.big.setAttribute("aria-roledescription", "zoomed attention head");
+  s.big.setAttribute("aria-roledescription", s.tr("zoomed attention head"));
   s.big.setAttribute(
     "aria-label",
-    "The zoomed head: arrow keys move between cells, Enter zooms into the cell (at single tokens: reads the row's " +
-      "top keys), Escape zooms out.",
+    s.tr(ZOOM_LABEL),
   );
   s.big.addEventListener("focus", () => {
     if (!s.cursor) s.cursor = [0, 0];
@@ -267,11 +278,21 @@ function describeCell(s, a, b) {
   const cols = s.colEdges.length - 1;
   const value = s.values[a * cols + b];
   const hidden = s.causal && hiddenCell(s.rowEdges, s.colEdges, a, b);
-  const shown = hidden ? "hidden by the causal mask" : value.toPrecision(4);
+  const shown = hidden ? s.tr("hidden by the causal mask") : value.toPrecision(4);
   if (s.tokenLevel) {
-    s.readout.textContent = `query ${s.rowEdges[a]} "${s.rowTokens[a]}" -> key ${s.colEdges[b]} "${s.colTokens[b]}": ${shown}`;
+    s.readout.textContent = s.tr('query {i} "{token}" -> key {j} "{keyToken}": {shown}', {
+      i: s.rowEdges[a],
+      token: s.rowTokens[a],
+      j: s.colEdges[b],
+      keyToken: s.colTokens[b],
+      shown,
+    });
   } else {
-    s.readout.textContent = `queries ${span(s.rowEdges, a)}, keys ${span(s.colEdges, b)}: ${hidden ? shown : `${s.reduce} ${shown}`}`;
+    s.readout.textContent = s.tr("queries {rows}, keys {cols}: {shown}", {
+      rows: span(s.rowEdges, a),
+      cols: span(s.colEdges, b),
+      shown: hidden ? shown : `${s.tr(s.reduce)} ${shown}`,
+    });
   }
 }
 
@@ -297,7 +318,7 @@ function rowWords(s, a, k = 5) {
   const cols = s.colEdges.length - 1;
   const visible = (b) => !(s.causal && hiddenCell(s.rowEdges, s.colEdges, a, b));
   const tops = topKeys(cols, (b) => s.values[a * cols + b], s.colTokens, k, visible);
-  return describeRow("query", s.rowEdges[a], s.rowTokens[a], tops);
+  return describeRow(s.tr("query"), s.rowEdges[a], s.rowTokens[a], tops, s.tr(ROW_WORDS));
 }
 
 function keyOnZoom(s, event) {
@@ -350,8 +371,8 @@ function overviewCanvas(s, data, k, bytes) {
   const values = unscaled(bytes, k * size * size, size * size, top);
   const canvas = el("canvas");
   paint(canvas, valuePixels(values, data.grid_edges, data.grid_edges, s.causal, s.palette, stretchOf(s.colour, top)), size, size);
-  const stretched = s.colour === STRETCHED && top > 0 ? `; colours stretched x${shortNumber(1 / top)}` : "";
-  return { canvas, about: `largest cell ${shortNumber(top)}${stretched}` };
+  const stretched = s.colour === STRETCHED && top > 0 ? s.tr("; colours stretched x{factor}", { factor: shortNumber(1 / top) }) : "";
+  return { canvas, about: s.tr("largest cell {top}", { top: shortNumber(top) }) + stretched };
 }
 
 function renderHead(s, data) {
@@ -363,11 +384,12 @@ function renderHead(s, data) {
     const cell = el("div", "hs-lv-thumb" + (h === data.head ? " hs-lv-selected" : ""));
     const { canvas, about } = overviewCanvas(s, data, h, bytes);
     canvas.className = "hs-lv-thumbcanvas";
-    cell.append(canvas, el("div", "hs-lv-thumblabel", `head ${h}`));
-    cell.title = `Layer ${data.layer}, head ${h}: the whole head (${about})`;
+    cell.append(canvas, el("div", "hs-lv-thumblabel", s.tr("head {head}", { head: h })));
+    cell.title = s.tr("Layer {layer}, head {head}: the whole head ({about})", { layer: data.layer, head: h, about });
     const whole = () => send(s, zoomWith(s, { head: h, r0: 0, r1: s.n, c0: 0, c1: s.n }));
     cell.addEventListener("click", whole);
-    asButton(cell, `Layer ${data.layer}, head ${h}${h === data.head ? " (shown)" : ""}: the whole head`, whole);
+    const label = h === data.head ? "Layer {layer}, head {head} (shown): the whole head" : "Layer {layer}, head {head}: the whole head";
+    asButton(cell, s.tr(label, { layer: data.layer, head: h }), whole);
     cell.setAttribute("aria-pressed", String(h === data.head));
     cell.addEventListener("keydown", (event) => {
       const step = { ArrowLeft: -1, ArrowRight: 1 }[event.key];
@@ -378,10 +400,12 @@ function renderHead(s, data) {
     });
     s.grid.appendChild(cell);
   }
-  s.gridNote.textContent =
+  s.gridNote.textContent = s.tr(
     s.colour === STRETCHED
-      ? `Each whole head (${data.reduce} pooling), its colours stretched to its own largest cell.`
-      : `Each whole head (${data.reduce} pooling), on the weights' scale.`;
+      ? "Each whole head ({reduce} pooling), its colours stretched to its own largest cell."
+      : "Each whole head ({reduce} pooling), on the weights' scale.",
+    { reduce: s.tr(data.reduce) },
+  );
   s.values = decodeFloats(data.values);
   s.rowEdges = data.row_edges;
   s.colEdges = data.col_edges;
@@ -391,7 +415,7 @@ function renderHead(s, data) {
   const top = largest(s.values);
   const stretch = stretchOf(s.colour, top);
   paint(s.big, valuePixels(s.values, s.rowEdges, s.colEdges, s.causal, s.palette, stretch), s.rowEdges.length - 1, s.colEdges.length - 1);
-  s.barSlot.replaceChildren(colorBar(s.palette.lut, stretch === 1 ? "weight" : `x${shortNumber(stretch)}`, 1 / stretch));
+  s.barSlot.replaceChildren(colorBar(s.palette.lut, stretch === 1 ? s.tr("weight") : `x${shortNumber(stretch)}`, 1 / stretch));
   drawLabels(s);
   const cols = s.colEdges.length - 1;
   const firstHidden = Array.from({ length: s.rowEdges.length - 1 }, (_, a) => {
@@ -405,8 +429,17 @@ function renderHead(s, data) {
   const [r0, r1, c0, c1] = data.region;
   const rowsPerCell = Math.ceil((r1 - r0) / (s.rowEdges.length - 1));
   const colsPerCell = Math.ceil((c1 - c0) / (s.colEdges.length - 1));
-  s.title.textContent = `Layer ${data.layer}, head ${data.head}: queries ${r0}-${r1 - 1}, keys ${c0}-${c1 - 1} of ${data.n} tokens`;
-  s.legend.textContent = legendText({ tokenLevel: s.tokenLevel, reduce: data.reduce, rowsPerCell, colsPerCell, colour: s.colour, top });
+  s.title.textContent = s.tr("Layer {layer}, head {head}: queries {r0}-{r1}, keys {c0}-{c1} of {n} tokens", {
+    layer: data.layer,
+    head: data.head,
+    r0,
+    r1: r1 - 1,
+    c0,
+    c1: c1 - 1,
+    n: data.n,
+  });
+  const legend = { tokenLevel: s.tokenLevel, reduce: data.reduce, rowsPerCell, colsPerCell, colour: s.colour, top };
+  s.legend.textContent = legendText(legend, s.tr);
   s.root.dataset.values = JSON.stringify(Array.from(s.values, (v) => Number(v.toPrecision(8))));
   s.root.dataset.region = JSON.stringify(data.region);
   s.root.dataset.stretch = String(stretch);
@@ -424,10 +457,10 @@ function renderModel(s, data) {
     for (let h = 0; h < data.num_heads; h++) {
       const { canvas, about } = overviewCanvas(s, data, layer * data.num_heads + h, bytes);
       canvas.className = "hs-lv-modelcanvas";
-      canvas.title = `Layer ${layer}, head ${h} (${about}): click to zoom`;
+      canvas.title = s.tr("Layer {layer}, head {head} ({about}): click to zoom", { layer, head: h, about });
       const zoom = () => send(s, zoomWith(s, { layer, head: h, r0: 0, r1: s.n, c0: 0, c1: s.n, view: "head" }));
       canvas.addEventListener("click", zoom);
-      asButton(canvas, `Layer ${layer}, head ${h}: Enter zooms into it`, zoom);
+      asButton(canvas, s.tr("Layer {layer}, head {head}: Enter zooms into it", { layer, head: h }), zoom);
       canvas.addEventListener("keydown", (event) => {
         const to = moveCursor(layer, h, event.key, data.num_layers, data.num_heads);
         if (!to || event.key === "Home" || event.key === "End" || event.key.startsWith("Page")) return;
@@ -438,10 +471,14 @@ function renderModel(s, data) {
     }
   }
   const size = data.grid_size;
-  const colours =
-    s.colour === STRETCHED ? "each head's colours stretched to its own largest cell (hover a head for how much)" : "on the weights' scale";
-  s.modelBar.replaceChildren(colorBar(s.palette.lut, s.colour === STRETCHED ? "share of its largest" : "weight", 1));
-  s.title.textContent = `Every head at overview level (${data.reduce} of exact weights, ${size} x ${size} cells, ${colours}); click a head to zoom`;
+  const colours = s.tr(
+    s.colour === STRETCHED ? "each head's colours stretched to its own largest cell (hover a head for how much)" : "on the weights' scale",
+  );
+  s.modelBar.replaceChildren(colorBar(s.palette.lut, s.tr(s.colour === STRETCHED ? "share of its largest" : "weight"), 1));
+  s.title.textContent = s.tr(
+    "Every head at overview level ({reduce} of exact weights, {size} x {size} cells, {colours}); click a head to zoom",
+    { reduce: s.tr(data.reduce), size, colours },
+  );
   s.root.dataset.drawn = `${data.sig}:model:${data.reduce}:${s.colour}`;
 }
 
@@ -452,7 +489,11 @@ export default function (component) {
   const s = root.__longview || { root, pending: null };
   root.__longview = s;
   s.setStateValue = setStateValue;
-  if (!s.bar) {
+  const words = JSON.stringify(data.strings || {});
+  if (!s.bar || s.words !== words) {
+    // the view's words in the page's language (data.strings; none: English): built again when they change
+    s.tr = translator(data.strings);
+    s.words = words;
     build(root, s);
     s.bar = true;
   }
@@ -469,9 +510,9 @@ export default function (component) {
   s.pending = null;
   root.classList.remove("hs-lv-busy");
   s.status.textContent = "";
-  s.viewButton.textContent = data.view === "head" ? "Model view" : "Head view";
-  s.reduceButton.textContent = data.reduce === "mean" ? "Max pooling" : "Mean pooling";
-  s.colourButton.textContent = data.colour === STRETCHED ? "Weights' colours" : "Stretch colours";
+  s.viewButton.textContent = s.tr(data.view === "head" ? "Model view" : "Head view");
+  s.reduceButton.textContent = s.tr(data.reduce === "mean" ? "Max pooling" : "Mean pooling");
+  s.colourButton.textContent = s.tr(data.colour === STRETCHED ? "Weights' colours" : "Stretch colours");
   s.layerDown.disabled = data.view !== "head" || data.layer === 0;
   s.layerUp.disabled = data.view !== "head" || data.layer === data.num_layers - 1;
   for (const b of s.panButtons) b.disabled = data.view !== "head";

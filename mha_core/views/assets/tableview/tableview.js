@@ -4,10 +4,11 @@
 // value below zero (patching and attribution effects), on the signed scale from -m to m, white at 0, as the app's
 // maps draw them (the colour bar says which values). A click on a cell shows that head's rows in words; the column
 // is picked in a list.
-// Text from the table (column names, values) only ever goes into textContent, never HTML.
+// Text from the table (column names, values) only ever goes into textContent, never HTML. The view's own words are
+// English unless its data sends them in another language (``data.strings``: mha_core/views/tables.py's VIEW_TEXTS).
 // After painting, the root gets data-drawn="<sig>:<column>".
 
-import { colorBar, colorOf, decodeFloats, el, paletteOf, shortNumber } from "../viewkit/viewkit.js";
+import { colorBar, colorOf, decodeFloats, el, paletteOf, shortNumber, translator } from "../viewkit/viewkit.js";
 
 // The colour scale's ends for some values: [min(0, smallest), largest] of the finite ones, never empty.
 function valueRange(values) {
@@ -51,7 +52,7 @@ function paint(s) {
     image.data.set([rgb[0], rgb[1], rgb[2], 255], k * 4);
   }
   ctx.putImageData(image, 0, 0);
-  const bar = colorBar(lut, signed ? `${s.column} (blue < 0 < red)` : s.column, 1);
+  const bar = colorBar(lut, signed ? s.tr("{column} (blue < 0 < red)", { column: s.column }) : s.column, 1);
   bar.querySelectorAll(".hs-tick").forEach((tick, i) => {
     tick.textContent = shortNumber(lo + (1 - i / 4) * (hi - lo));
   });
@@ -59,15 +60,25 @@ function paint(s) {
   s.root.dataset.drawn = `${s.sig}:${s.column}`;
 }
 
+// A head's rows in words, under its name: what the view shows for a picked head.
+function detailText(tr, layer, head, lines) {
+  return [tr("Layer {layer}, head {head}", { layer, head }), ...(lines.length ? lines : [tr("(no row)")])].join("\n");
+}
+
 function showDetail(s, layer, head) {
   s.picked = [layer, head];
-  const lines = s.details[layer * s.heads + head] || [];
-  s.detail.textContent = [`Layer ${layer}, head ${head}`, ...(lines.length ? lines : ["(no row)"])].join("\n");
+  s.detail.textContent = detailText(s.tr, layer, head, s.details[layer * s.heads + head] || []);
+}
+
+// The view's fixed labels (the column picker's, the axes'), in the words of ``tr``.
+function labelWords(tr) {
+  return { column: tr("Column "), columnShown: tr("Column shown"), heads: tr("head →"), layers: tr("layer ↓") };
 }
 
 function build(root, s) {
+  const words = labelWords(s.tr);
   s.picker = el("select", "hs-table-column");
-  s.picker.setAttribute("aria-label", "Column shown");
+  s.picker.setAttribute("aria-label", words.columnShown);
   s.picker.addEventListener("change", () => {
     s.column = s.picker.value;
     paint(s);
@@ -85,9 +96,9 @@ function build(root, s) {
   s.detail.setAttribute("aria-live", "polite");
   const body = el("div", "hs-table-body");
   const grid = el("div", "hs-table-grid");
-  grid.append(el("div", "hs-table-axis", "head →"), s.canvas);
-  body.append(el("div", "hs-table-axis hs-table-layers", "layer ↓"), grid, s.bar);
-  const label = el("label", "hs-table-label", "Column ");
+  grid.append(el("div", "hs-table-axis", words.heads), s.canvas);
+  body.append(el("div", "hs-table-axis hs-table-layers", words.layers), grid, s.bar);
+  const label = el("label", "hs-table-label", words.column);
   label.append(s.picker);
   root.append(label, body, s.detail);
 }
@@ -99,6 +110,7 @@ export default function (component) {
   const s = root.__tableview || { root, sig: null };
   root.__tableview = s;
   s.setStateValue = setStateValue;
+  s.tr = translator(data.strings);
   if (!s.canvas) build(root, s);
   if (s.sig !== data.sig) {
     s.sig = data.sig;
@@ -121,4 +133,4 @@ export default function (component) {
   showDetail(s, data.layer, data.head);
 }
 
-export { cellAt, scaleOf, valueRange };
+export { cellAt, detailText, labelWords, scaleOf, valueRange };

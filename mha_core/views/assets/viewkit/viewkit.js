@@ -117,6 +117,14 @@ export function tickValues(top = 1) {
   return [1, 0.75, 0.5, 0.25, 0].map((f) => f * top);
 }
 
+// A view's words in the page's language: ``strings`` maps each English text (``{name}`` fields) to its translation
+// (none: English, the script's own); the function returned gives a text with its fields filled from ``values``.
+export function translator(strings) {
+  const words = strings || {};
+  return (text, values = {}) =>
+    (words[text] || text).replace(/\{(\w+)\}/g, (field, name) => (name in values ? String(values[name]) : field));
+}
+
 export function el(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
