@@ -163,7 +163,7 @@ def test_the_lab_after_a_short_training_in_chinese(tiny_bert, task):
     assert set(app.dataframe[0].value["角色"]) == roles
     # The curves' hovers: their words in Chinese, Plotly's fields kept.
     hovers = {trace.get("hovertemplate") for trace in plotly_elements(app)["lab_loss"]["data"]}
-    assert "步骤 %{x}<br>损失（所有位置） %{y:.3f}<extra></extra>" in hovers
+    assert "训练步 %{x}<br>损失（所有位置） %{y:.3f}<extra></extra>" in hovers  # the axis's word: 训练步
 
 
 DEEPER = {

@@ -34,7 +34,7 @@ def loss_curve(
                 name=LOSS_LABELS[column],
                 line=dict(color=LOSS_COLORS[column], width=2),
                 marker=dict(size=4),
-                hovertemplate="step %{x}<br>" + LOSS_LABELS[column] + " %{y:.3f}<extra></extra>",
+                hovertemplate="training step %{x}<br>" + LOSS_LABELS[column] + " %{y:.3f}<extra></extra>",
             )
         )
     if phase_step is not None:
@@ -76,7 +76,7 @@ def score_curves(
                 name=f"L{layer}H{head}",
                 line=dict(color=HEAD_PALETTE[index % len(HEAD_PALETTE)], width=3 if leading else 1.5),
                 opacity=1.0 if leading else 0.6,
-                hovertemplate=f"layer {layer} head {head}<br>step %{{x}}<br>score %{{y:.3f}}<extra></extra>",
+                hovertemplate=f"layer {layer} head {head}<br>training step %{{x}}<br>score %{{y:.3f}}<extra></extra>",
             )
         )
     if threshold is not None:
