@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL
 from model_fixtures import SEQ2SEQ_BUILDERS, build_tiny_t5
 
 import mha_core as mc
@@ -18,6 +17,7 @@ from mha_core.models.seq2seq import words_from_pieces
 from mha_core.models.tokens import TokenDisplay
 from mha_core.operations import Seq2SeqAttention
 from mha_core.operations.base import RUN_PEAK_FACTOR
+from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL
 
 SOURCE = "The cat sat on the mat."
 TARGET = "A dog chased the cat across the garden."
