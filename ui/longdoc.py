@@ -22,7 +22,7 @@ import weakref
 
 import streamlit as st
 
-from mha_core.models.long import NeedlePrompt, haystack, long_documents, needle_question
+from mha_core.models.long import CUT_NOTICE, CUT_REASONS, NeedlePrompt, haystack, long_documents, needle_question
 from ui import address, computations, compute, longview, session
 from ui.i18n import t
 from ui.page_explore import ExploreSettings
@@ -46,13 +46,8 @@ class Document:
 
 def cut_words(run) -> str:
     """The library's cut notice (``metadata["cut"]``) in the session's language, from the run's numbers."""
-    return t(
-        "The document has {total} tokens; {model} reads at most {kept} ({why}), so its first {kept} tokens were read.",
-        total=f"{run.num_input_tokens:,}",
-        model=run.model_name,
-        kept=f"{run.num_tokens:,}",
-        why=t("its context length" if run.is_causal else "its learned positions"),
-    )
+    why = t(CUT_REASONS[bool(run.is_causal)])
+    return t(CUT_NOTICE, total=f"{run.num_input_tokens:,}", model=run.model_name, kept=f"{run.num_tokens:,}", why=why)
 
 
 def examples() -> tuple[dict, ...]:
@@ -188,7 +183,7 @@ def section() -> None:
                 "is cut at {limit} tokens.",
                 model=messages.md_escape(model_name),
                 limit=f"{limit:,}",
-                why=t("its context length") if model.is_causal else t("its learned positions"),
+                why=t(CUT_REASONS[bool(model.is_causal)]),
                 most=model.max_tokens,
             )
         )

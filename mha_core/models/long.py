@@ -220,13 +220,18 @@ def long_run_limit(model) -> int:
     return int(model.context_length if positions is None else min(model.context_length, positions))
 
 
+# What a long run says when it cut a document (``cut_notice``), and why a model reads no more (by ``is_causal``):
+# the app says the same words through its catalog.
+CUT_NOTICE = (
+    "The document has {total} tokens; {model} reads at most {kept} ({why}), so its first {kept} tokens were read."
+)
+CUT_REASONS = {True: "its context length", False: "its learned positions"}
+
+
 def cut_notice(model, num_input_tokens: int, kept: int) -> str:
     """What a long run says when it read only the first ``kept`` of ``num_input_tokens`` tokens."""
-    why = "its context length" if model.is_causal else "its learned positions"
-    return (
-        f"The document has {int(num_input_tokens):,} tokens; {model.name} reads at most {kept:,} ({why}), "
-        f"so its first {kept:,} tokens were read."
-    )
+    why = CUT_REASONS[bool(model.is_causal)]
+    return CUT_NOTICE.format(total=f"{int(num_input_tokens):,}", model=model.name, kept=f"{kept:,}", why=why)
 
 
 def _core_pass(model, input_ids: torch.Tensor, token_type_ids, kernel: BlockwiseAttention, keep_hidden: bool):
