@@ -5,6 +5,7 @@ corpus and long-document contexts and the buttons that open them in Explore. The
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -200,20 +201,25 @@ def long_part(model, model_name: str):
         )
         return None
     operation = long_cards_operation(model_name)
-    started = pickers.start_button(
-        t("Read the long documents"), key=f"heads_long_{model_name}", ready=compute.ready(operation)
+    notice = t(
+        "Read every head of {model} over the {count} long examples and a needle prompt: one long pass each "
+        "(heavy work: it waits its turn).",
+        model=messages.md_escape(model_name),
+        count=len(long_documents()),
     )
-    if not started:
-        st.info(
-            t(
-                "Read every head of {model} over the {count} long examples and a needle prompt: one long pass each "
-                "(heavy work: it waits its turn).",
-                model=messages.md_escape(model_name),
-                count=len(long_documents()),
-            )
-        )
+    if not started(t("Read the long documents"), f"heads_long_{model_name}", operation, notice):
         return None
     return compute.compute(operation, get_model(model_name))
+
+
+def started(label: str, key: str, operation, notice: str, place=None) -> bool:
+    """Whether ``operation`` (heavy) may run now: its start button (in ``place``, a column, when given), and
+    ``notice`` (what a click would do) while it has not been started."""
+    with place if place is not None else contextlib.nullcontext():
+        go = pickers.start_button(label, key=key, ready=compute.ready(operation))
+    if not go:
+        st.info(notice)
+    return go
 
 
 def show() -> None:
@@ -234,19 +240,13 @@ def show() -> None:
         limit = settings().max_profile_sentences
         sentences = S["sentences"].number(cols[0].number_input, maximum=limit)
         operation = cards_operation(selection.model, sentences)
-        with cols[1]:
-            started = pickers.start_button(
-                t("Build the cards"), key=f"heads_cards_{selection.model}_{sentences}", ready=compute.ready(operation)
-            )
-        if not started:
-            st.info(
-                t(
-                    "Build the cards of {model} over {sentences} UD English EWT dev sentences: one pass for the "
-                    "profile, one for the contexts (heavy work: it waits its turn).",
-                    model=messages.md_escape(selection.model),
-                    sentences=sentences,
-                )
-            )
+        notice = t(
+            "Build the cards of {model} over {sentences} UD English EWT dev sentences: one pass for the "
+            "profile, one for the contexts (heavy work: it waits its turn).",
+            model=messages.md_escape(selection.model),
+            sentences=sentences,
+        )
+        if not started(t("Build the cards"), f"heads_cards_{selection.model}_{sentences}", operation, notice, cols[1]):
             return
         cards = compute.compute(operation, get_model(selection.model))
         st.caption(t("Cards over {count} sentences.", count=cards.num_sentences))
