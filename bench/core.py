@@ -20,10 +20,12 @@ Usage: python -m bench.core [--rounds N] [--threads T] [--runs R] [--compare PAT
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import os
 import statistics
+import sys
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -37,11 +39,12 @@ LENGTHS = (64, 256, 1024)
 
 
 def load_other(path: str):
-    """``MultiHeadAttention`` from another checkout's ``mha_core/attention.py`` (it must import only torch)."""
-    spec = importlib.util.spec_from_file_location("other_attention", Path(path) / "mha_core" / "attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.MultiHeadAttention
+    """``MultiHeadAttention`` from another checkout's ``mha_core/attention.py``, imported as a module of a package
+    ``other_mha_core`` on that checkout's folder (its relative imports come from there; its ``__init__`` is not run)."""
+    package = types.ModuleType("other_mha_core")
+    package.__path__ = [str(Path(path) / "mha_core")]
+    sys.modules["other_mha_core"] = package
+    return importlib.import_module("other_mha_core.attention").MultiHeadAttention
 
 
 def contestants(reference: nn.MultiheadAttention, other=None):

@@ -313,11 +313,9 @@ class MultiHeadAttention(nn.Module):
         h, d_k = self.num_heads, self.d_k
         weight = self.qkv_weight.view(3 * h, d_k, self.d_model).transpose(1, 2)
         if b == 1 and n <= PACKED_PRODUCT_MAX:
-            rows = x[0].expand(3 * h, n, self.d_model)
-            if self.qkv_bias is None:
-                qkv = torch.bmm(rows, weight)
-            else:
-                qkv = torch.baddbmm(self.qkv_bias.view(3 * h, 1, d_k), rows, weight)
+            qkv = torch.bmm(x[0].expand(3 * h, n, self.d_model), weight)
+            if self.qkv_bias is not None:  # added in place: baddbmm first copies the broadcast bias into its output
+                qkv.add_(self.qkv_bias.view(3 * h, 1, d_k))
             qkv = qkv.view(3, 1, h, n, d_k)
         else:
             product = torch.mm(x.reshape(b * n, self.d_model), self.qkv_weight.t())
