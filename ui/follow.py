@@ -13,10 +13,10 @@ session publishes it to the class store (``ui.class_session``) at the end of eac
 every ``TEACHER_POLL_S``, which also catches moves made inside a page's fragments (a head clicked in Explore).
 A student's session polls the store's version number every ``STUDENT_POLL_S`` (one indexed read) and, when it
 rose, reruns: a follower whose address differs from the teacher's forgets its own view state and switches to the
-teacher's page and address, exactly as if it had opened the teacher's link. The poll is the fallback: when the
-version rises (the store's listener, ``wake``), the server reruns the poll of every following student's session it
-holds at once, with the address and page that session last ran (``_remember``), so a follower does not wait up to
-a poll's interval for the move (bench/classroom.py; docs/benchmarks.md). A student can leave to explore and
+teacher's page and address, exactly as if it had opened the teacher's link. When the version rises, the
+server does not leave its screens to their next tick: the store's listener (``wake``) makes every screen's class
+poll tick at once (``class_http.wake_polls``, on the websocket, as the browser's timer would), so a follower does
+not wait up to a poll's interval for the move (bench/classroom.py; docs/benchmarks.md). A student can leave to explore and
 come back with one click; a student who moves a Classroom step while following leaves, and is told so.
 
 What made the address depend on the load, and what holds it whatever the load:
@@ -52,14 +52,9 @@ import json
 import logging
 import os
 import sqlite3
-import threading
 import time
 
 import streamlit as st
-from streamlit.proto.ClientState_pb2 import ClientState
-from streamlit.runtime import Runtime
-from streamlit.runtime.scriptrunner import get_script_run_ctx
-from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState
 
 from ui import address, class_http, class_session, i18n
 from ui.i18n import t
@@ -99,7 +94,7 @@ _LEFT, _MOVES, _PUBLISHED, _REPLACED, _NOTICE, _RESEND, _TARGET, _HEAL = (
     "_class_target_page",
     "_class_heal",
 )
-_MOVED_AT = "_class_moved_at"
+_MOVED_AT, _INLINE = "_class_moved_at", "_class_inline"
 _pages: dict = {}  # the app's pages by url path (app.py gives them to ``start`` every run), for the poll's moves
 # Kept when a follower is moved: the class's own keys and the session's running work; every other key is
 # view state, which the teacher's address decides again.
@@ -126,59 +121,11 @@ def _store(path: str) -> class_session.ClassStore | None:
     return opened
 
 
-# Following students' sessions that this server can wake: session id -> (its poll fragment, the script hash of the
-# page it shows, its address), as its last run left them.
-_wakeable: dict[str, tuple[str, str, str]] = {}
-_wakeable_lock = threading.Lock()
-
-
-def _remember(fragment: str | None = None, address: bool = True) -> None:
-    """This following student's session can be woken: its poll fragment (``fragment``, else the one known) and
-    (``address``) the page and address the server gave it last (a full run's; a timer's request may carry an
-    address the browser had not yet replaced)."""
-    ctx = get_script_run_ctx()
-    if ctx is None:
-        return
-    with _wakeable_lock:
-        known = _wakeable.get(ctx.session_id)
-        fragment = fragment or (known[0] if known else None)
-        where = (ctx.page_script_hash, ctx.query_string) if address or known is None else known[1:]
-        if fragment:
-            _wakeable[ctx.session_id] = (fragment, *where)
-
-
-def _forget_wakeable() -> None:
-    ctx = get_script_run_ctx()
-    if ctx is not None:
-        with _wakeable_lock:
-            _wakeable.pop(ctx.session_id, None)
-
-
 def wake(_session: str | None = None) -> int:
-    """The class changed (``ClassStore`` calls this after the write): every following student's session this server
-    holds reruns its poll now, as its timer would at its next tick, with the page and address it last ran (the
-    poll compares that address with the teacher's view and moves it). Returns the sessions woken. One server
-    leads one class, so every follower it holds follows the one that changed."""
-    if not Runtime.exists():
-        return 0
-    runtime = Runtime.instance()
-    with _wakeable_lock:
-        targets = list(_wakeable.items())
-    woken = 0
-    for session_id, (fragment, page_hash, query) in targets:
-        app = runtime.get_app_session(session_id)
-        if app is None:  # the tab was closed
-            with _wakeable_lock:
-                _wakeable.pop(session_id, None)
-            continue
-        state = ClientState(query_string=query, page_script_hash=page_hash, fragment_id=fragment, is_auto_rerun=True)
-        try:  # on the server's event loop, where the browser's own requests are handled
-            app._call_soon_on_event_loop(functools.partial(app.request_rerun, state))
-        except (AttributeError, RuntimeError):  # another Streamlit, or the server stopping: the poll moves it
-            LOG.debug("could not wake a follower", exc_info=True)
-            continue
-        woken += 1
-    return woken
+    """The class changed (``ClassStore`` calls this after the write is committed): the class poll of every screen
+    this server holds ticks now instead of at its timer's next tick (``class_http.wake_polls``; served through
+    ``serve.py``). Returns the screens woken. One server leads one class, so every screen it holds is in it."""
+    return class_http.wake_polls()
 
 
 def forget_store() -> None:
@@ -282,7 +229,6 @@ def start(pages: dict, page: str) -> None:
         )
         return
     _follow(pages, page, heal)
-    _remember()  # not moved: the page and address a wake-up reruns the poll with (the run's end updates them)
 
 
 def _follow(pages: dict, page: str, heal: bool) -> None:
@@ -320,12 +266,10 @@ def _forget_view_state() -> None:
 
 
 def publish() -> None:
-    """The end of a run. The teacher's session: the class's view is now this page and address (no change, no new
-    version). A following student's session: the page and address a wake-up reruns its poll with."""
+    """The teacher's session, at the end of a run: the class's view is now this page and address (no change, no
+    new version)."""
     if is_teacher() and _PAGE in st.session_state:
         _publish(_view_params())
-    elif following_student():
-        _remember()
 
 
 def _publish(params: dict) -> None:
@@ -378,16 +322,10 @@ def _drifted() -> bool:
     )
 
 
-def _fragment_run() -> bool:
-    """This run reruns fragments only (a timer's, a wake-up's), not the whole page."""
-    ctx = get_script_run_ctx()
-    return bool(ctx is not None and ctx.fragment_ids_this_run)
-
-
 def _poll() -> None:
     _drop_key()
     if is_teacher():
-        if not _fragment_run():
+        if st.session_state.get(_INLINE):
             return  # drawn inline in a full run: its end publishes (``publish``), after the page asked its question
         here = _view_params()
         if _behind() or _address_key(here) in st.session_state.get(_REPLACED, ()):
@@ -398,10 +336,6 @@ def _poll() -> None:
             _publish(here)  # a move made inside a page's fragment (a head clicked in Explore)
         _resend_address()
         return
-    if following():
-        _remember(ThreadState.get().fragment_id, address=False)  # the fragment this poll runs in
-    else:
-        _forget_wakeable()
     try:
         version = store().version(session_id(), wait_s=POLL_WAIT_S)
     except class_session.StoreBusy:
@@ -459,4 +393,8 @@ def class_panel() -> None:
         else:
             st.markdown(":material/explore: " + t("**Exploring on your own.**"))
             st.button(t("Follow the teacher"), key="class_follow", on_click=_come_back, icon=":material/groups:")
-        st.fragment(run_every=TEACHER_POLL_S if is_teacher() else (STUDENT_POLL_S or None))(_poll)()
+        st.session_state[_INLINE] = True  # the poll runs once inline here; a timer's run of it is not inline
+        try:
+            st.fragment(run_every=TEACHER_POLL_S if is_teacher() else STUDENT_POLL_S)(_poll)()
+        finally:
+            st.session_state[_INLINE] = False

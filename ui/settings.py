@@ -66,8 +66,8 @@ class ServerSettings:
     max_profile_sentences HEADSCOPE_MAX_PROFILE_SENTENCES: corpus profile size from the Roles page
                           (default 2002, the whole UD dev split; PROFILE_SENTENCES in classroom mode)
     class_link            HEADSCOPE_PUBLIC_URL: the link students open (scripts/app.sh --classroom sets it)
-    student_poll_ms       HEADSCOPE_STUDENT_POLL_MS: how often a following student's screen asks whether the class
-                          changed (default 1000); 0: never, the server's wake-ups alone move it (``ui.follow``)
+    student_poll_ms       HEADSCOPE_STUDENT_POLL_MS: how often a student's screen asks whether the class changed
+                          (default 1000, at least 100); the server also wakes every screen when it did (``ui.follow``)
     """
 
     classroom: bool = False
@@ -107,7 +107,7 @@ class ServerSettings:
                 "HEADSCOPE_MAX_PROFILE_SENTENCES", PROFILE_SENTENCES if classroom else 2002, 10
             ),
             class_link=os.environ.get("HEADSCOPE_PUBLIC_URL") or None,
-            student_poll_ms=_env_int("HEADSCOPE_STUDENT_POLL_MS", 1000, 0),
+            student_poll_ms=_env_int("HEADSCOPE_STUDENT_POLL_MS", 1000, 100),
         )
 
 
