@@ -22,7 +22,6 @@ from ui import class_http, follow
 from ui.server import BackendBaseUrl, warm_up
 
 warm_up()
-class_http.WAKE_INTERVALS.update(round(interval, 6) for interval in (follow.STUDENT_POLL_S, follow.TEACHER_POLL_S))
 app = st.App(
     Path(__file__).with_name("app.py"),
     middleware=[

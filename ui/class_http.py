@@ -29,25 +29,16 @@ names the page the server last ran the session on: a timer never changes the pag
 passes at once, the timers' requests held before it are dropped (let through after it, their older widget values
 would undo the click's), and the timers' next requests wait until the run that takes the click in has been seen
 to end (a request reaching Streamlit just after a short run ended dropped that run's output: the click's reply).
-
-The same guard lets the server make a session's class poll tick at once (``wake_polls``): when the class changed,
-a follower need not wait up to a poll's interval for its browser's timer. It knows each connection's timers (the
-server's ``auto_rerun`` messages: fragment and interval) and the page and address the server last gave it, and sends
-the server the request that timer would send, with no widget values (the server keeps its own), through the same
-holding as a timer's own request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import threading
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
 
 from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ClientState_pb2 import ClientState
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from ui import class_session
@@ -136,23 +127,6 @@ class ClassCookies:
 
 
 PERSON_RUN_WAIT_S = 5.0  # the timers wait at most this long for the run of a person's request to finish
-# The intervals of the timers ``wake_polls`` makes tick: the class polls' (``ui.follow`` sets them; one of the
-# teacher's live answers shares the students' interval, and ticks too, harmlessly).
-WAKE_INTERVALS: set[float] = set()
-_wakers: set = set()  # one per open websocket: makes its class poll tick (from any thread)
-_wakers_lock = threading.Lock()
-
-
-def wake_polls() -> int:
-    """Every open session's class poll ticks now (see the module); callable from any thread. Returns how many
-    connections were asked."""
-    with _wakers_lock:
-        wakers = list(_wakers)
-    for waker in wakers:
-        waker()
-    return len(wakers)
-
-
 SMALL_MESSAGE = 64 * 1024  # a run's new_session or status message is a few bytes to kB; figures are not read here
 
 
@@ -184,9 +158,8 @@ class StalePageGuard:
         loop = asyncio.get_running_loop()
         # awaited: the fragment of the person's last request ("" for a full run), until the run that takes it in
         # is seen to finish; started: that run was seen to start; until: when the timers stop waiting for it.
-        state = {"page": None, "running": False, "awaited": None, "started": False, "until": 0.0, "query": None}
+        state = {"page": None, "running": False, "awaited": None, "started": False, "until": 0.0}
         held: dict[str, dict] = {}  # fragment id -> its timer's latest request, while a script runs
-        timers: dict[str, float] = {}  # fragment id -> interval, of the timers the server gave the browser
         passed: asyncio.Queue = asyncio.Queue()
 
         def waiting() -> bool:
@@ -202,37 +175,10 @@ class StalePageGuard:
                     passed.put_nowait(message)
             held.clear()
 
-        def wake() -> None:  # on this connection's event loop
-            if state["page"] is None or state["query"] is None:
-                return
-            for fragment, interval in timers.items():
-                if interval in WAKE_INTERVALS:
-                    request = ClientState(
-                        query_string=state["query"],
-                        page_script_hash=state["page"],
-                        fragment_id=fragment,
-                        is_auto_rerun=True,
-                    )
-                    held[fragment] = {
-                        "type": "websocket.receive",
-                        "bytes": BackMsg(rerun_script=request).SerializeToString(),
-                    }
-            release()
-
-        def waker() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: the connection is gone
-                loop.call_soon_threadsafe(wake)
-
         async def sending(message):
             data = message.get("bytes") if message.get("type") == "websocket.send" else None
             if data and len(data) < SMALL_MESSAGE:
                 page, running, fragments = server_news(data)
-                if fragments == []:  # a full run: the browser drops its timers; the run registers those it keeps
-                    timers.clear()
-                timer, query = server_timer_and_address(data)
-                if timer is not None:
-                    timers[timer[0]] = timer[1]
-                state["query"] = state["query"] if query is None else query
                 state["page"] = page or state["page"]
                 if fragments is not None and state["awaited"] is not None:
                     state["started"] = state["started"] or not fragments or state["awaited"] in fragments
@@ -254,8 +200,6 @@ class StalePageGuard:
                     release()
                     continue
                 request = _rerun_request(data) if data else None
-                if request is not None and state["query"] is None:
-                    state["query"] = request.query_string  # the address the session opened with
                 if request is not None:
                     held.clear()  # sent before this request: let through after it, their older values would win
                     state.update(awaited=request.fragment_id, started=False, until=loop.time() + PERSON_RUN_WAIT_S)
@@ -265,13 +209,9 @@ class StalePageGuard:
                     return
 
         reader = asyncio.ensure_future(pump())
-        with _wakers_lock:
-            _wakers.add(waker)
         try:
             await self.app(scope, passed.get, sending)
         finally:
-            with _wakers_lock:
-                _wakers.discard(waker)
             reader.cancel()
 
 
@@ -294,21 +234,6 @@ def server_news(data: bytes) -> tuple[str | None, bool | None, list[str] | None]
     if kind == "script_finished":
         return None, None if message.script_finished == EARLY_FOR_RERUN else False, None
     return None, None, None
-
-
-def server_timer_and_address(data: bytes) -> tuple[tuple[str, float] | None, str | None]:
-    """From a server message: a fragment timer it registers (``auto_rerun``: fragment, interval) and the address it
-    gives the browser (``page_info_changed``)."""
-    try:
-        message = ForwardMsg.FromString(data)
-    except Exception:  # not a message of this protocol
-        return None, None
-    kind = message.WhichOneof("type")
-    if kind == "auto_rerun" and message.auto_rerun.fragment_id:
-        return (message.auto_rerun.fragment_id, round(message.auto_rerun.interval, 6)), None
-    if kind == "page_info_changed":
-        return None, message.page_info_changed.query_string
-    return None, None
 
 
 def _rerun_request(data: bytes):

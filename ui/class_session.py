@@ -4,8 +4,7 @@ One file under the cache directory (``class/sessions.sqlite3``, WAL mode), so a 
 class loses nothing: the session, its current view (with a version number), every question and every answer are
 read back from it. Followers poll one number (``ClassStore.version``); the view itself is read only when that
 number changed. Every change a follower must see (the teacher moved, a question was asked, revealed or reset)
-raises it, and once that change is committed the store calls its listeners (``add_listener``) with the session,
-so that a server can wake the followers it holds at once instead of at their next poll.
+raises it.
 
 A class session is named by the teacher's token (``class_id``): the server that holds the token leads that session,
 and a restart with the same token finds it again. The token is checked on the server in constant time
@@ -36,7 +35,6 @@ import hashlib
 import hmac
 import io
 import json
-import logging
 import os
 import re
 import secrets
@@ -244,8 +242,6 @@ class ClassStore:
         self._clock = clock
         self._idle: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
-        self._listeners: list = []
-        self._raised = threading.local()  # the sessions whose version the write going on in this thread raised
         _private_file(self.path)
         with self._connection() as db:
             db.executescript(SCHEMA)  # its own transaction (executescript commits first)
@@ -280,30 +276,6 @@ class ClassStore:
             if not kept:
                 db.close()
 
-    def add_listener(self, listener) -> None:
-        """``listener(session)`` is called after every committed write that raised ``session``'s version, in the
-        writing thread; an exception in it is logged and stops nothing (the change is stored)."""
-        self._listeners.append(listener)
-
-    def _raise_version(self, db, session: str, **columns) -> None:
-        """``session``'s version up by one (and ``columns`` set): its followers see a change."""
-        touched = columns.pop("touched", self._clock())
-        names = "".join(f", {name} = ?" for name in columns)  # names from this module's calls, never a user's
-        db.execute(
-            f"UPDATE sessions SET version = version + 1, touched = ?{names} WHERE id = ?",
-            (touched, *columns.values(), session),
-        )
-        self._raised.sessions = [*getattr(self._raised, "sessions", []), session]
-
-    def _tell_listeners(self, committed: bool) -> None:
-        sessions, self._raised.sessions = getattr(self._raised, "sessions", []), []
-        for session in dict.fromkeys(sessions) if committed else ():
-            for listener in list(self._listeners):
-                try:
-                    listener(session)
-                except Exception:
-                    logging.getLogger(__name__).exception("a class store listener failed")
-
     def _retrying(self, work, *, write: bool, wait_s: float | None = None):
         """``work(db)`` in a transaction of its own (``write``: BEGIN IMMEDIATE, one writer at a time, decided at
         the start: no lost updates), tried again while another connection holds the lock, for at most ``wait_s``
@@ -316,13 +288,10 @@ class ClassStore:
                     if not write:
                         return work(db)
                     db.execute("BEGIN IMMEDIATE")
-                    self._tell_listeners(committed=False)  # nothing left from an attempt that failed
                     result = work(db)
                     db.execute("COMMIT")
-                self._tell_listeners(committed=True)
-                return result
+                    return result
             except sqlite3.OperationalError as error:
-                self._tell_listeners(committed=False)
                 if not _busy(error):
                     raise
                 left = give_up - time.monotonic()
@@ -385,7 +354,10 @@ class ClassStore:
             row = _first(db.execute("SELECT version, page, params FROM sessions WHERE id = ?", (session,)))
             if row[1] == page and row[2] == text:
                 return int(row[0])
-            self._raise_version(db, session, page=page, params=text, touched=now)
+            db.execute(
+                "UPDATE sessions SET version = version + 1, page = ?, params = ?, touched = ? WHERE id = ?",
+                (page, text, now, session),
+            )
             return int(row[0]) + 1
 
         return self._write(publish, wait_s)
@@ -397,7 +369,7 @@ class ClassStore:
         )
 
     def _bump(self, db, session: str) -> None:
-        self._raise_version(db, session)
+        db.execute("UPDATE sessions SET version = version + 1, touched = ? WHERE id = ?", (self._clock(), session))
 
     # ---- questions ----------------------------------------------------------------------------------------
     def ask(

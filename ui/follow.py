@@ -13,10 +13,7 @@ session publishes it to the class store (``ui.class_session``) at the end of eac
 every ``TEACHER_POLL_S``, which also catches moves made inside a page's fragments (a head clicked in Explore).
 A student's session polls the store's version number every ``STUDENT_POLL_S`` (one indexed read) and, when it
 rose, reruns: a follower whose address differs from the teacher's forgets its own view state and switches to the
-teacher's page and address, exactly as if it had opened the teacher's link. When the version rises, the
-server does not leave its screens to their next tick: the store's listener (``wake``) makes every screen's class
-poll tick at once (``class_http.wake_polls``, on the websocket, as the browser's timer would), so a follower does
-not wait up to a poll's interval for the move (bench/classroom.py; docs/benchmarks.md). A student can leave to explore and
+teacher's page and address, exactly as if it had opened the teacher's link. A student can leave to explore and
 come back with one click; a student who moves a Classroom step while following leaves, and is told so.
 
 What made the address depend on the load, and what holds it whatever the load:
@@ -63,7 +60,7 @@ from ui.settings import settings
 LOG = logging.getLogger("headscope.app")
 TEACHER, STUDENT = "teacher", "student"
 TEACHER_POLL_S = 0.5  # how often the teacher's session checks whether its view changed (one session)
-STUDENT_POLL_S = settings().student_poll_ms / 1000  # how often a student's session reads the version number
+STUDENT_POLL_S = 1.0  # how often a student's session reads the version number
 PUBLISH_WAIT_S = 1.0  # a publish waits this long for a locked class file; the next poll tries again
 POLL_WAIT_S = 0.5
 TEACHER_PARAM, TEACHER_COOKIE, STUDENT_COOKIE = (
@@ -94,7 +91,7 @@ _LEFT, _MOVES, _PUBLISHED, _REPLACED, _NOTICE, _RESEND, _TARGET, _HEAL = (
     "_class_target_page",
     "_class_heal",
 )
-_MOVED_AT, _INLINE = "_class_moved_at", "_class_inline"
+_MOVED_AT = "_class_moved_at"
 _pages: dict = {}  # the app's pages by url path (app.py gives them to ``start`` every run), for the poll's moves
 # Kept when a follower is moved: the class's own keys and the session's running work; every other key is
 # view state, which the teacher's address decides again.
@@ -113,19 +110,10 @@ def teacher_token() -> str | None:
 @functools.cache
 def _store(path: str) -> class_session.ClassStore | None:
     try:
-        opened = class_session.ClassStore(path)
+        return class_session.ClassStore(path)
     except (OSError, sqlite3.Error, class_session.StoreBusy):  # an unwritable cache directory: no class
         LOG.exception("cannot open the class store; no class session on this server")
         return None
-    opened.add_listener(wake)
-    return opened
-
-
-def wake(_session: str | None = None) -> int:
-    """The class changed (``ClassStore`` calls this after the write is committed): the class poll of every screen
-    this server holds ticks now instead of at its timer's next tick (``class_http.wake_polls``; served through
-    ``serve.py``). Returns the screens woken. One server leads one class, so every screen it holds is in it."""
-    return class_http.wake_polls()
 
 
 def forget_store() -> None:
@@ -325,8 +313,6 @@ def _drifted() -> bool:
 def _poll() -> None:
     _drop_key()
     if is_teacher():
-        if st.session_state.get(_INLINE):
-            return  # drawn inline in a full run: its end publishes (``publish``), after the page asked its question
         here = _view_params()
         if _behind() or _address_key(here) in st.session_state.get(_REPLACED, ()):
             return  # a request sent before the browser took in the last published page or address
@@ -393,8 +379,4 @@ def class_panel() -> None:
         else:
             st.markdown(":material/explore: " + t("**Exploring on your own.**"))
             st.button(t("Follow the teacher"), key="class_follow", on_click=_come_back, icon=":material/groups:")
-        st.session_state[_INLINE] = True  # the poll runs once inline here; a timer's run of it is not inline
-        try:
-            st.fragment(run_every=TEACHER_POLL_S if is_teacher() else STUDENT_POLL_S)(_poll)()
-        finally:
-            st.session_state[_INLINE] = False
+        st.fragment(run_every=TEACHER_POLL_S if is_teacher() else STUDENT_POLL_S)(_poll)()

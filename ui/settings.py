@@ -66,8 +66,6 @@ class ServerSettings:
     max_profile_sentences HEADSCOPE_MAX_PROFILE_SENTENCES: corpus profile size from the Roles page
                           (default 2002, the whole UD dev split; PROFILE_SENTENCES in classroom mode)
     class_link            HEADSCOPE_PUBLIC_URL: the link students open (scripts/app.sh --classroom sets it)
-    student_poll_ms       HEADSCOPE_STUDENT_POLL_MS: how often a student's screen asks whether the class changed
-                          (default 1000, at least 100); the server also wakes every screen when it did (``ui.follow``)
     """
 
     classroom: bool = False
@@ -80,7 +78,6 @@ class ServerSettings:
     torch_threads: int = 1
     max_profile_sentences: int = 2002
     class_link: str | None = None
-    student_poll_ms: int = 1000
 
     @classmethod
     def from_env(cls) -> ServerSettings:
@@ -107,7 +104,6 @@ class ServerSettings:
                 "HEADSCOPE_MAX_PROFILE_SENTENCES", PROFILE_SENTENCES if classroom else 2002, 10
             ),
             class_link=os.environ.get("HEADSCOPE_PUBLIC_URL") or None,
-            student_poll_ms=_env_int("HEADSCOPE_STUDENT_POLL_MS", 1000, 100),
         )
 
 

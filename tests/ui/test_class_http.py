@@ -28,9 +28,6 @@ def request(page: str = "", fragment: str = "", auto: bool = False, pick: str | 
     return message.SerializeToString()
 
 
-WAKE = object()  # in a script's browser part: the server wakes its class polls there
-
-
 def through_the_guard(script, read) -> tuple[list, list]:
     """``script`` played through ``class_http.StalePageGuard`` around a stand-in for Streamlit's server, each step
     ``(what the server sends or None, what the browser sends meanwhile)``. Returns ``(steps, sent)``: per step,
@@ -51,10 +48,7 @@ def through_the_guard(script, read) -> tuple[list, list]:
                 if from_server is not None:
                     await send({"type": "websocket.send", "bytes": from_server})
                 for data in from_browser:
-                    if data is WAKE:
-                        class_http.wake_polls()  # as the class store's listener does, from another thread
-                    else:
-                        queue.put_nowait({"type": "websocket.receive", "bytes": data})
+                    queue.put_nowait({"type": "websocket.receive", "bytes": data})
                 got = []
                 while True:
                     try:
@@ -275,47 +269,3 @@ def test_the_timers_wait_for_a_click_s_run_a_bounded_time(monkeypatch):
     asyncio.run(run())
     assert [fragment for fragment, _ in got] == ["gone", "poll"]  # the click at once, the timer's request after it
     assert got[1][1] >= 0.5  # ... not before the bound (a timer fires late on a loaded machine, never early)
-
-
-def test_a_wake_makes_the_class_poll_tick_with_the_address_the_server_gave(monkeypatch):
-    """The server wakes its screens (the class changed): the guard sends the request the class poll's timer would
-    send (its fragment, the page of the last full run, the last address the server gave, no widget values: the
-    server keeps its own), held while a script runs like a timer's own; no other timer ticks, and after a full run
-    that did not register the poll again, nothing is sent."""
-    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-
-    monkeypatch.setattr(class_http, "WAKE_INTERVALS", {1.0})
-
-    def server(kind: str, value: str = "", interval: float = 1.0) -> bytes:
-        message = ForwardMsg()
-        if kind == "start":
-            message.new_session.page_script_hash = value
-            message.metadata.run.script_run_id = "run"
-        elif kind == "timer":
-            message.auto_rerun.fragment_id, message.auto_rerun.interval = value, interval
-        elif kind == "address":
-            message.page_info_changed.query_string = value
-        else:
-            message.script_finished = 0
-        return message.SerializeToString()
-
-    script = [  # (what the server sends, then what the browser sends meanwhile)
-        (server("start", "page-a"), []),
-        (server("timer", "poll"), []),
-        (server("timer", "heartbeat", 30.0), []),
-        (server("address", "layer=3&page=explore"), [WAKE]),
-        (server("finished"), []),
-        (None, [WAKE]),
-        (server("start", "page-b"), []),
-        (server("finished"), [WAKE]),
-    ]
-
-    def read(rerun):
-        timer = "timer" if rerun.is_auto_rerun else "person"
-        return rerun.page_script_hash, rerun.fragment_id, rerun.query_string, timer, len(rerun.widget_states.widgets)
-
-    steps, sent = through_the_guard(script, read)
-    woken = ("page-a", "poll", "layer=3&page=explore", "timer", 0)
-    assert steps == [[], [], [], [], [woken], [woken], [], []]  # held while the run went; none after page-b's run
-    assert len(sent) == 7
-    assert class_http.wake_polls() == 0  # the connection closed: nobody left to wake

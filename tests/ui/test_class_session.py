@@ -321,38 +321,3 @@ def test_a_lock_past_the_deadline_is_store_busy_and_stores_nothing(tmp_path):
         other.close()
     assert store.answers("s", "q") == {}
     assert store.answer("s", "q", student(1), 0) == cs.ACCEPTED  # the lock gone, the click again is stored
-
-
-def test_listeners_hear_each_committed_change_a_follower_must_see(tmp_path):
-    """A listener (the server's wake-up of its followers) is told of every write that raised a session's version,
-    once, after it is committed; not of a write that changed nothing a follower sees (an answer, the same view), nor
-    of one that failed, and a listener that raises loses nothing."""
-    path = tmp_path / "c.sqlite3"
-    store = cs.ClassStore(path, write_wait_s=0.3)
-    heard: list[tuple[str, int]] = []
-    store.add_listener(lambda session: heard.append((session, cs.ClassStore(path).version(session))))
-    store.add_listener(lambda session: 1 / 0)  # logged; the next listener and the write go on
-    store.open_session("s")
-    assert heard == []  # the session exists; nothing for a follower to see
-    assert store.publish_view("s", "explore", {"layer": "3"}) == 1
-    assert store.publish_view("s", "explore", {"layer": "3"}) == 1
-    assert heard == [("s", 1)]  # told once, and the version it read is the committed one
-    store.ask("s", "q", "classroom", "?", ["a", "b"], current=True)
-    store.ask("s", "q", "classroom", "?", ["a", "b"], current=True)  # asked again: no change
-    assert store.answer("s", "q", student(1), 0) == cs.ACCEPTED
-    store.reveal("s", "q")
-    store.reset("s", "q")
-    store.close_current("s")
-    store.publish_view("t", "classroom", {"step": "2"})
-    assert heard == [("s", 1), ("s", 2), ("s", 3), ("s", 4), ("s", 5), ("t", 1)]
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
-        with pytest.raises(cs.StoreBusy):
-            store.publish_view("s", "classroom", {"step": "9"})
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
-    assert heard[-1] == ("t", 1) and store.version("s") == 5  # the failed write told nobody
-    store.publish_view("s", "classroom", {"step": "9"})
-    assert heard[-1] == ("s", 6)
