@@ -41,6 +41,8 @@ LENGTHS = (64, 256, 1024)
 def load_other(path: str):
     """``MultiHeadAttention`` from another checkout's ``mha_core/attention.py``, imported as a module of a package
     ``other_mha_core`` on that checkout's folder (its relative imports come from there; its ``__init__`` is not run)."""
+    for name in [name for name in sys.modules if name.split(".")[0] == "other_mha_core"]:
+        del sys.modules[name]  # another checkout loaded before
     package = types.ModuleType("other_mha_core")
     package.__path__ = [str(Path(path) / "mha_core")]
     sys.modules["other_mha_core"] = package

@@ -306,8 +306,8 @@ class MultiHeadAttention(nn.Module):
         """Self-attention's Q, K, V without autograd, each head's rows contiguous (``[3, batch, heads, n, d_k]``), so
         that the two attention products read them in order: split heads of one ``[n, 3 * h * d_k]`` product are
         strided views whose batched products measured slower (bench/core.py, docs/benchmarks.md). For one sequence
-        of up to ``PACKED_PRODUCT_MAX`` tokens, one batched product per head and role writes that layout directly
-        with the bias (no second buffer: 5-9 % faster at n = 256); longer or batched input is projected in one
+        of up to ``PACKED_PRODUCT_MAX`` tokens, one batched product per head and role writes that layout directly and
+        the bias is added in place (no second buffer: 5-9 % faster at n = 256); longer or batched input is projected in one
         product (more efficient there) and the bias added while it is laid out. The same numbers as ``project``."""
         b, n, _ = x.shape
         h, d_k = self.num_heads, self.d_k
