@@ -7,6 +7,9 @@
   instead of its own address first (two 404s in the browser's console on every page);
 - ``ui.class_http.ClassCookies``: in a class, the teacher key out of the address before the page loads, HttpOnly
   cookies for the teacher's proof and the students' identities (outside a class it passes every request through);
+- ``ui.class_http.ClassWake``: in a class, a student's page holds one request open that the server answers as soon
+  as the teacher moves, and the page then asks for its class poll's run (the class moves with the teacher, not at
+  each screen's next poll);
 - ``ui.class_http.StalePageGuard``: a fragment timer's request waits while a script of the session runs and is
   dropped if it names a page the server has moved the session away from, so that it cannot move the session back.
 
@@ -26,6 +29,7 @@ app = st.App(
     Path(__file__).with_name("app.py"),
     middleware=[
         Middleware(BackendBaseUrl),
+        Middleware(class_http.ClassWake, version=follow.class_version),
         Middleware(class_http.ClassCookies, token=follow.teacher_token),
         Middleware(class_http.StalePageGuard),
     ],

@@ -2,7 +2,9 @@
 
 It opens a session (``/_stcore/stream``), asks for a run of a page with a query string, keeps the address the
 server gives it (``page_info_changed``; ``st.switch_page`` and ``st.query_params`` changes), reruns a fragment every
-``interval`` as the browser does for ``st.fragment(run_every=...)`` (``auto_rerun``), and sends widget values
+``interval`` as the browser does for ``st.fragment(run_every=...)`` (``auto_rerun``), holds the class's wake-up
+request open and asks for its fragment's run when it is answered with a newer version, as a student's page does
+(``ui/class_wake.mjs``: a component drawn with ``WAKE_KEY``), and sends widget values
 (a click) as the browser does: a widget drawn inside a fragment reruns that fragment, and every request carries
 every widget value the client holds (its clicks', and those the server set), as the browser's widget manager
 sends them. Streamlit folds a request that arrives before the run of an earlier one started into it, the newer
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import json
 import time
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlsplit
@@ -29,6 +32,8 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+WAKE_KEY = "headscope_class_wake"  # ui.class_http.WAKE_KEY (the bench imports nothing of the app)
+WAKE_PACE_S, WAKE_RETRY_S = 1.0, 2.0  # as ui/class_wake.mjs: PACE_MS, RETRY_MS
 TRIGGERS = ("trigger_value", "string_trigger_value", "chat_input_value", "json_trigger_value")  # sent once
 
 
@@ -43,7 +48,7 @@ class StreamlitClient:
         self.addresses: list[str] = []  # every address the server gave this client, in order
         self.widget_fragments: dict[str, str] = {}  # widget id -> the fragment that drew it
         self.widget_values: dict[str, WidgetState] = {}  # widget id -> the value held and sent with every request
-        self.auto_reruns = True  # False: the fragments' timers send nothing (a test sends them by hand)
+        self.auto_reruns = True  # False: the fragments' timers and the wake-up send nothing (a test sends by hand)
         self.query = ""
         self.page_hash = ""
         self.pages: dict[str, str] = {}  # url path -> page script hash
@@ -53,11 +58,17 @@ class StreamlitClient:
         self.texts: list[str] = []
         self.finished_at = 0.0  # when the last script run (or fragment run) finished
         self.runs_finished = 0
+        self.full_runs_finished = 0  # of them, runs of the whole page (not a fragment's)
         self.query_changed_at = 0.0
         self.running = False
         self._full_run = False  # the run going on is a full run (not a fragment's)
         self._drawn: set[str] = set()  # the widgets the current full run drew
         self._timers: dict[str, asyncio.Task] = {}
+        self.wake_ups = True  # False: the class's wake-up asks for no run (the timers alone, as before it)
+        self.timer_reruns = True  # False: the timers alone send nothing (the wake-up alone)
+        self.woken = 0  # runs the wake-up asked for
+        self._wake: dict | None = None  # the wake-up component last drawn: its trigger id, fragment, url, version
+        self._waker: asyncio.Task | None = None
         self._fragments_page = ""  # the page whose fragments the timers rerun
         self._connection = None
         self._reader: asyncio.Task | None = None
@@ -106,8 +117,9 @@ class StreamlitClient:
         await self.rerun(page_name=page)
 
     async def close(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
+        for timer in [*self._timers.values(), self._waker]:
+            if timer is not None:
+                timer.cancel()
         if self._connection is not None:
             await self._connection.close()
         if self._reader is not None:
@@ -166,11 +178,73 @@ class StreamlitClient:
     def params(self) -> dict:
         return dict(parse_qsl(self.query, keep_blank_values=True))
 
+    # ---- the class's wake-up ----------------------------------------------------------------------------------
+    def _wake_drawn(self, component, fragment_id: str) -> None:
+        try:
+            data = json.loads(component.json)
+        except ValueError:
+            return
+        seen = int(data.get("after", -1))
+        after = max(seen, self._wake["after"]) if self._wake else seen
+        self._wake = {
+            "trigger": f"$$STREAMLIT_INTERNAL_KEY_{component.id}__events",
+            "fragment": fragment_id,
+            "url": str(data.get("url", "")),
+            "after": after,
+        }
+        if self._waker is None or self._waker.done():
+            self._waker = asyncio.create_task(self._watch_wake())
+
+    async def _wake_answer(self, url: str, after: int) -> tuple[int, int | None]:
+        """One wake-up request, held until the server answers: (status, version or None)."""
+        parts = urlsplit(self.base_url)
+        reader, writer = await asyncio.open_connection(
+            parts.hostname, parts.port, local_addr=(self.source, 0) if self.source else None
+        )
+        try:
+            cookie = f"Cookie: {self.cookie_header()}\r\n" if self.cookies else ""
+            writer.write(
+                f"GET {url}?after={after} HTTP/1.1\r\nHost: {parts.netloc}\r\n{cookie}Connection: close\r\n\r\n".encode(
+                    "latin-1"
+                )
+            )
+            await writer.drain()
+            raw = await reader.read()
+        finally:
+            writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0
+        try:
+            return status, int(json.loads(body)["version"]) if status == 200 else None
+        except (ValueError, KeyError, TypeError):
+            return 0, None
+
+    async def _watch_wake(self) -> None:
+        while self._wake is not None:
+            started = time.monotonic()
+            try:
+                status, version = await self._wake_answer(self._wake["url"], self._wake["after"])
+            except OSError:
+                status, version = 0, None
+            if status == 404:
+                return
+            if version is not None and version > self._wake["after"]:
+                self._wake["after"] = version
+                if self.wake_ups and self.auto_reruns:
+                    state = WidgetState(id=self._wake["trigger"])
+                    state.json_trigger_value = json.dumps([{"event": "woke", "value": version}])
+                    self.woken += 1
+                    await self.rerun(widget_states=[state], fragment_id=self._wake["fragment"])
+            elif status != 200:
+                await asyncio.sleep(WAKE_RETRY_S)
+            else:
+                await asyncio.sleep(max(0.0, WAKE_PACE_S - (time.monotonic() - started)))
+
     # ---- what the server sends ------------------------------------------------------------------------------
     async def _auto_rerun(self, fragment_id: str, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            if not self.running and self.auto_reruns:
+            if not self.running and self.auto_reruns and self.timer_reruns:
                 await self.rerun(fragment_id=fragment_id)
 
     async def _read(self) -> None:
@@ -223,6 +297,8 @@ class StreamlitClient:
                     self.texts.append(element.progress.text)
                 elif which == "exception":
                     self.errors.append(element.exception.message)
+                elif which == "bidi_component" and WAKE_KEY in element.bidi_component.id:
+                    self._wake_drawn(element.bidi_component, message.delta.fragment_id)
                 else:
                     widget_id = getattr(getattr(element, which), "id", "") if which else ""
                     if isinstance(widget_id, str) and widget_id:
@@ -233,6 +309,7 @@ class StreamlitClient:
             elif kind == "script_finished":
                 self.finished_at = now
                 self.runs_finished += 1
+                self.full_runs_finished += self._full_run
                 self.running = False
                 if self._full_run and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY:
                     # as the browser does: the values of widgets a full run no longer draws are dropped

@@ -29,11 +29,18 @@ names the page the server last ran the session on: a timer never changes the pag
 passes at once, the timers' requests held before it are dropped (let through after it, their older widget values
 would undo the click's), and the timers' next requests wait until the run that takes the click in has been seen
 to end (a request reaching Streamlit just after a short run ended dropped that run's output: the click's reply).
+
+And the class's wake-up (``ClassWake``): a following student's page holds one request to ``WAKE_PATH`` open, which
+the server answers as soon as the class's version number rises (the teacher moved), and the page's own script then
+asks for its poll's run at once (``ui.follow``): a follower moves when the teacher does, not at its poll timer's
+next tick, and every run is one the browser asked for (a run the server makes up on its own confused the browser's
+page). The guard holds such a wake-up like a timer's request: it never moves the page either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
@@ -49,6 +56,12 @@ COOKIE_MAX_AGE_S = int(class_session.EXPIRE_AFTER_S)
 JOINS_ENV = "HEADSCOPE_CLASS_JOINS_PER_CLIENT"
 JOINS_PER_CLIENT = 10  # new student identities one client address may get an hour (a class on a LAN: one each)
 JOIN_WINDOW_S = 3600.0
+WAKE_PATH = "/_headscope/class/version"  # under the server's base path
+WAKE_KEY = "headscope_class_wake"  # the key of the wake-up component (ui.follow); its trigger names it
+WAKE_WAIT_S = 25.0  # a wake-up request is answered after at most this long, risen or not (proxies close idle ones)
+WAKE_WATCH_S = 0.1  # while requests wait, the class's version number is read this often (one indexed read)
+WAKES_PER_CLIENT = 8  # wake-up requests one client address may hold open at once (a tab each)
+WAKES_AT_ONCE = 2000  # and the whole server
 
 
 def joins_per_client() -> int:
@@ -124,6 +137,115 @@ class ClassCookies:
             await send(message)
 
         await self.app(scope, receive, sending)
+
+
+def _respond(status: int, body: bytes, extra=()) -> list[dict]:
+    headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+    headers += [*extra, (b"content-length", str(len(body)).encode())]
+    return [
+        {"type": "http.response.start", "status": status, "headers": headers},
+        {"type": "http.response.body", "body": body},
+    ]
+
+
+class ClassWake:
+    """ASGI middleware: ``GET WAKE_PATH?after=N`` is answered with ``{"version": V}`` as soon as the class's version
+    number ``V`` (``version()``; None: not a class, the request passes to the app, which knows no such address) is
+    above ``N``, or after ``wait_s`` with the number as it is then. One watcher reads the number every ``watch_s``
+    while any request waits, however many wait; a request whose browser went away stops waiting. One client address
+    holds at most ``per_client`` requests open (429 after that), the server ``at_once``."""
+
+    def __init__(
+        self,
+        app,
+        version,
+        wait_s: float = WAKE_WAIT_S,
+        watch_s: float = WAKE_WATCH_S,
+        per_client: int = WAKES_PER_CLIENT,
+        at_once: int = WAKES_AT_ONCE,
+    ):
+        self.app, self.version = app, version
+        self.wait_s, self.watch_s, self.per_client, self.at_once = wait_s, watch_s, per_client, at_once
+        self.latest: int | None = None  # the number the watcher read last
+        self.clients: dict[str, int] = {}  # client address -> requests it holds open
+        self._risen: asyncio.Event | None = None  # set (and replaced) each time the watcher sees the number change
+        self._watcher: asyncio.Task | None = None
+
+    async def _read(self) -> int | None:
+        try:
+            return await asyncio.to_thread(self.version)
+        except Exception:  # a locked or unreadable class file: as if unchanged, read again at the next watch
+            return self.latest
+
+    async def _watch(self) -> None:
+        while sum(self.clients.values()):
+            await asyncio.sleep(self.watch_s)
+            self._saw(await self._read())
+        self._watcher = None
+
+    def _saw(self, latest: int | None) -> None:
+        if latest != self.latest:
+            self.latest = latest
+            if self._risen is not None:
+                self._risen.set()  # every waiting request looks
+            self._risen = asyncio.Event()
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if scope.get("type") != "http" or scope.get("method") != "GET" or not path.endswith(WAKE_PATH):
+            await self.app(scope, receive, send)
+            return
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        try:
+            after = int(query.get("after", ""))
+        except ValueError:
+            for message in _respond(400, b'{"error": "after: a whole number"}'):
+                await send(message)
+            return
+        latest = await self._read()
+        if latest is None:  # not a class
+            await self.app(scope, receive, send)
+            return
+        self._saw(latest)
+        client = client_address(scope)
+        holding = self.clients.get(client, 0)
+        if latest <= after and (holding >= self.per_client or sum(self.clients.values()) >= self.at_once):
+            for message in _respond(429, b'{"error": "too many wake-ups at once"}', [(b"retry-after", b"5")]):
+                await send(message)
+            return
+        if latest <= after and not await self._wait(client, after, receive):
+            return  # the browser went away
+        for message in _respond(200, json.dumps({"version": self.latest or 0}).encode()):
+            await send(message)
+
+    async def _wait(self, client: str, after: int, receive) -> bool:
+        """Until the number is above ``after`` or ``wait_s`` passed (True), or the browser went away (False)."""
+        loop = asyncio.get_running_loop()
+        if self._risen is None:
+            self._risen = asyncio.Event()
+        self.clients[client] = self.clients.get(client, 0) + 1
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(self._watch())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        until = loop.time() + self.wait_s
+        try:
+            while (self.latest or 0) <= after and loop.time() < until:
+                risen = asyncio.ensure_future(self._risen.wait())
+                await asyncio.wait({risen, gone}, timeout=until - loop.time(), return_when=asyncio.FIRST_COMPLETED)
+                risen.cancel()
+                if gone.done():
+                    return False
+            return True
+        finally:
+            gone.cancel()
+            self.clients[client] -= 1
+            if not self.clients[client]:
+                del self.clients[client]
+
+
+async def _disconnected(receive) -> None:
+    while (await receive()).get("type") != "http.disconnect":
+        pass
 
 
 PERSON_RUN_WAIT_S = 5.0  # the timers wait at most this long for the run of a person's request to finish
@@ -244,15 +366,28 @@ def _rerun_request(data: bytes):
     return message.rerun_script if message.WhichOneof("type") == "rerun_script" else None
 
 
+def _timed(request) -> bool:
+    """A fragment's rerun request that no person asked for: its timer's (``run_every``), or the class's wake-up
+    (a trigger of the ``WAKE_KEY`` component, which the page sends when the class's version rose)."""
+    if request is None or not request.fragment_id:
+        return False
+    return request.is_auto_rerun or any(
+        WAKE_KEY in state.id and state.WhichOneof("value") == "json_trigger_value"
+        for state in request.widget_states.widgets
+    )
+
+
 def timer_fragment(data: bytes) -> str | None:
-    """The fragment of a timer's rerun request (``run_every``); None for anything else (a person's request)."""
+    """The fragment of a timer's rerun request (``run_every``) or of a class wake-up; None for anything else (a
+    person's request)."""
     request = _rerun_request(data)
-    return request.fragment_id if request is not None and request.is_auto_rerun and request.fragment_id else None
+    return request.fragment_id if _timed(request) else None
 
 
 def stale_timer_request(data: bytes, page: str | None) -> bool:
-    """True for a fragment timer's rerun request naming another page than ``page`` (None: not known yet)."""
+    """True for a fragment timer's (or wake-up's) rerun request naming another page than ``page`` (None: not known
+    yet)."""
     request = _rerun_request(data)
-    if request is None or not (request.fragment_id and request.is_auto_rerun):
+    if not _timed(request):
         return False
     return bool(page and request.page_script_hash not in ("", page))

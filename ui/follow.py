@@ -11,8 +11,10 @@ out of its address at once, in every run it sees it.
 The teacher's view is the page and its address (everything a view depends on is in the link): the teacher's
 session publishes it to the class store (``ui.class_session``) at the end of each run and from a small fragment
 every ``TEACHER_POLL_S``, which also catches moves made inside a page's fragments (a head clicked in Explore).
-A student's session polls the store's version number every ``STUDENT_POLL_S`` (one indexed read) and, when it
-rose, reruns: a follower whose address differs from the teacher's forgets its own view state and switches to the
+A student's session polls the store's version number every ``settings().student_poll_s`` (one indexed read), and its page
+holds a wake-up request open (``class_wake.mjs``, ``class_http.ClassWake``) that asks for the poll's run as soon as
+the number rises: the class moves with the teacher, not at each screen's next timer tick. When the number rose, it
+reruns: a follower whose address differs from the teacher's forgets its own view state and switches to the
 teacher's page and address, exactly as if it had opened the teacher's link. A student can leave to explore and
 come back with one click; a student who moves a Classroom step while following leaves, and is told so.
 
@@ -50,6 +52,7 @@ import logging
 import os
 import sqlite3
 import time
+from pathlib import Path
 
 import streamlit as st
 
@@ -60,7 +63,6 @@ from ui.settings import settings
 LOG = logging.getLogger("headscope.app")
 TEACHER, STUDENT = "teacher", "student"
 TEACHER_POLL_S = 0.5  # how often the teacher's session checks whether its view changed (one session)
-STUDENT_POLL_S = 1.0  # how often a student's session reads the version number
 PUBLISH_WAIT_S = 1.0  # a publish waits this long for a locked class file; the next poll tries again
 POLL_WAIT_S = 0.5
 TEACHER_PARAM, TEACHER_COOKIE, STUDENT_COOKIE = (
@@ -92,6 +94,8 @@ _LEFT, _MOVES, _PUBLISHED, _REPLACED, _NOTICE, _RESEND, _TARGET, _HEAL = (
     "_class_heal",
 )
 _MOVED_AT = "_class_moved_at"
+_WAKE_JS = Path(__file__).with_name("class_wake.mjs")
+_wake = None  # the wake-up component, registered at its first use
 _pages: dict = {}  # the app's pages by url path (app.py gives them to ``start`` every run), for the poll's moves
 # Kept when a follower is moved: the class's own keys and the session's running work; every other key is
 # view state, which the teacher's address decides again.
@@ -124,6 +128,13 @@ def forget_store() -> None:
 def store() -> class_session.ClassStore | None:
     """This server's class store (one per file; the cache directory decides which)."""
     return _store(str(class_session.default_path()))
+
+
+def class_version() -> int | None:
+    """The class's version number, for the wake-ups (``class_http.ClassWake``, in the server's threads); None
+    outside a class. Raises ``class_session.StoreBusy`` while the class file is locked."""
+    session = session_id()
+    return None if session is None else store().version(session, wait_s=POLL_WAIT_S)
 
 
 def session_id() -> str | None:
@@ -327,13 +338,30 @@ def _poll() -> None:
     except class_session.StoreBusy:
         return
     stale = following() and (_behind() or _address_key(_view_params()) in st.session_state.get(_LEFT, ()) or _drifted())
-    if version > st.session_state.get(_SEEN, -1) or stale:
+    seen = st.session_state.get(_SEEN, -1)
+    if version > seen or stale:
         if following() and _PAGE in st.session_state:
             # Moved from here at once (one run fewer per follower and move): a new view, or this request came
             # from before the browser took in the last move.
             _follow(_pages, st.session_state[_PAGE], stale)
+        # Seen, also by a screen that does not follow (it reruns once for a version, not at every poll after it)
+        st.session_state[_SEEN] = max(version, st.session_state.get(_SEEN, -1))
         st.rerun(scope="app")  # the same view: asked, revealed or reset; the whole page shows it
+    _wake_up(seen)
     _resend_address()
+
+
+def _wake_up(seen: int) -> None:
+    """A student's page: the request that asks for this poll's run as soon as the class's version rises above
+    ``seen`` (the module); drawn inside the poll's fragment, so its trigger reruns the poll alone."""
+    global _wake
+    if _wake is None:
+        _wake = st.components.v2.component(
+            class_http.WAKE_KEY, html='<div class="hs-classwake"></div>', js=_WAKE_JS.read_text(), isolate_styles=False
+        )
+    base = str(st.get_option("server.baseUrlPath") or "").strip("/")
+    url = (f"/{base}" if base else "") + class_http.WAKE_PATH
+    _wake(key=class_http.WAKE_KEY, data={"after": seen, "url": url}, height=0)
 
 
 def leave(notice: str | None = None) -> None:
@@ -379,4 +407,4 @@ def class_panel() -> None:
         else:
             st.markdown(":material/explore: " + t("**Exploring on your own.**"))
             st.button(t("Follow the teacher"), key="class_follow", on_click=_come_back, icon=":material/groups:")
-        st.fragment(run_every=TEACHER_POLL_S if is_teacher() else STUDENT_POLL_S)(_poll)()
+        st.fragment(run_every=TEACHER_POLL_S if is_teacher() else settings().student_poll_s)(_poll)()

@@ -44,6 +44,17 @@ def _env_int(name: str, default: int, minimum: int = 1) -> int:
         return default
 
 
+def _env_seconds(name: str, default: float, minimum: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):  # not a number: the default
+        LOG.warning("ignoring %s=%r: not a number of seconds", name, os.environ.get(name))
+        return default
+    return max(minimum, value)
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """How this server behaves; from environment variables (docs/classroom.md), read once per process.
@@ -66,6 +77,9 @@ class ServerSettings:
     max_profile_sentences HEADSCOPE_MAX_PROFILE_SENTENCES: corpus profile size from the Roles page
                           (default 2002, the whole UD dev split; PROFILE_SENTENCES in classroom mode)
     class_link            HEADSCOPE_PUBLIC_URL: the link students open (scripts/app.sh --classroom sets it)
+    student_poll_s        HEADSCOPE_STUDENT_POLL_S: how often a student's screen polls the class (default 1 s, at
+                          least 0.25): its safety net, since the wake-up (``ui.class_http.ClassWake``) moves it
+                          when the teacher moves
     """
 
     classroom: bool = False
@@ -78,6 +92,7 @@ class ServerSettings:
     torch_threads: int = 1
     max_profile_sentences: int = 2002
     class_link: str | None = None
+    student_poll_s: float = 1.0
 
     @classmethod
     def from_env(cls) -> ServerSettings:
@@ -104,6 +119,7 @@ class ServerSettings:
                 "HEADSCOPE_MAX_PROFILE_SENTENCES", PROFILE_SENTENCES if classroom else 2002, 10
             ),
             class_link=os.environ.get("HEADSCOPE_PUBLIC_URL") or None,
+            student_poll_s=_env_seconds("HEADSCOPE_STUDENT_POLL_S", 1.0, 0.25),
         )
 
 

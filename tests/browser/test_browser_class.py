@@ -230,3 +230,60 @@ def test_two_tabs_of_one_fresh_browser_answer_once(tmp_path):
     key = store.latest_question(session)
     answers = store.answers(session, key)
     assert len(answers) == 1 and list(answers.values()) == [[0]]  # one student, the first click's "More"
+
+
+def test_students_move_when_the_teacher_does_not_at_their_poll(tmp_path):
+    """The students' class poll ticks every 10 minutes here (``HEADSCOPE_STUDENT_POLL_S=600``): a screen still
+    moves with the teacher, within the test's bound, because its page holds a wake-up request open that the server
+    answers when the teacher moves (``ui.class_http.ClassWake``), and the page asks for its poll's run then. The
+    teacher's page holds none."""
+    requirements()
+    from playwright.sync_api import sync_playwright
+
+    env = {
+        "HEADSCOPE_CLASSROOM": "1",
+        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
+        "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
+        "HEADSCOPE_PUBLIC_URL": None,
+        "HEADSCOPE_STUDENT_POLL_S": "600",
+    }
+    with start_streamlit(env=env, script="serve.py") as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_launch_options())
+        try:
+            contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(2)]
+            for context in contexts:
+                context.set_default_timeout(FOLLOW_BOUND_MS)
+            teacher, student = (context.new_page() for context in contexts)
+            wakes = {"teacher": [], "student": []}
+            for name, page in (("teacher", teacher), ("student", student)):
+                page.on(
+                    "request",
+                    lambda request, name=name: (
+                        wakes[name].append(request.url) if "/_headscope/class/version" in request.url else None
+                    ),
+                )
+            teacher.goto(f"{server.url}/classroom?step=2&teacher={TOKEN}")
+            wait_for_app(teacher)
+            text_shown(teacher, "You lead this class")
+            student.goto(f"{server.url}/")
+            wait_for_view(student, "classroom", step="2")  # the first run moves it (no poll needed)
+            text_shown(student, "Following the teacher")
+            student.wait_for_function("() => document.querySelector('.hs-classwake') !== null")
+
+            teacher.get_by_role("button", name="Next").click()  # a move within the page
+            wait_for_view(teacher, "classroom", step="3")
+            wait_for_view(student, "classroom", step="3", timeout_ms=FOLLOW_BOUND_MS)
+            text_shown(student, "Step 3. Scores")
+            teacher.goto(f"{server.url}/explore?layer=2&head=5")  # a move to another page
+            wait_for_app(teacher)
+            wait_for_view(student, "explore", layer="2", head="5", timeout_ms=FOLLOW_BOUND_MS)
+            text_shown(student, "Following the teacher")
+            assert wakes["teacher"] == []
+            assert len(wakes["student"]) >= 2 and all("after=" in url for url in wakes["student"])
+        except Exception:
+            for name, shown in (("teacher", teacher), ("student", student)):
+                with contextlib.suppress(Exception):
+                    shown.screenshot(path=f"test-artifacts/class-wake-{name}.png", full_page=True, timeout=10_000)
+            raise
+        finally:
+            browser.close()

@@ -13,9 +13,11 @@ from ui import class_http, class_session
 TOKEN = "http-teacher-" + "t" * 24
 
 
-def request(page: str = "", fragment: str = "", auto: bool = False, pick: str | None = None) -> bytes:
+def request(
+    page: str = "", fragment: str = "", auto: bool = False, pick: str | None = None, trigger: str | None = None
+) -> bytes:
     """A browser's rerun request (``BackMsg``) naming ``page`` and ``fragment``; ``auto``: a fragment timer's;
-    ``pick``: the value of the widget ``pick``."""
+    ``pick``: the value of the widget ``pick``; ``trigger``: the key of a component (v2) whose event it sends."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
 
     message = BackMsg()
@@ -25,6 +27,9 @@ def request(page: str = "", fragment: str = "", auto: bool = False, pick: str | 
     if pick is not None:
         state = message.rerun_script.widget_states.widgets.add(id="pick")
         state.string_array_value.data.append(pick)
+    if trigger is not None:
+        state = message.rerun_script.widget_states.widgets.add(id=f"$$ID-0f3a9c-{trigger}__events")
+        state.json_trigger_value = '[{"event": "woke", "value": 7}]'
     return message.SerializeToString()
 
 
@@ -204,6 +209,44 @@ def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
     assert len(sent) == 3  # every message of the server reaches the browser
 
 
+def test_a_class_wake_up_is_held_like_a_timer_and_never_moves_the_page():
+    """The wake-up a student's page sends when the class moved (a trigger of the ``WAKE_KEY`` component in the
+    poll's fragment) is nobody's click: while a run of page A goes it is held, and once the run finished only the one
+    naming A goes on; a trigger of another component (a head clicked in the head view) is a person's."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    def server(kind: str, page: str = "") -> bytes:
+        message = ForwardMsg()
+        if kind == "start":
+            message.new_session.page_script_hash = page
+        else:
+            message.script_finished = 0
+        return message.SerializeToString()
+
+    wake = class_http.WAKE_KEY
+    script = [
+        (server("start", "page-a"), [request("page-b", "poll", trigger=wake), request("page-a", "live", trigger=wake)]),
+        (server("finished"), []),
+        (None, [request("page-b", "poll", trigger=wake)]),  # no run goes: a stale page's wake-up is dropped
+        (None, [request("page-a", "poll", trigger=wake)]),  # ... and this page's passes at once
+    ]
+
+    def read(rerun):
+        woke = any(class_http.WAKE_KEY in w.id for w in rerun.widget_states.widgets)
+        return rerun.page_script_hash, rerun.fragment_id, "wake" if woke else "person"
+
+    steps, _ = through_the_guard(script, read)
+    assert steps == [
+        [],  # a run goes: both wake-ups are held
+        [("page-a", "live", "wake")],  # it finished: the one naming B, which the server left, is dropped, not run
+        [],
+        [("page-a", "poll", "wake")],
+    ]
+    assert class_http.timer_fragment(request("page-a", "poll", trigger=wake)) == "poll"
+    assert class_http.timer_fragment(request("page-a", "", trigger=wake)) is None  # a whole page's: a person's
+    assert class_http.timer_fragment(request("page-a", "poll", trigger="headscope_head_view")) is None
+
+
 def test_a_click_passes_at_once_and_the_timers_wait_for_its_run():
     """While a run goes, the poll's timer sends a request (the answer not clicked yet), then the student clicks: the
     click passes at once, and the held request, older than the click, is never let through after it (its widget
@@ -269,3 +312,129 @@ def test_the_timers_wait_for_a_click_s_run_a_bounded_time(monkeypatch):
     asyncio.run(run())
     assert [fragment for fragment, _ in got] == ["gone", "poll"]  # the click at once, the timer's request after it
     assert got[1][1] >= 0.5  # ... not before the bound (a timer fires late on a loaded machine, never early)
+
+
+class Version:
+    """The class's version number as ``ClassWake`` reads it (counted), changed by the test."""
+
+    def __init__(self, value: int | None = 3):
+        self.value, self.reads = value, 0
+
+    def __call__(self) -> int | None:
+        self.reads += 1
+        return self.value
+
+
+async def wake_request(middleware, query: str, client: str = "10.0.0.5", gone_after_s: float | None = None):
+    """One GET of the wake-up address; returns (status, JSON body or None, headers); (None, None, []) when the
+    browser went away (after ``gone_after_s``) before an answer."""
+    import json
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/base" + class_http.WAKE_PATH,
+        "root_path": "",
+        "query_string": query.encode(),
+        "headers": [],
+        "client": (client, 50000),
+    }
+    sent, asked = [], []
+
+    async def receive():
+        asked.append(1)
+        if len(asked) == 1:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        if gone_after_s is None:
+            await asyncio.sleep(3600)
+        await asyncio.sleep(gone_after_s)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    await middleware(scope, receive, send)
+    if not sent:
+        return None, None, []
+    body = b"".join(m.get("body", b"") for m in sent[1:])
+    headers = {k.decode(): v.decode() for k, v in sent[0]["headers"]}
+    return sent[0]["status"], (json.loads(body) if body else None), headers
+
+
+def test_a_wake_up_is_answered_when_the_class_moves_not_before():
+    """Requests that name the version their screen has seen wait; the moment the number rises, every one of them is
+    answered with the new number, and not one before (the order of events is recorded); one already behind is
+    answered at once; with no change an answer comes after the wait bound, with the number as it is."""
+    version = Version(3)
+    middleware = class_http.ClassWake(page_app(), version, wait_s=60.0, watch_s=0.05)
+    events = []
+
+    async def run() -> None:
+        async def student(number: int) -> None:
+            status, body, headers = await wake_request(middleware, "after=3", client=f"10.0.0.{number}")
+            events.append(("answered", status, body, headers.get("cache-control")))
+
+        waiting = [asyncio.ensure_future(student(n)) for n in range(1, 21)]
+        await asyncio.sleep(0.5)
+        assert not any(task.done() for task in waiting)  # nothing moved: they all wait
+        assert sum(middleware.clients.values()) == 20
+        events.append(("moved",))
+        version.value = 4
+        await asyncio.wait_for(asyncio.gather(*waiting), 30)
+        assert await wake_request(middleware, "after=2") == (
+            200,
+            {"version": 4},
+            {"content-type": "application/json", "cache-control": "no-store", "content-length": "14"},
+        )
+
+    asyncio.run(run())
+    assert events[0] == ("moved",)
+    assert events[1:] == [("answered", 200, {"version": 4}, "no-store")] * 20
+    assert middleware.clients == {}  # nobody holds a request any more
+
+    quiet = class_http.ClassWake(page_app(), Version(5), wait_s=0.3, watch_s=0.05)
+    assert asyncio.run(wake_request(quiet, "after=5"))[:2] == (200, {"version": 5})  # the bound: no news
+
+
+def test_one_watcher_reads_the_number_however_many_wait():
+    """Fifty waiting requests cost the class file one read each on arrival, then one read per ``watch_s`` in all
+    (a bound from the time measured here: under load the reads only come later, never more often)."""
+    import time
+
+    version = Version(1)
+    middleware = class_http.ClassWake(page_app(), version, wait_s=0.6, watch_s=0.1)
+
+    async def run() -> float:
+        started = time.monotonic()
+        await asyncio.gather(*(wake_request(middleware, "after=1", client=f"10.0.1.{n}") for n in range(50)))
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(run())
+    assert version.reads >= 50 + 1  # each request's own read, and the watcher's
+    assert version.reads <= 50 + elapsed / 0.1 + 1
+
+
+def test_wake_ups_outside_a_class_bad_numbers_too_many_and_browsers_gone():
+    """Outside a class the address is the app's (which knows no such page); ``after`` that is no whole number is a
+    400; one client address holds at most ``per_client`` requests (429 after that, others unaffected); a request
+    whose browser went away stops waiting and is answered with nothing."""
+    status, _ = get(class_http.ClassWake(page_app(), Version(None)), "/base" + class_http.WAKE_PATH, "after=1")
+    assert status == 200  # passed to the app: the stand-in answers every GET
+    status, _ = get(class_http.ClassWake(page_app(), Version(1)), "/explore", "after=1")
+    assert status == 200  # another address: the app's
+    middleware = class_http.ClassWake(page_app(), Version(1), wait_s=60.0, watch_s=0.05, per_client=2)
+
+    async def run() -> None:
+        for query in ("after=x", "after=", "", "after=1.5"):
+            status, body, _ = await wake_request(middleware, query)
+            assert status == 400 and "whole number" in body["error"]
+        held = [asyncio.ensure_future(wake_request(middleware, "after=1", gone_after_s=0.4)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        status, _, headers = await wake_request(middleware, "after=1")
+        assert status == 429 and headers["retry-after"] == "5"
+        other = asyncio.ensure_future(wake_request(middleware, "after=1", client="10.0.0.6", gone_after_s=0.4))
+        assert await asyncio.wait_for(asyncio.gather(*held, other), 30) == [(None, None, [])] * 3  # went away
+        assert middleware.clients == {}
+
+    asyncio.run(run())

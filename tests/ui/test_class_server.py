@@ -169,6 +169,66 @@ def test_a_request_with_the_old_widget_values_does_not_leave_a_follower_off_the_
     asyncio.run(scenario())
 
 
+def test_a_follower_whose_timer_never_fires_is_moved_by_its_wake_up(server):
+    """The poll's timer of a follower sends nothing at all; its wake-up request (held open, as a student's page
+    holds it) is answered when the teacher moves, and the follower asks for its poll's run: it is moved to the
+    teacher's view, within a page and to another page. With its wake-ups off too, it stays where it was."""
+    running, store = server
+
+    async def scenario():
+        teacher = await lead(running.url, "explore", "layer=3&head=1")
+        follower = await join(running.url, "woken", "layer", "3")
+        still = await join(running.url, "unwoken", "layer", "3")
+        assert follower.fragments()  # the timers the server asked for, which these clients leave silent
+        for client in (follower, still):
+            client.timer_reruns = False  # its poll's timer never fires
+        still.wake_ups = False
+        woken = follower.woken
+        for page, query, key, value in (
+            ("explore", "layer=5&head=2", "layer", "5"),
+            ("classroom", "step=2", "step", "2"),
+        ):
+            await teacher.close()
+            teacher = await lead(running.url, page, query)
+            await settled(follower, lambda c, key=key, value=value: params(c.query).get(key) == value)
+            assert follower.page_hash == teacher.pages[page]
+            assert without_page(params(follower.query)) == without_page(
+                store.view(class_session.class_id(TOKEN)).params
+            )
+        assert follower.woken >= woken + 2
+        assert params(still.query).get("layer") == "3" and still.woken == 0  # nothing moved it
+        for client in (teacher, follower, still):
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_student_exploring_reruns_once_for_a_new_version_not_at_every_poll(server):
+    """A student who left to explore: when the teacher moves, the student's poll reruns its page once (a question
+    asked or revealed shows), and its next polls run nothing more (they reran the whole page every second)."""
+    running, _ = server
+
+    async def scenario():
+        teacher = await lead(running.url, "explore", "layer=3&head=1")
+        student = await join(running.url, "explorer", "layer", "3")
+        await student.click(student.widget("class_leave"), trigger_value=True)
+        await settled(student, lambda c: c.shows("Exploring on your own"))
+        student.auto_reruns = False
+        poll = poll_fragment(student)
+        await teacher.close()
+        teacher = await lead(running.url, "explore", "layer=4&head=0")
+        full_runs = student.full_runs_finished
+        for _ in range(4):  # four polls after the teacher moved
+            await student.rerun(fragment_id=poll)
+            await settled(student)
+        assert student.full_runs_finished == full_runs + 1
+        assert params(student.query).get("layer") == "3"  # and it stays where it was
+        for client in (teacher, student):
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_teacher_poll_behind_the_last_run_does_not_move_the_class(server):
     """The teacher presses Next (step 3 -> 4); a poll still carrying step 3 arrives: the class stays on step 4."""
     running, store = server
