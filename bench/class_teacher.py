@@ -45,6 +45,8 @@ from tools.browser import APP_IDLE_JS, chromium_launch_options, start_streamlit
 from ui import class_session
 from ui.widgets.messages import md_escape
 
+OUT = Path(__file__).with_name("out")
+
 FOLLOW_GOAL_S = 2.0
 ACK_GOAL_S = 2.0  # every click acknowledged within this
 FOLLOW_TIMEOUT_S = 60.0  # a follower not on the view by then counts as missing it
@@ -232,7 +234,17 @@ async def teacher_part(
                         differs = {k: (v, shown.get(k)) for k, v in wanted.items() if shown.get(k) != v}
                         print(f"    {client.name} not on the view: {differs or 'same address, run not finished'}")
                 real = [None if at is None else max(at - moved_at, 0.0) for at in arrived[len(clients) :]]
-                row["moves"].append({"move": number, "page": page, "light_s": light, "browser_s": real})
+                for index, (p, at) in enumerate(zip(pages, real, strict=True)):
+                    if at is None:  # what this browser shows instead, for the log and a look
+                        with contextlib.suppress(Exception):
+                            idle = await p.evaluate(f"({APP_IDLE_JS})()")
+                            shot = OUT / f"class-browser-missed-move{number}-{index}.png"
+                            await p.screenshot(path=str(shot))
+                            print(f"    browser {index} not on the view: {p.url} (idle {idle}; {shot})")
+                woken = [next((at - moved_at for at in c.woken_at if at >= moved_at - 0.5), None) for c in clients]
+                row["moves"].append(
+                    {"move": number, "page": page, "light_s": light, "browser_s": real, "woken_s": woken}
+                )
                 late = StreamlitClient(server.url, f"late-{number}", follower_address(followers + number))
                 await join(late)
                 if await late.wait_for(lambda c: c.runs_finished >= 1, FOLLOW_TIMEOUT_S):
@@ -363,6 +375,7 @@ def report(row: dict, markdown) -> list[str]:
     real = [v for move in row["moves"] for v in move["browser_s"]]
     every = light + real
     done = [v for v in every if v is not None]
+    woken = [max(v, 0.0) for move in row["moves"] for v in move.get("woken_s", []) if v is not None]
     questions = row["questions"]
     acks = [a for q in questions for a in q.get("acks_s", [])]
     out = [
@@ -382,6 +395,11 @@ def report(row: dict, markdown) -> list[str]:
                     "",
                 ],
                 ["Chromium followers p95 (s)", _f(percentile([v for v in real if v is not None], 95)), ""],
+                [
+                    "lightweight followers' wake-up answered after the teacher's run ended, median / p95 (s)",
+                    _f(statistics.median(woken) if woken else None) + " / " + _f(percentile(woken, 95)),
+                    "",
+                ],
                 ["follows missed (not on the view within 60 s)", sum(v is None for v in every), "0"],
                 [
                     "move with the worst p95 (s)",

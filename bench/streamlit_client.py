@@ -67,6 +67,7 @@ class StreamlitClient:
         self.wake_ups = True  # False: the class's wake-up asks for no run (the timers alone, as before it)
         self.timer_reruns = True  # False: the timers alone send nothing (the wake-up alone)
         self.woken = 0  # runs the wake-up asked for
+        self.woken_at: list[float] = []  # when (time.monotonic) each answer with a newer version came
         self._wake: dict | None = None  # the wake-up component last drawn: its trigger id, fragment, url, version
         self._waker: asyncio.Task | None = None
         self._fragments_page = ""  # the page whose fragments the timers rerun
@@ -230,6 +231,7 @@ class StreamlitClient:
                 return
             if version is not None and version > self._wake["after"]:
                 self._wake["after"] = version
+                self.woken_at.append(time.monotonic())
                 if self.wake_ups and self.auto_reruns:
                     state = WidgetState(id=self._wake["trigger"])
                     state.json_trigger_value = json.dumps([{"event": "woke", "value": version}])

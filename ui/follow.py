@@ -333,13 +333,21 @@ def _poll() -> None:
             _publish(here)  # a move made inside a page's fragment (a head clicked in Explore)
         _resend_address()
         return
+    looked = _student_poll()
+    _wake_up()
+    if looked:
+        _resend_address()
+
+
+def _student_poll() -> bool:
+    """A student's look at the class: moved or rerun when the class's version rose (or this request came from
+    before the browser took in the last move); False when the class file was locked (the next poll looks again)."""
     try:
         version = store().version(session_id(), wait_s=POLL_WAIT_S)
     except class_session.StoreBusy:
-        return
+        return False
     stale = following() and (_behind() or _address_key(_view_params()) in st.session_state.get(_LEFT, ()) or _drifted())
-    seen = st.session_state.get(_SEEN, -1)
-    if version > seen or stale:
+    if version > st.session_state.get(_SEEN, -1) or stale:
         if following() and _PAGE in st.session_state:
             # Moved from here at once (one run fewer per follower and move): a new view, or this request came
             # from before the browser took in the last move.
@@ -347,13 +355,15 @@ def _poll() -> None:
         # Seen, also by a screen that does not follow (it reruns once for a version, not at every poll after it)
         st.session_state[_SEEN] = max(version, st.session_state.get(_SEEN, -1))
         st.rerun(scope="app")  # the same view: asked, revealed or reset; the whole page shows it
-    _wake_up(seen)
-    _resend_address()
+    return True
 
 
-def _wake_up(seen: int) -> None:
-    """A student's page: the request that asks for this poll's run as soon as the class's version rises above
-    ``seen`` (the module); drawn inside the poll's fragment, so its trigger reruns the poll alone."""
+def _wake_up() -> None:
+    """A student's wake-up, drawn inside the poll's fragment: its request asks for the poll's run as soon as the
+    class's version rises above the one this session has seen (the module), as the poll's timer would at its next
+    tick. Its request and the timer's are one fragment's, which the websocket guard holds as one. (Drawn in a
+    fragment of its own without a timer, it cost the polls less, but in two of four benchmark sittings a Chromium
+    follower's page went blank and stopped following; the cause was not found.)"""
     global _wake
     if _wake is None:
         _wake = st.components.v2.component(
@@ -361,7 +371,7 @@ def _wake_up(seen: int) -> None:
         )
     base = str(st.get_option("server.baseUrlPath") or "").strip("/")
     url = (f"/{base}" if base else "") + class_http.WAKE_PATH
-    _wake(key=class_http.WAKE_KEY, data={"after": seen, "url": url}, height=0)
+    _wake(key=class_http.WAKE_KEY, data={"after": st.session_state.get(_SEEN, -1), "url": url}, height=0)
 
 
 def leave(notice: str | None = None) -> None:

@@ -77,7 +77,7 @@ class ServerSettings:
     max_profile_sentences HEADSCOPE_MAX_PROFILE_SENTENCES: corpus profile size from the Roles page
                           (default 2002, the whole UD dev split; PROFILE_SENTENCES in classroom mode)
     class_link            HEADSCOPE_PUBLIC_URL: the link students open (scripts/app.sh --classroom sets it)
-    student_poll_s        HEADSCOPE_STUDENT_POLL_S: how often a student's screen polls the class (default 1 s, at
+    student_poll_s        HEADSCOPE_STUDENT_POLL_S: how often a student's screen polls the class (default 2 s, at
                           least 0.25): its safety net, since the wake-up (``ui.class_http.ClassWake``) moves it
                           when the teacher moves
     """
@@ -92,7 +92,7 @@ class ServerSettings:
     torch_threads: int = 1
     max_profile_sentences: int = 2002
     class_link: str | None = None
-    student_poll_s: float = 1.0
+    student_poll_s: float = 2.0
 
     @classmethod
     def from_env(cls) -> ServerSettings:
@@ -119,7 +119,7 @@ class ServerSettings:
                 "HEADSCOPE_MAX_PROFILE_SENTENCES", PROFILE_SENTENCES if classroom else 2002, 10
             ),
             class_link=os.environ.get("HEADSCOPE_PUBLIC_URL") or None,
-            student_poll_s=_env_seconds("HEADSCOPE_STUDENT_POLL_S", 1.0, 0.25),
+            student_poll_s=_env_seconds("HEADSCOPE_STUDENT_POLL_S", 2.0, 0.25),
         )
 
 
