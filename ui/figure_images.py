@@ -9,6 +9,7 @@ times the figure's size, or SVG: vector, for slides at any size). No kaleido, no
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.util
 import urllib.parse
 from pathlib import Path
@@ -21,8 +22,10 @@ FORMATS = ("png", "svg")
 DIV_ID = "headscope-figure"
 
 
+@functools.cache
 def available() -> bool:
-    """Whether this machine can draw pictures: Playwright installed and Debian's Chromium at ``images.CHROMIUM``."""
+    """Whether this machine can draw pictures: Playwright installed and Debian's Chromium at ``images.CHROMIUM``.
+    Looked up once per server (every chart asks, on every screen's every run)."""
     return importlib.util.find_spec("playwright") is not None and Path(images.CHROMIUM).exists()
 
 

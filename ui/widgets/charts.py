@@ -118,6 +118,14 @@ def _prepared(fig):
     return fig
 
 
+def _freeze(fig) -> None:
+    """A shared figure's dict, made once: ``st.plotly_chart`` copies a figure into a dict (``to_dict``) on every
+    screen's every run (a quarter of a Classroom step's page run); a remembered figure is never changed, so its
+    dict is the same each time."""
+    frozen = fig.to_dict()
+    object.__setattr__(fig, "to_dict", lambda: frozen)
+
+
 def _remembered(build, memo: tuple):
     key = (memo, i18n.language(), presenting(), high_contrast())
     with _memo_lock:
@@ -126,6 +134,7 @@ def _remembered(build, memo: tuple):
             _memo.move_to_end(key)
             return fig
     fig = _prepared(build())  # outside the lock: two screens may build it at once, both the same figure
+    _freeze(fig)
     with _memo_lock:
         _memo[key] = fig
         while len(_memo) > FIGURE_MEMO_ENTRIES:

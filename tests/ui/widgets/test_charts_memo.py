@@ -61,3 +61,27 @@ def test_the_classroom_builds_a_matrix_once_for_every_screen_of_one_language_and
     # figure to a desk's screen, or the reverse.
     assert [spec["layout"]["font"]["size"] for spec in plotly_elements(presented).values()] == [19] * len(specs(first))
     assert all("size" not in spec["layout"].get("font", {}) for spec in plotly_elements(first).values())
+
+
+def test_a_remembered_figure_is_copied_into_a_dict_once_and_shows_what_a_fresh_one_does():
+    """``st.plotly_chart`` copies a figure into a dict on every call; a remembered figure (shared, never changed) gives
+    the dict made when it was built, equal to the dict of the same figure built afresh, and Streamlit's spec of it
+    is the fresh figure's spec."""
+    import plotly.io as pio
+    import plotly.tools
+
+    charts._memo.clear()
+    values = np.array([[0.5, -1.25], [2.0, 0.125]])
+
+    def build():
+        return teaching.matrix_figure(values, "W", row_names=["a", "b"], col_names=None, row_label="token")
+
+    memo = charts.memo_key("frozen-test", values=values)
+    fig = charts._remembered(build, memo)
+    assert charts._remembered(build, memo) is fig
+    first = fig.to_dict()
+    assert fig.to_dict() is first  # made once
+    fresh = charts._prepared(build()).to_dict()
+    assert pio.to_json(first, validate=False) == pio.to_json(fresh, validate=False)
+    shown = plotly.tools.return_figure_from_figure_or_data(fig, validate_figure=True)  # what st.plotly_chart does
+    assert pio.to_json(shown, validate=False) == pio.to_json(fresh, validate=False)
