@@ -11,10 +11,10 @@ out of its address at once, in every run it sees it.
 The teacher's view is the page and its address (everything a view depends on is in the link): the teacher's
 session publishes it to the class store (``ui.class_session``) at the end of each run and from a small fragment
 every ``TEACHER_POLL_S``, which also catches moves made inside a page's fragments (a head clicked in Explore).
-A student's session polls the store's version number every ``settings().student_poll_s`` (one indexed read), and its page
-holds a wake-up request open (``class_wake.mjs``, ``class_http.ClassWake``) that asks for the poll's run as soon as
-the number rises: the class moves with the teacher, not at each screen's next timer tick. When the number rose, it
-reruns: a follower whose address differs from the teacher's forgets its own view state and switches to the
+A student's session polls the store's version number every ``settings().student_poll_s`` (one indexed read),
+and its page holds a wake-up request open (``class_wake.mjs``, ``class_http.ClassWake``) that asks for the poll's
+run as soon as the number rises: the class moves with the teacher, not at each screen's next timer tick. When the
+number rose, it reruns: a follower whose address differs from the teacher's forgets its own view state and switches to the
 teacher's page and address, exactly as if it had opened the teacher's link. A student can leave to explore and
 come back with one click; a student who moves a Classroom step while following leaves, and is told so.
 
