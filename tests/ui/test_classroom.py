@@ -406,3 +406,20 @@ def test_the_classroom_model_list_is_one_fact_in_the_server_the_banner_and_the_d
     docs = (ROOT / "docs" / "classroom.md").read_text(encoding="utf-8")
     row = next(r for r in docs.splitlines() if r.startswith("| models that may load |"))
     assert row.rstrip(" |").endswith(f"`{','.join(CLASSROOM_MODELS)}`"), row
+
+
+def test_the_student_poll_setting_takes_seconds_and_refuses_what_is_not(monkeypatch):
+    """``HEADSCOPE_STUDENT_POLL_S``: seconds (the docs' table says 2 by default), at least 0.25; a value that is not a
+    finite number keeps the default, as the server's log says."""
+    from ui.settings import ServerSettings
+
+    cases = {None: 2.0, "": 2.0, "5": 5.0, "0.5": 0.5, "0.01": 0.25, "-3": 0.25, "nan": 2.0, "inf": 2.0, "soon": 2.0}
+    for given, expected in cases.items():
+        if given is None:
+            monkeypatch.delenv("HEADSCOPE_STUDENT_POLL_S", raising=False)
+        else:
+            monkeypatch.setenv("HEADSCOPE_STUDENT_POLL_S", given)
+        assert ServerSettings.from_env().student_poll_s == expected, given
+    docs = (ROOT / "docs" / "classroom.md").read_text(encoding="utf-8")
+    row = next(r for r in docs.splitlines() if "`HEADSCOPE_STUDENT_POLL_S`" in r and r.startswith("|"))
+    assert row.rstrip(" |").endswith("| 2"), row
