@@ -96,7 +96,10 @@ def _submit(key: str) -> None:
             return
     st.session_state[f"class_result_{key}"] = result
     if result != class_session.ACCEPTED:
-        st.session_state.pop(f"class_pick_{key}", None)  # the same answer can be clicked again
+        # Cleared, not forgotten: the browser is sent the empty value and holds it, so the refused answer is not
+        # sent again with the next poll (a forgotten key leaves the browser's value to be submitted later, unclicked),
+        # and the same answer can be clicked again.
+        st.session_state[f"class_pick_{key}"] = None
 
 
 def _teacher_action(action, session: str, key: str) -> None:

@@ -343,14 +343,25 @@ def test_who_may_answer(server):
             stored_at = dict(db.execute("SELECT student, at FROM answers WHERE question = ?", (key,)).fetchall())
         # The address's own limit: at most ANSWERS_PER_CLIENT_PER_S in any second. Counted: the answers stored by
         # the time the last click's reply came, ``span`` after the clicks (under 1 s on a quiet machine: the limit
-        # itself; a loaded one spreads them). A refused click's value, which the client still holds, can come back
-        # with a later poll and be taken then: the student's own answer, later.
+        # itself; a loaded one spreads them).
         taken = [student for student in ids if stored_at.get(student, math.inf) <= wall_started + span]
         limit = class_questions.ANSWERS_PER_CLIENT_PER_S * (math.floor(span) + 1)
         assert 1 <= len(taken) <= limit, (len(taken), span)
-        assert all(student in kept for student in taken)
         assert class_session.verified_student(other.cookies[class_http.STUDENT_COOKIE], TOKEN) in kept
         assert all(len(choices) == 1 for choices in kept.values())
+        # A refused click is cleared in the browser (the server sends the empty value), so no later poll sends it
+        # again: after several polls, the answers kept from this address are exactly those taken at the click.
+        refused = [s for s in students if s.shows("click your answer again") and not s.shows("Wait for the teacher")]
+        assert len(refused) == len(students) - len(taken)
+        for student in refused:
+            held = student.widget_values.get(student.widget(f"class_pick_{key}"))
+            assert held is None or not list(held.string_array_value.data), student.name
+        await asyncio.sleep(6)  # three ticks of the students' poll (2 s)
+        for student in [*students, other]:
+            await settled(student)
+        kept = store.answers(session, key)
+        assert sorted(student for student in ids if student in kept) == sorted(taken)
+        assert all(answer_buttons(student) is not None for student in refused)  # each can click again
         for client in [*cookieless, *students, other, teacher]:
             await client.close()
 
