@@ -34,6 +34,9 @@ PAGE_CSS = """
   [data-testid="stMain"] :focus-visible, [data-testid="stSidebar"] :focus-visible {
     outline: 3px solid #1c2a6b !important; outline-offset: 2px;
   }
+  .st-key-headscope_class_wake,
+  [data-testid="stLayoutWrapper"]:has(.st-key-headscope_class_wake):not(
+    :has([data-testid="stElementContainer"]:not(.st-key-headscope_class_wake))) { display: none !important; }
 """
 PAGE_STYLE = b"<style>" + PAGE_CSS.encode() + b"</style>"
 

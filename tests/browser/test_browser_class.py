@@ -233,6 +233,18 @@ def test_two_tabs_of_one_fresh_browser_answer_once(tmp_path):
     assert len(answers) == 1 and list(answers.values()) == [[0]]  # one student, the first click's "More"
 
 
+# The room inside the sidebar's bordered box that holds the class's wake-up: above its first shown element, and below
+# its last shown one (px).
+SPACE_AROUND_THE_CLASS_BOX = """() => {
+  const wake = document.querySelector('.hs-classwake');
+  const box = wake.closest('[data-testid="stVerticalBlock"]:has(> [data-testid="stElementContainer"] button)');
+  const frame = box.getBoundingClientRect();
+  const shown = [...box.querySelectorAll(':scope > *')]
+    .map((child) => child.getBoundingClientRect()).filter((r) => r.height > 0);
+  return [shown[0].top - frame.top, frame.bottom - shown[shown.length - 1].bottom];
+}"""
+
+
 def test_students_move_when_the_teacher_does_not_at_their_poll(tmp_path):
     """The students' class poll ticks every 10 minutes here (``HEADSCOPE_STUDENT_POLL_S=600``): a screen still
     moves with the teacher, within the test's bound, because its page holds a wake-up request open that the server
@@ -264,6 +276,10 @@ def test_students_move_when_the_teacher_does_not_at_their_poll(tmp_path):
             wait_for_view(student, "classroom", step="2")  # the first run moves it (no poll needed)
             text_shown(student, "Following the teacher")
             student.wait_for_function("() => document.querySelector('.hs-classwake') !== null")
+            # The wake-up takes no room: the class box in the sidebar has as much space below "Leave to explore" as
+            # above its first line (a drawn element of height 0 still took a gap of the box's column below it).
+            top, bottom = student.evaluate(SPACE_AROUND_THE_CLASS_BOX)
+            assert abs(top - bottom) <= 2, (top, bottom)
 
             teacher.get_by_role("button", name="Next").click()  # a move within the page
             wait_for_view(teacher, "classroom", step="3")
