@@ -345,6 +345,18 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
 
     seconds = await asyncio.gather(*(reveal_shown(client) for client in clients))
     shown = [s is not None for s in seconds]
+    for client, at in zip(clients, seconds, strict=True):
+        if at is None:  # what this follower shows instead, for the log
+            last = [text[:60] for text in client.texts[-4:]]
+            print(
+                f"    {client.name} shows no reveal: following {client.shows('Following the teacher')}, "
+                f"running {client.running}, runs {client.runs_finished} (full {client.full_runs_finished}), last run "
+                f"finished {client.finished_at - revealed_at:+.1f} s after the reveal, woken at "
+                f"{[round(at - revealed_at, 1) for at in client.woken_at[-3:]]}, "
+                f"woken {client.woken}, timers {len(client.fragments())}, wake {client._wake}, address {client.params()}, "
+                f"last texts {last}, errors {client.errors[-2:]}",
+                flush=True,
+            )
     reveal_s = [s for s in seconds if s is not None]
     late_acks = sum(ack > ACK_GOAL_S for ack in acks)
     print(

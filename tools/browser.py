@@ -445,6 +445,19 @@ def wait_for_app(page, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
     page.wait_for_function(APP_IDLE_JS, timeout=timeout_ms)
 
 
+def wait_for_address(page, *parts: str, timeout_ms: int = 60_000) -> str:
+    """Until the page's address holds every one of ``parts`` (e.g. ``"gen=1"``), and return it. The address is written
+    by the run that follows a click, which a loaded machine may finish after the click's drawing shows; on timeout,
+    an ``AssertionError`` naming the parts missing from the address it holds then."""
+    check = "(parts) => parts.every((part) => window.location.href.includes(part))"
+    try:
+        page.wait_for_function(check, arg=list(parts), timeout=timeout_ms)
+    except Exception as error:
+        missing = [part for part in parts if part not in page.url]
+        raise AssertionError(f"the address {page.url} lacks {missing} after {timeout_ms} ms") from error
+    return page.url
+
+
 def head_view_js(num_heads: int, token: str, layer: int | None = None) -> str:
     """A JS predicate: Explore's head view (ui/headview/headview.js) is drawn with ``token``:
     the sentence holding ``token`` is the one painted (``data-drawn`` is set after every canvas of the

@@ -13,7 +13,7 @@ from mha_core.interventions.attribution import head_grid
 from mha_core.interventions.prompts import TASKS_BY_NAME
 from tests.browser.test_browser import click_target
 from tests.conftest import require
-from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
+from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_address, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -114,4 +114,4 @@ def test_circuits_page_in_chromium(artifacts_dir):
             "() => (document.querySelector('.hs-big-title') || {}).textContent === 'Layer 23, head 3'",
             timeout=300_000,
         )
-        assert "Mary" in page.url and "layer=23" in page.url
+        wait_for_address(page, "Mary", "layer=23")

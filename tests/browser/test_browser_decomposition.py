@@ -14,7 +14,14 @@ import pytest
 import mha_core as mc
 from tests.browser.test_browser_circuits import drawn
 from tests.conftest import require
-from tools.browser import WIDGET_VALUES_JS, chromium_available, chromium_page, streamlit_server, wait_for_app
+from tools.browser import (
+    WIDGET_VALUES_JS,
+    chromium_available,
+    chromium_page,
+    streamlit_server,
+    wait_for_address,
+    wait_for_app,
+)
 from ui.widgets.decomposition import TOP_SOURCES
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -58,7 +65,7 @@ def shown_cell(page, parts) -> None:
     values = dict(page.evaluate(WIDGET_VALUES_JS))
     assert values["Query (the token looking)"] == f"{parts.query}: {parts.tokens[parts.query]}"
     assert values["Key (the token looked at)"].startswith(f"{parts.key}: {parts.tokens[parts.key]}  (")
-    assert f"score_query={parts.query}" in page.url and f"score_key={parts.key}" in page.url
+    wait_for_address(page, f"score_query={parts.query}", f"score_key={parts.key}")
 
 
 def test_a_clicked_cell_and_the_keyboards_cell_open_their_decomposition(artifacts_dir):

@@ -26,6 +26,7 @@ from tools.browser import (
     head_view_js,
     new_page,
     start_streamlit,
+    wait_for_address,
 )
 from ui.address import MAX_TEXT_CHARS
 
@@ -185,7 +186,7 @@ def test_presentation_mode_reaches_the_head_view_without_a_reload(warm_server, a
         # the script, round(12 * 1.6) px.
         assert after == pytest.approx({"label": 19.2, "title": 32.0, "token": 19.0}, abs=0.01)
         assert page.evaluate("() => window.headscopeSamePage === true")
-        assert "present=1" in page.url
+        wait_for_address(page, "present=1")
         page.screenshot(path=str(artifacts_dir / "link-presentation-head-view.png"))
         # On a projector the sidebar folds (its arrow opens it again): unfold it to switch presentation off.
         page.get_by_test_id("stExpandSidebarButton").click(timeout=SETTLE_S * 1000)

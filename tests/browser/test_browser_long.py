@@ -14,7 +14,7 @@ from plotly.colors import sample_colorscale
 import mha_core as mc
 from mha_core.models.long import run_long
 from tests.conftest import ATTENTION_ATOL, require
-from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_app
+from tools.browser import chromium_available, chromium_page, streamlit_server, wait_for_address, wait_for_app
 from ui import longdoc, longview
 from ui.figures.common import ATTENTION_COLORSCALE
 
@@ -79,7 +79,7 @@ def test_deep_zoom_to_tokens_in_chromium(artifacts_dir):
         np.testing.assert_allclose(np.array(shown["values"]).reshape(64, 64), block, atol=ATTENTION_ATOL)
         assert shown["rows"] == [f"{400 + k} {reference.tokens[400 + k]}" for k in range(64)]
         assert shown["cols"] == [f"{360 + k} {reference.tokens[360 + k]}" for k in range(64)]
-        assert "lzoom=3.2.400-464.360-424" in page.url
+        wait_for_address(page, "lzoom=3.2.400-464.360-424")
         page.screenshot(path=str(artifacts_dir / "long-tokens.png"), full_page=True)
 
         # Pan to later keys: half a region.
@@ -106,7 +106,8 @@ def test_deep_zoom_to_tokens_in_chromium(artifacts_dir):
         assert drawn.endswith(":3:2:400-464:392-456:mean:stretched"), drawn
         shown = page.evaluate(SHOWN_JS, ROOT)
         top = values.max()
-        assert f"Colours stretched x{1 / top:.3g}" in shown["legend"] and "lcolour=stretched" in page.url
+        assert f"Colours stretched x{1 / top:.3g}" in shown["legend"]
+        wait_for_address(page, "lcolour=stretched")
         assert page.evaluate(PIXEL_JS, [int(col), int(row)])[:3] == [11, 20, 69]  # the darkest: the view's largest
         page.screenshot(path=str(artifacts_dir / "long-tokens-stretched.png"), full_page=True)
         page.locator(ROOT).get_by_role("button", name="Weights' colours").click()

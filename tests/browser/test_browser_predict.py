@@ -10,7 +10,14 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import require
-from tools.browser import chromium_available, chromium_page, head_view_js, streamlit_server, wait_for_app
+from tools.browser import (
+    chromium_available,
+    chromium_page,
+    head_view_js,
+    streamlit_server,
+    wait_for_address,
+    wait_for_app,
+)
 from ui.widgets.predict import MARK
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -45,7 +52,7 @@ def test_writing_a_token_grows_the_head_view(artifacts_dir):
         tokens = page.evaluate(TOKENS_JS)
         assert tokens == [*before, MARK + new_token], json.dumps(tokens)
         assert page.evaluate(BIG_ROWS_JS) == len(before) + 1
-        assert "gen=1" in page.url
+        wait_for_address(page, "gen=1")
         page.screenshot(path=str(artifacts_dir / "explore-generate.png"), full_page=True)
 
 
