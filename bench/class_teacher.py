@@ -346,6 +346,13 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
     seconds = await asyncio.gather(*(reveal_shown(client) for client in clients))
     shown = [s is not None for s in seconds]
     for client, at in zip(clients, seconds, strict=True):
+        if at is None:
+            for when, way, kind, detail in client.events:
+                if -2 < when - revealed_at < 4 and not (
+                    kind == "delta" and "frag" in detail and "markdown" not in detail
+                ):
+                    print(f"      {when - revealed_at:+.3f} {way} {kind} {detail}")
+    for client, at in zip(clients, seconds, strict=True):
         if at is None:  # what this follower shows instead, for the log
             last = [text[:60] for text in client.texts[-4:]]
             print(
@@ -354,7 +361,8 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
                 f"finished {client.finished_at - revealed_at:+.1f} s after the reveal, woken at "
                 f"{[round(at - revealed_at, 1) for at in client.woken_at[-3:]]}, "
                 f"woken {client.woken}, timers {len(client.fragments())}, wake {client._wake}, address {client.params()}, "
-                f"last texts {last}, errors {client.errors[-2:]}",
+                f"last texts {last}, errors {client.errors[-2:]}, runs (s after the reveal, full, status, texts): "
+                f"{[(round(at - revealed_at, 2), full, status, texts) for at, full, status, texts in client.run_log if full or -3 < at - revealed_at < 5]}",
                 flush=True,
             )
     reveal_s = [s for s in seconds if s is not None]

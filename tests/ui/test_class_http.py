@@ -191,6 +191,8 @@ def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
         (server("start", "page-a"), [request("page-b", "poll", auto=True), request("page-b", "live", auto=True)]),
         (server("fragment-start", "page-b"), [request("page-a", "live", auto=True)]),
         (server("finished"), []),
+        (server("start", "page-a"), []),  # the run that takes in the request let through (a full one here)
+        (server("finished"), []),
         (None, [request("page-b", "poll", auto=True), request("page-a", "poll", auto=True)]),
         (None, [request("page-b", "answers"), request("page-b")]),
     ]
@@ -203,10 +205,12 @@ def test_a_timer_request_waits_while_a_script_runs_and_never_moves_the_page():
         [],  # the run of A has started: both timers' requests are held
         [],  # a fragment's run is still a run: the live timer's newer request is held in place of the older
         [("page-a", "live", "timer")],  # the run finished: the held request naming A goes on, B's never does
+        [],
+        [],  # its run finished
         [("page-a", "poll", "timer")],  # no script runs: the one naming A passes at once, B's is dropped
         [("page-b", "answers", "person"), ("page-b", "app", "person")],  # a person's requests always pass
     ]
-    assert len(sent) == 3  # every message of the server reaches the browser
+    assert len(sent) == 5  # every message of the server reaches the browser
 
 
 def test_a_class_wake_up_is_held_like_a_timer_and_never_moves_the_page():
@@ -227,6 +231,8 @@ def test_a_class_wake_up_is_held_like_a_timer_and_never_moves_the_page():
     script = [
         (server("start", "page-a"), [request("page-b", "poll", trigger=wake), request("page-a", "live", trigger=wake)]),
         (server("finished"), []),
+        (server("start", "page-a"), []),  # the run of the wake-up let through (here a full one), and its end
+        (server("finished"), []),
         (None, [request("page-b", "poll", trigger=wake)]),  # no run goes: a stale page's wake-up is dropped
         (None, [request("page-a", "poll", trigger=wake)]),  # ... and this page's passes at once
     ]
@@ -240,11 +246,59 @@ def test_a_class_wake_up_is_held_like_a_timer_and_never_moves_the_page():
         [],  # a run goes: both wake-ups are held
         [("page-a", "live", "wake")],  # it finished: the one naming B, which the server left, is dropped, not run
         [],
+        [],
+        [],
         [("page-a", "poll", "wake")],
     ]
     assert class_http.timer_fragment(request("page-a", "poll", trigger=wake)) == "poll"
     assert class_http.timer_fragment(request("page-a", "", trigger=wake)) is None  # a whole page's: a person's
     assert class_http.timer_fragment(request("page-a", "poll", trigger="headscope_head_view")) is None
+
+
+def test_one_timed_request_at_a_time_its_run_and_the_full_run_it_asks_for_end_first():
+    """A student's wake-up passes at once (nothing runs), and the poll timer's tick follows before the server (loaded)
+    has started the wake-up's run: the tick is held while the poll's run goes, stops for the full run it asks for
+    (the class moved: ``st.rerun``), and that full run goes; it passes once the full run has ended. Let through at
+    once, it made Streamlit run the poll in the middle of that full run, which stopped half drawn (a student's
+    screen never showed the teacher's reveal)."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    def server(kind: str) -> bytes:
+        message = ForwardMsg()
+        if kind == "poll-start":
+            message.new_session.page_script_hash = "page-a"
+            message.metadata.run.fragment_ids.append("poll")
+        elif kind == "full-start":
+            message.new_session.page_script_hash = "page-a"
+        elif kind == "stopped-for-rerun":
+            message.script_finished = ForwardMsg.FINISHED_EARLY_FOR_RERUN
+        else:
+            message.script_finished = ForwardMsg.FINISHED_SUCCESSFULLY
+        return message.SerializeToString()
+
+    script = [  # (what the server sends, then what the browser sends meanwhile)
+        (None, [request("page-a", "poll", trigger=class_http.WAKE_KEY)]),
+        (None, [request("page-a", "poll", auto=True)]),
+        (server("poll-start"), []),
+        (server("stopped-for-rerun"), []),
+        (server("full-start"), []),
+        (server("finished"), []),
+    ]
+
+    def read(rerun):
+        woke = any(class_http.WAKE_KEY in w.id for w in rerun.widget_states.widgets)
+        return rerun.fragment_id, "wake" if woke else "timer"
+
+    steps, sent = through_the_guard(script, read)
+    assert steps == [
+        [("poll", "wake")],  # nothing runs: the wake-up passes at once
+        [],  # the tick waits for the wake-up's run
+        [],
+        [],  # the poll's run stopped for the next run: not the end
+        [],
+        [("poll", "timer")],  # the full run ended: the tick passes
+    ]
+    assert len(sent) == 4
 
 
 def test_a_click_passes_at_once_and_the_timers_wait_for_its_run():
