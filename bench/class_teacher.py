@@ -284,6 +284,23 @@ def answer_buttons(client: StreamlitClient, key: str) -> str | None:
     return client.widget(f"class_pick_{key}")
 
 
+def no_reveal(client: StreamlitClient, revealed_at: float) -> str:
+    """What a follower that shows no reveal shows instead, and its runs and requests around the reveal, for the log."""
+    since = [
+        f"      {when - revealed_at:+.3f} {what} {detail}"
+        for when, what, detail in client.events
+        if -2 < when - revealed_at < 4
+    ]
+    return "\n".join(
+        [
+            f"    {client.name} shows no reveal: runs {client.runs_finished} (full {client.full_runs_finished}), the last "
+            f"{client.finished_at - revealed_at:+.1f} s after the reveal, timers {len(client.fragments())}, address "
+            f"{client.params()}, last texts {[text[:60] for text in client.texts[-4:]]}, errors {client.errors[-2:]}",
+            *since,
+        ]
+    )
+
+
 async def question(store, session: str, teacher: StreamlitClient, clients, token: str) -> dict:
     """Every follower answers the question the teacher's step asks (then replays another click); the teacher
     reveals; the store is checked."""
@@ -347,24 +364,7 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
     shown = [s is not None for s in seconds]
     for client, at in zip(clients, seconds, strict=True):
         if at is None:
-            for when, way, kind, detail in client.events:
-                if -2 < when - revealed_at < 4 and not (
-                    kind == "delta" and "frag" in detail and "markdown" not in detail
-                ):
-                    print(f"      {when - revealed_at:+.3f} {way} {kind} {detail}")
-    for client, at in zip(clients, seconds, strict=True):
-        if at is None:  # what this follower shows instead, for the log
-            last = [text[:60] for text in client.texts[-4:]]
-            print(
-                f"    {client.name} shows no reveal: following {client.shows('Following the teacher')}, "
-                f"running {client.running}, runs {client.runs_finished} (full {client.full_runs_finished}), last run "
-                f"finished {client.finished_at - revealed_at:+.1f} s after the reveal, woken at "
-                f"{[round(at - revealed_at, 1) for at in client.woken_at[-3:]]}, "
-                f"woken {client.woken}, timers {len(client.fragments())}, wake {client._wake}, address {client.params()}, "
-                f"last texts {last}, errors {client.errors[-2:]}, runs (s after the reveal, full, status, texts): "
-                f"{[(round(at - revealed_at, 2), full, status, texts) for at, full, status, texts in client.run_log if full or -3 < at - revealed_at < 5]}",
-                flush=True,
-            )
+            print(no_reveal(client, revealed_at), flush=True)
     reveal_s = [s for s in seconds if s is not None]
     late_acks = sum(ack > ACK_GOAL_S for ack in acks)
     print(

@@ -37,22 +37,17 @@ WAKE_PACE_S, WAKE_RETRY_S = 1.0, 2.0  # as ui/class_wake.mjs: PACE_MS, RETRY_MS
 TRIGGERS = ("trigger_value", "string_trigger_value", "chat_input_value", "json_trigger_value")  # sent once
 
 
-RUN_LOG = 80  # runs a client remembers (bench/class_teacher.py prints them for a follower that misses a reveal)
-
-EVENTS = 200
+EVENTS = 200  # the run lifecycle messages and requests a client remembers (bench/class_teacher.py prints them)
+LIFECYCLE = ("new_session", "script_finished", "session_status_changed", "page_info_changed")
 
 
 def _detail(message, kind: str) -> str:
     if kind == "new_session":
         return f"fragments {[f[:6] for f in message.metadata.run.fragment_ids]}"
     if kind == "script_finished":
-        return str(int(message.script_finished))
+        return ForwardMsg.ScriptFinishedStatus.Name(message.script_finished)
     if kind == "session_status_changed":
         return f"running {message.session_status_changed.script_is_running}"
-    if kind == "delta":
-        element = message.delta.new_element if message.delta.WhichOneof("type") == "new_element" else None
-        which = element.WhichOneof("type") if element is not None else message.delta.WhichOneof("type")
-        return f"{which} frag {message.delta.fragment_id[:6]}"
     return ""
 
 
@@ -78,9 +73,7 @@ class StreamlitClient:
         self.finished_at = 0.0  # when the last script run (or fragment run) finished
         self.runs_finished = 0
         self.full_runs_finished = 0  # of them, runs of the whole page (not a fragment's)
-        # the last RUN_LOG runs: (when it finished, a full run, how (ForwardMsg.ScriptFinishedStatus), texts by then)
-        self.run_log: list[tuple[float, bool, int, int]] = []
-        self.events: list[tuple[float, str, str, str]] = []  # the last EVENTS messages in and requests out
+        self.events: list[tuple[float, str, str]] = []  # the last EVENTS: (when, what, detail), runs' and requests
         self.query_changed_at = 0.0
         self.running = False
         self._full_run = False  # the run going on is a full run (not a fragment's)
@@ -174,10 +167,12 @@ class StreamlitClient:
         values = dict(self.widget_values)
         values.update({widget_state.id: widget_state for widget_state in widget_states})
         state.widget_states.widgets.extend(values.values())
-        self.events.append(
-            (time.monotonic(), "out", "rerun", f"fragment {fragment_id[:6]} states {len(widget_states)}")
-        )
+        self._event("rerun request", f"fragment {fragment_id[:6]} states {len(widget_states)}")
         await self._connection.send(message.SerializeToString())
+
+    def _event(self, what: str, detail: str, at: float | None = None) -> None:
+        self.events.append((time.monotonic() if at is None else at, what, detail))
+        del self.events[:-EVENTS]
 
     def fragments(self) -> list[str]:
         """The ids of the fragments the server asked this client to rerun on a timer (the class poll)."""
@@ -285,8 +280,8 @@ class StreamlitClient:
             message = ForwardMsg.FromString(raw)
             kind = message.WhichOneof("type")
             now = time.monotonic()
-            self.events.append((now, "in", kind, _detail(message, kind)))
-            del self.events[:-EVENTS]
+            if kind in LIFECYCLE:
+                self._event(kind, _detail(message, kind), now)
             if kind == "new_session":
                 self._full_run = not message.metadata.run.fragment_ids
                 if self._full_run:  # a full run, as the browser reads it: its page, and
@@ -338,8 +333,6 @@ class StreamlitClient:
             elif kind == "script_finished":
                 self.finished_at = now
                 self.runs_finished += 1
-                self.run_log.append((now, self._full_run, int(message.script_finished), len(self.texts)))
-                del self.run_log[:-RUN_LOG]
                 self.full_runs_finished += self._full_run
                 self.running = False
                 if self._full_run and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY:

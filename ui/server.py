@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib
 
+from ui.class_http import WAKE_KEY
+
 # Streamlit reads window.__streamlit once, as its script loads (a classic script in <head> runs before it, a
 # module script, does). The origin is the browser's own: the same HTML serves 127.0.0.1 and a class's address.
 BASE_URL_SCRIPT = b"<script>window.__streamlit={BACKEND_BASE_URL:window.location.origin+'/'}</script>"
@@ -34,10 +36,10 @@ PAGE_CSS = """
   [data-testid="stMain"] :focus-visible, [data-testid="stSidebar"] :focus-visible {
     outline: 3px solid #1c2a6b !important; outline-offset: 2px;
   }
-  .st-key-headscope_class_wake,
-  [data-testid="stLayoutWrapper"]:has(.st-key-headscope_class_wake):not(
-    :has([data-testid="stElementContainer"]:not(.st-key-headscope_class_wake))) { display: none !important; }
-"""
+  .st-key-WAKE,
+  [data-testid="stLayoutWrapper"]:has(.st-key-WAKE):not(
+    :has([data-testid="stElementContainer"]:not(.st-key-WAKE))) { display: none !important; }
+""".replace("WAKE", WAKE_KEY)  # the class's wake-up (ui.follow) takes no room, nor does its fragment's empty wrapper
 PAGE_STYLE = b"<style>" + PAGE_CSS.encode() + b"</style>"
 
 
