@@ -13,7 +13,8 @@
 - ``ui.class_http.StalePageGuard``: a fragment timer's request waits while a script of the session runs and is
   dropped if it names a page the server has moved the session away from, so that it cannot move the session back.
 
-Before it serves, the server imports the model code the first page would (``ui.server.warm_up``).
+Before it serves, the server imports the model code and the app's modules the first pages would (``ui.server.warm_up``),
+then sets all it holds aside from the cycle collector (``ui.server.settle_heap``: no full collection walks it again).
 """
 
 from pathlib import Path
@@ -22,9 +23,10 @@ import streamlit as st
 from starlette.middleware import Middleware
 
 from ui import class_http, follow
-from ui.server import BackendBaseUrl, warm_up
+from ui.server import BackendBaseUrl, settle_heap, warm_up
 
 warm_up()
+settle_heap()
 app = st.App(
     Path(__file__).with_name("app.py"),
     middleware=[

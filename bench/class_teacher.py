@@ -277,6 +277,8 @@ async def teacher_part(
             monitor.close()
 
 
+# How long a follower whose page shows no answer buttons yet (a run of it under way) waits for them, as a student would.
+BUTTONS_WAIT_S = 10.0
 REPLIES = ("Wait for the teacher", "click your answer again", "already answered", "needs the class's cookie")
 
 
@@ -309,14 +311,17 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
     labels = [md_escape(option) for option in store.question(session, key).options]
     options = len(labels)
     first = {client.name: random.randrange(options) for client in clients}
-    busy = slow = 0
+    busy = slow = waited = 0
     acks: list[float] = []
 
     async def answer(client: StreamlitClient) -> str:
-        nonlocal busy, slow
+        nonlocal busy, slow, waited
         shown = answer_buttons(client, key)
-        if shown is None:
-            return "no answer buttons"
+        if shown is None:  # a run of the page under way (its elements are drawn again): a student waits for them
+            waited += 1
+            if not await client.wait_for(lambda c: answer_buttons(c, key) is not None, BUTTONS_WAIT_S):
+                return "no answer buttons"
+            shown = answer_buttons(client, key)
         for _ in range(10):
             client.texts = []
             sent = time.monotonic()
@@ -369,6 +374,8 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
     late_acks = sum(ack > ACK_GOAL_S for ack in acks)
     print(
         f"    question {key}: {sum(counts)} answers, lost {lost}, accepted twice {twice}, "
+        f"answer buttons waited for {waited} (not shown within {BUTTONS_WAIT_S:.0f} s: "
+        f"{outcomes.count('no answer buttons')}), "
         f"asked to click again {busy}, clicked again after 30 s without a reply {slow}, "
         f"clicks acknowledged p95 {percentile(acks, 95) or 0:.2f} s (after more than {ACK_GOAL_S:.0f} s: "
         f"{late_acks}), reveal shown on {sum(shown)}",
@@ -380,6 +387,7 @@ async def question(store, session: str, teacher: StreamlitClient, clients, token
         "outcomes": {outcome: outcomes.count(outcome) for outcome in set(outcomes)},
         "lost": lost,
         "accepted_twice": twice,
+        "buttons_waited_for": waited,
         "busy_retries": busy,
         "unconfirmed_retries": slow,
         "acks_s": acks,
@@ -444,6 +452,11 @@ def report(row: dict, markdown) -> list[str]:
                     "0",
                 ],
                 ["answers lost", sum(q["lost"] for q in questions), "0"],
+                [
+                    f"answer buttons not drawn yet when the follower looked (then waited for, at most {BUTTONS_WAIT_S:.0f} s)",
+                    sum(q.get("buttons_waited_for", 0) for q in questions),
+                    "",
+                ],
                 ["answers accepted twice", sum(q["accepted_twice"] for q in questions), "0"],
                 [
                     "answers stored / expected",

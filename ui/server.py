@@ -1,5 +1,6 @@
 """What the server adds to Streamlit's own (plain ASGI, no Streamlit): ``BackendBaseUrl``, the middleware
-``serve.py`` hands ``st.App``, and ``warm_up``, the imports a first page would otherwise make while a class waits.
+``serve.py`` hands ``st.App``, ``warm_up``, the imports a first page would otherwise make while a class waits, and
+``settle_heap``, which sets what the warm server holds aside from the cycle collector.
 
 Every page has its own address (``/explore``). Opened there, Streamlit's page does not know where the server's
 root is: it tries the page's address first as the root, asking ``/explore/_stcore/health`` and
@@ -11,9 +12,16 @@ same for every page (Streamlit serves ``index.html`` for any address that is no 
 
 from __future__ import annotations
 
+import gc
 import importlib
+import logging
+import pkgutil
+import sys
 
+from mha_core.analysis import metrics
 from ui.class_http import WAKE_KEY
+
+LOG = logging.getLogger(__name__)
 
 # Streamlit reads window.__streamlit once, as its script loads (a classic script in <head> runs before it, a
 # module script, does). The origin is the browser's own: the same HTML serves 127.0.0.1 and a class's address.
@@ -108,20 +116,32 @@ class BackendBaseUrl:
 # What the first page that shows a model would import while every other session waits: transformers' model code
 # (BERT's pulls in torch.distributed and sympy: about 3 s of one core on a quiet machine, 10 s under load, nearly all
 # of it holding the interpreter's lock, so that a class's other screens stopped with it; a sampling profile of the
-# server during bench/class_teacher.py) and plotly's figure classes. Imported once, before the server serves: in a
-# thread of their own beside the first pages they raced those pages' own imports of transformers, whose lazy module
-# then refused "cannot import name 'AutoConfig'" (seen once in a test run).
+# server during bench/class_teacher.py), its tokenizers', plotly's figure classes, the head metrics' compiled
+# kernel (numba), and what the pages draw tables (pyarrow) and the class's QR code (segno, PIL) with. Imported once,
+# before the server serves: in a thread of their own beside the first pages they raced those pages' own imports of
+# transformers, whose lazy module then refused "cannot import name 'AutoConfig'" (seen once in a test run).
 WARM_MODULES = (
     "transformers.models.bert.modeling_bert",
     "transformers.models.llama.modeling_llama",
     "transformers.models.mpnet.modeling_mpnet",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.convert_slow_tokenizer",
     "plotly.graph_objects",
+    "plotly.subplots",
+    "mha_core.analysis.metrics_kernel",
+    "pyarrow",
+    "segno",
+    "PIL.Image",
 )
+# The app's own modules, every one of them (the pages import most of them on their first run).
+WARM_PACKAGES = ("ui",)
 
 
-def warm_up(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
-    """Imports ``modules`` (serve.py, as the server starts, before it serves a page); a module that cannot be imported
-    is left to the page that needs it, which says why. Returns the modules imported."""
+def warm_up(modules: tuple[str, ...] = WARM_MODULES, packages: tuple[str, ...] = WARM_PACKAGES) -> list[str]:
+    """Imports ``modules`` and every module of ``packages`` (serve.py, as the server starts, before it serves a
+    page), draws one figure of each kind of trace the pages draw (plotly makes each kind's classes on first use) and
+    readies the head metrics' kernel; a module that cannot be imported is left to the page that needs it, which says
+    why. Returns the modules imported, ``modules`` first."""
     imported = []
     for name in modules:
         try:
@@ -129,4 +149,46 @@ def warm_up(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
         except ImportError:
             continue
         imported.append(name)
+    # Streamlit's loggers stay quiet meanwhile: each cached function of the app warns that no runtime exists yet
+    # (its cache is made at its first call, in the runtime).
+    quiet = {logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("streamlit")}
+    levels = {logger: logger.level for logger in quiet}
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        for package in packages:
+            for module in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+                importlib.import_module(module.name)
+                imported.append(module.name)
+    finally:
+        for logger, level in levels.items():
+            logger.setLevel(level)
+    if "plotly.graph_objects" in sys.modules:
+        _draw_each_kind()
+    if "mha_core.analysis.metrics_kernel" in sys.modules:
+        try:
+            metrics.warm_up()
+        except Exception:  # the first measurement compiles it again, and says what failed
+            LOG.warning("the head metrics' kernel could not be readied now", exc_info=True)
     return imported
+
+
+def _draw_each_kind() -> None:
+    go = sys.modules["plotly.graph_objects"]
+    figure = go.Figure(
+        [go.Heatmap(z=[[0.0]]), go.Bar(y=[0], marker={"color": "#000"}), go.Scatter(y=[0], mode="lines+markers")],
+        layout={"title": {"text": "-"}, "annotations": [{"text": "-"}], "xaxis": {"title": {"text": "-"}}},
+    )
+    figure.to_json()
+
+
+def settle_heap() -> int:
+    """What the server holds once it is warm (modules, classes, functions: hundreds of thousands of objects that are
+    never garbage) is set aside from the cycle collector (``gc.freeze``, after one full collection): each of its
+    full collections then walks what the sessions made since, not everything imported. Before this, a class server
+    stopped every screen for 0.36-0.59 s at each full collection, several times a lesson (bench/class_teacher.py,
+    docs/benchmarks.md). Objects set aside are still freed when nothing refers to them. Returns how many objects the
+    collector has set aside."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
