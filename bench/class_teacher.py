@@ -13,7 +13,8 @@ sentences) and 5 Classroom steps, each of those a question. Measured:
 * follow: from the teacher's page having finished its run (its view is published then) until each follower's
   run of the same page and the teacher's address (the teacher's screen's, as the teacher's client holds it)
   finished (a Chromium follower: its address shows the view and its script
-  is idle); p95 over every follower and move; goal 2 s;
+  is idle); p95 over every follower and move; goal 2 s. A follower's run that ended between the publish and the
+  teacher's client hearing of its run's end counts 0 s;
 * answers: at each question every lightweight follower clicks an answer, then replays a click on another one
   (a double click, or a forged message); an answer the page asks to click again is clicked again a second later.
   Lost: a follower whose answer is not in the store; accepted twice: more than one answer, or not the first;
@@ -219,12 +220,17 @@ async def teacher_part(
 
             lesson_cpu, lesson_began = monitor.cpu_seconds(), time.monotonic()
             for number, (page, params) in enumerate(lesson()[1:] + lesson()[:1], start=1):
+                opened_at = time.monotonic()
                 teacher = await lead(page, params)
                 moved_at = teacher.finished_at
                 wanted = shown_by(teacher)
                 page_hash = teacher.pages.get(page, "?")
                 arrived = await asyncio.gather(
-                    *(light_on_view(client, page_hash, wanted, moved_at) for client in clients),
+                    # A follower's run that shows the view counts from the teacher opening it: the view is published
+                    # at the end of the teacher's run, before the teacher's client hears of that end, and a follower
+                    # woken by the publish may finish its run in between (0 s; counted from moved_at, such a run was
+                    # missed and the follower counted at its next poll, 2 s later).
+                    *(light_on_view(client, page_hash, wanted, opened_at) for client in clients),
                     *(browser_on_view(p, page, wanted, FOLLOW_TIMEOUT_S) for p in pages),
                 )
                 light = [None if at is None else max(at - moved_at, 0.0) for at in arrived[: len(clients)]]
@@ -260,6 +266,13 @@ async def teacher_part(
                     f"  move {number} ({page}): p95 {percentile(done, 95) or 0:.2f} s, missed {missed}",
                     flush=True,
                 )
+                slowest = max(
+                    (pair for pair in zip(light, clients, strict=True) if pair[0] is not None),
+                    key=lambda pair: pair[0],
+                    default=None,
+                )
+                if slowest is not None and slowest[0] > FOLLOW_GOAL_S:
+                    print(late_follow(slowest[1], moved_at, slowest[0]), flush=True)
                 if page == "classroom":
                     row["questions"].append(await question(store, session, teacher, clients, token))
             row["lesson_seconds"] = time.monotonic() - lesson_began
@@ -299,6 +312,21 @@ def no_reveal(client: StreamlitClient, revealed_at: float) -> str:
             f"{client.finished_at - revealed_at:+.1f} s after the reveal, timers {len(client.fragments())}, address "
             f"{client.params()}, last texts {[text[:60] for text in client.texts[-4:]]}, errors {client.errors[-2:]}",
             *since,
+        ]
+    )
+
+
+def late_follow(client: StreamlitClient, moved_at: float, took: float) -> str:
+    """The slowest follower of a move over the goal: its runs and requests from just before the teacher's run ended
+    until it showed the view, for the log."""
+    return "\n".join(
+        [
+            f"    {client.name} on the view after {took:.2f} s; its runs and requests (seconds from the teacher's run end):"
+        ]
+        + [
+            f"      {when - moved_at:+.3f} {what} {detail}"
+            for when, what, detail in client.events
+            if -1.5 < when - moved_at < took + 0.2
         ]
     )
 

@@ -50,7 +50,10 @@ def language() -> str:
     Known in a script run only: work in another thread (``ui.jobs``) is given the language its run captured."""
     import streamlit as st  # streamlit: the catalog and ``translate`` import without it (``ui.budget``'s notice)
 
-    lang = st.session_state.get(LANG_KEY, st.session_state.get(f"_{LANG_KEY}"))
+    state = st.session_state  # each read of it takes Streamlit's lock: read once, the second key only when needed
+    lang = state.get(LANG_KEY)
+    if lang is None:
+        lang = state.get(f"_{LANG_KEY}")
     if lang is None:
         lang = st.query_params.get(LANG_KEY)
     return lang if lang in LANGUAGES else "en"

@@ -85,6 +85,9 @@ def presentation_styles() -> None:
 FIGURE_MEMO_ENTRIES = 256
 _memo: OrderedDict = OrderedDict()
 _memo_lock = threading.Lock()
+# Figures being built now, by key: screens that ask for one wait for its builder (``_remembered``).
+_building: dict[tuple, threading.Event] = {}
+BUILD_WAIT_S = 5.0
 
 
 def memo_key(name: str, **parts) -> tuple:
@@ -127,18 +130,40 @@ def _freeze(fig) -> None:
 
 
 def _remembered(build, memo: tuple):
+    """The figure of ``memo`` for this screen's language and display, built by the first screen that asks; a screen
+    that asks while it is being built waits for it (a class's thirty screens reach a step together, and each built
+    it again before), at most ``BUILD_WAIT_S``; if the build failed or is still going, it builds its own."""
     key = (memo, i18n.language(), presenting(), high_contrast())
     with _memo_lock:
         fig = _memo.get(key)
         if fig is not None:
             _memo.move_to_end(key)
             return fig
-    fig = _prepared(build())  # outside the lock: two screens may build it at once, both the same figure
+        building = _building.get(key)
+        first = building is None
+        if first:
+            building = _building[key] = threading.Event()
+    if not first:
+        building.wait(BUILD_WAIT_S)
+        with _memo_lock:
+            fig = _memo.get(key)
+        return fig if fig is not None else _built(build)
+    try:
+        fig = _built(build)  # outside the lock: other figures are read and remembered meanwhile
+        with _memo_lock:
+            _memo[key] = fig
+            while len(_memo) > FIGURE_MEMO_ENTRIES:
+                _memo.popitem(last=False)
+        return fig
+    finally:
+        with _memo_lock:
+            del _building[key]
+        building.set()
+
+
+def _built(build):
+    fig = _prepared(build())
     _freeze(fig)
-    with _memo_lock:
-        _memo[key] = fig
-        while len(_memo) > FIGURE_MEMO_ENTRIES:
-            _memo.popitem(last=False)
     return fig
 
 

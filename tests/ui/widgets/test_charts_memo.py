@@ -85,3 +85,69 @@ def test_a_remembered_figure_is_copied_into_a_dict_once_and_shows_what_a_fresh_o
     assert pio.to_json(first, validate=False) == pio.to_json(fresh, validate=False)
     shown = plotly.tools.return_figure_from_figure_or_data(fig, validate_figure=True)  # what st.plotly_chart does
     assert pio.to_json(shown, validate=False) == pio.to_json(fresh, validate=False)
+
+
+def test_screens_that_ask_while_a_figure_is_built_wait_for_it_and_a_failed_build_is_built_again():
+    """A class's screens reach a step together: the first builds the figure, the others wait and get the same one
+    (one build, not one per screen); when the first build fails, a waiting screen builds its own."""
+    import threading
+
+    charts._memo.clear()
+    values = np.array([[1.0, 2.0]])
+    started, release, builds = threading.Event(), threading.Event(), []
+
+    def slow_build():
+        builds.append(threading.current_thread().name)
+        started.set()
+        assert release.wait(10)
+        return teaching.matrix_figure(values, "W", row_names=["a"], col_names=None, row_label="token")
+
+    memo = charts.memo_key("single-flight", values=values)
+    got = {}
+
+    def screen(name):
+        got[name] = charts._remembered(slow_build, memo)
+
+    first = threading.Thread(target=screen, args=("first",), name="first")
+    first.start()
+    assert started.wait(10)
+    others = [threading.Thread(target=screen, args=(f"s{i}",), name=f"s{i}") for i in range(4)]
+    for thread in others:
+        thread.start()
+    release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert builds == ["first"]
+    assert len(got) == 5 and all(fig is got["first"] for fig in got.values())
+    assert not charts._building  # nothing left marked as being built
+
+    failing = charts.memo_key("single-flight-fails", values=values)
+    started.clear()
+    failed = []
+
+    def broken():
+        started.set()
+        assert release.wait(10)
+        raise RuntimeError("no figure")
+
+    def screen_of_broken():
+        try:
+            charts._remembered(broken, failing)
+        except RuntimeError as error:
+            failed.append(str(error))
+
+    release.clear()
+    first = threading.Thread(target=screen_of_broken)
+    first.start()
+    assert started.wait(10)
+    waiting = {}
+    second = threading.Thread(
+        target=lambda: waiting.setdefault("fig", charts._remembered(lambda: slow_build(), failing)), name="second"
+    )
+    second.start()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert failed == ["no figure"]
+    assert waiting["fig"].to_dict()["data"][0]["z"] is not None and builds[-1] == "second"
+    assert not charts._building
