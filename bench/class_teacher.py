@@ -299,19 +299,22 @@ def answer_buttons(client: StreamlitClient, key: str) -> str | None:
     return client.widget(f"class_pick_{key}")
 
 
+def events_around(client: StreamlitClient, at: float, before: float, after: float) -> list[str]:
+    """``client``'s runs and requests from ``before`` seconds before ``at`` to ``after`` seconds after it, a line each
+    (seconds from ``at``), for the log."""
+    return [
+        f"      {when - at:+.3f} {what} {detail}" for when, what, detail in client.events if -before < when - at < after
+    ]
+
+
 def no_reveal(client: StreamlitClient, revealed_at: float) -> str:
     """What a follower that shows no reveal shows instead, and its runs and requests around the reveal, for the log."""
-    since = [
-        f"      {when - revealed_at:+.3f} {what} {detail}"
-        for when, what, detail in client.events
-        if -2 < when - revealed_at < 4
-    ]
     return "\n".join(
         [
             f"    {client.name} shows no reveal: runs {client.runs_finished} (full {client.full_runs_finished}), the last "
             f"{client.finished_at - revealed_at:+.1f} s after the reveal, timers {len(client.fragments())}, address "
             f"{client.params()}, last texts {[text[:60] for text in client.texts[-4:]]}, errors {client.errors[-2:]}",
-            *since,
+            *events_around(client, revealed_at, 2, 4),
         ]
     )
 
@@ -321,12 +324,8 @@ def late_follow(client: StreamlitClient, moved_at: float, took: float) -> str:
     until it showed the view, for the log."""
     return "\n".join(
         [
-            f"    {client.name} on the view after {took:.2f} s; its runs and requests (seconds from the teacher's run end):"
-        ]
-        + [
-            f"      {when - moved_at:+.3f} {what} {detail}"
-            for when, what, detail in client.events
-            if -1.5 < when - moved_at < took + 0.2
+            f"    {client.name} on the view after {took:.2f} s; its runs and requests (seconds from the teacher's run end):",
+            *events_around(client, moved_at, 1.5, took + 0.2),
         ]
     )
 
