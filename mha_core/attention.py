@@ -41,9 +41,33 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, score: str = "scaled") ->
     raise ValueError(f"score must be one of {SCORE_FUNCTIONS}, got {score!r}")
 
 
+# oneDNN's matrix product, which torch's own compiler uses for CPU linear layers, is taken for products that autograd
+# does not follow (it has no gradient for its input): on an AMD EPYC with AVX-512 it took 0.79-0.94 of MKL's time
+# for the core's product shapes, and the whole core 0.87-0.99 of its time with MKL at d_model 768 (docs/benchmarks.md).
+_ONEDNN_LINEAR = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+USE_ONEDNN = _ONEDNN_LINEAR is not None and torch.backends.mkldnn.is_available()
+
+
+def _onednn_takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    if not USE_ONEDNN or x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        return False
+    if bias is not None and bias.dtype != torch.float32:
+        return False
+    return not (
+        torch.is_grad_enabled()
+        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    )
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` on a 2-D view: on CPU the 3-D path is up to 2x slower for short sequences."""
-    return F.linear(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+    """``x W^T + b`` on a 2-D view (on CPU the 3-D path is up to 2x slower for short sequences); through oneDNN
+    when autograd does not follow it (``USE_ONEDNN``), else ``F.linear``: the same numbers to float32 rounding."""
+    flat = x.reshape(-1, x.shape[-1])
+    if _onednn_takes(flat, weight, bias):
+        out = _ONEDNN_LINEAR(flat, weight, bias, attr="none", scalars=[], algorithm="")
+    else:
+        out = F.linear(flat, weight, bias)
+    return out.view(*x.shape[:-1], weight.shape[0])
 
 
 def causal_keep_mask(n_query: int, n_key: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -173,12 +197,11 @@ def scaled_dot_product_attention(
         weights = masked_softmax(scores, mask, causal)
     else:
         weights = masked_softmax_(scores, mask, causal)  # the same numbers, without a second [n, n] buffer
+    if v.stride(-2) == 1 and v.stride(-1) != 1:
+        # v is a transposed view (MultiHeadAttention's one-sequence projection): the output is written the same way,
+        # (V^T W^T)^T, so that Concat of the heads is a view of it. The same products, the same numbers.
+        return torch.matmul(v.transpose(-2, -1), weights.transpose(-2, -1)).transpose(-2, -1), weights
     return torch.matmul(weights, v), weights
-
-
-# Up to this length one batched product per head projects a single sequence faster than one wide product
-# (bench/core.py: 0.91-0.96 of it at n = 64 and 256, 1.00-1.04 at 1,024; docs/benchmarks.md).
-PACKED_PRODUCT_MAX = 512
 
 
 def head_point(hooks: Points, name: str, heads: torch.Tensor) -> torch.Tensor:
@@ -303,28 +326,26 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def _project_packed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Self-attention's Q, K, V without autograd, each head's rows contiguous (``[3, batch, heads, n, d_k]``), so
-        that the two attention products read them in order: split heads of one ``[n, 3 * h * d_k]`` product are
-        strided views whose batched products measured slower (bench/core.py, docs/benchmarks.md). For one sequence
-        of up to ``PACKED_PRODUCT_MAX`` tokens, one batched product per head and role writes that layout directly and
-        the bias is added in place (no second buffer: 5-9 % faster at n = 256); longer or batched input is projected in one
-        product (more efficient there) and the bias added while it is laid out. The same numbers as ``project``."""
+        """Self-attention's Q, K, V without autograd, each head's block contiguous, so that the attention products read
+        them in order (split heads of one ``[n, 3 * h * d_k]`` product are strided views whose batched products
+        measured slower, bench/core.py). One sequence is projected transposed, ``W X^T`` (``[3 * h * d_k, n]``): each
+        head's Q^T, K^T, V^T is a contiguous ``[d_k, n]`` block and q, k, v are its transposed views (no copy), which
+        the products read through the BLAS's transpose flags; ``scaled_dot_product_attention`` then writes each head's
+        output in the same layout, so that ``merge_heads`` is a view too (no copy of Q, K, V or of the heads' outputs:
+        0.89-1.03 of nn.MultiheadAttention's time at d_model 384, n = 256, where the per-head products that wrote
+        ``[n, d_k]`` blocks took 1.01-1.08; docs/benchmarks.md). A batch is projected in one product and laid out ``[3, batch, heads, n, d_k]`` with
+        one copy. The same numbers as ``project``."""
         b, n, _ = x.shape
         h, d_k = self.num_heads, self.d_k
-        weight = self.qkv_weight.view(3 * h, d_k, self.d_model).transpose(1, 2)
-        if b == 1 and n <= PACKED_PRODUCT_MAX:
-            qkv = torch.bmm(x[0].expand(3 * h, n, self.d_model), weight)
-            if self.qkv_bias is not None:  # added in place: baddbmm first copies the broadcast bias into its output
-                qkv.add_(self.qkv_bias.view(3 * h, 1, d_k))
-            qkv = qkv.view(3, 1, h, n, d_k)
+        if b == 1:
+            product = linear(self.qkv_weight, x[0], None)  # W X^T: row r of the weight becomes row r of the product
+            if self.qkv_bias is not None:
+                product.add_(self.qkv_bias[:, None])
+            qkv = product.view(3, 1, h, d_k, n).transpose(-2, -1)
         else:
-            product = torch.mm(x.reshape(b * n, self.d_model), self.qkv_weight.t())
-            laid_out = product.view(b, n, 3, h, d_k).permute(2, 0, 3, 1, 4)
+            product = linear(x, self.qkv_weight, self.qkv_bias)
             qkv = torch.empty((3, b, h, n, d_k), dtype=product.dtype, device=product.device)
-            if self.qkv_bias is None:
-                qkv.copy_(laid_out)
-            else:
-                torch.add(laid_out, self.qkv_bias.view(3, 1, h, 1, d_k), out=qkv)
+            qkv.copy_(product.view(b, n, 3, h, d_k).permute(2, 0, 3, 1, 4))
         return qkv[0], qkv[1], qkv[2]
 
     def forward(

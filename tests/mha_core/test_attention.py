@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha_core as mc
-from mha_core.attention import PACKED_PRODUCT_MAX
 from mha_core.edits import scale_heads
 
 ATOL = 1e-5
@@ -73,11 +72,12 @@ def test_cross_attention_matches_torch(batch_first):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize(("batch", "n"), [(1, 6), (3, 6), (1, PACKED_PRODUCT_MAX + 1)])
+@pytest.mark.parametrize(("batch", "n"), [(1, 6), (3, 6), (1, 600)])
 @pytest.mark.parametrize("no_autograd", [torch.no_grad, torch.inference_mode])
 def test_self_attention_without_autograd_matches_torch(bias, batch, n, no_autograd):
-    """Without autograd self-attention lays Q, K, V out per head (a short sequence: one batched product; a batch or
-    a long sequence: the bias added while laid out): each way gives torch's numbers, and the grad path's."""
+    """Without autograd self-attention lays Q, K, V out per head (one sequence: the transposed product W X^T, whose
+    heads' [d_k, n] blocks q, k, v view transposed; a batch: one product copied into [3, batch, heads, n, d_k]): each
+    way gives torch's numbers, and the grad path's."""
     ref, core = reference_pair(bias=bias, seed=3)
     x = torch.randn(batch, n, 32)
     expected_out, expected_weights = torch_mha(ref, x, x, x)
@@ -85,7 +85,12 @@ def test_self_attention_without_autograd_matches_torch(bias, batch, n, no_autogr
     with no_autograd():
         q, k, v = core.project(x, x, x)
         out, weights = core(x)
-    assert q.shape == k.shape == v.shape == (batch, 4, n, 8) and q.is_contiguous() and v.is_contiguous()
+    assert q.shape == k.shape == v.shape == (batch, 4, n, 8)
+    if batch == 1:  # each head's block is Q^T: the views' rows are its columns
+        assert q.stride()[-2:] == k.stride()[-2:] == v.stride()[-2:] == (1, n)
+        assert q.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+    else:
+        assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     assert_close(out, expected_out)
     assert_close(weights, expected_weights)
     assert_close(out, with_grad_out)
@@ -194,6 +199,55 @@ def test_set_weights_views_and_split_merge():
     with torch.no_grad():
         q, _, _ = core.project(x, x, x)
         assert_close(core.merge_heads(q), x @ w_q.T + b_q)
+
+
+@pytest.mark.parametrize("use_onednn", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_is_the_affine_map_through_either_product(monkeypatch, use_onednn, bias):
+    """``linear`` gives x W^T + b (float64 reference) through oneDNN or F.linear, for contiguous and transposed
+    input and weight; with autograd following it, it takes F.linear and the gradients are the reference's."""
+    from mha_core import attention
+
+    if use_onednn and not attention.USE_ONEDNN:
+        pytest.skip("this torch has no oneDNN linear")
+    monkeypatch.setattr(attention, "USE_ONEDNN", use_onednn)
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 37, 48, generator=generator)
+    weight = torch.randn(20, 48, generator=generator)
+    b = torch.randn(20, generator=generator) if bias else None
+    expected = x.double() @ weight.double().T + (0 if b is None else b.double())
+    with torch.no_grad():
+        for xs, ws in ((x, weight), (x.transpose(0, 1).contiguous().transpose(0, 1), weight.T.contiguous().T)):
+            out = attention.linear(xs, ws, b)
+            assert out.shape == (2, 37, 20) and out.dtype == torch.float32
+            torch.testing.assert_close(out.double(), expected, atol=1e-4, rtol=1e-5)
+        # a broadcast row (stride 0) against every other column of a wider weight
+        wide = torch.randn(20, 96, generator=generator)
+        out = attention.linear(x[:1, :1].expand(2, 37, 48), wide[:, ::2], b)
+        row = x[0, 0].double() @ wide[:, ::2].double().T + (0 if b is None else b.double())
+        torch.testing.assert_close(out.double(), row.expand(2, 37, 20), atol=1e-4, rtol=1e-5)
+    x.requires_grad_(True)
+    assert not attention._onednn_takes(x, weight, b)
+    attention.linear(x, weight, b).pow(2).sum().backward()
+    x64 = x.detach().double().requires_grad_(True)
+    (x64 @ weight.double().T + (0 if b is None else b.double())).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-3, rtol=1e-5)
+
+
+def test_a_transposed_value_gives_a_transposed_output_with_the_same_numbers():
+    """scaled_dot_product_attention writes the output in the layout of v: for a transposed view (the one-sequence
+    projection's), (V^T W^T)^T, whose heads Concat views without a copy; the numbers are W V's."""
+    q, k, v = random_qkv(batch=1, heads=3, n_query=9, n_key=9, d_k=8, seed=5)
+    v_t = v.transpose(-2, -1).contiguous().transpose(-2, -1)
+    out, weights = mc.scaled_dot_product_attention(q, k, v)
+    out_t, weights_t = mc.scaled_dot_product_attention(q, k, v_t)
+    assert out_t.stride()[-2:] == (1, 9) and out.is_contiguous()
+    torch.testing.assert_close(out_t, out, atol=1e-6, rtol=1e-6)
+    assert torch.equal(weights_t, weights)
+    reference = torch.einsum("bhqk,bhkd->bhqd", weights.double(), v.double())
+    torch.testing.assert_close(out_t.double(), reference, atol=1e-6, rtol=1e-6)
+    merged = out_t.transpose(1, 2).reshape(1, 9, 24)
+    assert merged.untyped_storage().data_ptr() == out_t.untyped_storage().data_ptr()  # a view
 
 
 # --- the weighted core against F.scaled_dot_product_attention ------------------------------------
