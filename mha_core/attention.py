@@ -20,24 +20,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from .hooks import HookError, Points, as_points
+from .pages import MIN_BYTES, written_buffer
 
 SCORE_FUNCTIONS = ("dot", "scaled", "cosine")
 
 
-def attention_scores(q: torch.Tensor, k: torch.Tensor, score: str = "scaled") -> torch.Tensor:
+def attention_scores(
+    q: torch.Tensor, k: torch.Tensor, score: str = "scaled", out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Similarity of every query with every key, ``[..., n_query, n_key]`` (course notes 002, section 4.1).
 
     dot:    Q K^T
     scaled: Q K^T / sqrt(d_k)   (keeps the score variance near 1 as d_k grows)
     cosine: Q K^T / (|Q| |K|)   (bounded in [-1, 1], so softmax never saturates)
+
+    ``out``: a buffer of that shape to write them into (not with autograd).
     """
     if score == "scaled":
         # Scaling q before the product costs n*d_k multiplications instead of n*n.
-        return torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-2, -1))
+        return torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-2, -1), out=out)
     if score == "dot":
-        return torch.matmul(q, k.transpose(-2, -1))
+        return torch.matmul(q, k.transpose(-2, -1), out=out)
     if score == "cosine":
-        return torch.matmul(F.normalize(q, dim=-1), F.normalize(k, dim=-1).transpose(-2, -1))
+        return torch.matmul(F.normalize(q, dim=-1), F.normalize(k, dim=-1).transpose(-2, -1), out=out)
     raise ValueError(f"score must be one of {SCORE_FUNCTIONS}, got {score!r}")
 
 
@@ -164,6 +169,18 @@ def attention_kernel(kernel: Callable) -> Iterator[None]:
         _ATTENTION_KERNEL.reset(token)
 
 
+def _scores_buffer(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
+    """Where autograd does not follow the scores and they are large, a fresh buffer for them in huge pages
+    (``mha_core.pages``: the product writes it whole; faulting in its 4 KB pages took longer than the product); else
+    None (the product allocates)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        return None
+    shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+    if math.prod(shape) * q.element_size() < MIN_BYTES:
+        return None
+    return written_buffer(shape, dtype=q.dtype, device=q.device)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -189,7 +206,7 @@ def scaled_dot_product_attention(
         if hooked:
             raise HookError("A long run computes attention in blocks: it has no scores or pattern to hook.")
         return kernel(q, k, v, mask=mask, causal=causal, score=score)
-    scores = attention_scores(q, k, score)
+    scores = attention_scores(q, k, score, out=_scores_buffer(q, k))
     if hooked:  # the scores are kept or replaced: they are not overwritten by the weights
         scores, keep = masked_scores(scores, mask, causal)
         weights = hooks("hook_pattern", softmax_rows(hooks("hook_attn_scores", scores), keep))
