@@ -53,15 +53,17 @@ _ONEDNN_LINEAR = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise"
 USE_ONEDNN = _ONEDNN_LINEAR is not None and torch.backends.mkldnn.is_available()
 
 
+def _autograd_follows(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records what is computed from these tensors (None: no tensor)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _onednn_takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     if not USE_ONEDNN or x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return False
     if bias is not None and bias.dtype != torch.float32:
         return False
-    return not (
-        torch.is_grad_enabled()
-        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-    )
+    return not _autograd_follows(x, weight, bias)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -173,7 +175,7 @@ def _scores_buffer(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
     """Where autograd does not follow the scores and they are large, a fresh buffer for them in huge pages
     (``mha_core.pages``: the product writes it whole; faulting in its 4 KB pages took longer than the product); else
     None (the product allocates)."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+    if _autograd_follows(q, k):
         return None
     shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
     if math.prod(shape) * q.element_size() < MIN_BYTES:
@@ -210,7 +212,7 @@ def scaled_dot_product_attention(
     if hooked:  # the scores are kept or replaced: they are not overwritten by the weights
         scores, keep = masked_scores(scores, mask, causal)
         weights = hooks("hook_pattern", softmax_rows(hooks("hook_attn_scores", scores), keep))
-    elif torch.is_grad_enabled() and scores.requires_grad:
+    elif _autograd_follows(scores):
         weights = masked_softmax(scores, mask, causal)
     else:
         weights = masked_softmax_(scores, mask, causal)  # the same numbers, without a second [n, n] buffer
@@ -418,7 +420,7 @@ class MultiHeadAttention(nn.Module):
             for name, t in zip(("hook_q", "hook_k", "hook_v"), self.project(query, key, value))
         )
         score = self.score
-        if score == "scaled" and not hooks.wants("hook_q") and not (torch.is_grad_enabled() and q.requires_grad):
+        if score == "scaled" and not hooks.wants("hook_q") and not _autograd_follows(q):
             # 1/sqrt(d_k) folded into the queries in place: their memory is this call's own projection (nothing
             # else holds it), so the scaled product costs no new [n, d] buffer. The same numbers as "scaled".
             q, score = q.mul_(1.0 / math.sqrt(self.d_k)), "dot"
