@@ -63,6 +63,8 @@ def _onednn_takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         return False
     if bias is not None and bias.dtype != torch.float32:
         return False
+    if not x.is_contiguous():  # oneDNN copies such an operand first; MKL reads a transposed one as it is
+        return False
     return not _autograd_follows(x, weight, bias)
 
 

@@ -234,6 +234,30 @@ def test_linear_is_the_affine_map_through_either_product(monkeypatch, use_onednn
     torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-3, rtol=1e-5)
 
 
+def test_one_sequences_forward_copies_no_activation():
+    """Without autograd, one sequence's Q, K, V, the heads' outputs and Concat are views of the products: torch's
+    profiler sees no copy of a tensor as large as the input in the forward (oneDNN would copy Concat's transposed
+    view before W^O's product; it goes to MKL, which reads it transposed), and the output is torch's. (Without
+    biases: F.linear with a bias first copies the bias into every row of its output, as torch's own layer does.)"""
+    from torch.profiler import profile
+
+    from mha_core import attention
+
+    torch.manual_seed(2)
+    reference = nn.MultiheadAttention(48, 4, bias=False, batch_first=True).eval()
+    core = mc.MultiHeadAttention.from_torch(reference).eval()
+    x = torch.randn(1, 40, 48)
+    assert not attention._onednn_takes(torch.randn(48, 40).T, reference.out_proj.weight.detach(), None)
+    with torch.inference_mode():
+        with profile(record_shapes=True) as prof:
+            out, _ = core(x)
+        expected, _ = reference(x, x, x, need_weights=False)
+    copies = [e.input_shapes for e in prof.events() if e.name in ("aten::copy_", "aten::clone", "aten::contiguous")]
+    large = [shapes for shapes in copies if any(len(shape) and math.prod(shape) >= 40 * 48 for shape in shapes)]
+    assert large == []
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
 def test_a_transposed_value_gives_a_transposed_output_with_the_same_numbers():
     """scaled_dot_product_attention writes the output in the layout of v: for a transposed view (the one-sequence
     projection's), (V^T W^T)^T, whose heads Concat views without a copy; the numbers are W V's."""
