@@ -26,11 +26,13 @@ import ctypes.util
 import dataclasses
 import functools
 import gc
+import os
 import threading
 import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,6 +45,12 @@ _reserving = threading.local()  # how many reservations this thread holds (neste
 
 _TRIM_EVERY_S = 5.0
 _last_trim = [0.0]
+
+
+def cache_dir() -> Path:
+    """Where Headscope keeps files between runs (converted checkpoints, profiles, cards, the class's database, built
+    kernels): ``$HEADSCOPE_CACHE_DIR`` or ``~/.cache/headscope``."""
+    return Path(os.environ.get("HEADSCOPE_CACHE_DIR") or Path.home() / ".cache" / "headscope").expanduser()
 
 
 @functools.cache

@@ -46,7 +46,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from mha_core.models.sources import cache_dir
+from mha_core.cache import cache_dir
 
 EXPIRE_AFTER_S = 12 * 3600.0  # a class session not used for this long is deleted
 MAX_ANSWERS_PER_S = 60  # answers a session accepts in one second: a class of 30 answers well within it

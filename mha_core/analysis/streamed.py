@@ -172,10 +172,8 @@ class RowStatistics:
         self.values[:, layer, :, row_start : row_start + count] = torch.stack(
             [out[name] for name in ROW_FIELDS]
         ).numpy()
-        # Float32 within a block, float64 across; a product with ones reads the block row by row (a sum over
-        # the rows axis would stride across it).
-        column = torch.matmul(torch.ones(heads, 1, count), weights)[:, 0]
-        self.column_mass[layer, :, :keys] += column.numpy()
+        # Float32 within a block, float64 across.
+        self.column_mass[layer, :, :keys] += block.column_sums.numpy()
 
     def finish(self, weights_at: Callable[[int, np.ndarray], np.ndarray]) -> pd.DataFrame:
         """The ``head_metrics`` table. ``weights_at(layer, cols [heads, k])`` gives every head's exact weights

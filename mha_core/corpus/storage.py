@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ..cache import cache_dir
+
 PROFILE_CACHE_FORMAT = 3
 
 
@@ -73,8 +75,7 @@ def code_version() -> str:
 
 
 def profile_cache_dir() -> Path:
-    root = os.environ.get("HEADSCOPE_CACHE_DIR") or Path.home() / ".cache" / "headscope"
-    return Path(root).expanduser() / "profiles"
+    return cache_dir() / "profiles"
 
 
 @contextlib.contextmanager

@@ -22,12 +22,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import native
 from ..attention import attention_kernel, attention_scores
 from ..errors import EngineNotSupported
 from ..pooling import chunk_reduce, first_argmax
 from ..progress import Progress, report
 
-# One block of scores holds at most this many bytes (heads x rows x keys x 4): a few such buffers live at once.
+# One block of scores holds at most this many bytes (heads x rows x keys x 4): a few such buffers live at once. The
+# C row pass (mha_core.native.row_pass) writes the weights over the scores, so its blocks hold twice this, in the
+# same memory (no second buffer for the weights): fewer, larger products ran faster (SmolLM2 at 4,096 tokens:
+# 13.3-14.4 s at 32 MB, 15.2-15.6 s at 16 MB, 18.7-20.8 s at 4 MB).
 BLOCK_BYTES = 16 << 20
 # What a decoder's hidden keys score in a pass: finite, far below any real score.
 HIDDEN_SCORE = -3.0e38
@@ -182,42 +186,46 @@ class Block:
     weights      ``[heads, rows, keys]``: rows ``row_start ..`` of ``layer``; a decoder's block holds the keys up to
                  its last row (the rest are 0)
     scores       ``[heads, rows, keys]``: the scores the weights come from, so that ln w = scores - log_sum_exp
-                 (a decoder's hidden keys hold ``HIDDEN_SCORE``)
+                 (a decoder's hidden keys hold ``HIDDEN_SCORE``); None when the kernel wrote the weights over them
+                 (``mha_core.native.row_pass``, which gave ``score_sums``)
     log_sum_exp  ``[heads, rows, 1]``
-    score_sums   ``[heads, rows]``: sum_j w_ij scores_ij, when the kernel had it from its product with the values
-                 (``weighted_scores``)
+    score_sums   ``[heads, rows]``: sum_j w_ij scores_ij, when the kernel had it (from its product with the values,
+                 or from the native row pass) (``weighted_scores``)
+    reductions   what is known of the weights, by name: ``"max"``, ``"sum"`` (``chunks``), ``"row max"``
+                 (``max_weight``), ``"argmax"``, ``"columns"`` (``column_sums``); the native row pass gives them all,
+                 else each is computed at its first use
     """
 
     layer: int
     row_start: int
     weights: torch.Tensor
-    scores: torch.Tensor
+    scores: torch.Tensor | None
     log_sum_exp: torch.Tensor | None = None
     features: torch.Tensor | None = None
     feature_sums: torch.Tensor | None = None
     score_sums: torch.Tensor | None = None
-    _cache: dict = field(default_factory=dict, repr=False)
+    reductions: dict = field(default_factory=dict, repr=False)
 
     def chunks(self, reduce: str) -> torch.Tensor:
         """``[heads, rows, ceil(keys / CHUNK)]``: the max or sum of each run of ``CHUNK`` keys, computed once per
         block for every observer that reads them (argmax, the 90% window, the overviews)."""
-        if reduce not in self._cache:
-            self._cache[reduce] = chunk_reduce(self.weights, CHUNK, reduce)
-        return self._cache[reduce]
+        if reduce not in self.reductions:
+            self.reductions[reduce] = chunk_reduce(self.weights, CHUNK, reduce)
+        return self.reductions[reduce]
 
     @property
     def max_weight(self) -> torch.Tensor:
         """``[heads, rows]``: each row's largest weight."""
-        if "row max" not in self._cache:
-            self._cache["row max"] = self.chunks("max").amax(dim=-1)
-        return self._cache["row max"]
+        if "row max" not in self.reductions:
+            self.reductions["row max"] = self.chunks("max").amax(dim=-1)
+        return self.reductions["row max"]
 
     @property
     def argmax(self) -> torch.Tensor:
         """``[heads, rows]`` long: each row's first key holding its largest weight (``torch.argmax``'s answer)."""
-        if "argmax" not in self._cache:
-            self._cache["argmax"] = first_argmax(self.weights, self.chunks("max"), self.max_weight, CHUNK)
-        return self._cache["argmax"]
+        if "argmax" not in self.reductions:
+            self.reductions["argmax"] = first_argmax(self.weights, self.chunks("max"), self.max_weight, CHUNK)
+        return self.reductions["argmax"]
 
     def weighted_scores(self, buffer: torch.Tensor | None = None) -> torch.Tensor:
         """``[heads, rows]``: sum_j w_ij scores_ij (what sum w ln w is made of). From the kernel's product with the
@@ -226,6 +234,16 @@ class Block:
         if self.score_sums is not None:
             return self.score_sums
         return torch.mul(self.weights, self.scores, out=buffer).sum(dim=-1)
+
+    @property
+    def column_sums(self) -> torch.Tensor:
+        """``[heads, keys]``: the block's weights summed over its rows (float32), from the native row pass when it
+        ran, else a product with ones (which reads the block row by row; a sum over the rows axis would stride
+        across it)."""
+        if "columns" not in self.reductions:
+            heads, rows, _ = self.weights.shape
+            self.reductions["columns"] = torch.matmul(torch.ones(heads, 1, rows), self.weights)[:, 0]
+        return self.reductions["columns"]
 
     def key_sums(self, features: torch.Tensor) -> torch.Tensor:
         """``[heads, rows, f]``: sum_j w_ij features[j] for ``features [n, f]``. When the kernel was given these
@@ -264,7 +282,7 @@ class BlockwiseAttention:
         self.score_sums = bool(score_sums)
         self.layers: list[LayerScores] = []
         self._bias_cache: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._scores, self._weights, self._product = Scratch(), Scratch(), Scratch()
+        self._scores, self._weights, self._product, self._columns = Scratch(), Scratch(), Scratch(), Scratch()
 
     def _bias(self, mask, heads: int, n: int) -> torch.Tensor | None:
         if mask is None:
@@ -317,7 +335,8 @@ class BlockwiseAttention:
             bias_by_offset=bias,
         )
         output = torch.empty(heads, n, d_v, dtype=value.dtype)
-        block_rows = max(1, min(n, BLOCK_BYTES // (4 * heads * n)))
+        in_c = native.available() and value.dtype == torch.float32  # one trip over each block (native.row_pass)
+        block_rows = max(1, min(n, BLOCK_BYTES * (2 if in_c else 1) // (4 * heads * n)))
         if block_rows > ROW_TILE:
             block_rows -= block_rows % ROW_TILE  # whole tiles of the matrix products
         all_heads = torch.arange(heads)
@@ -325,7 +344,7 @@ class BlockwiseAttention:
             query, score_of_block = query * (1.0 / math.sqrt(query.shape[-1])), "dot"
         else:
             score_of_block = score
-        sums_of_scores = self.score_sums and bias is None and score_of_block == "dot"
+        sums_of_scores = self.score_sums and bias is None and score_of_block == "dot" and not in_c
         values = self._values(value, key if sums_of_scores else None)
         features = self.key_features.shape[1] if self.key_features is not None and values is not value else 0
         key_columns = slice(d_v + features, d_v + features + key.shape[-1]) if sums_of_scores else None
@@ -339,27 +358,40 @@ class BlockwiseAttention:
                 if bias is not None:
                     rows, cols = torch.arange(start, stop), torch.arange(keys)
                     s += bias[all_heads][:, rows[:, None] - cols[None, :] + n - 1]
-                if causal:  # only the block's last ``count`` keys lie after some of its rows; a finite fill: exp gives
-                    # 0 all the same, and 0 x fill stays 0 (not NaN) for the observers
-                    s[:, :, start:stop].masked_fill_(after_row[:count, :count], HIDDEN_SCORE)
-                weights = torch.softmax(s, dim=-1, out=self._weights(*s.shape))
+                if in_c:  # the weights written over the scores, with what the observers read of them
+                    columns = self._columns(heads, keys).zero_()
+                    passed = native.row_pass(s, start, causal, CHUNK, columns)
+                    weights = s
+                else:
+                    if causal:  # only the block's last ``count`` keys lie after some of its rows; a finite fill: exp
+                        # gives 0 all the same, and 0 x fill stays 0 (not NaN) for the observers
+                        s[:, :, start:stop].masked_fill_(after_row[:count, :count], HIDDEN_SCORE)
+                    weights = torch.softmax(s, dim=-1, out=self._weights(*s.shape))
                 product = torch.matmul(weights, values[:, :keys], out=self._product(heads, count, values.shape[-1]))
                 output[:, start:stop] = product[..., :d_v]
                 block = Block(
                     layer,
                     start,
                     weights,
-                    s,
+                    None if in_c else s,
                     features=self.key_features if features else None,
                     feature_sums=product[..., d_v : d_v + features] if features else None,
                 )
-                if key_columns is not None:  # sum_j w_ij (q_i . k_j) = q_i . sum_j w_ij k_j
-                    block.score_sums = torch.linalg.vecdot(query[:, start:stop], product[..., key_columns])
-                # softmax subtracts the row's largest score m and divides by sum = sum_j exp(s_j - m); its largest
-                # weight is exp(0) / sum, so log-sum-exp = m + log(sum) = m - log(largest weight), with m the score
-                # where the largest weight is (within 6e-8 of m if several round to it): no pass over the block for it.
-                row_max = s.gather(-1, block.argmax[..., None])
-                block.log_sum_exp = row_max - block.max_weight.log()[..., None]
+                if in_c:
+                    block.log_sum_exp, block.score_sums = passed.log_sum_exp[..., None], passed.weighted_scores
+                    block.reductions.update(
+                        {"max": passed.chunk_max, "sum": passed.chunk_sum, "row max": passed.max_weight}
+                    )
+                    block.reductions.update({"argmax": passed.argmax, "columns": columns})
+                else:
+                    if key_columns is not None:  # sum_j w_ij (q_i . k_j) = q_i . sum_j w_ij k_j
+                        block.score_sums = torch.linalg.vecdot(query[:, start:stop], product[..., key_columns])
+                    # softmax subtracts the row's largest score m and divides by sum = sum_j exp(s_j - m); its
+                    # largest weight is exp(0) / sum, so log-sum-exp = m + log(sum) = m - log(largest weight), with
+                    # m the score where the largest weight is (within 6e-8 of m if several round to it): no pass
+                    # over the block for it.
+                    row_max = s.gather(-1, block.argmax[..., None])
+                    block.log_sum_exp = row_max - block.max_weight.log()[..., None]
                 scores.log_sum_exp[:, start:stop] = block.log_sum_exp[..., 0]
                 for observer in self.observers:
                     observer.add(block)

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 import torch
 from filelock import FileLock
 
+from ..cache import cache_dir
 from ..engine.registry import FAMILY_OF_MODEL_TYPE, head_class_name
 from ..errors import ModelLoadError, quoted, redact_paths
 from ..progress import Progress, report
@@ -69,11 +70,6 @@ _HARMLESS_MISSING = re.compile(r"(^|\.)(pooler|lm_head|cls|classifier|score|qa_o
 
 def embedded_hint() -> str:
     return "Models that work offline: " + "; ".join(f"{key!r} ({text})" for key, text in EMBEDDED_MODELS.items()) + "."
-
-
-def cache_dir() -> Path:
-    """Where converted checkpoints live: ``$HEADSCOPE_CACHE_DIR`` or ``~/.cache/headscope``."""
-    return Path(os.environ.get("HEADSCOPE_CACHE_DIR") or Path.home() / ".cache" / "headscope").expanduser()
 
 
 # ---- names and allow-lists ------------------------------------------------------------------------

@@ -9,13 +9,25 @@ import numpy as np
 import pytest
 import torch
 
+from mha_core import native
 from mha_core.analysis.streamed import LOCAL_WINDOW_MASS, causal_window
 from mha_core.attention import attention_scores
 from mha_core.engine import blockwise
 from mha_core.engine.blockwise import CHUNK, BlockwiseAttention
 from mha_core.pooling import PooledGrid, chunk_reduce, first_argmax, pool_dense
+from tests.conftest import require
 
 FLOAT32_TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(params=["c", "torch"])
+def row_path(request, monkeypatch):
+    """Each block's softmax and row reductions in one trip in C (``mha_core.native.row_pass``), or by torch's
+    operations: the kernel's two paths, which the tests hold to the same numbers."""
+    if request.param == "c":
+        require(native.available(), f"the native row pass ({native.why_not()})")
+    monkeypatch.setattr(native, "USE_NATIVE", request.param == "c")
+    return request.param
 
 
 def causal_block(rng, heads: int, start: int, count: int, peaked: bool = False) -> torch.Tensor:
@@ -110,7 +122,7 @@ def test_pooled_grid_from_causal_blocks_equals_pooling_the_matrix(n, size, regio
         assert grids["plain"].step == 0  # the unequal bins were pooled rows first
 
 
-def test_the_kernel_hands_each_block_once_with_exact_sums():
+def test_the_kernel_hands_each_block_once_with_exact_sums(row_path):
     torch.manual_seed(0)
     heads, kv, n, d = 6, 2, 150, 16
     q = torch.randn(1, heads, n, d)
@@ -134,17 +146,22 @@ def test_the_kernel_hands_each_block_once_with_exact_sums():
             torch.testing.assert_close(block.key_sums(features), expected @ features[:keys], rtol=1e-5, atol=1e-4)
             assert block.argmax.tolist() == expected.argmax(dim=-1).tolist()
             torch.testing.assert_close(block.max_weight, expected.amax(dim=-1))
+            torch.testing.assert_close(block.column_sums, expected.sum(dim=1), rtol=1e-5, atol=1e-5)
+            for reduce in ("max", "sum"):
+                torch.testing.assert_close(block.chunks(reduce), chunk_reduce(expected, CHUNK, reduce), **FLOAT32_TOL)
+            assert (block.scores is None) == (row_path == "c")  # the C pass writes the weights over the scores
             seen.append((block.layer, start, rows))
 
     old = blockwise.BLOCK_BYTES
-    blockwise.BLOCK_BYTES = 4 * heads * n * 70  # room for 70 rows: 64, whole row tiles, then the rest
+    blockwise.BLOCK_BYTES = 4 * heads * n * 70  # room for 70 rows (140 in C): whole row tiles, then the rest
     try:
         kernel = BlockwiseAttention(1, [Check], key_features=features)
         with torch.inference_mode():
             output, _ = kernel(q, k, v, None, True, "scaled")
     finally:
         blockwise.BLOCK_BYTES = old
-    assert seen == [(0, 0, 64), (0, 64, 64), (0, 128, 22)]
+    # the C pass's blocks hold twice the rows (the weights are written over the scores)
+    assert seen == ([(0, 0, 128), (0, 128, 22)] if row_path == "c" else [(0, 0, 64), (0, 64, 64), (0, 128, 22)])
     reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(output, reference, rtol=1e-5, atol=1e-5)
     stored = kernel.layers[0]
@@ -161,10 +178,11 @@ def test_the_kernel_hands_each_block_once_with_exact_sums():
         (True, "cosine", False),
     ],
 )
-def test_weighted_scores_equal_the_plain_sum_of_weights_times_scores(causal, score, with_bias, monkeypatch):
-    """sum_j w_ij s_ij, which sum w ln w is made of: from the kernel's product with the values (the keys beside them:
-    q_i . sum_j w_ij k_j) where the scores are products of queries and keys, from a pass over the block where they
-    are not (a score bias of the offset, as MPNet's; cosine scores), both against the sum written out here."""
+def test_weighted_scores_equal_the_plain_sum_of_weights_times_scores(causal, score, with_bias, monkeypatch, row_path):
+    """sum_j w_ij s_ij, which sum w ln w is made of: from the C row pass on every block; on torch's path, from the
+    kernel's product with the values (the keys beside them: q_i . sum_j w_ij k_j) where the scores are products of
+    queries and keys, from a pass over the block where they are not (a score bias of the offset, as MPNet's;
+    cosine scores); all against the sum written out here."""
     torch.manual_seed(3)
     heads, n, d = 3, 90, 8
     q, k, v = (torch.randn(1, heads, n, d) * 2 for _ in range(3))
@@ -184,22 +202,23 @@ def test_weighted_scores_equal_the_plain_sum_of_weights_times_scores(causal, sco
             hidden = positions[None, None, :keys] > rows[None, :, None] if causal else torch.zeros(1, 1, keys).bool()
             weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
             expected = (weights * scores.masked_fill(hidden, 0.0)).sum(dim=-1)
-            assert (block.score_sums is not None) == (score != "cosine" and not with_bias)
+            from_kernel = row_path == "c" or (score != "cosine" and not with_bias)
+            assert (block.score_sums is not None) == from_kernel
             torch.testing.assert_close(block.weighted_scores().double(), expected, rtol=1e-5, atol=1e-4)
             seen.append(block.row_start)
 
-    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 4 * heads * n * 40)  # blocks of 32 rows
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 4 * heads * n * 40)  # blocks of 32 rows (64 in C)
     kernel = BlockwiseAttention(1, [Check], score_sums=True)
     with torch.inference_mode():
         output, _ = kernel(q, k, v, mask, causal, score)
-    assert seen == [0, 32, 64]
+    assert seen == ([0, 64] if row_path == "c" else [0, 32, 64])
     scores = attention_scores(q, k, score) + (mask if with_bias else 0.0)
     if causal:
         scores = scores.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
     torch.testing.assert_close(output, torch.softmax(scores, dim=-1) @ v, rtol=1e-5, atol=1e-5)  # the output unchanged
 
 
-def test_the_kernel_flushes_denormals_while_it_computes_blocks_and_restores_them():
+def test_the_kernel_flushes_denormals_while_it_computes_blocks_and_restores_them(row_path):
     """Rows whose scores lie far below their largest (spread 100 here) have exponentials below float32's smallest
     normal number: inside the pass they are flushed to zero (no slow path), outside the pass the thread's
     arithmetic is as it was, and the output is the softmax's."""

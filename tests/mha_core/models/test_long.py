@@ -7,13 +7,14 @@ import pytest
 import torch
 
 import mha_core as mc
+from mha_core import native
 from mha_core.analysis.long_roles import LOCAL_MAX_WINDOW, generated_copies, needle_copies, retrieval_scores
 from mha_core.engine.blockwise import distinct_key_heads
 from mha_core.errors import InputTextError
 from mha_core.models import long as long_module
 from mha_core.models.long import greedy_answer, needle_prompt, needle_question, run_long, run_needle
 from mha_core.operations.long import long_run_bytes
-from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL
+from tests.conftest import ATTENTION_ATOL, ENGINE_ATOL, METRIC_TOL, require
 from tests.model_fixtures import (
     CORPUS,
     build_tiny_bert,
@@ -87,6 +88,34 @@ def test_streamed_metrics_equal_the_dense_metrics(family_runs):
             )
         else:
             assert streamed[column].tolist() == expected[column].tolist(), column
+
+
+def test_the_c_row_pass_and_torchs_path_give_the_same_run(family_runs, monkeypatch):
+    """The pass above ran each block's softmax and row reductions in C (mha_core.native); torch's operations give
+    the same overviews, log-sum-exps, row statistics and metrics table, within float32's rounding."""
+    require(native.available(), f"the native row pass ({native.why_not()})")
+    model, _, _, in_c = family_runs
+    monkeypatch.setattr(native, "USE_NATIVE", False)
+    by_torch = run_long(model, token_ids=in_c.token_ids)
+    np.testing.assert_allclose(in_c.overview_mean, by_torch.overview_mean, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(in_c.overview_max, by_torch.overview_max, rtol=1e-5, atol=1e-7)
+    for a, b in zip(in_c.layers, by_torch.layers, strict=True):
+        torch.testing.assert_close(a.log_sum_exp, b.log_sum_exp, rtol=1e-5, atol=1e-5)
+    rows_c, rows_torch = in_c.statistics.rows, by_torch.statistics.rows
+    for name, values in rows_c.items():
+        if name == "window":  # a row whose mass sits at the share within float32's rounding may move by one key
+            assert np.abs(values - rows_torch[name]).max() <= 1 and (values != rows_torch[name]).mean() < 0.01
+        elif name == "argmax":
+            assert (values != rows_torch[name]).mean() < 0.01  # ties within rounding only
+        else:
+            np.testing.assert_allclose(values, rows_torch[name], rtol=1e-4, atol=1e-4 * (1 + np.abs(values).max()))
+    np.testing.assert_allclose(in_c.statistics.column_mass, by_torch.statistics.column_mass, rtol=1e-5, atol=1e-4)
+    expected, got = by_torch.head_metrics(), in_c.head_metrics()
+    for column in expected.columns:
+        if expected[column].dtype.kind in "fi":
+            np.testing.assert_allclose(
+                got[column].to_numpy(float), expected[column].to_numpy(float), **METRIC_TOL, err_msg=column
+            )
 
 
 def _pooled_by_hand(matrix: np.ndarray, rows, cols, size: int, reduce: str) -> np.ndarray:
