@@ -6,7 +6,9 @@ layer, the queries and keys as the scores see them (after rotary positions; grou
 each row's log-sum-exp. Any block of weights is then exact on demand: ``exp(score(q_i, k_j) + bias - lse_i)``.
 The values flow through the layer as in the dense path (the same products, block by block), so the hidden
 states are the dense path's. Observers see every block of weights once, while it exists, to pool overviews and
-stream the head metrics.
+stream the head metrics. Where the C kernels are built (``mha_core.native``), each block's softmax and the row
+reductions the observers read come from one trip over the block (``native.row_pass``), which writes the weights
+over the scores; elsewhere torch's operations compute the same numbers, a pass each.
 
 ``BlockwiseAttention`` is the kernel ``mha_core.attention.attention_kernel`` switches in for the length of one
 pass; every family's layer code runs unchanged.
@@ -263,8 +265,8 @@ class BlockwiseAttention:
     (``Block.score_sums``) from the same product: a score is q_i . k_j, so the sum is q_i . (sum_j w_ij k_j), and
     the keys ride along as well (64 more columns of a product that runs near the machine's peak, against a pass
     that writes and reads the block twice; not with a score bias, as MPNet's, nor cosine scores: there the
-    observers make the pass). ``progress(done, total, message)`` after every block, ``total`` the number of
-    layers (it may raise to stop).
+    observers make the pass; the C row pass gives the sums on every block and the keys stay out of the product).
+    ``progress(done, total, message)`` after every block, ``total`` the number of layers (it may raise to stop).
     """
 
     def __init__(
