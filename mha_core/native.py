@@ -39,12 +39,14 @@ _lock = threading.Lock()
 _why_not: list[str] = []
 
 
-def compiler() -> str | None:
-    """The C compiler: ``$CC``, else the first of cc, gcc, clang on the path."""
+def compiler() -> list[str] | None:
+    """The command that compiles C: ``$CC`` (which may be several words, as ``ccache gcc``), else the first of cc,
+    gcc, clang on the path."""
     named = os.environ.get("CC", "").split()
     if named:
-        return shutil.which(named[0])
-    return next((found for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
+        found = shutil.which(named[0])
+        return [found, *named[1:]] if found else None
+    return next(([found] for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
 
 
 def _processor() -> str:
@@ -57,11 +59,13 @@ def _processor() -> str:
     return "\n".join(dict.fromkeys(line for line in lines if line.split(":")[0].strip() in wanted))
 
 
-def _build(cc: str, directory: Path) -> Path:
+def _build(cc: list[str], directory: Path) -> Path:
     """The shared library for this source, compiler and processor, built into ``directory`` unless it is there."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     key = hashlib.sha256(
-        "\0".join([SOURCE.read_text(), " ".join(FLAGS), cc, version, _processor(), platform.machine()]).encode()
+        "\0".join(
+            [SOURCE.read_text(), " ".join(FLAGS), " ".join(cc), version, _processor(), platform.machine()]
+        ).encode()
     ).hexdigest()[:20]
     target = directory / f"rows-{key}.so"
     if target.exists():
@@ -72,7 +76,7 @@ def _build(cc: str, directory: Path) -> Path:
         fd, partial = tempfile.mkstemp(prefix=".rows-", suffix=".so", dir=directory)
         os.close(fd)
         done = subprocess.run(
-            [cc, *FLAGS, *extra, "-o", partial, str(SOURCE), "-lm"],
+            [*cc, *FLAGS, *extra, "-o", partial, str(SOURCE), "-lm"],
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT_S,
@@ -82,7 +86,7 @@ def _build(cc: str, directory: Path) -> Path:
             return target
         os.unlink(partial)
         errors.append(done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"])
-    raise RuntimeError(f"{Path(cc).name} could not build {SOURCE.name}: {errors[0][0]}")
+    raise RuntimeError(f"{Path(cc[-1]).name} could not build {SOURCE.name}: {errors[0][0]}")
 
 
 @functools.cache
@@ -90,7 +94,10 @@ def _library() -> ctypes.CDLL | None:
     with _lock:
         cc = compiler()
         if cc is None:
-            _why_not.append("no C compiler (cc, gcc or clang) on the path")
+            named = os.environ.get("CC", "").split()
+            _why_not.append(
+                f"$CC ({named[0]}) is not on the path" if named else "no C compiler (cc, gcc or clang) on the path"
+            )
             return None
         try:
             try:

@@ -3,6 +3,8 @@ computation written in the test."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -136,8 +138,13 @@ def test_the_library_is_built_once_into_its_cache_and_a_failed_build_says_why(tm
     assert native._build(cc, tmp_path / "cache") == built and built.stat().st_mtime_ns == stamp  # not rebuilt
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [built.name]  # no partial file left
     with pytest.raises(RuntimeError, match=r"could not build rows\.c"):
-        native._build("/bin/false", tmp_path / "failed")
+        native._build(["/bin/false"], tmp_path / "failed")
     assert not list((tmp_path / "failed").iterdir())
+    monkeypatch.setenv("CC", f"env {cc[0]}")  # a command of several words, as "ccache gcc"
+    assert native.compiler() == [shutil.which("env"), cc[0]]
+    assert native._build(native.compiler(), tmp_path / "wrapped").suffix == ".so"
+    monkeypatch.setenv("CC", "no-such-compiler-here")
+    assert native.compiler() is None
     monkeypatch.setattr(native, "USE_NATIVE", False)
     assert not native.available() and "turned off" in native.why_not()
     with pytest.raises(RuntimeError, match="not available: turned off"):
