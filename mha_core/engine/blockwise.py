@@ -193,7 +193,7 @@ class Block:
     log_sum_exp  ``[heads, rows, 1]``
     score_sums   ``[heads, rows]``: sum_j w_ij scores_ij, when the kernel had it (from its product with the values,
                  or from the native row pass) (``weighted_scores``)
-    reductions   what is known of the weights, by name: ``"max"``, ``"sum"`` (``chunks``), ``"row max"``
+    reductions   what is known of the weights, by name: ``"max"``, ``"sum"`` (``chunks``), ``"row_max"``
                  (``max_weight``), ``"argmax"``, ``"columns"`` (``column_sums``); the native row pass gives them all,
                  else each is computed at its first use
     """
@@ -218,9 +218,9 @@ class Block:
     @property
     def max_weight(self) -> torch.Tensor:
         """``[heads, rows]``: each row's largest weight."""
-        if "row max" not in self.reductions:
-            self.reductions["row max"] = self.chunks("max").amax(dim=-1)
-        return self.reductions["row max"]
+        if "row_max" not in self.reductions:
+            self.reductions["row_max"] = self.chunks("max").amax(dim=-1)
+        return self.reductions["row_max"]
 
     @property
     def argmax(self) -> torch.Tensor:
@@ -382,9 +382,12 @@ class BlockwiseAttention:
                 if in_c:
                     block.log_sum_exp, block.score_sums = passed.log_sum_exp[..., None], passed.weighted_scores
                     block.reductions.update(
-                        {"max": passed.chunk_max, "sum": passed.chunk_sum, "row max": passed.max_weight}
+                        max=passed.chunk_max,
+                        sum=passed.chunk_sum,
+                        argmax=passed.argmax,
+                        columns=columns,
+                        row_max=passed.max_weight,
                     )
-                    block.reductions.update({"argmax": passed.argmax, "columns": columns})
                 else:
                     if key_columns is not None:  # sum_j w_ij (q_i . k_j) = q_i . sum_j w_ij k_j
                         block.score_sums = torch.linalg.vecdot(query[:, start:stop], product[..., key_columns])
