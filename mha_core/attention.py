@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import native
 from .hooks import HookError, Points, as_points
 from .pages import MIN_BYTES, written_buffer
 
@@ -199,6 +200,11 @@ def scaled_dot_product_attention(
     Returns ``(output [..., n_q, d_v], weights [..., n_q, n_k])``. ``hooks`` (``mha_core.hooks``): the points
     ``hook_attn_scores`` (what the softmax reads: scaled, with the mask's bias, -inf at hidden keys) and
     ``hook_pattern`` (the weights), each ``[batch, head, query, key]``.
+
+    Without autograd, a mask or a hook on the scores or pattern, ``MultiHeadAttention``'s one-sequence layout (each
+    head's block transposed) goes to ``native.attend`` where the C kernels are built: the scores, softmax and output
+    of a block of query rows at a time, while they are in cache (0.79-0.85 of the three passes' time at d_k = 32,
+    n = 256; docs/benchmarks.md). The same numbers to float32 rounding.
     """
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"query and key must share their last dimension, got {q.shape[-1]} and {k.shape[-1]}")
@@ -210,6 +216,10 @@ def scaled_dot_product_attention(
         if hooked:
             raise HookError("A long run computes attention in blocks: it has no scores or pattern to hook.")
         return kernel(q, k, v, mask=mask, causal=causal, score=score)
+    unmasked = not hooked and mask is None and score in ("dot", "scaled") and not _autograd_follows(q, k, v)
+    if unmasked and native.attends(q, k, v):  # MultiHeadAttention's one sequence: scores to output a block at a time
+        scale = 1.0 / math.sqrt(q.shape[-1]) if score == "scaled" else 1.0
+        return native.attend(q, k, v, scale, causal, weights=_scores_buffer(q, k))
     scores = attention_scores(q, k, score, out=_scores_buffer(q, k))
     if hooked:  # the scores are kept or replaced: they are not overwritten by the weights
         scores, keep = masked_scores(scores, mask, causal)
@@ -350,12 +360,12 @@ class MultiHeadAttention(nn.Module):
         """Self-attention's Q, K, V without autograd, each head's block contiguous, so that the attention products read
         them in order (split heads of one ``[n, 3 * h * d_k]`` product are strided views whose batched products
         measured slower, bench/core.py). One sequence is projected transposed, ``W X^T`` (``[3 * h * d_k, n]``): each
-        head's Q^T, K^T, V^T is a contiguous ``[d_k, n]`` block and q, k, v are its transposed views (no copy), which
-        the products read through the BLAS's transpose flags; ``scaled_dot_product_attention`` then writes each head's
-        output in the same layout, so that ``merge_heads`` is a view too (no copy of Q, K, V or of the heads' outputs:
-        0.89-1.03 of nn.MultiheadAttention's time at d_model 384, n = 256, where the per-head products that wrote
-        ``[n, d_k]`` blocks took 1.01-1.08; docs/benchmarks.md). A batch is projected in one product and laid out ``[3, batch, heads, n, d_k]`` with
-        one copy. The same numbers as ``project``."""
+        head's Q^T, K^T, V^T is a contiguous ``[d_k, n]`` block and q, k, v are its transposed views (no copy).
+        ``scaled_dot_product_attention`` gives these to ``native.attend``, which writes the heads' outputs as Concat;
+        without the C kernels, torch's products read them through the BLAS's transpose flags and write each head's
+        output in the same layout, so that ``merge_heads`` is a view too (no copy of Q, K, V or of the heads' outputs;
+        docs/benchmarks.md). A batch is projected in one product and laid out ``[3, batch, heads, n, d_k]`` with one
+        copy. The same numbers as ``project``."""
         b, n, _ = x.shape
         h, d_k = self.num_heads, self.d_k
         if b == 1:
@@ -422,9 +432,10 @@ class MultiHeadAttention(nn.Module):
             for name, t in zip(("hook_q", "hook_k", "hook_v"), self.project(query, key, value))
         )
         score = self.score
-        if score == "scaled" and not hooks.wants("hook_q") and not _autograd_follows(q):
-            # 1/sqrt(d_k) folded into the queries in place: their memory is this call's own projection (nothing
-            # else holds it), so the scaled product costs no new [n, d] buffer. The same numbers as "scaled".
+        if score == "scaled" and not hooks.wants("hook_q") and not _autograd_follows(q) and not native.attends(q, k, v):
+            # 1/sqrt(d_k) folded into the queries in place (native.attend scales each score as it computes it): their
+            # memory is this call's own projection (nothing else holds it), so the scaled product costs no new [n, d]
+            # buffer. The same numbers as "scaled".
             q, score = q.mul_(1.0 / math.sqrt(self.d_k)), "dot"
         heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, score=score, hooks=hooks)
         merged = self.merge_heads(head_point(hooks, "hook_z", heads))

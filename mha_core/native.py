@@ -1,11 +1,13 @@
 """Kernels in C, built at first use with this machine's C compiler and loaded with ctypes (no torch headers, no
-build step at install): ``row_pass``, the long pass's one trip over a block of scores (``kernels/rows.c``).
+build step at install), both in ``kernels/rows.c``: ``row_pass``, the long pass's one trip over a block of scores, and
+``attend``, one sequence's dense attention a block of query rows at a time (``attention.scaled_dot_product_attention``
+for ``MultiHeadAttention``'s one-sequence layout).
 
 The library is built once per source, compiler and processor (``-march=native``) into ``native/`` of Headscope's
 cache (``mha_core.cache.cache_dir``: ``$HEADSCOPE_CACHE_DIR`` or ``~/.cache/headscope``), written
 under a temporary name and renamed, so that processes building it at once never load half a file. Without a
-compiler (or with ``HEADSCOPE_NATIVE=0``, or ``USE_NATIVE = False``) ``row_pass`` is None and the callers take their
-torch path, which computes the same numbers in several passes; ``why_not()`` says why.
+compiler (or with ``HEADSCOPE_NATIVE=0``, or ``USE_NATIVE = False``) ``available()`` is False and the callers take
+their torch path, which computes the same numbers in several passes; ``why_not()`` says why.
 """
 
 from __future__ import annotations
@@ -112,11 +114,14 @@ def _library() -> ctypes.CDLL | None:
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     function.argtypes = [pointer, size, size, size, size, ctypes.c_int, size, *[pointer] * 7, ctypes.c_int]
     function.restype = ctypes.c_int
+    function = library.attend
+    function.argtypes = [*[pointer] * 3, *[size] * 10, ctypes.c_float, ctypes.c_int, pointer, pointer, ctypes.c_int]
+    function.restype = ctypes.c_int
     return library
 
 
 def available() -> bool:
-    """Whether ``row_pass`` runs in C here (``USE_NATIVE`` and the library built)."""
+    """Whether ``row_pass`` and ``attend`` run in C here (``USE_NATIVE`` and the library built)."""
     return USE_NATIVE and _library() is not None
 
 
@@ -176,3 +181,64 @@ def row_pass(block: torch.Tensor, row_start: int, causal: bool, chunk: int, colu
     if status != 0:
         raise (MemoryError if status == 2 else ValueError)(f"rows_softmax failed (status {status})")
     return out
+
+
+def attends(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether ``attend`` takes these: float32 CPU ``[1, heads, n, d_k]`` (the same heads and d_k), each head's block
+    laid out transposed (``stride(-2) == 1``: ``MultiHeadAttention``'s one-sequence projection, ``W X^T``), and the C
+    kernels available."""
+    tensors = (q, k, v)
+    if any(t.dim() != 4 or t.shape[0] != 1 or t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+        return False
+    if k.shape != v.shape or q.shape[1] != k.shape[1] or q.shape[-1] != k.shape[-1] or 0 in q.shape or 0 in k.shape:
+        return False
+    return all(t.stride(-2) == 1 for t in tensors) and available()
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(scale q k^T) v for every head, a block of 8 query rows at a time: each block's scores are computed into
+    the weights' memory, turned into weights while they are in cache, and multiplied with V (torch takes a pass over
+    all the scores for each step). ``q [1, heads, n_q, d_k]``, ``k``, ``v [1, heads, n_k, d_k]`` as ``attends`` wants
+    them; a decoder's (``causal``) row i sees keys j <= i + n_k - n_q (a row that sees none gets zeros).
+
+    Returns ``(output [1, heads, n_q, d_k], weights [1, heads, n_q, n_k])``; the output is a view of the heads'
+    Concat, ``[1, n_q, heads * d_k]``, contiguous. ``weights``: a contiguous buffer to write them into. The same
+    numbers as torch's products and softmax to float32 rounding (another order of sums; an exponential within 2 ulp).
+    Runs on torch's number of threads. Raises ValueError for tensors ``attends`` refuses."""
+    if not attends(q, k, v):
+        if not available():
+            raise RuntimeError(f"the C kernels are not available: {why_not()}")
+        raise ValueError("attend reads float32 [1, heads, n, d_k] tensors laid out with stride(-2) == 1")
+    _, heads, n_q, d_k = q.shape
+    n_k = k.shape[-2]
+    if weights is None:
+        weights = torch.empty(1, heads, n_q, n_k)
+    elif weights.shape != (1, heads, n_q, n_k) or weights.dtype != torch.float32 or not weights.is_contiguous():
+        raise ValueError(f"weights must be a contiguous float32 [1, {heads}, {n_q}, {n_k}] buffer")
+    out = torch.empty(1, n_q, heads * d_k)
+    arguments = (  # attend's, in its order
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        heads,
+        n_q,
+        n_k,
+        d_k,
+        q.stride(1),
+        q.stride(-1),
+        k.stride(1),
+        k.stride(-1),
+        v.stride(1),
+        v.stride(-1),
+        float(scale),
+        int(bool(causal)),
+        weights.data_ptr(),
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
+    status = _library().attend(*arguments)
+    if status != 0:
+        raise (MemoryError if status == 2 else ValueError)(f"attend failed (status {status})")
+    return out.view(1, n_q, heads, d_k).transpose(1, 2), weights

@@ -51,12 +51,12 @@ if [ "${1:-}" = "--test" ] && ! command -v node >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs >/dev/null
 fi
 if [ "${1:-}" = "--test" ] && ! command -v cc >/dev/null 2>&1; then
-  echo "[setup] installing Debian's gcc for the long pass's C kernel (mha_core/native.py)"
+  echo "[setup] installing Debian's gcc for the C kernels (mha_core/native.py)"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gcc libc6-dev >/dev/null
 fi
-# The long pass's C kernel, built once into the user's cache (a second or so); without a C compiler long runs take
-# torch's path, about 1.3 x as long.
-.venv/bin/python -c "from mha_core import native; print('[setup] the long pass C kernel:', native.why_not() or 'built')"
+# The C kernels (the long pass's row pass, the core's attention of one sequence), built once into the user's cache (a
+# second or so); without a C compiler long runs take torch's path, about 1.3 x as long.
+.venv/bin/python -c "from mha_core import native; print('[setup] the C kernels:', native.why_not() or 'built')"
 exit 0

@@ -1,6 +1,10 @@
-/* One pass over a block of attention scores, a row at a time while the row is in cache: the softmax, written over
- * the scores, and what a long pass's observers read of the weights (mha_core.engine.blockwise). torch takes a pass
- * over the block for each of these. Built by mha_core/native.py at first use.
+/* Attention a row at a time while the row is in cache, where torch takes a pass over all the scores for each step.
+ * Built by mha_core/native.py at first use.
+ *
+ * rows_softmax: one pass over a block of attention scores: the softmax, written over the scores, and what a long
+ * pass's observers read of the weights (mha_core.engine.blockwise).
+ * attend (below): one sequence's dense attention, scores, softmax and output, 8 query rows at a time
+ * (mha_core.attention.scaled_dot_product_attention).
  *
  * rows_softmax: block [heads, rows, keys], contiguous float32, the scores in, the weights out. Row r of the block
  * is query row_start + r; a decoder's row sees keys 0 .. row_start + r, and its later keys get weight 0. Per row:
@@ -42,20 +46,29 @@ static inline float exp_f32(float x) {
     return x < low ? 0.0f : value;
 }
 
-static void one_row(float *restrict w, int64_t keys, int64_t visible, int64_t chunk, int64_t nchunks, float *lse,
-                    float *weighted, float *max_weight, int64_t *argmax, float *restrict chunk_max,
-                    float *restrict chunk_sum, float *restrict columns) {
+/* w[j] = exp(w[j] - m) for j < visible (>= 1), m the largest of them (torch's softmax, in its order): returns their
+ * sum; *max = m, *centred = sum_j exp(w_j - m) (w_j - m). */
+static inline float exponentials(float *restrict w, int64_t visible, float *max, float *centred) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < visible; j++) m = w[j] > m ? w[j] : m;
-    float sum = 0.0f, centred = 0.0f;
-#pragma omp simd reduction(+ : sum, centred)
+    float sum = 0.0f, c = 0.0f;
+#pragma omp simd reduction(+ : sum, c)
     for (int64_t j = 0; j < visible; j++) {
         float d = w[j] - m, e = exp_f32(d);
         w[j] = e;
         sum += e;
-        centred += e * d;
+        c += e * d;
     }
+    *max = m;
+    *centred = c;
+    return sum;
+}
+
+static void one_row(float *restrict w, int64_t keys, int64_t visible, int64_t chunk, int64_t nchunks, float *lse,
+                    float *weighted, float *max_weight, int64_t *argmax, float *restrict chunk_max,
+                    float *restrict chunk_sum, float *restrict columns) {
+    float m, centred, sum = exponentials(w, visible, &m, &centred);
     float inverse = 1.0f / sum;
     *lse = m + logf(sum);
     *weighted = m + centred * inverse;
@@ -144,4 +157,173 @@ int rows_softmax(float *block, int64_t heads, int64_t rows, int64_t keys, int64_
 #endif
     }
     return failed ? 2 : 0;
+}
+
+/* ---- attend: one sequence's dense attention, every head, a block of query rows at a time ----------------------
+ *
+ * For each head and each block of 8 query rows: the rows' scores (into the weights' memory), their softmax in place
+ * while the rows are in cache, and their output. torch takes three passes over the [heads, n_q, n_k] scores for the
+ * same (bmm, softmax, bmm). Layouts (MultiHeadAttention's one-sequence projection, W X^T):
+ *   q  element (h, i, c) at q[h * q_head + c * q_dim + i]   (each head's Q^T, [d_k, n_q], rows of queries)
+ *   k  element (h, j, c) at k[h * k_head + c * k_dim + j]   (each head's K^T)
+ *   v  element (h, j, c) at v[h * v_head + c * v_dim + j]   (each head's V^T)
+ *   weights [heads, n_q, n_k], contiguous; out element (i, h, c) at out[i * heads * d_k + h * d_k + c] (Concat).
+ * scores = scale * q . k; a decoder's (causal) row i sees keys j <= i + n_k - n_q, the later keys get weight 0 and a
+ * row that sees none gets all-zero weights and output. */
+
+typedef float vec16 __attribute__((vector_size(64))); /* GCC's and clang's vectors: AVX-512, or split to AVX/SSE/NEON */
+
+static inline vec16 load16(const float *p) {
+    vec16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store16(float *p, vec16 v) { memcpy(p, &v, sizeof v); }
+
+#define TILE 8
+#define EACH_ROW(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+/* s[r * keys_all + j] = scale * sum_c q[c * q_dim + r] * k[c * padded + j], r < rows (8, or fewer for the last
+ * rows), j < keys: 8 x 32 tiles held in registers, each key vector loaded once for the 8 rows. k: a head's K^T,
+ * [d_k, padded], each row padded with zeros to a multiple of 32 keys, so that the last tile reads whole vectors (it
+ * is written through ``spill``, as far as ``keys``). */
+static void scores_tile(const float *restrict q, int64_t q_dim, const float *restrict k, int64_t padded, int64_t d_k,
+                        float scale, float *restrict s, int64_t keys_all, int64_t keys, int rows) {
+    float spill[TILE][32];
+    for (int64_t j = 0; j < keys; j += 32) {
+        int whole = j + 32 <= keys;
+        if (rows == TILE) {
+#define DECLARE(r) vec16 a##r##0 = {0}, a##r##1 = {0};
+            EACH_ROW(DECLARE)
+            for (int64_t c = 0; c < d_k; c++) {
+                const float *kr = k + c * padded + j, *qr = q + c * q_dim;
+                vec16 k0 = load16(kr), k1 = load16(kr + 16);
+#define ADD(r) { float x = qr[r]; a##r##0 += x * k0; a##r##1 += x * k1; }
+                EACH_ROW(ADD)
+            }
+            if (whole) {
+#define STORE(r) store16(s + r * keys_all + j, a##r##0 * scale); store16(s + r * keys_all + j + 16, a##r##1 * scale);
+                EACH_ROW(STORE)
+                continue;
+            }
+#define SPILL_S(r) store16(spill[r], a##r##0 * scale); store16(spill[r] + 16, a##r##1 * scale);
+            EACH_ROW(SPILL_S)
+        } else {
+            for (int r = 0; r < rows; r++) {
+                vec16 a0 = {0}, a1 = {0};
+                for (int64_t c = 0; c < d_k; c++) {
+                    float x = q[c * q_dim + r];
+                    a0 += x * load16(k + c * padded + j);
+                    a1 += x * load16(k + c * padded + j + 16);
+                }
+                store16(spill[r], a0 * scale);
+                store16(spill[r] + 16, a1 * scale);
+            }
+        }
+        int64_t width = whole ? 32 : keys - j;
+        for (int r = 0; r < rows; r++) memcpy(s + r * keys_all + j, spill[r], (size_t)width * sizeof(float));
+    }
+}
+
+/* softmax of w[0 .. visible) in place (exp(s - max) times 1 / their sum); the keys from visible on get 0 (all of
+ * them when visible <= 0). */
+static void softmax_row(float *restrict w, int64_t keys, int64_t visible) {
+    if (visible > keys) visible = keys;
+    if (visible <= 0) {
+        memset(w, 0, (size_t)keys * sizeof(float));
+        return;
+    }
+    float m, centred, inverse = 1.0f / exponentials(w, visible, &m, &centred);
+#pragma omp simd
+    for (int64_t j = 0; j < visible; j++) w[j] *= inverse;
+    for (int64_t j = visible; j < keys; j++) w[j] = 0.0f;
+}
+
+/* out[r * out_row + c] = sum_{j < keys} w[r * keys_all + j] * values[j * padded + c], r < rows (8 or 1), c < d_k;
+ * values: a head's V, [n_k, padded], padded = d_k rounded up to 16 (zeros after d_k). */
+static void values_tile(const float *restrict w, int64_t keys_all, int64_t keys, int rows,
+                        const float *restrict values, int64_t padded, int64_t d_k, float *restrict out,
+                        int64_t out_row) {
+    float spill[TILE][32];
+    for (int64_t c = 0; c < padded; c += 32) {
+        int64_t width = padded - c < 32 ? padded - c : 32; /* 32 or 16 */
+        if (rows == TILE && width == 32) {
+#define DECLARE_V(r) vec16 a##r##0 = {0}, a##r##1 = {0};
+            EACH_ROW(DECLARE_V)
+            for (int64_t j = 0; j < keys; j++) {
+                const float *vr = values + j * padded + c;
+                vec16 v0 = load16(vr), v1 = load16(vr + 16);
+#define ADD_V(r) { float x = w[r * keys_all + j]; a##r##0 += x * v0; a##r##1 += x * v1; }
+                EACH_ROW(ADD_V)
+            }
+#define SPILL(r) store16(spill[r], a##r##0); store16(spill[r] + 16, a##r##1);
+            EACH_ROW(SPILL)
+        } else {
+            for (int r = 0; r < rows; r++) {
+                vec16 a0 = {0}, a1 = {0};
+                for (int64_t j = 0; j < keys; j++) {
+                    float x = w[r * keys_all + j];
+                    a0 += x * load16(values + j * padded + c);
+                    if (width == 32) a1 += x * load16(values + j * padded + c + 16);
+                }
+                store16(spill[r], a0);
+                store16(spill[r] + 16, a1);
+            }
+        }
+        int64_t stop = d_k - c < 32 ? d_k - c : 32;
+        for (int r = 0; r < rows; r++) memcpy(out + r * out_row + c, spill[r], (size_t)stop * sizeof(float));
+    }
+}
+
+int attend(const float *q, const float *k, const float *v, int64_t heads, int64_t n_q, int64_t n_k, int64_t d_k,
+           int64_t q_head, int64_t q_dim, int64_t k_head, int64_t k_dim, int64_t v_head, int64_t v_dim, float scale,
+           int causal, float *weights, float *out, int threads) {
+    if (heads < 1 || n_q < 1 || n_k < 1 || d_k < 1 || threads < 1) return 1;
+    int64_t padded = (d_k + 15) / 16 * 16, key_padded = (n_k + 31) / 32 * 32;
+    int64_t blocks = (n_q + TILE - 1) / TILE, offset = n_k - n_q;
+    /* each head's V, row-major [n_k, padded], and K^T, [d_k, key_padded], zeros after the last column */
+    float *values = (float *)malloc((size_t)(heads * (n_k * padded + d_k * key_padded)) * sizeof(float));
+    if (!values) return 2;
+    float *keys_t = values + heads * n_k * padded;
+#pragma omp parallel num_threads(threads)
+    {
+#if defined(__SSE__)
+        unsigned int csr = _mm_getcsr();
+        _mm_setcsr(csr | 0x8040); /* flush denormal results (FTZ) and inputs (DAZ) to zero */
+#endif
+#pragma omp for schedule(static)
+        for (int64_t h = 0; h < heads; h++) {
+            for (int64_t j = 0; j < n_k; j++) {
+                float *row = values + (h * n_k + j) * padded;
+                for (int64_t c = 0; c < d_k; c++) row[c] = v[h * v_head + c * v_dim + j];
+                for (int64_t c = d_k; c < padded; c++) row[c] = 0.0f;
+            }
+            for (int64_t c = 0; c < d_k; c++) {
+                float *row = keys_t + (h * d_k + c) * key_padded;
+                for (int64_t j = 0; j < n_k; j++) row[j] = k[h * k_head + c * k_dim + j];
+                for (int64_t j = n_k; j < key_padded; j++) row[j] = 0.0f;
+            }
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t index = 0; index < heads * blocks; index++) {
+            int64_t h = index / blocks, i0 = (index % blocks) * TILE;
+            int rows = n_q - i0 < TILE ? (int)(n_q - i0) : TILE;
+            float *w = weights + (h * n_q + i0) * n_k;
+            /* the keys any row of the block sees: its last row's */
+            int64_t keys = causal ? i0 + rows + offset : n_k;
+            if (keys > n_k) keys = n_k;
+            if (keys < 0) keys = 0;
+            scores_tile(q + h * q_head + i0, q_dim, keys_t + h * d_k * key_padded, key_padded, d_k, scale, w, n_k,
+                        keys, rows);
+            for (int r = 0; r < rows; r++) softmax_row(w + r * n_k, n_k, causal ? i0 + r + 1 + offset : n_k);
+            values_tile(w, n_k, keys, rows, values + h * n_k * padded, padded, d_k, out + i0 * heads * d_k + h * d_k,
+                        heads * d_k);
+        }
+#if defined(__SSE__)
+        _mm_setcsr(csr);
+#endif
+    }
+    free(values);
+    return 0;
 }

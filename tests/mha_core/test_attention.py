@@ -14,6 +14,7 @@ from torch import nn
 
 import mha_core as mc
 from mha_core.edits import scale_heads
+from tests.conftest import require
 
 ATOL = 1e-5
 
@@ -235,9 +236,10 @@ def test_linear_is_the_affine_map_through_either_product(monkeypatch, use_onednn
 
 
 def test_one_sequences_forward_copies_no_activation():
-    """Without autograd, one sequence's Q, K, V, the heads' outputs and Concat are views of the products: torch's
-    profiler sees no copy of a tensor as large as the input in the forward (oneDNN would copy Concat's transposed
-    view before W^O's product; it goes to MKL, which reads it transposed), and the output is torch's. (Without
+    """Without autograd, one sequence's Q, K, V and Concat are views of the products (or, with the C kernels, Concat is
+    what ``native.attend`` writes): torch's profiler sees no copy of a tensor as large as the input in the forward
+    (oneDNN would copy a transposed Concat before W^O's product; that goes to MKL, which reads it transposed), and the
+    output is torch's. (Without
     biases: F.linear with a bias first copies the bias into every row of its output, as torch's own layer does.)"""
     from torch.profiler import profile
 
@@ -256,6 +258,40 @@ def test_one_sequences_forward_copies_no_activation():
     large = [shapes for shapes in copies if any(len(shape) and math.prod(shape) >= 40 * 48 for shape in shapes)]
     assert large == []
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("causal", "bias"), [(False, True), (True, False)])
+def test_one_sequence_takes_the_c_attention_with_torchs_numbers(monkeypatch, causal, bias):
+    """Without autograd or hooks on the scores, one sequence's attention is ``native.attend`` (scores, softmax and
+    output a block of rows at a time): its output and weights are torch's path's (``native`` off) and
+    nn.MultiheadAttention's to float32 rounding; a hook on the pattern, a batch or autograd takes torch's path."""
+    from mha_core import native
+
+    require(native.available(), f"the C kernels ({native.why_not()})")
+    calls = []
+    attend = native.attend
+    monkeypatch.setattr(native, "attend", lambda *a, **k: calls.append(a[0].shape) or attend(*a, **k))
+    torch.manual_seed(4)
+    reference = nn.MultiheadAttention(96, 6, bias=bias, batch_first=True).eval()
+    core = mc.MultiHeadAttention.from_torch(reference).eval()
+    x = torch.randn(1, 37, 96)
+    mask = torch.ones(37, 37, dtype=torch.bool).tril().logical_not() if causal else None
+    with torch.inference_mode():
+        out, weights = core(x, causal=causal)
+        assert calls == [(1, 6, 37, 16)]
+        expected, expected_weights = reference(x, x, x, attn_mask=mask, need_weights=True, average_attn_weights=False)
+        hooked_out, hooked_weights = core(x, causal=causal, hooks={"hook_pattern": lambda pattern: pattern})
+        core(torch.cat([x, x]), causal=causal)  # a batch: each head's block is not transposed
+        assert len(calls) == 1
+        monkeypatch.setattr(native, "USE_NATIVE", False)
+        torch_out, torch_weights = core(x, causal=causal)
+    assert len(calls) == 1 and out.is_contiguous()
+    for got, want in ((out, torch_out), (weights, torch_weights), (out, hooked_out), (weights, hooked_weights)):
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+    if causal:
+        assert (weights[0].triu(1) == 0).all()
 
 
 def test_a_transposed_value_gives_a_transposed_output_with_the_same_numbers():

@@ -149,3 +149,101 @@ def test_the_library_is_built_once_into_its_cache_and_a_failed_build_says_why(tm
     assert not native.available() and "turned off" in native.why_not()
     with pytest.raises(RuntimeError, match="not available: turned off"):
         native.row_pass(torch.zeros(1, 1, 4), 0, False, CHUNK)
+
+
+# ---- attend: one sequence's dense attention, a block of query rows at a time ----------------------------------------
+
+
+def transposed(rng: np.random.Generator, heads: int, n: int, d_k: int, spread: float = 1.0) -> torch.Tensor:
+    """``[1, heads, n, d_k]`` laid out as MultiHeadAttention's one-sequence projection lays it: each head's block
+    transposed (``[d_k, n]`` in memory)."""
+    block = torch.from_numpy((rng.standard_normal((1, heads, d_k, n)) * spread).astype(np.float32))
+    return block.transpose(-2, -1)
+
+
+def attention_reference(q, k, v, scale: float, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(scale q k^T) v in float64, a decoder's row i seeing keys j <= i + n_k - n_q, a row that sees none all
+    zeros."""
+    q, k, v = (t.double().numpy()[0] for t in (q, k, v))
+    n_q, n_k = q.shape[1], k.shape[1]
+    s = scale * q @ k.transpose(0, 2, 1)
+    visible = np.ones((n_q, n_k), bool)
+    if causal:
+        visible = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q
+    s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.where(visible, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    w = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return w @ v, w
+
+
+@pytest.mark.parametrize(
+    "heads, n_q, n_k, d_k, causal, spread",
+    [
+        (12, 256, 256, 32, False, 1.0),  # d_model 384's heads (bench/core.py)
+        (3, 100, 100, 64, False, 1.0),  # rows not a whole number of tiles of 8, keys not of 32
+        (2, 77, 77, 7, True, 1.0),  # d_k padded to 16; a decoder
+        (2, 5, 40, 16, True, 1.0),  # a decoder's last rows over earlier keys: row i sees 36 + i keys
+        (2, 40, 5, 16, True, 1.0),  # more queries than keys: the first 35 rows see none (zeros)
+        (1, 1, 1, 8, False, 1.0),
+        (2, 33, 70, 24, False, 40.0),  # peaked rows: weights below float32's smallest normal number (0)
+    ],
+)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_attend_is_the_softmax_of_the_scores_times_the_values(heads, n_q, n_k, d_k, causal, spread, threads):
+    rng = np.random.default_rng(n_q * 1000 + n_k + d_k)
+    # spread scales the queries only: the scores' rounding grows with their size, and a float32 weight's with it
+    q, k, v = (
+        transposed(rng, heads, n_q, d_k, spread),
+        transposed(rng, heads, n_k, d_k),
+        transposed(rng, heads, n_k, d_k),
+    )
+    scale = 1.0 / np.sqrt(d_k)
+    expected_out, expected_w = attention_reference(q, k, v, scale, causal)
+    assert native.attends(q, k, v)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, weights = native.attend(q, k, v, scale, causal)
+    finally:
+        torch.set_num_threads(old)
+    assert out.shape == (1, heads, n_q, d_k) and weights.shape == (1, heads, n_q, n_k)
+    assert out.transpose(1, 2).is_contiguous()  # Concat of the heads is a view: W^O reads it without a copy
+    w = weights[0].numpy()
+    np.testing.assert_allclose(w, expected_w, rtol=2e-5, atol=2e-7)
+    # the scores' rounding grows with their size (spread): a weight's error with it, and the output's
+    np.testing.assert_allclose(out[0].numpy(), expected_out, rtol=2e-5, atol=2e-6 * spread)
+    assert not ((w > 0) & (w < np.finfo(np.float32).tiny)).any()
+    assert (w[expected_w == 0] == 0).all()  # hidden keys get exactly 0, not a tiny weight
+    if spread > 10:
+        assert (w == 0).mean() > 0.2
+    if causal and n_q > n_k:
+        assert (w[:, : n_q - n_k] == 0).all() and (out[0, :, : n_q - n_k] == 0).all()
+
+
+def test_attend_writes_into_a_given_buffer_and_keeps_the_callers_denormal_setting():
+    rng = np.random.default_rng(5)
+    q, k, v = (transposed(rng, 2, 20, 8, 30.0) for _ in range(3))
+    buffer = torch.full((1, 2, 20, 20), float("nan"))
+    assert not flushing_denormals()
+    _, weights = native.attend(q, k, v, 0.5, False, weights=buffer)
+    assert weights is buffer and torch.isfinite(buffer).all()
+    assert not flushing_denormals() and torch.tensor(1e-39).item() > 0
+
+
+def test_attend_takes_only_its_layout_and_says_so():
+    rng = np.random.default_rng(6)
+    q, k, v = (transposed(rng, 2, 10, 8) for _ in range(3))
+    assert native.attends(q, k, v)
+    normal = torch.zeros(1, 2, 10, 8)  # contiguous [n, d_k] per head: torch's path
+    assert not native.attends(normal, k, v)
+    assert not native.attends(q.double(), k.double(), v.double())
+    assert not native.attends(torch.cat([q, q]), torch.cat([k, k]), torch.cat([v, v]))  # a batch of two
+    assert not native.attends(q, k[:, :1], v[:, :1])  # fewer key heads (torch broadcasts them)
+    assert not native.attends(q[..., :4], k, v)
+    assert not native.attends(q[:, :, :0], k, v)
+    with pytest.raises(ValueError, match="stride"):
+        native.attend(normal, k, v, 1.0, False)
+    with pytest.raises(ValueError, match=r"contiguous float32 \[1, 2, 10, 10\]"):
+        native.attend(q, k, v, 1.0, False, weights=torch.zeros(1, 2, 10, 9))
