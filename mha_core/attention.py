@@ -203,7 +203,7 @@ def scaled_dot_product_attention(
 
     Without autograd, a mask or a hook on the scores or pattern, ``MultiHeadAttention``'s one-sequence layout (each
     head's block transposed) goes to ``native.attend`` where the C kernels are built: the scores, softmax and output
-    of a block of query rows at a time, while they are in cache (0.79-0.85 of the three passes' time at d_k = 32,
+    of a block of query rows at a time, while they are in cache (0.78-0.83 of the three passes' time at d_k = 32,
     n = 256; docs/benchmarks.md). The same numbers to float32 rounding.
     """
     if q.shape[-1] != k.shape[-1]:
