@@ -184,6 +184,20 @@ static inline void store16(float *p, vec16 v) { memcpy(p, &v, sizeof v); }
 #define TILE 8
 #define EACH_ROW(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
+/* spill[0 .. width) = scale * sum_{t < count} x[t * x_step] * m[t * m_step + 0 .. width), width 32 or 16: one row
+ * of a product, for the rows that do not fill a tile of 8. */
+static void row_product(const float *restrict x, int64_t x_step, const float *restrict m, int64_t m_step,
+                        int64_t count, int width, float scale, float *restrict spill) {
+    vec16 a0 = {0}, a1 = {0};
+    for (int64_t t = 0; t < count; t++) {
+        float value = x[t * x_step];
+        a0 += value * load16(m + t * m_step);
+        if (width == 32) a1 += value * load16(m + t * m_step + 16);
+    }
+    store16(spill, a0 * scale);
+    store16(spill + 16, a1 * scale);
+}
+
 /* s[r * keys_all + j] = scale * sum_c q[c * q_dim + r] * k[c * padded + j], r < rows (8, or fewer for the last
  * rows), j < keys: 8 x 32 tiles held in registers, each key vector loaded once for the 8 rows. k: a head's K^T,
  * [d_k, padded], each row padded with zeros to a multiple of 32 keys, so that the last tile reads whole vectors (it
@@ -210,16 +224,7 @@ static void scores_tile(const float *restrict q, int64_t q_dim, const float *res
 #define SPILL_S(r) store16(spill[r], a##r##0 * scale); store16(spill[r] + 16, a##r##1 * scale);
             EACH_ROW(SPILL_S)
         } else {
-            for (int r = 0; r < rows; r++) {
-                vec16 a0 = {0}, a1 = {0};
-                for (int64_t c = 0; c < d_k; c++) {
-                    float x = q[c * q_dim + r];
-                    a0 += x * load16(k + c * padded + j);
-                    a1 += x * load16(k + c * padded + j + 16);
-                }
-                store16(spill[r], a0 * scale);
-                store16(spill[r] + 16, a1 * scale);
-            }
+            for (int r = 0; r < rows; r++) row_product(q + r, q_dim, k + j, padded, d_k, 32, scale, spill[r]);
         }
         int64_t width = whole ? 32 : keys - j;
         for (int r = 0; r < rows; r++) memcpy(s + r * keys_all + j, spill[r], (size_t)width * sizeof(float));
@@ -260,16 +265,8 @@ static void values_tile(const float *restrict w, int64_t keys_all, int64_t keys,
 #define SPILL(r) store16(spill[r], a##r##0); store16(spill[r] + 16, a##r##1);
             EACH_ROW(SPILL)
         } else {
-            for (int r = 0; r < rows; r++) {
-                vec16 a0 = {0}, a1 = {0};
-                for (int64_t j = 0; j < keys; j++) {
-                    float x = w[r * keys_all + j];
-                    a0 += x * load16(values + j * padded + c);
-                    if (width == 32) a1 += x * load16(values + j * padded + c + 16);
-                }
-                store16(spill[r], a0);
-                store16(spill[r] + 16, a1);
-            }
+            for (int r = 0; r < rows; r++)
+                row_product(w + r * keys_all, 1, values + c, padded, keys, (int)width, 1.0f, spill[r]);
         }
         int64_t stop = d_k - c < 32 ? d_k - c : 32;
         for (int r = 0; r < rows; r++) memcpy(out + r * out_row + c, spill[r], (size_t)stop * sizeof(float));
